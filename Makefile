@@ -1,0 +1,37 @@
+# Set-up and entry points. `make demo` and `make test` work on a fresh machine.
+# CPU machines get the CPU build of torch (TORCH_SPEC); on a GPU machine, set
+# TORCH_SPEC to your CUDA build, or install torch into $(VENV) first.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+TORCH_SPEC ?= torch==2.13.0
+export HF_HUB_OFFLINE ?= 1
+export HF_DATASETS_OFFLINE ?= 1
+
+.PHONY: install demo test test-fast bench bench-quick clean
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH_SPEC)"
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $@
+
+install: $(VENV)/.installed
+
+demo: install
+	$(VENV)/bin/cel-lens demo
+
+test: install
+	$(PY) -m pytest -q -ra
+
+test-fast: install
+	$(PY) -m pytest -q -m "not slow"
+
+bench: install
+	$(PY) -m benchmarks.run
+
+bench-quick: install
+	$(PY) -m benchmarks.run --quick
+
+clean:
+	rm -rf $(VENV) runs
