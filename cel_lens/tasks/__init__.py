@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator, Literal, Mapping, Optional, Sequence, overload
 
 __all__ = [
@@ -64,11 +64,18 @@ class Example:
 
 @dataclass(frozen=True)
 class Split(Sequence[Example]):
-    """An ordered, immutable sequence of examples: D_dist (``name="dist"``) or D_test (``"test"``)."""
+    """An ordered, immutable sequence of examples: D_dist (``name="dist"``) or D_test (``"test"``).
+
+    ``kind``, ``metric`` and ``judge`` are the owning task's protocol (filled in by :class:`Task`), so
+    that a split alone is enough to evaluate.
+    """
 
     name: str
     examples: tuple[Example, ...]
     task: str = ""
+    kind: Optional[TaskKind] = None
+    metric: str = "acc"
+    judge: Optional[Callable[[Example, str], bool]] = field(default=None, compare=False, repr=False)
 
     def __len__(self) -> int:
         return len(self.examples)
@@ -81,7 +88,7 @@ class Split(Sequence[Example]):
 
     def __getitem__(self, i):  # type: ignore[override]
         if isinstance(i, slice):
-            return Split(self.name, self.examples[i], self.task)
+            return replace(self, examples=self.examples[i])
         return self.examples[i]
 
     def __iter__(self) -> Iterator[Example]:
@@ -102,7 +109,7 @@ class Split(Sequence[Example]):
 
     def subset(self, n: int) -> "Split":
         """The first ``n`` examples (splits are already shuffled by their seed)."""
-        return Split(self.name, self.examples[:n], self.task)
+        return replace(self, examples=self.examples[:n])
 
 
 @dataclass(frozen=True)
@@ -124,6 +131,12 @@ class Task:
 
     def __post_init__(self) -> None:
         check_disjoint(self.dist, self.test)
+        for attr, name in (("dist", "dist"), ("test", "test")):
+            split = getattr(self, attr)
+            split = split if isinstance(split, Split) else Split(name, tuple(split))
+            object.__setattr__(
+                self, attr, replace(split, task=self.name, kind=self.kind, metric=self.metric, judge=self.judge)
+            )
 
     def split(self, name: str) -> Split:
         """``"dist"`` or ``"test"``."""
