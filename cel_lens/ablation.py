@@ -210,3 +210,74 @@ def run_variants(
 
 def _model_name(model) -> str:
     return str(getattr(model.cfg, "model_name", None) or type(model).__name__)
+
+
+# -- key/value-cached passes (batched generation, shared multiple-choice contexts) ------------------
+__all__ += ["init_kv_cache", "select_kv_cache", "forward_resid_cached"]
+
+
+def init_kv_cache(model, batch: int):
+    """A fresh, empty key/value cache for ``batch`` rows, or ``None`` where the model type has no
+    TransformerLens cache (TransformerBridge): callers then recompute the full sequence instead."""
+    from transformer_lens import HookedTransformer
+    from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
+
+    if not isinstance(model, HookedTransformer):
+        return None
+    return TransformerLensKeyValueCache.init_cache(model.cfg, model.cfg.device, batch)
+
+
+def select_kv_cache(cache, index: Int[Tensor, "row"]):
+    """A new cache whose row ``i`` is row ``index[i]`` of ``cache`` (expand a shared context to its
+    continuations, or drop finished rows); ``cache`` itself is left unchanged."""
+    from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
+    from transformer_lens.cache.key_value_cache_entry import TransformerLensKeyValueCacheEntry
+
+    entries = []
+    for entry in cache.entries:
+        idx = index.to(entry.past_keys.device)
+        entries.append(
+            TransformerLensKeyValueCacheEntry(entry.past_keys[idx], entry.past_values[idx], entry.frozen)
+        )
+    mask = cache.previous_attention_mask
+    return TransformerLensKeyValueCache(entries, mask[index.to(mask.device)], cache.frozen)
+
+
+def forward_resid_cached(
+    model,
+    x: Int[Tensor, "batch new"] | Float[Tensor, "batch new d_model"],
+    cache,
+    *,
+    attention_mask: Int[Tensor, "batch past_and_new"],
+    start_at_layer: int = 0,
+    fwd_hooks: Sequence[Hook] = (),
+) -> Float[Tensor, "batch new d_model"]:
+    """Residual stream after the last block for ``x``, appended to a key/value ``cache``.
+
+    ``attention_mask`` covers the cached positions *and* the new ones (1 = real token), so left
+    padding gets the right rotary positions and pad keys are never attended. ``x`` is tokens when
+    ``start_at_layer == 0`` and the residual stream entering ``start_at_layer`` otherwise (the cache
+    then only needs, and only receives, the entries of layers ``>= start_at_layer``). With
+    ``cache=None`` this is :func:`forward_resid` over the given positions only.
+    """
+    if cache is None:
+        return forward_resid(
+            model, x, start_at_layer=start_at_layer, fwd_hooks=fwd_hooks, attention_mask=attention_mask
+        )
+    n_layers = model.cfg.n_layers
+    with model.hooks(fwd_hooks=list(fwd_hooks)):
+        if x.is_floating_point():
+            return model(
+                x, start_at_layer=start_at_layer, stop_at_layer=n_layers, past_kv_cache=cache,
+                attention_mask=attention_mask,
+            )
+        if start_at_layer != 0:
+            raise ValueError("a pass that resumes at a later layer takes the residual stream, not tokens")
+        new = x.shape[1]
+        resid, _, shortformer, full_mask = model.input_to_embed(
+            x, attention_mask=attention_mask[:, -new:], past_kv_cache=cache
+        )
+        return model(
+            resid, start_at_layer=0, stop_at_layer=n_layers, past_kv_cache=cache,
+            attention_mask=attention_mask, shortformer_pos_embed=shortformer,
+        )
