@@ -1,0 +1,237 @@
+"""Statistics for a held-out ablation gain: paired bootstrap CI, exact McNemar test, random-subset
+null, and intervals for a single accuracy.
+
+Every function takes per-example correctness vectors (``Bool[Tensor, "example"]``, or anything
+``numpy.asarray`` accepts) of the *same* examples, so comparisons are paired: the intact and the
+ablated model answer the same questions, and the per-example pairing removes the between-example
+variance that an unpaired comparison would carry.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, Callable, Literal, Sequence, Union
+
+import numpy as np
+import torch
+from jaxtyping import Bool, Float
+from torch import Tensor
+
+from cel_lens.heads import Head, HeadSet
+
+__all__ = [
+    "paired_bootstrap_ci",
+    "mcnemar_exact",
+    "accuracy_interval",
+    "random_head_sets",
+    "random_subset_null",
+    "null_fraction",
+    "NullDistribution",
+]
+
+ArrayLike = Union[Tensor, np.ndarray, Sequence[Any]]
+
+
+def _as_vector(x: ArrayLike, name: str) -> np.ndarray:
+    """A 1-D float64 array from a tensor/array/list (bools become 0/1)."""
+    if isinstance(x, Tensor):
+        x = x.detach().cpu().numpy()
+    arr = np.asarray(x, dtype=np.float64)
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be a 1-D per-example vector, got shape {arr.shape}")
+    return arr
+
+
+def _paired(a: ArrayLike, b: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    va, vb = _as_vector(a, "correct_a"), _as_vector(b, "correct_b")
+    if va.shape != vb.shape:
+        raise ValueError(f"paired vectors differ in length: {va.shape[0]} vs {vb.shape[0]}")
+    if va.shape[0] == 0:
+        raise ValueError("paired vectors are empty")
+    return va, vb
+
+
+def paired_bootstrap_ci(
+    correct_a: ArrayLike,
+    correct_b: ArrayLike,
+    n_boot: int = 10000,
+    alpha: float = 0.05,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """Percentile bootstrap ``(low, high)`` interval for ``mean(b) - mean(a)`` at level ``1 - alpha``.
+
+    Meaning: examples are resampled with replacement (pairs kept together), the difference of
+    mean accuracies is recomputed for each of ``n_boot`` resamples, and the ``alpha/2`` and
+    ``1 - alpha/2`` quantiles of those differences are returned. With ``a`` = intact and ``b`` =
+    ablated this is a CI for the gain Δ. Assumptions: examples are i.i.d. draws from the task's
+    distribution and the model is deterministic given the example (so the only randomness is which
+    examples were drawn); the percentile interval is approximate and can under-cover slightly for
+    small ``n`` or gains near the edges (all pairs concordant gives the degenerate interval
+    ``[Δ, Δ]``). Vectorized over resamples in chunks; deterministic given ``seed``.
+    """
+    va, vb = _paired(correct_a, correct_b)
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must lie in (0, 1), got {alpha}")
+    if n_boot < 1:
+        raise ValueError(f"n_boot must be >= 1, got {n_boot}")
+    diff = vb - va
+    n = diff.shape[0]
+    rng = np.random.default_rng(seed)
+    chunk = max(1, min(n_boot, 4_000_000 // n))  # ~32 MB of indices per chunk
+    means = np.empty(n_boot, dtype=np.float64)
+    for start in range(0, n_boot, chunk):
+        stop = min(n_boot, start + chunk)
+        idx = rng.integers(0, n, size=(stop - start, n))
+        means[start:stop] = diff[idx].mean(axis=1)
+    low, high = np.quantile(means, [alpha / 2, 1 - alpha / 2])
+    return float(low), float(high)
+
+
+def mcnemar_exact(correct_a: ArrayLike, correct_b: ArrayLike) -> float:
+    """Two-sided exact McNemar p-value for "a and b are equally accurate on these examples".
+
+    Only discordant pairs carry information: ``n01`` = examples ``a`` gets right and ``b`` wrong,
+    ``n10`` the reverse. Under the null each discordant pair is equally likely to go either way,
+    so ``min(n01, n10) ~ Binomial(n01 + n10, 1/2)``; the p-value is twice the lower tail, capped at
+    1 (the central, doubled-tail convention, equal to ``scipy.stats.binomtest(...).pvalue`` for
+    p = 1/2 since that distribution is symmetric). No discordant pairs gives 1. Computed in exact
+    rational arithmetic. Assumes paired binary outcomes, pairs independent of each other.
+    """
+    va, vb = _paired(correct_a, correct_b)
+    for name, v in (("correct_a", va), ("correct_b", vb)):
+        if not np.isin(v, (0.0, 1.0)).all():
+            raise ValueError(f"{name} must be binary (bool or 0/1) for McNemar's test")
+    n01 = int(((va == 1) & (vb == 0)).sum())
+    n10 = int(((va == 0) & (vb == 1)).sum())
+    n = n01 + n10
+    if n == 0:
+        return 1.0
+    lo = min(n01, n10)
+    tail = Fraction(sum(math.comb(n, i) for i in range(lo + 1)), 2**n)
+    return float(min(Fraction(1), 2 * tail))
+
+
+def accuracy_interval(
+    correct: Union[ArrayLike, int],
+    n: int | None = None,
+    alpha: float = 0.05,
+    method: Literal["wilson", "clopper-pearson"] = "wilson",
+) -> tuple[float, float]:
+    """``(low, high)`` interval at level ``1 - alpha`` for one accuracy (a binomial proportion).
+
+    Pass a correctness vector, or a count ``correct`` with the number of examples ``n``. ``wilson``
+    is the score interval (good coverage, never outside [0, 1]); ``clopper-pearson`` inverts exact
+    binomial tests (conservative: coverage at least ``1 - alpha``). Assumes examples are i.i.d.
+    draws and each is scored right/wrong.
+    """
+    if n is None:
+        v = _as_vector(correct, "correct")  # type: ignore[arg-type]
+        k, n = int(v.sum()), int(v.shape[0])
+    else:
+        k = int(correct)  # type: ignore[arg-type]
+    if n <= 0 or not 0 <= k <= n:
+        raise ValueError(f"need 0 <= correct <= n and n > 0, got correct={k}, n={n}")
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must lie in (0, 1), got {alpha}")
+    from scipy import stats as _st
+
+    if method == "wilson":
+        z = float(_st.norm.ppf(1 - alpha / 2))
+        p = k / n
+        denom = 1 + z * z / n
+        center = (p + z * z / (2 * n)) / denom
+        half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+        return max(0.0, center - half), min(1.0, center + half)
+    if method == "clopper-pearson":
+        low = 0.0 if k == 0 else float(_st.beta.ppf(alpha / 2, k, n - k + 1))
+        high = 1.0 if k == n else float(_st.beta.ppf(1 - alpha / 2, k + 1, n - k))
+        return low, high
+    raise ValueError(f"unknown method {method!r}; choose 'wilson' or 'clopper-pearson'")
+
+
+# -- random-subset null ------------------------------------------------------------------------
+
+
+def random_head_sets(n_layers: int, n_heads: int, size: int, R: int, seed: int) -> list[HeadSet]:
+    """``R`` head sets of ``size`` distinct heads each, drawn uniformly from all ``n_layers*n_heads``
+    heads (independently across draws, so two draws may coincide). Deterministic given ``seed``."""
+    total = n_layers * n_heads
+    if not 0 <= size <= total:
+        raise ValueError(f"size must lie in 0..{total}, got {size}")
+    if R < 0:
+        raise ValueError(f"R must be >= 0, got {R}")
+    rng = np.random.default_rng(seed)
+    sets = []
+    for _ in range(R):
+        flat = rng.choice(total, size=size, replace=False)
+        sets.append(HeadSet(Head(int(i) // n_heads, int(i) % n_heads) for i in flat))
+    return sets
+
+
+@dataclass(frozen=True)
+class NullDistribution:
+    """Gains of random head sets: ``gains[r] = acc(head_sets[r]) - acc(intact)`` on one split."""
+
+    head_sets: tuple[HeadSet, ...]
+    gains: Float[Tensor, " R"]
+
+    def fraction_at_least(self, observed: float) -> float:
+        """Fraction of the null gains ``>= observed`` (see :func:`null_fraction`)."""
+        return null_fraction(self.gains, observed)
+
+
+def null_fraction(null_gains: Union[ArrayLike, Sequence[float]], observed: float) -> float:
+    """Fraction of random-subset gains at least as large as the observed gain.
+
+    Meaning: how often a random head set of the same size does as well as the selected one on the
+    test split. It is *not* corrected for selection on discovery (the selected set was chosen
+    among many; the random sets were not), and as a Monte Carlo p-value it can be 0 — report it
+    with ``R`` (``(1 + count) / (1 + R)`` is the conservative version). ``nan`` for an empty null.
+    """
+    g = _as_vector(null_gains, "null_gains") if len(null_gains) else np.zeros(0)
+    if g.shape[0] == 0:
+        return float("nan")
+    # compare with a tolerance: gains are differences of k/n accuracies, equal values must tie
+    return float((g >= observed - 1e-12).mean())
+
+
+OracleOrFn = Union[Any, Callable[[Sequence[HeadSet]], Bool[Tensor, "variant example"]]]
+
+
+def random_subset_null(
+    oracle: OracleOrFn,
+    n_layers: int,
+    n_heads: int,
+    size: int,
+    R: int,
+    seed: int,
+    *,
+    split: str = "test",
+    intact: Bool[Tensor, " example"] | None = None,
+    chunk: int = 32,
+) -> NullDistribution:
+    """Gains of ``R`` random head sets of ``size`` heads (see :func:`random_head_sets`) on ``split``.
+
+    ``oracle`` is an evaluation oracle (its ``evaluate(split, head_sets)`` is used) or a callable
+    ``head_sets -> Bool[variant, example]``. ``intact`` is the intact model's correctness on that
+    split (evaluated when omitted). Sets are evaluated ``chunk`` at a time. The null answers "is the
+    gain special to the selected heads, or would ablating any ``size`` heads do as well?".
+    """
+    if hasattr(oracle, "evaluate"):
+        fn = lambda sets: oracle.evaluate(split, sets)  # noqa: E731
+    elif callable(oracle):
+        fn = oracle
+    else:
+        raise TypeError("oracle must have .evaluate(split, head_sets) or be callable(head_sets)")
+    if intact is None:
+        intact = fn([HeadSet()])[0]
+    base = intact.to(torch.float64).mean()
+    sets = random_head_sets(n_layers, n_heads, size, R, seed)
+    gains = []
+    for start in range(0, len(sets), chunk):
+        correct = fn(sets[start : start + chunk])
+        gains.append(correct.to(torch.float64).mean(1) - base)
+    g = torch.cat(gains) if gains else torch.zeros(0, dtype=torch.float64)
+    return NullDistribution(tuple(sets), g)

@@ -1,0 +1,173 @@
+"""Statistics: McNemar against scipy and hand counts, bootstrap CI against scipy and by coverage,
+single-accuracy intervals against scipy, and the random-subset null."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats as st
+
+from cel_lens.heads import HeadSet
+from cel_lens.search import SyntheticOracle
+from cel_lens.stats import (
+    accuracy_interval,
+    mcnemar_exact,
+    null_fraction,
+    paired_bootstrap_ci,
+    random_head_sets,
+    random_subset_null,
+)
+
+
+def _pairs(n11: int, n10: int, n01: int, n00: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Correctness vectors with the given counts of (a, b) outcomes."""
+    a = [1] * n11 + [1] * n10 + [0] * n01 + [0] * n00
+    b = [1] * n11 + [0] * n10 + [1] * n01 + [0] * n00
+    return torch.tensor(a, dtype=torch.bool), torch.tensor(b, dtype=torch.bool)
+
+
+# -- McNemar ------------------------------------------------------------------------------------
+
+
+def test_mcnemar_hand_computed():
+    # 2 pairs a-right/b-wrong, 8 the other way: p = 2 * P(Bin(10, 1/2) <= 2) = 2 * 56 / 1024
+    a, b = _pairs(30, 2, 8, 10)
+    assert mcnemar_exact(a, b) == pytest.approx(112 / 1024, abs=1e-15)
+    # 0 vs 5 discordant: 2 / 32
+    a, b = _pairs(3, 0, 5, 1)
+    assert mcnemar_exact(a, b) == pytest.approx(2 / 32, abs=1e-15)
+    # symmetric in its arguments
+    assert mcnemar_exact(b, a) == mcnemar_exact(a, b)
+
+
+def test_mcnemar_edge_cases():
+    a, b = _pairs(5, 0, 0, 5)
+    assert mcnemar_exact(a, b) == 1.0  # no discordant pairs
+    a, b = _pairs(1, 3, 3, 1)
+    assert mcnemar_exact(a, b) == 1.0  # doubled tail capped at 1
+    with pytest.raises(ValueError):
+        mcnemar_exact(torch.ones(3, dtype=torch.bool), torch.ones(4, dtype=torch.bool))
+    with pytest.raises(ValueError):
+        mcnemar_exact([0.5, 1.0], [1.0, 0.0])
+
+
+def test_mcnemar_matches_scipy_binomtest():
+    rng = np.random.default_rng(0)
+    for _ in range(60):
+        n10, n01 = (int(x) for x in rng.integers(0, 400, size=2))
+        if n10 + n01 == 0:
+            continue
+        a, b = _pairs(int(rng.integers(0, 50)), n10, n01, int(rng.integers(0, 50)))
+        ref = st.binomtest(n10, n10 + n01, 0.5, alternative="two-sided").pvalue
+        assert mcnemar_exact(a, b) == pytest.approx(ref, rel=1e-9, abs=1e-300)
+
+
+# -- bootstrap ----------------------------------------------------------------------------------
+
+
+def test_bootstrap_degenerate_when_all_pairs_agree():
+    a, b = _pairs(10, 0, 4, 6)  # every discordant pair favours b; differences are 0 or +1
+    low, high = paired_bootstrap_ci(a, a)
+    assert low == high == 0.0
+    ones = torch.ones(20, dtype=torch.bool)
+    zeros = torch.zeros(20, dtype=torch.bool)
+    assert paired_bootstrap_ci(zeros, ones, n_boot=100) == (1.0, 1.0)
+    low, high = paired_bootstrap_ci(a, b, n_boot=2000)
+    assert 0.0 <= low < 0.2 < high <= 0.45
+
+
+def test_bootstrap_deterministic_and_seeded():
+    rng = np.random.default_rng(1)
+    a = torch.from_numpy(rng.random(300) < 0.6)
+    b = torch.from_numpy(rng.random(300) < 0.7)
+    assert paired_bootstrap_ci(a, b, seed=3) == paired_bootstrap_ci(a, b, seed=3)
+    assert paired_bootstrap_ci(a, b, seed=3) != paired_bootstrap_ci(a, b, seed=4)
+
+
+def test_bootstrap_matches_scipy_percentile():
+    rng = np.random.default_rng(2)
+    a = rng.random(400) < 0.55
+    b = a.copy()
+    flip = rng.random(400) < 0.2
+    b[flip] = rng.random(flip.sum()) < 0.75
+    ours = paired_bootstrap_ci(torch.from_numpy(a), torch.from_numpy(b), n_boot=20000, seed=0)
+    ref = st.bootstrap(
+        (a.astype(float), b.astype(float)),
+        lambda x, y, axis: y.mean(axis) - x.mean(axis),
+        paired=True, vectorized=True, n_resamples=20000, method="percentile", random_state=0,
+    ).confidence_interval
+    # both Monte Carlo: endpoints agree to well under one example's weight (1/400 = 0.0025)
+    assert ours[0] == pytest.approx(ref.low, abs=0.0051)
+    assert ours[1] == pytest.approx(ref.high, abs=0.0051)
+
+
+def test_bootstrap_ci_covers_true_gain_at_nominal_rate():
+    """200 synthetic test splits with a known population gain: coverage within 3 binomial standard
+    errors of 0.95 (0.95 +- 0.046)."""
+    repeats, covered = 200, 0
+    for seed in range(repeats):
+        oracle = SyntheticOracle(2, 2, n_test=300, base_acc=0.6, effects={"L0H0": 0.08}, noise=0.1, seed=seed)
+        c = oracle.evaluate("test", [HeadSet(), HeadSet.parse("L0H0")])
+        low, high = paired_bootstrap_ci(c[0], c[1], n_boot=2000, seed=seed)
+        covered += low <= oracle.true_gain("L0H0") <= high
+    tol = 3 * math.sqrt(0.95 * 0.05 / repeats)
+    assert abs(covered / repeats - 0.95) <= tol, covered / repeats
+
+
+# -- single accuracy ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("k,n", [(0, 10), (3, 10), (10, 10), (613, 1000), (1, 2000)])
+def test_accuracy_interval_matches_scipy(k, n):
+    res = st.binomtest(k, n)
+    w = res.proportion_ci(confidence_level=0.95, method="wilson")
+    cp = res.proportion_ci(confidence_level=0.95, method="exact")
+    assert accuracy_interval(k, n) == pytest.approx((w.low, w.high), abs=1e-9)
+    assert accuracy_interval(k, n, method="clopper-pearson") == pytest.approx((cp.low, cp.high), abs=1e-9)
+    vec = torch.tensor([True] * k + [False] * (n - k))
+    assert accuracy_interval(vec) == accuracy_interval(k, n)
+    with pytest.raises(ValueError):
+        accuracy_interval(n + 1, n)
+
+
+# -- null ---------------------------------------------------------------------------------------
+
+
+def test_random_head_sets():
+    sets = random_head_sets(4, 3, 2, 500, seed=0)
+    assert len(sets) == 500 and all(len(s) == 2 for s in sets)
+    assert all(h.layer < 4 and h.head < 3 for s in sets for h in s)
+    assert sets == random_head_sets(4, 3, 2, 500, seed=0)
+    assert sets != random_head_sets(4, 3, 2, 500, seed=1)
+    # roughly uniform: each of 12 heads appears in ~ 500 * 2 / 12 = 83 sets
+    counts = np.zeros(12)
+    for s in sets:
+        for h in s:
+            counts[h.layer * 3 + h.head] += 1
+    assert counts.min() > 50 and counts.max() < 120
+    with pytest.raises(ValueError):
+        random_head_sets(2, 2, 5, 1, seed=0)
+
+
+def test_random_subset_null_gains_and_fraction():
+    oracle = SyntheticOracle(3, 3, n_test=500, effects={"L0H0": 0.2, "L1H1": -0.1})
+    null = random_subset_null(oracle, 3, 3, size=1, R=40, seed=0)
+    assert len(null.head_sets) == 40 and null.gains.shape == (40,)
+    intact = oracle.evaluate("test", [HeadSet()])[0].double().mean()
+    for s, g in zip(null.head_sets, null.gains):
+        acc = oracle.evaluate("test", [s])[0].double().mean()
+        assert float(g) == pytest.approx(float(acc - intact), abs=1e-12)
+        if s == HeadSet.parse("L0H0"):
+            assert g > 0.15
+    # the callable form and a given intact vector give the same null
+    fn = lambda sets: oracle.evaluate("test", sets)  # noqa: E731
+    again = random_subset_null(fn, 3, 3, size=1, R=40, seed=0, intact=oracle.evaluate("test", [HeadSet()])[0])
+    assert torch.equal(again.gains, null.gains)
+    assert null_fraction([0.1, 0.0, -0.1, 0.2], 0.1) == 0.5
+    assert null_fraction([], 0.1) != null_fraction([], 0.1)  # nan
+    assert null.fraction_at_least(0.15) == pytest.approx(
+        sum(s == HeadSet.parse("L0H0") for s in null.head_sets) / 40
+    )
