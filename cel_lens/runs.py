@@ -1,0 +1,447 @@
+"""Run directories: what a search was asked to do, everything it evaluated, and what it found.
+
+A run directory holds
+
+* ``manifest.json`` — the configuration, given by the caller (package versions, model id and
+  weights hash, task, split content hashes, seeds, every option). Reopening a directory with a
+  different configuration is an error that names the differing fields.
+* ``evaluations.jsonl`` — append-only, one JSON object a line: an ``"eval"`` line per evaluated head
+  set (split, heads, stage tag, accuracy, and the per-example correctness as a base64 bitset), and
+  ``"event"`` lines (``search_started``, ``pool``, ``selected``, ``finished``). Lines are flushed
+  and fsync'd as soon as a batch is computed, so a killed process loses at most the line being
+  written; a truncated last line is ignored on read and cut off before the next append. The
+  ``selected`` event is written before any test-split evaluation, so the file itself shows that
+  the subset was fixed before D_test was read.
+* ``result.json`` — the final :class:`cel_lens.search.Result`, written atomically.
+
+:class:`CachedOracle` answers from the recorded evaluations and evaluates (and records) only what
+is missing, so running the same search again resumes where it stopped and reaches the same result.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence, Union
+
+import numpy as np
+import torch
+from jaxtyping import Bool
+from torch import Tensor
+
+from cel_lens.heads import HeadSet
+
+if TYPE_CHECKING:  # pragma: no cover
+    from cel_lens.search import Result
+
+__all__ = [
+    "RunDir",
+    "RunConfigError",
+    "Evaluation",
+    "RunRecord",
+    "CachedOracle",
+    "load_run",
+    "manifest_diff",
+    "encode_bits",
+    "decode_bits",
+]
+
+MANIFEST = "manifest.json"
+EVALUATIONS = "evaluations.jsonl"
+RESULT = "result.json"
+TEST_SPLIT = "test"
+
+
+class RunConfigError(ValueError):
+    """A run directory was reopened with a configuration that differs from its manifest."""
+
+
+# -- compact per-example results ---------------------------------------------------------------
+
+
+def encode_bits(correct: Bool[Tensor, " example"]) -> str:
+    """Base64 of the little-endian packed bits of a correctness vector (``n`` is stored apart)."""
+    arr = np.asarray(correct.detach().cpu().numpy() if isinstance(correct, Tensor) else correct, dtype=bool)
+    return base64.b64encode(np.packbits(arr, bitorder="little").tobytes()).decode("ascii")
+
+
+def decode_bits(bits: str, n: int) -> Bool[Tensor, " example"]:
+    """Inverse of :func:`encode_bits` for a vector of length ``n``."""
+    raw = np.frombuffer(base64.b64decode(bits), dtype=np.uint8)
+    arr = np.unpackbits(raw, count=n, bitorder="little").astype(bool)
+    if arr.shape[0] != n:
+        raise ValueError(f"bitset holds {arr.shape[0]} bits, expected {n}")
+    return torch.from_numpy(arr.copy())
+
+
+# -- manifest comparison -------------------------------------------------------------------------
+
+
+def _normalize(obj: Any) -> Any:
+    """JSON round trip: tuples become lists, keys strings, odd objects their ``str``."""
+    return json.loads(json.dumps(obj, sort_keys=True, default=str))
+
+
+def manifest_diff(old: Mapping[str, Any], new: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """Dotted names of the fields that differ between two manifests, each with both values."""
+    diffs: list[str] = []
+    for key in sorted(set(old) | set(new)):
+        name = f"{prefix}{key}"
+        if key not in old:
+            diffs.append(f"{name} (absent != {new[key]!r})")
+        elif key not in new:
+            diffs.append(f"{name} ({old[key]!r} != absent)")
+        elif isinstance(old[key], Mapping) and isinstance(new[key], Mapping):
+            diffs.extend(manifest_diff(old[key], new[key], prefix=f"{name}."))
+        elif old[key] != new[key]:
+            diffs.append(f"{name} ({old[key]!r} != {new[key]!r})")
+    return diffs
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _atomic_write_json(path: Path, obj: Any) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=2, sort_keys=False)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+# -- records ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """One recorded evaluation: a head set's per-example correctness on a split."""
+
+    split: str
+    heads: HeadSet
+    stage: str
+    correct: Bool[Tensor, " example"] = field(repr=False)
+
+    @property
+    def n(self) -> int:
+        """Number of examples."""
+        return int(self.correct.shape[0])
+
+    @property
+    def accuracy(self) -> float:
+        """Fraction of examples answered correctly."""
+        return float(self.correct.float().mean()) if self.n else float("nan")
+
+    def to_line(self) -> dict[str, Any]:
+        """The JSON object written to ``evaluations.jsonl``."""
+        return {
+            "type": "eval",
+            "split": self.split,
+            "heads": str(self.heads),
+            "stage": self.stage,
+            "n": self.n,
+            "n_correct": int(self.correct.sum()),
+            "acc": self.accuracy,
+            "bits": encode_bits(self.correct),
+        }
+
+    @classmethod
+    def from_line(cls, obj: Mapping[str, Any]) -> "Evaluation":
+        """Read an ``"eval"`` line back."""
+        return cls(
+            split=obj["split"],
+            heads=HeadSet.parse(obj["heads"]),
+            stage=obj.get("stage", ""),
+            correct=decode_bits(obj["bits"], int(obj["n"])),
+        )
+
+
+def _read_lines(path: Path) -> list[dict[str, Any]]:
+    """Parse a JSONL file, ignoring a truncated last line (one without its newline)."""
+    if not path.exists():
+        return []
+    data = path.read_bytes()
+    lines = data.split(b"\n")
+    complete, tail = lines[:-1], lines[-1]  # tail is b"" when the file ends with a newline
+    out = []
+    for i, line in enumerate(complete, start=1):
+        if not line.strip():
+            continue
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}: line {i} is not valid JSON ({exc.msg})") from None
+    del tail  # a partial line from a killed writer: dropped
+    return out
+
+
+class RunDir:
+    """A run directory (see the module docstring). ``RunDir(path)`` binds a path for reading;
+    :meth:`open` creates or reuses one for writing."""
+
+    def __init__(self, path: Union[str, os.PathLike]) -> None:
+        self.path = Path(path)
+
+    def __repr__(self) -> str:
+        return f"RunDir('{self.path}')"
+
+    # -- paths
+    @property
+    def manifest_path(self) -> Path:
+        """``manifest.json``."""
+        return self.path / MANIFEST
+
+    @property
+    def evaluations_path(self) -> Path:
+        """``evaluations.jsonl``."""
+        return self.path / EVALUATIONS
+
+    @property
+    def result_path(self) -> Path:
+        """``result.json``."""
+        return self.path / RESULT
+
+    # -- creation / reuse
+    @classmethod
+    def open(
+        cls,
+        path: Union[str, os.PathLike],
+        manifest: Mapping[str, Any],
+        *,
+        ignore: Iterable[str] = (),
+    ) -> "RunDir":
+        """Create ``path`` with ``manifest``, or reuse it if its manifest matches.
+
+        Fields named in ``ignore`` (top-level keys, e.g. a creation time) are not compared.
+        Raises :class:`RunConfigError` naming every differing field otherwise. A truncated last
+        line left by a killed writer is cut off so that new lines start clean.
+        """
+        run = cls(path)
+        new = _normalize(dict(manifest))
+        if run.manifest_path.exists():
+            old = run.manifest
+            skip = set(ignore)
+            diffs = manifest_diff(
+                {k: v for k, v in old.items() if k not in skip},
+                {k: v for k, v in new.items() if k not in skip},
+            )
+            if diffs:
+                raise RunConfigError(
+                    f"run directory {run.path} was made with a different configuration: "
+                    + "; ".join(diffs)
+                    + " (use another output directory, or delete this one to start over)"
+                )
+        else:
+            if run.path.exists() and any(run.path.iterdir()):
+                raise RunConfigError(f"{run.path} exists, is not empty and has no {MANIFEST}")
+            run.path.mkdir(parents=True, exist_ok=True)
+            _atomic_write_json(run.manifest_path, new)
+        run._repair_tail()
+        return run
+
+    def _repair_tail(self) -> None:
+        """Cut a partial last line (no trailing newline) so appends start on a fresh line."""
+        p = self.evaluations_path
+        if not p.exists() or p.stat().st_size == 0:
+            return
+        with open(p, "rb+") as f:
+            f.seek(-1, os.SEEK_END)
+            if f.read(1) == b"\n":
+                return
+            f.seek(0)
+            data = f.read()
+            f.truncate(data.rfind(b"\n") + 1)
+            f.flush()
+            os.fsync(f.fileno())
+
+    # -- reading
+    @property
+    def manifest(self) -> dict[str, Any]:
+        """The manifest as written."""
+        if not self.manifest_path.exists():
+            raise FileNotFoundError(f"{self.path} is not a run directory (no {MANIFEST})")
+        return json.loads(self.manifest_path.read_text(encoding="utf-8"))
+
+    def lines(self) -> list[dict[str, Any]]:
+        """Every complete line of ``evaluations.jsonl``, in order."""
+        return _read_lines(self.evaluations_path)
+
+    def evaluations(self) -> list[Evaluation]:
+        """Recorded evaluations, in order."""
+        return [Evaluation.from_line(o) for o in self.lines() if o.get("type") == "eval"]
+
+    def events(self, event: Optional[str] = None) -> list[dict[str, Any]]:
+        """Recorded events (all, or only those named ``event``), in order."""
+        return [
+            o for o in self.lines() if o.get("type") == "event" and (event is None or o.get("event") == event)
+        ]
+
+    def selection(self) -> Optional[dict[str, Any]]:
+        """The first ``selected`` event (the subset fixed before the test split), or ``None``."""
+        sel = self.events("selected")
+        return sel[0] if sel else None
+
+    def read_result(self) -> Optional[dict[str, Any]]:
+        """``result.json`` as a dict, or ``None`` if the run has not finished."""
+        if not self.result_path.exists():
+            return None
+        return json.loads(self.result_path.read_text(encoding="utf-8"))
+
+    # -- writing
+    def _append(self, objs: Sequence[Mapping[str, Any]]) -> None:
+        if not objs:
+            return
+        text = "".join(json.dumps(o, separators=(",", ":")) + "\n" for o in objs)
+        with open(self.evaluations_path, "a", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+
+    def append_evaluations(
+        self,
+        split: str,
+        head_sets: Sequence[HeadSet],
+        correct: Bool[Tensor, "variant example"],
+        stage: str,
+    ) -> list[Evaluation]:
+        """Record one line per head set (``correct[v]`` belongs to ``head_sets[v]``), fsync'd."""
+        if correct.ndim != 2 or correct.shape[0] != len(head_sets):
+            raise ValueError(
+                f"expected correctness [{len(head_sets)}, example], got shape {tuple(correct.shape)}"
+            )
+        evs = [Evaluation(split, HeadSet.parse(s), stage, correct[i].bool()) for i, s in enumerate(head_sets)]
+        self._append([e.to_line() for e in evs])
+        return evs
+
+    def record_event(self, event: str, **data: Any) -> dict[str, Any]:
+        """Append an event line (with a UTC timestamp), fsync'd."""
+        obj = {"type": "event", "event": event, "time": _now(), **_normalize(data)}
+        self._append([obj])
+        return obj
+
+    def write_result(self, result: Mapping[str, Any]) -> None:
+        """Write ``result.json`` atomically."""
+        _atomic_write_json(self.result_path, _normalize(dict(result)))
+
+
+# -- caching oracle ------------------------------------------------------------------------------
+
+
+class CachedOracle:
+    """An evaluation oracle that answers from a run directory's records and evaluates (and records)
+    only head sets not yet recorded for that split.
+
+    ``hits`` and ``misses`` count head sets answered from the record and evaluated. With
+    ``guard_test`` (default) evaluating the ``"test"`` split before the run has recorded a
+    ``selected`` event raises ``RuntimeError``: D_test is read only after S-hat is fixed.
+    """
+
+    def __init__(self, oracle: Any, run: RunDir, *, guard_test: bool = True) -> None:
+        self.oracle = oracle
+        self.run = run
+        self.n_layers: int = oracle.n_layers
+        self.n_heads: int = oracle.n_heads
+        self.guard_test = guard_test
+        self.hits = 0
+        self.misses = 0
+        self._cache: dict[tuple[str, HeadSet], Tensor] = {}
+        self._n: dict[str, int] = {}
+        for ev in run.evaluations():
+            self._store(ev.split, ev.heads, ev.correct)
+        self._selected = run.selection() is not None
+
+    def _store(self, split: str, heads: HeadSet, correct: Tensor) -> None:
+        n = self._n.setdefault(split, int(correct.shape[0]))
+        if int(correct.shape[0]) != n:
+            raise ValueError(
+                f"split {split!r}: evaluation of {heads} has {correct.shape[0]} examples, "
+                f"earlier ones {n} (the split changed under this run directory)"
+            )
+        self._cache[(split, heads)] = correct
+
+    def is_recorded(self, split: str, head_set: HeadSet) -> bool:
+        """Whether ``head_set`` already has a recorded evaluation on ``split``."""
+        return (split, HeadSet.parse(head_set)) in self._cache
+
+    def evaluate(
+        self, split: str, head_sets: Sequence[HeadSet], stage: Optional[str] = None
+    ) -> Bool[Tensor, "variant example"]:
+        """Per-example correctness ``[variant, example]``; missing head sets are evaluated in one
+        call to the wrapped oracle and recorded (tagged ``stage``) before returning."""
+        sets = [HeadSet.parse(s) for s in head_sets]
+        if split == TEST_SPLIT and self.guard_test and not self._selected:
+            self._selected = self.run.selection() is not None
+            if not self._selected:
+                raise RuntimeError(
+                    "the test split was requested before a selection was recorded in "
+                    f"{self.run.path}; record the 'selected' event first"
+                )
+        missing: list[HeadSet] = []
+        seen = set()
+        for s in sets:
+            if (split, s) not in self._cache and s not in seen:
+                missing.append(s)
+                seen.add(s)
+        if missing:
+            correct = self.oracle.evaluate(split, missing).bool().cpu()
+            if correct.ndim != 2 or correct.shape[0] != len(missing):
+                raise ValueError(
+                    f"oracle returned shape {tuple(correct.shape)} for {len(missing)} head sets"
+                )
+            for s, c in zip(missing, correct):
+                self._store(split, s, c)
+            self.run.append_evaluations(split, missing, correct, stage or split)
+        self.misses += len(missing)
+        self.hits += len(sets) - len(missing)
+        if not sets:
+            return torch.zeros(0, self._n.get(split, 0), dtype=torch.bool)
+        return torch.stack([self._cache[(split, s)] for s in sets])
+
+    def note_selection(self) -> None:
+        """Tell the oracle that a ``selected`` event has just been recorded."""
+        self._selected = self.run.selection() is not None
+
+
+# -- loading a finished (or interrupted) run ------------------------------------------------------
+
+
+@dataclass
+class RunRecord:
+    """A run directory as read back: its manifest, every recorded evaluation and event, and the
+    :class:`~cel_lens.search.Result` (``None`` while unfinished)."""
+
+    path: Path
+    manifest: dict[str, Any]
+    evaluations: list[Evaluation]
+    events: list[dict[str, Any]]
+    result: Optional["Result"]
+
+    @property
+    def selection(self) -> Optional[dict[str, Any]]:
+        """The ``selected`` event, or ``None``."""
+        sel = [e for e in self.events if e.get("event") == "selected"]
+        return sel[0] if sel else None
+
+    def __repr__(self) -> str:
+        state = f"result {self.result.heads}" if self.result is not None else "unfinished"
+        return f"RunRecord('{self.path}', {len(self.evaluations)} evaluations, {state})"
+
+
+def load_run(path: Union[str, os.PathLike]) -> RunRecord:
+    """Read a run directory (read-only): ``.manifest``, ``.evaluations``, ``.events``, ``.result``."""
+    from cel_lens.search import Result
+
+    run = RunDir(path)
+    manifest = run.manifest
+    lines = run.lines()
+    evaluations = [Evaluation.from_line(o) for o in lines if o.get("type") == "eval"]
+    events = [o for o in lines if o.get("type") == "event"]
+    raw = run.read_result()
+    result = Result.from_dict(raw) if raw is not None else None
+    return RunRecord(run.path, manifest, evaluations, events, result)
