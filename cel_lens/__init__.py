@@ -38,6 +38,13 @@ _LAZY: dict[str, str] = {
     "Result": "cel_lens.search",
     "Run": "cel_lens.pipeline",
     "load_run": "cel_lens.runs",
+    "run_search": "cel_lens.search",
+    "Oracle": "cel_lens.search",
+    "SyntheticOracle": "cel_lens.search",
+    "RunDir": "cel_lens.runs",
+    "CachedOracle": "cel_lens.runs",
+    "paired_bootstrap_ci": "cel_lens.stats",
+    "mcnemar_exact": "cel_lens.stats",
     # figures
     "plot_gain_heatmap": "cel_lens.plots",
     "plot_discovery_vs_test": "cel_lens.plots",
