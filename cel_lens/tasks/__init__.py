@@ -32,6 +32,9 @@ __all__ = [
     "register_task",
     "load_task",
     "available_tasks",
+    "task_info",
+    "fixture_data_dir",
+    "DataNotFoundError",
 ]
 
 TaskKind = Literal["exact_match", "multiple_choice", "generation"]
@@ -76,6 +79,8 @@ class Split(Sequence[Example]):
     kind: Optional[TaskKind] = None
     metric: str = "acc"
     judge: Optional[Callable[[Example, str], bool]] = field(default=None, compare=False, repr=False)
+    # the owning task's options (chat template, stop strings, sources, ...): evaluation reads them
+    options: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def __len__(self) -> int:
         return len(self.examples)
@@ -134,9 +139,10 @@ class Task:
         for attr, name in (("dist", "dist"), ("test", "test")):
             split = getattr(self, attr)
             split = split if isinstance(split, Split) else Split(name, tuple(split))
-            object.__setattr__(
-                self, attr, replace(split, task=self.name, kind=self.kind, metric=self.metric, judge=self.judge)
+            split = replace(
+                split, task=self.name, kind=self.kind, metric=self.metric, judge=self.judge, options=self.options
             )
+            object.__setattr__(self, attr, split)
 
     def split(self, name: str) -> Split:
         """``"dist"`` or ``"test"``."""
@@ -183,14 +189,32 @@ def sample_disjoint(
 _REGISTRY: dict[str, Callable[..., Task]] = {}
 
 
-def register_task(name: str) -> Callable[[Callable[..., Task]], Callable[..., Task]]:
-    """Decorator registering a loader ``fn(n_dist, n_test, seed, data_dir, **kw) -> Task``."""
+_INFO: dict[str, Mapping[str, Any]] = {}
+
+
+def register_task(
+    name: str, info: Optional[Mapping[str, Any]] = None
+) -> Callable[[Callable[..., Task]], Callable[..., Task]]:
+    """Decorator registering a loader ``fn(n_dist, n_test, seed, data_dir, **kw) -> Task``.
+
+    ``info`` optionally describes the task for listings (kind, metric, default sizes, sources).
+    """
 
     def deco(fn: Callable[..., Task]) -> Callable[..., Task]:
         _REGISTRY[name] = fn
+        if info is not None:
+            _INFO[name] = dict(info)
         return fn
 
     return deco
+
+
+def task_info(name: str) -> dict[str, Any]:
+    """What a registered task declared about itself (default sizes, sources, ...); ``{}`` if nothing."""
+    _ensure_builtin_tasks()
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown task {name!r}; available: {', '.join(sorted(_REGISTRY))}")
+    return dict(_INFO.get(name, {}))
 
 
 def _ensure_builtin_tasks() -> None:
@@ -235,3 +259,6 @@ def load_task(
     task = _REGISTRY[name](n_dist=n_dist, n_test=n_test, seed=seed, data_dir=data_dir, **kwargs)
     check_disjoint(task.dist, task.test)
     return task
+
+
+from cel_lens.tasks._io import DataNotFoundError, fixture_data_dir  # noqa: E402  (stdlib-only module)

@@ -1,0 +1,117 @@
+"""Arithmetic (Brown et al. 2020, GPT-3): ten configs pooled, exact match of the completion.
+
+Protocol (lm-evaluation-harness ``arithmetic_*``): the prompt is the raw context normalised as
+EleutherAI's loader does (``strip``, ``"\\n\\n"`` -> ``"\\n"``, ``Q:`` -> ``Question:``, ``A:`` ->
+``Answer:``); the target is the completion with its leading space; an example is correct iff every
+target token is the greedy argmax (kind ``"exact_match"``, metric ``acc``).
+
+Splits (paper, Table 3): the 10 x 2,000 validation rows form one pool; a seeded draw gives 2,000
+for D_dist and a disjoint 1,000 for D_test. ``Example.meta["config"]`` (``"2da"``, ...) allows
+per-config accuracy; ids are ``arithmetic/<config>/<row index in its file>``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+from cel_lens.tasks import Example, Task, register_task, sample_disjoint
+from cel_lens.tasks._io import PathLike, check_size, check_unique_ids, load_rows, resolve_data_dir
+
+__all__ = ["CONFIGS", "HUB_ID", "INFO", "format_context", "load_arithmetic"]
+
+HUB_ID = "EleutherAI/arithmetic"
+
+# EleutherAI config -> GPT-3 file name (openai/gpt-3 ``data/``), in the lm-eval order.
+CONFIGS: dict[str, str] = {
+    "2da": "two_digit_addition.jsonl",
+    "2ds": "two_digit_subtraction.jsonl",
+    "3da": "three_digit_addition.jsonl",
+    "3ds": "three_digit_subtraction.jsonl",
+    "4da": "four_digit_addition.jsonl",
+    "4ds": "four_digit_subtraction.jsonl",
+    "5da": "five_digit_addition.jsonl",
+    "5ds": "five_digit_subtraction.jsonl",
+    "2dm": "two_digit_multiplication.jsonl",
+    "1dc": "single_digit_three_ops.jsonl",
+}
+
+N_DIST, N_TEST = 2000, 1000
+
+INFO: dict[str, Any] = {
+    "kind": "exact_match",
+    "metric": "acc",
+    "n_dist": N_DIST,
+    "n_test": N_TEST,
+    "dist_from": "validation, 10 configs pooled (20,000 rows)",
+    "test_from": "validation, same pool, disjoint",
+    "hub": HUB_ID,
+    "files": [f"arithmetic/{f}" for f in CONFIGS.values()],
+}
+
+
+def format_context(context: str) -> str:
+    """lm-eval's normalisation of a raw GPT-3 arithmetic context (idempotent)."""
+    return context.strip().replace("\n\n", "\n").replace("Q:", "Question:").replace("A:", "Answer:")
+
+
+@register_task("arithmetic", info=INFO)
+def load_arithmetic(
+    n_dist: Optional[int] = None,
+    n_test: Optional[int] = None,
+    seed: int = 0,
+    data_dir: Optional[PathLike] = None,
+    chat_template: bool = False,
+    configs: Sequence[str] = tuple(CONFIGS),
+) -> Task:
+    """Arithmetic with D_dist (default 2,000) and D_test (default 1,000) drawn disjointly, seeded,
+    from the pooled validation rows of ``configs`` (default all ten)."""
+    unknown = [c for c in configs if c not in CONFIGS]
+    if unknown or not configs:
+        raise ValueError(f"unknown arithmetic config(s) {unknown or configs!r}; choose from {', '.join(CONFIGS)}")
+    root = resolve_data_dir(data_dir)
+    pool: list[Example] = []
+    sources = []
+    for cfg in configs:
+        rows, record = load_rows(
+            what=f"Arithmetic {cfg} validation",
+            data_dir=root,
+            relpath=f"arithmetic/{CONFIGS[cfg]}",
+            hub_id=HUB_ID,
+            hub_config=f"arithmetic_{cfg}",
+            hub_split="validation",
+        )
+        sources.append(record)
+        pool.extend(
+            Example(
+                id=f"arithmetic/{cfg}/{i}",
+                prompt=format_context(row["context"]),
+                target=row["completion"],
+                meta={"config": cfg},
+            )
+            for i, row in enumerate(rows)
+        )
+    distinct = len({e.content_hash for e in pool})
+    where = f"the arithmetic pool ({', '.join(configs)}; {distinct} distinct rows)"
+    n_d = check_size(n_dist, N_DIST, distinct, "arithmetic D_dist", where)
+    n_t = check_size(n_test, N_TEST, distinct - n_d, "arithmetic D_test", where + f" minus {n_d} for D_dist")
+    dist, test = sample_disjoint(pool, n_d, n_t, seed)
+    check_unique_ids([*dist, *test], "arithmetic")
+    return Task(
+        name="arithmetic",
+        kind="exact_match",
+        dist=dist,
+        test=test,
+        metric="acc",
+        options={
+            "seed": seed,
+            "n_dist": n_d,
+            "n_test": n_t,
+            "configs": list(configs),
+            "pool_rows": len(pool),
+            "pool_distinct": distinct,
+            "chat_template": bool(chat_template),
+            "metrics": ["acc"],
+            "protocol": "lm-evaluation-harness arithmetic_*: zero-shot, exact match of the completion",
+            "sources": sources,
+        },
+    )

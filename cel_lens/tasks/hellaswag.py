@@ -1,0 +1,140 @@
+"""HellaSwag (Zellers et al. 2019): pick the ending of a context among four, by log-likelihood.
+
+Protocol (lm-evaluation-harness ``hellaswag``): the context is
+``preprocess(activity_label + ": " + ctx_a + " " + ctx_b.capitalize())`` and the four choices are
+``" " + preprocess(ending)``, where :func:`preprocess` strips, turns WikiHow's ``" [title]"`` into
+``". "``, removes every ``[...]`` marker and collapses double spaces. The headline metric is
+``acc_norm`` (summed log-likelihood divided by the ending's length in characters, without the
+leading space, as in lm-eval; the lengths are in ``Example.meta["choice_chars"]``), with ``acc``
+(raw summed log-likelihood) alongside.
+
+Splits (paper, Table 3): D_dist = 2,000 seeded from ``train`` (rows equal to a test row left out),
+D_test = ``validation`` (10,042). Local files: ``hellaswag/hellaswag_{train,val}.jsonl`` in
+rowanz's raw schema or the hub's (the two differ only in ``label``: int vs. str). Ids are
+``hellaswag/<train|val>/<row index in the file>`` (the dataset's own ``ind`` is in ``meta``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping, Optional
+
+from cel_lens.tasks import Example, Task, register_task
+from cel_lens.tasks._io import (
+    PathLike,
+    check_size,
+    check_unique_ids,
+    load_rows,
+    resolve_data_dir,
+    sample_excluding,
+    seeded_sample,
+)
+
+__all__ = ["HUB_ID", "INFO", "preprocess", "make_example", "load_hellaswag"]
+
+HUB_ID = "Rowan/hellaswag"
+N_DIST, N_TEST = 2000, 10042
+
+INFO: dict[str, Any] = {
+    "kind": "multiple_choice",
+    "metric": "acc_norm",
+    "n_dist": N_DIST,
+    "n_test": N_TEST,
+    "dist_from": "train (39,905), seeded sample",
+    "test_from": "validation (10,042), all",
+    "hub": HUB_ID,
+    "files": ["hellaswag/hellaswag_train.jsonl", "hellaswag/hellaswag_val.jsonl"],
+}
+
+_BRACKETS = re.compile(r"\[.*?\]")
+
+
+def preprocess(text: str) -> str:
+    """lm-eval's HellaSwag text clean-up (the brackets are WikiHow artefacts)."""
+    text = text.strip()
+    text = text.replace(" [title]", ". ")
+    text = _BRACKETS.sub("", text)
+    return text.replace("  ", " ")
+
+
+def make_example(row: Mapping[str, Any], split: str, index: int) -> Example:
+    """One HellaSwag row (raw or hub schema) as a multiple-choice example."""
+    endings = [preprocess(e) for e in row["endings"]]
+    if len(endings) != 4:
+        raise ValueError(f"HellaSwag {split} row {index}: expected 4 endings, got {len(endings)}")
+    label = row["label"]
+    if label in ("", None):
+        raise ValueError(f"HellaSwag {split} row {index} has no label (the test split is unlabelled)")
+    return Example(
+        id=f"hellaswag/{split}/{index}",
+        prompt=preprocess(row["activity_label"] + ": " + row["ctx_a"] + " " + row["ctx_b"].capitalize()),
+        choices=tuple(" " + e for e in endings),
+        label=int(label),
+        meta={
+            "ind": row.get("ind"),
+            "activity_label": row["activity_label"],
+            "source_id": row.get("source_id"),
+            "split_type": row.get("split_type"),
+            "choice_chars": tuple(len(e) for e in endings),
+        },
+    )
+
+
+@register_task("hellaswag", info=INFO)
+def load_hellaswag(
+    n_dist: Optional[int] = None,
+    n_test: Optional[int] = None,
+    seed: int = 0,
+    data_dir: Optional[PathLike] = None,
+    chat_template: bool = False,
+) -> Task:
+    """HellaSwag with D_dist sampled from train (default 2,000) and D_test = validation (default
+    all; a smaller ``n_test`` is a seeded sample)."""
+    root = resolve_data_dir(data_dir)
+    val_rows, val_src = load_rows(
+        what="HellaSwag validation",
+        data_dir=root,
+        relpath="hellaswag/hellaswag_val.jsonl",
+        hub_id=HUB_ID,
+        hub_split="validation",
+    )
+    train_rows, train_src = load_rows(
+        what="HellaSwag train",
+        data_dir=root,
+        relpath="hellaswag/hellaswag_train.jsonl",
+        hub_id=HUB_ID,
+        hub_split="train",
+    )
+    val = [make_example(r, "val", i) for i, r in enumerate(val_rows)]
+    train = [make_example(r, "train", i) for i, r in enumerate(train_rows)]
+    n_t = check_size(n_test, len(val), len(val), "HellaSwag D_test", f"HellaSwag validation ({val_src.get('path', HUB_ID)})")
+    test = seeded_sample(val, n_t, seed, "hellaswag/test")
+    dist, skipped = sample_excluding(
+        train,
+        n_dist,
+        N_DIST,
+        seed,
+        "hellaswag/dist",
+        (e.content_hash for e in val),
+        "HellaSwag D_dist",
+        f"HellaSwag train ({train_src.get('path', HUB_ID)})",
+    )
+    check_unique_ids([*dist, *test], "hellaswag")
+    return Task(
+        name="hellaswag",
+        kind="multiple_choice",
+        dist=dist,
+        test=test,
+        metric="acc_norm",
+        options={
+            "seed": seed,
+            "n_dist": len(dist),
+            "n_test": n_t,
+            "chat_template": bool(chat_template),
+            "metrics": ["acc_norm", "acc"],
+            "acc_norm_length": "characters of the ending without its leading space (meta['choice_chars'])",
+            "train_rows_equal_to_test": skipped,
+            "protocol": "lm-evaluation-harness hellaswag: zero-shot, log-likelihood of 4 endings",
+            "sources": [val_src, train_src],
+        },
+    )
