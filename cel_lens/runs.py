@@ -136,7 +136,7 @@ class Evaluation:
     @property
     def accuracy(self) -> float:
         """Fraction of examples answered correctly."""
-        return float(self.correct.float().mean()) if self.n else float("nan")
+        return float(self.correct.to(torch.float64).mean()) if self.n else float("nan")
 
     def to_line(self) -> dict[str, Any]:
         """The JSON object written to ``evaluations.jsonl``."""
@@ -167,8 +167,8 @@ def _read_lines(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     data = path.read_bytes()
-    lines = data.split(b"\n")
-    complete, tail = lines[:-1], lines[-1]  # tail is b"" when the file ends with a newline
+    # what follows the last newline is empty, or a partial line from a killed writer: dropped
+    complete = data.split(b"\n")[:-1]
     out = []
     for i, line in enumerate(complete, start=1):
         if not line.strip():
@@ -177,7 +177,6 @@ def _read_lines(path: Path) -> list[dict[str, Any]]:
             out.append(json.loads(line))
         except json.JSONDecodeError as exc:
             raise ValueError(f"{path}: line {i} is not valid JSON ({exc.msg})") from None
-    del tail  # a partial line from a killed writer: dropped
     return out
 
 
@@ -335,26 +334,28 @@ class RunDir:
 
 class CachedOracle:
     """An evaluation oracle that answers from a run directory's records and evaluates (and records)
-    only head sets not yet recorded for that split.
+    only head sets not yet recorded for that split; with ``run=None`` a cache in memory only (no
+    head set is evaluated twice within one search).
 
-    ``hits`` and ``misses`` count head sets answered from the record and evaluated. With
-    ``guard_test`` (default) evaluating the ``"test"`` split before the run has recorded a
+    ``hits`` and ``misses`` count head sets answered from the record and evaluated. With a run and
+    ``guard_test`` (default), evaluating the ``"test"`` split before the run has recorded a
     ``selected`` event raises ``RuntimeError``: D_test is read only after S-hat is fixed.
     """
 
-    def __init__(self, oracle: Any, run: RunDir, *, guard_test: bool = True) -> None:
+    def __init__(self, oracle: Any, run: Optional[RunDir] = None, *, guard_test: bool = True) -> None:
         self.oracle = oracle
         self.run = run
         self.n_layers: int = oracle.n_layers
         self.n_heads: int = oracle.n_heads
-        self.guard_test = guard_test
+        self.guard_test = guard_test and run is not None
         self.hits = 0
         self.misses = 0
         self._cache: dict[tuple[str, HeadSet], Tensor] = {}
         self._n: dict[str, int] = {}
-        for ev in run.evaluations():
-            self._store(ev.split, ev.heads, ev.correct)
-        self._selected = run.selection() is not None
+        if run is not None:
+            for ev in run.evaluations():
+                self._store(ev.split, ev.heads, ev.correct)
+        self._selected = run is not None and run.selection() is not None
 
     def _store(self, split: str, heads: HeadSet, correct: Tensor) -> None:
         n = self._n.setdefault(split, int(correct.shape[0]))
@@ -376,7 +377,7 @@ class CachedOracle:
         call to the wrapped oracle and recorded (tagged ``stage``) before returning."""
         sets = [HeadSet.parse(s) for s in head_sets]
         if split == TEST_SPLIT and self.guard_test and not self._selected:
-            self._selected = self.run.selection() is not None
+            self.note_selection()
             if not self._selected:
                 raise RuntimeError(
                     "the test split was requested before a selection was recorded in "
@@ -396,7 +397,8 @@ class CachedOracle:
                 )
             for s, c in zip(missing, correct):
                 self._store(split, s, c)
-            self.run.append_evaluations(split, missing, correct, stage or split)
+            if self.run is not None:
+                self.run.append_evaluations(split, missing, correct, stage or split)
         self.misses += len(missing)
         self.hits += len(sets) - len(missing)
         if not sets:
@@ -405,7 +407,7 @@ class CachedOracle:
 
     def note_selection(self) -> None:
         """Tell the oracle that a ``selected`` event has just been recorded."""
-        self._selected = self.run.selection() is not None
+        self._selected = self.run is None or self.run.selection() is not None
 
 
 # -- loading a finished (or interrupted) run ------------------------------------------------------

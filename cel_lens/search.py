@@ -525,8 +525,11 @@ def run_search(
 
     if run is None and isinstance(oracle, CachedOracle):
         run = oracle.run
-    if run is not None and not (isinstance(oracle, CachedOracle) and oracle.run.path == run.path):
-        oracle = CachedOracle(oracle, run)
+    reuse = isinstance(oracle, CachedOracle) and (
+        run is None or (oracle.run is not None and oracle.run.path == run.path)
+    )
+    if not reuse:
+        oracle = CachedOracle(oracle, run)  # without a run: in memory, so nothing is evaluated twice
     options = dict(
         k=k, pool_size=pool_size, scorer=scorer or ("exact" if scores is None else "given"),
         strategy=strategy, beam_width=beam_width if strategy == "beam" else None, n_null=n_null,

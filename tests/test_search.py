@@ -247,3 +247,12 @@ def test_result_dict_roundtrip_and_display():
     text = str(r)
     assert r.heads in text and "McNemar" in text and "post-hoc" in text
     assert "<table>" in r._repr_html_()
+
+
+def test_no_head_set_evaluated_twice_without_run_dir():
+    """Stage 2 re-uses the stage-1 singles, the test phase re-uses S-hat: an in-memory cache."""
+    inner = planted_oracle(0, n_dist=200, n_test=200)
+    r = run_search(inner, k=2, pool_size=6, n_null=30, progress=True)
+    assert len(inner.calls) == len(set(inner.calls))
+    assert len([c for c in inner.calls if c[0] == "dist"]) == 1 + 48 + 15  # intact, singles, new pairs
+    assert r.heads in {s["heads"] for s in r.subsets}
