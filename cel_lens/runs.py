@@ -7,7 +7,7 @@ A run directory holds
   different configuration is an error that names the differing fields.
 * ``evaluations.jsonl`` — append-only, one JSON object a line: an ``"eval"`` line per evaluated head
   set (split, heads, stage tag, accuracy, and the per-example correctness as a base64 bitset), and
-  ``"event"`` lines (``search_started``, ``pool``, ``selected``, ``finished``). Lines are flushed
+  ``"event"`` lines (``search_started``, ``stage1_scores``, ``pool``, ``selected``, ``finished``). Lines are flushed
   and fsync'd as soon as a batch is computed, so a killed process loses at most the line being
   written; a truncated last line is ignored on read and cut off before the next append. The
   ``selected`` event is written before any test-split evaluation, so the file itself shows that

@@ -549,6 +549,9 @@ def run_search(
     if tuple(scores.shape) != (L, H):
         raise ValueError(f"scores have shape {tuple(scores.shape)}, the oracle has [{L}, {H}] heads")
     timings["stage1_s"] = time.perf_counter() - t0
+    if run is not None and not any(e.get("scorer") == options["scorer"] for e in run.events("stage1_scores")):
+        # kept so that a resumed pipeline can reuse scores that are costly or not bit-reproducible
+        run.record_event("stage1_scores", scorer=options["scorer"], scores=scores.tolist())
 
     # stage 2
     t0 = time.perf_counter()

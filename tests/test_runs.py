@@ -130,6 +130,7 @@ def test_search_run_records_everything_and_resumes_without_reevaluating(tmp_path
     sel = kinds.index("selected")
     assert kinds.count("selected") == 1 and "test" not in kinds[:sel] and "dist" not in kinds[sel:]
     assert lines[sel]["heads"] == result.heads
+    assert run.events("stage1_scores")[0]["scores"] == result.scores
     # the same command again: no evaluation at all, same result, still one selection
     second = SyntheticOracle(**ORACLE)
     assert run_search(second, run=RunDir.open(run.path, MANIFEST), **SEARCH) == result
