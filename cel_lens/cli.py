@@ -107,10 +107,161 @@ def _cmd_tasks(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
+# search / evaluate / demo
+# ---------------------------------------------------------------------------------------------
+def _add_model_task_options(p: argparse.ArgumentParser, *, model_required: bool = True) -> None:
+    p.add_argument("--model", required=model_required, help="hub id, local checkpoint directory, or 'organism'")
+    p.add_argument("--task", required=True, help="task name (see 'cel-lens tasks')")
+    p.add_argument("--n-dist", type=int, default=None, help="discovery examples (default: the paper's size)")
+    p.add_argument("--n-test", type=int, default=None, help="test examples (default: the paper's size)")
+    p.add_argument("--data-dir", default=None, help="read task files from this directory instead of the hub")
+    p.add_argument("--seed", type=int, default=0, help="seed of the splits, the null and the bootstrap")
+    p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
+    p.add_argument("--dtype", default=None, help="model dtype, e.g. float32 or bfloat16")
+    p.add_argument("--batch-size", type=int, default=8, help="examples per forward pass")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+
+
+def _load(args: argparse.Namespace):
+    from cel_lens.tasks import load_task
+
+    if args.model == "organism":
+        from cel_lens.organism import load_organism
+
+        model = load_organism(device=args.device or "cpu")
+    else:
+        from cel_lens.models import load_model
+
+        model = load_model(args.model, device=args.device, dtype=args.dtype)
+    task = load_task(args.task, n_dist=args.n_dist, n_test=args.n_test, seed=args.seed, data_dir=args.data_dir)
+    return model, task
+
+
+def _add_search(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "search",
+        help="run Algorithm 1: score heads, search subsets, report the held-out gain",
+        formatter_class=_Formatter,
+        description="Score single heads on D_dist, evaluate joint ablations of subsets of the best "
+        "candidates, fix the best subset, then measure its gain on D_test with a paired CI, a McNemar "
+        "p-value and a random-subset null. Everything is recorded in the run directory; running the "
+        "same command again resumes.",
+    )
+    _add_model_task_options(p)
+    p.add_argument("--k", type=int, default=3, help="largest subset size")
+    p.add_argument("--pool", type=int, default=12, help="candidate pool size (top heads by stage-1 score)")
+    p.add_argument("--scorer", choices=["exact", "attribution", "compressed"], default="exact", help="stage-1 scorer")
+    p.add_argument("--strategy", choices=["exhaustive", "beam"], default="exhaustive", help="stage-2 search")
+    p.add_argument("--beam-width", type=int, default=8, help="beam width for --strategy beam")
+    p.add_argument("--n-null", type=int, default=100, help="random head sets in the null")
+    p.add_argument("--n-masks", type=int, default=None, help="random masks for --scorer compressed")
+    p.add_argument("--no-store", action="store_true", help="no activation store: full forward passes")
+    p.add_argument("--store-budget-mb", type=float, default=None, help="byte budget of the activation store")
+    p.add_argument("--store-dtype", default=None, help="store the residual stream in this dtype (e.g. float16)")
+    p.add_argument("--out", default=None, help="run directory (default: runs/<model>__<task>__<config hash>)")
+    p.add_argument("--json", action="store_true", help="print result.json to stdout")
+
+
+def _cmd_search(args: argparse.Namespace) -> int:
+    from cel_lens.pipeline import search
+
+    model, task = _load(args)
+    run = search(
+        model, task, k=args.k, pool_size=args.pool, scorer=args.scorer, out=args.out, seed=args.seed,
+        n_null=args.n_null, strategy=args.strategy, beam_width=args.beam_width, batch_size=args.batch_size,
+        use_store=not args.no_store,
+        store_budget=None if args.store_budget_mb is None else int(args.store_budget_mb * 2**20),
+        store_dtype=args.store_dtype, n_masks=args.n_masks, progress=not args.no_progress,
+    )
+    if args.json:
+        _print_json(run.result.to_dict())
+    else:
+        print(run)
+    return 0
+
+
+def _add_evaluate(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "evaluate", help="accuracy of a model on a task, intact and with heads ablated", formatter_class=_Formatter
+    )
+    _add_model_task_options(p)
+    p.add_argument("--heads", default="", help="head set to ablate, e.g. L3H1,L12H7 (empty: intact only)")
+    p.add_argument("--split", choices=["dist", "test"], default="test", help="which split to evaluate")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _cmd_evaluate(args: argparse.Namespace) -> int:
+    from cel_lens.evaluate import evaluate
+    from cel_lens.heads import HeadSet
+    from cel_lens.stats import accuracy_interval, mcnemar_exact, paired_bootstrap_ci
+
+    model, task = _load(args)
+    heads = HeadSet.parse(args.heads)
+    sets = [HeadSet()] + ([heads] if heads else [])
+    res = evaluate(model, task.split(args.split), sets, batch_size=args.batch_size, progress=not args.no_progress)
+    out: dict = {"task": task.name, "split": args.split, "n": len(res.ids), "metric": task.metric}
+    for name, row in zip(("intact", "ablated"), res.correct):
+        lo, hi = accuracy_interval(row)
+        out[name] = {"heads": str(sets[0 if name == "intact" else 1]), "accuracy": float(row.double().mean()), "ci": [lo, hi]}
+    if heads:
+        lo, hi = paired_bootstrap_ci(res.correct[0], res.correct[1], seed=args.seed)
+        out["gain"] = out["ablated"]["accuracy"] - out["intact"]["accuracy"]
+        out["gain_ci"] = [lo, hi]
+        out["p_value"] = mcnemar_exact(res.correct[0], res.correct[1])
+    if args.json:
+        _print_json(out)
+        return 0
+    print(f"{task.name} / {args.split} (n={out['n']}, {task.metric})")
+    for name in ("intact", "ablated"):
+        if name in out:
+            r = out[name]
+            print(f"  {name:8s} {r['heads']:>20s}  {r['accuracy']:.4f}  95% CI [{r['ci'][0]:.4f}, {r['ci'][1]:.4f}]")
+    if heads:
+        print(f"  gain {out['gain']:+.4f}  95% CI [{out['gain_ci'][0]:+.4f}, {out['gain_ci'][1]:+.4f}]  McNemar p = {out['p_value']:.3g}")
+    return 0
+
+
+def _add_demo(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "demo",
+        help="offline end-to-end search on the built-in model organism",
+        formatter_class=_Formatter,
+        description="Runs Algorithm 1 with default options on the shipped model organism (a small "
+        "trained transformer whose two training tasks conflict on a shared feature), prints the "
+        "held-out gain on task A with its CI, p-value and null, and the effect of the same ablation on "
+        "task B. Needs no network and no GPU.",
+    )
+    p.add_argument("--out", default="runs/demo", help="run directory")
+    p.add_argument("--n-dist", type=int, default=None, help="discovery examples (default: the task's)")
+    p.add_argument("--n-test", type=int, default=None, help="test examples (default: the task's)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the splits, the null and the bootstrap")
+    p.add_argument("--figures", default=None, help="write the figures here (default: OUT/figures)")
+    p.add_argument("--no-figures", action="store_true", help="skip the figures")
+    p.add_argument("--json", action="store_true", help="print the result (result.json keys + task_B_gain) as JSON")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from cel_lens.demo import run_demo
+
+    summary = run_demo(
+        out=args.out, n_dist=args.n_dist, n_test=args.n_test, seed=args.seed,
+        figures=None if args.no_figures else (args.figures or "default"), progress=not args.no_progress,
+        verbose=not args.json,
+    )
+    if args.json:
+        _print_json(summary)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
 # registry of subcommands: name -> (add_parser, handler)
 # ---------------------------------------------------------------------------------------------
 _COMMANDS: dict[str, tuple[Callable[[argparse._SubParsersAction], None], Callable[[argparse.Namespace], int]]] = {
     "models": (_add_models, _cmd_models),
+    "search": (_add_search, _cmd_search),
+    "evaluate": (_add_evaluate, _cmd_evaluate),
+    "demo": (_add_demo, _cmd_demo),
     "tasks": (_add_tasks, _cmd_tasks),
 }
 
