@@ -155,6 +155,7 @@ _CHILD = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # a subprocess importing torch plus a deliberately slow oracle: ~7-9 s
 def test_resume_after_sigkill_mid_stage_two(tmp_path):
     """Kill a search over a slow oracle with SIGKILL while stage 2 is being recorded, rerun it: the
     same result, and no head set recorded before the kill is evaluated again."""
