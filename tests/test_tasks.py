@@ -137,6 +137,8 @@ def test_arithmetic_seeds_and_sizes(data_dir: Path, arith: Task) -> None:
         load_task("arithmetic", n_dist=25000, data_dir=data_dir)
     with pytest.raises(ValueError, match="unknown arithmetic config"):
         load_task("arithmetic", data_dir=data_dir, configs=("7dz",))
+    with pytest.raises(ValueError, match="arithmetic: unknown option.*shots"):
+        load_task("arithmetic", data_dir=data_dir, shots=5)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -306,7 +308,8 @@ def test_boolq_real_validation_and_fixture_train(data_dir: Path) -> None:
     assert (train_src["official"], train_src["fixture"]) == (False, True)
     assert t.options["train_rows_equal_to_test"] == 0
     # default n_dist (2,000) asks for more than the 48-row fixture holds: a clear error
-    with pytest.raises(ValueError, match=r"asked for 2000 BoolQ D_dist examples but BoolQ train \(boolq/train.jsonl\) has 48"):
+    expected = r"asked for 2000 BoolQ D_dist examples but BoolQ train \(boolq/train.jsonl\) has 48"
+    with pytest.raises(ValueError, match=expected):
         load_task("boolq", data_dir=data_dir)
 
 
@@ -391,7 +394,9 @@ def test_hellaswag_loads_from_fixtures(data_dir: Path) -> None:
 def test_fixtures_follow_the_hub_schema_and_warn() -> None:
     root = fixture_data_dir()
     assert root == FIXTURES_DIR
-    hub_keys = {"ind", "activity_label", "ctx_a", "ctx_b", "ctx", "endings", "source_id", "split", "split_type", "label"}
+    hub_keys = {
+        "ind", "activity_label", "ctx_a", "ctx_b", "ctx", "endings", "source_id", "split", "split_type", "label"
+    }
     for name in ("hellaswag_train.jsonl", "hellaswag_val.jsonl"):
         for r in _raw_rows(root / "hellaswag" / name):
             assert set(r) == hub_keys and isinstance(r["label"], str) and len(r["endings"]) == 4
@@ -432,7 +437,8 @@ def test_missing_files_are_actionable_errors(tmp_path: Path) -> None:
             load_task(name, data_dir=tmp_path)
     (tmp_path / "boolq").mkdir()
     (tmp_path / "boolq" / "dev.jsonl").write_text(json.dumps({"question": "q", "answer": True, "passage": "p"}) + "\n")
-    with pytest.raises(DataNotFoundError, match=r"BoolQ train not found in .*boolq/train.jsonl or connect to the Hugging Face hub"):
+    expected = r"BoolQ train not found in .*boolq/train.jsonl or connect to the Hugging Face hub"
+    with pytest.raises(DataNotFoundError, match=expected):
         load_task("boolq", data_dir=tmp_path)
     with pytest.raises(DataNotFoundError, match="does not exist"):
         load_task("boolq", data_dir=tmp_path / "nope")

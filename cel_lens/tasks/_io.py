@@ -27,7 +27,7 @@ import random
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Any, Iterable, Optional, Sequence, TypeVar, Union
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, TypeVar, Union
 
 __all__ = [
     "ENV_DATA_DIR",
@@ -43,6 +43,8 @@ __all__ = [
     "sample_excluding",
     "check_size",
     "check_unique_ids",
+    "train_val_splits",
+    "reject_options",
 ]
 
 ENV_DATA_DIR = "CEL_LENS_DATA_DIR"
@@ -243,7 +245,14 @@ def seeded_sample(rows: Sequence[T], n: int, seed: int, salt: str) -> list[T]:
 
 
 def sample_excluding(
-    pool: Sequence[Any], n: Optional[int], default: int, seed: int, salt: str, exclude: Iterable[str], what: str, source: str
+    pool: Sequence[Any],
+    n: Optional[int],
+    default: int,
+    seed: int,
+    salt: str,
+    exclude: Iterable[str],
+    what: str,
+    source: str,
 ) -> tuple[list[Any], int]:
     """Seeded sample of ``n`` examples (``default`` if None) from ``pool``, skipping any whose
     content hash is in ``exclude`` (the test split), so that D_dist drawn from a training split is
@@ -267,6 +276,12 @@ def check_size(n: Optional[int], default: int, available: int, what: str, source
     return n
 
 
+def reject_options(task: str, options: Mapping[str, Any]) -> None:
+    """Raise ValueError naming any loader option a task does not know (never ignore one silently)."""
+    if options:
+        raise ValueError(f"{task}: unknown option(s) {', '.join(sorted(options))}")
+
+
 def check_unique_ids(examples: Iterable[Any], task: str) -> None:
     """Raise ValueError if two examples of a task (both splits together) share an id."""
     seen: set[str] = set()
@@ -277,3 +292,52 @@ def check_unique_ids(examples: Iterable[Any], task: str) -> None:
         seen.add(e.id)
     if dupes:
         raise ValueError(f"{task}: duplicate example ids: {', '.join(dupes[:5])}")
+
+
+def train_val_splits(
+    *,
+    task: str,
+    label: str,
+    data_dir: Optional[PathLike],
+    hub_id: str,
+    val_relpath: str,
+    train_relpath: str,
+    val_name: str,
+    make_example: Callable[[Mapping[str, Any], str, int], Any],
+    n_dist: Optional[int],
+    n_test: Optional[int],
+    n_dist_default: int,
+    seed: int,
+) -> tuple[list[Any], list[Any], dict[str, Any]]:
+    """D_dist sampled from a train split and D_test = the validation split (HellaSwag, BoolQ).
+
+    D_test is the whole validation split (a seeded sample if ``n_test`` is smaller); D_dist is a
+    seeded sample of ``n_dist`` (default ``n_dist_default``) train rows, never one equal to a
+    validation row. Returns both and the options to record (seed, sizes, sources).
+    """
+    root = resolve_data_dir(data_dir)
+    val_rows, val_src = load_rows(
+        what=f"{label} validation", data_dir=root, relpath=val_relpath, hub_id=hub_id, hub_split="validation"
+    )
+    train_rows, train_src = load_rows(
+        what=f"{label} train", data_dir=root, relpath=train_relpath, hub_id=hub_id, hub_split="train"
+    )
+    val = [make_example(r, val_name, i) for i, r in enumerate(val_rows)]
+    train = [make_example(r, "train", i) for i, r in enumerate(train_rows)]
+    val_where = f"{label} validation ({val_src.get('path', hub_id)})"
+    n_t = check_size(n_test, len(val), len(val), f"{label} D_test", val_where)
+    test = seeded_sample(val, n_t, seed, f"{task}/test")
+    train_where = f"{label} train ({train_src.get('path', hub_id)})"
+    banned = (e.content_hash for e in val)
+    dist, skipped = sample_excluding(
+        train, n_dist, n_dist_default, seed, f"{task}/dist", banned, f"{label} D_dist", train_where
+    )
+    check_unique_ids([*dist, *test], task)
+    options = {
+        "seed": seed,
+        "n_dist": len(dist),
+        "n_test": n_t,
+        "train_rows_equal_to_test": skipped,
+        "sources": [val_src, train_src],
+    }
+    return dist, test, options

@@ -15,7 +15,14 @@ from __future__ import annotations
 from typing import Any, Optional, Sequence
 
 from cel_lens.tasks import Example, Task, register_task, sample_disjoint
-from cel_lens.tasks._io import PathLike, check_size, check_unique_ids, load_rows, resolve_data_dir
+from cel_lens.tasks._io import (
+    PathLike,
+    check_size,
+    check_unique_ids,
+    load_rows,
+    reject_options,
+    resolve_data_dir,
+)
 
 __all__ = ["CONFIGS", "HUB_ID", "INFO", "format_context", "load_arithmetic"]
 
@@ -62,9 +69,11 @@ def load_arithmetic(
     data_dir: Optional[PathLike] = None,
     chat_template: bool = False,
     configs: Sequence[str] = tuple(CONFIGS),
+    **kw: Any,
 ) -> Task:
     """Arithmetic with D_dist (default 2,000) and D_test (default 1,000) drawn disjointly, seeded,
     from the pooled validation rows of ``configs`` (default all ten)."""
+    reject_options("arithmetic", kw)
     unknown = [c for c in configs if c not in CONFIGS]
     if unknown or not configs:
         raise ValueError(f"unknown arithmetic config(s) {unknown or configs!r}; choose from {', '.join(CONFIGS)}")

@@ -14,15 +14,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Optional
 
 from cel_lens.tasks import Example, Task, register_task
-from cel_lens.tasks._io import (
-    PathLike,
-    check_size,
-    check_unique_ids,
-    load_rows,
-    resolve_data_dir,
-    sample_excluding,
-    seeded_sample,
-)
+from cel_lens.tasks._io import PathLike, reject_options, train_val_splits
 
 __all__ = ["HUB_ID", "INFO", "CHOICES", "make_example", "load_boolq"]
 
@@ -64,31 +56,25 @@ def load_boolq(
     seed: int = 0,
     data_dir: Optional[PathLike] = None,
     chat_template: bool = False,
+    **kw: Any,
 ) -> Task:
     """BoolQ with D_dist sampled from train (default 2,000) and D_test = validation (default all;
     a smaller ``n_test`` is a seeded sample)."""
-    root = resolve_data_dir(data_dir)
-    val_rows, val_src = load_rows(
-        what="BoolQ validation", data_dir=root, relpath="boolq/dev.jsonl", hub_id=HUB_ID, hub_split="validation"
+    reject_options("boolq", kw)
+    dist, test, opts = train_val_splits(
+        task="boolq",
+        label="BoolQ",
+        data_dir=data_dir,
+        hub_id=HUB_ID,
+        val_relpath="boolq/dev.jsonl",
+        train_relpath="boolq/train.jsonl",
+        val_name="validation",
+        make_example=make_example,
+        n_dist=n_dist,
+        n_test=n_test,
+        n_dist_default=N_DIST,
+        seed=seed,
     )
-    train_rows, train_src = load_rows(
-        what="BoolQ train", data_dir=root, relpath="boolq/train.jsonl", hub_id=HUB_ID, hub_split="train"
-    )
-    val = [make_example(r, "validation", i) for i, r in enumerate(val_rows)]
-    train = [make_example(r, "train", i) for i, r in enumerate(train_rows)]
-    n_t = check_size(n_test, len(val), len(val), "BoolQ D_test", f"BoolQ validation ({val_src.get('path', HUB_ID)})")
-    test = seeded_sample(val, n_t, seed, "boolq/test")
-    dist, skipped = sample_excluding(
-        train,
-        n_dist,
-        N_DIST,
-        seed,
-        "boolq/dist",
-        (e.content_hash for e in val),
-        "BoolQ D_dist",
-        f"BoolQ train ({train_src.get('path', HUB_ID)})",
-    )
-    check_unique_ids([*dist, *test], "boolq")
     return Task(
         name="boolq",
         kind="multiple_choice",
@@ -96,13 +82,9 @@ def load_boolq(
         test=test,
         metric="acc",
         options={
-            "seed": seed,
-            "n_dist": len(dist),
-            "n_test": n_t,
+            **opts,
             "chat_template": bool(chat_template),
             "metrics": ["acc"],
-            "train_rows_equal_to_test": skipped,
             "protocol": "lm-evaluation-harness boolq: zero-shot, log-likelihood of ' no' / ' yes'",
-            "sources": [val_src, train_src],
         },
     )

@@ -20,15 +20,7 @@ import re
 from typing import Any, Mapping, Optional
 
 from cel_lens.tasks import Example, Task, register_task
-from cel_lens.tasks._io import (
-    PathLike,
-    check_size,
-    check_unique_ids,
-    load_rows,
-    resolve_data_dir,
-    sample_excluding,
-    seeded_sample,
-)
+from cel_lens.tasks._io import PathLike, reject_options, train_val_splits
 
 __all__ = ["HUB_ID", "INFO", "preprocess", "make_example", "load_hellaswag"]
 
@@ -87,39 +79,25 @@ def load_hellaswag(
     seed: int = 0,
     data_dir: Optional[PathLike] = None,
     chat_template: bool = False,
+    **kw: Any,
 ) -> Task:
     """HellaSwag with D_dist sampled from train (default 2,000) and D_test = validation (default
     all; a smaller ``n_test`` is a seeded sample)."""
-    root = resolve_data_dir(data_dir)
-    val_rows, val_src = load_rows(
-        what="HellaSwag validation",
-        data_dir=root,
-        relpath="hellaswag/hellaswag_val.jsonl",
+    reject_options("hellaswag", kw)
+    dist, test, opts = train_val_splits(
+        task="hellaswag",
+        label="HellaSwag",
+        data_dir=data_dir,
         hub_id=HUB_ID,
-        hub_split="validation",
+        val_relpath="hellaswag/hellaswag_val.jsonl",
+        train_relpath="hellaswag/hellaswag_train.jsonl",
+        val_name="val",
+        make_example=make_example,
+        n_dist=n_dist,
+        n_test=n_test,
+        n_dist_default=N_DIST,
+        seed=seed,
     )
-    train_rows, train_src = load_rows(
-        what="HellaSwag train",
-        data_dir=root,
-        relpath="hellaswag/hellaswag_train.jsonl",
-        hub_id=HUB_ID,
-        hub_split="train",
-    )
-    val = [make_example(r, "val", i) for i, r in enumerate(val_rows)]
-    train = [make_example(r, "train", i) for i, r in enumerate(train_rows)]
-    n_t = check_size(n_test, len(val), len(val), "HellaSwag D_test", f"HellaSwag validation ({val_src.get('path', HUB_ID)})")
-    test = seeded_sample(val, n_t, seed, "hellaswag/test")
-    dist, skipped = sample_excluding(
-        train,
-        n_dist,
-        N_DIST,
-        seed,
-        "hellaswag/dist",
-        (e.content_hash for e in val),
-        "HellaSwag D_dist",
-        f"HellaSwag train ({train_src.get('path', HUB_ID)})",
-    )
-    check_unique_ids([*dist, *test], "hellaswag")
     return Task(
         name="hellaswag",
         kind="multiple_choice",
@@ -127,14 +105,10 @@ def load_hellaswag(
         test=test,
         metric="acc_norm",
         options={
-            "seed": seed,
-            "n_dist": len(dist),
-            "n_test": n_t,
+            **opts,
             "chat_template": bool(chat_template),
             "metrics": ["acc_norm", "acc"],
             "acc_norm_length": "characters of the ending without its leading space (meta['choice_chars'])",
-            "train_rows_equal_to_test": skipped,
             "protocol": "lm-evaluation-harness hellaswag: zero-shot, log-likelihood of 4 endings",
-            "sources": [val_src, train_src],
         },
     )

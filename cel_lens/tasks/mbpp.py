@@ -22,7 +22,15 @@ import re
 from typing import Any, Mapping, Optional
 
 from cel_lens.tasks import Example, Task, register_task
-from cel_lens.tasks._io import PathLike, check_size, check_unique_ids, load_rows, resolve_data_dir, seeded_sample
+from cel_lens.tasks._io import (
+    PathLike,
+    check_size,
+    check_unique_ids,
+    load_rows,
+    reject_options,
+    resolve_data_dir,
+    seeded_sample,
+)
 
 __all__ = [
     "HUB_ID",
@@ -159,9 +167,11 @@ def load_mbpp(
     seed: int = 0,
     data_dir: Optional[PathLike] = None,
     chat_template: bool = False,
+    **kw: Any,
 ) -> Task:
     """MBPP with D_dist from ``train`` (default all 374) and D_test from ``test`` (default all 500),
     3-shot prompts, judged by :func:`judge`."""
+    reject_options("mbpp", kw)
     by_split, sources = _rows_by_split(data_dir)
     shots_by_id = {int(r["task_id"]): r for r in by_split.get("prompt", [])}
     missing = [t for t in FEWSHOT_TASK_IDS if t not in shots_by_id]
