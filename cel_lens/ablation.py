@@ -11,6 +11,13 @@ Two ways to run ablations:
 * V head sets over the same inputs in one pass: :func:`variant_hooks` with inputs repeated
   variant-major along the batch (row ``v * batch + b``), or :func:`run_variants`, which does it all.
 
+Both TransformerLens model types work: ``HookedTransformer`` and ``TransformerBridge`` (where
+``hook_z`` is the input of the Hugging Face ``o_proj``, reshaped per head). The bridge cannot start
+a forward pass at a later layer, so :func:`forward_resid` resumes there by running the full model
+on placeholder tokens and substituting the given residual stream at ``blocks.{l}.hook_in``: exact,
+but without the saving; :func:`run_variants` on a bridge runs one full pass over the repeated batch.
+Hook names a model lacks raise ``KeyError`` (the bridge would otherwise skip them silently).
+
 All TransformerLens-specific calls of cel_lens live here and in :mod:`cel_lens.models`.
 """
 
@@ -43,6 +50,24 @@ Hook = tuple[str, Callable]
 def hook_z_name(layer: int) -> str:
     """TransformerLens name of the per-head attention output of ``layer``."""
     return f"blocks.{layer}.attn.hook_z"
+
+
+def _is_bridge(model) -> bool:
+    """Whether ``model`` is a TransformerBridge (no ``start_at_layer``; see the module docstring)."""
+    from transformer_lens.model_bridge import TransformerBridge
+
+    return isinstance(model, TransformerBridge)
+
+
+def _checked(model, hooks: Sequence[Hook]) -> list[Hook]:
+    """``hooks`` as a list, after checking every named hook point exists on ``model``."""
+    hooks = list(hooks)
+    hook_dict = getattr(model, "hook_dict", None)
+    if hook_dict is not None:
+        missing = sorted({name for name, _ in hooks if isinstance(name, str) and name not in hook_dict})
+        if missing:
+            raise KeyError(f"{_model_name(model)} has no hook point(s) {', '.join(missing)}")
+    return hooks
 
 
 def model_shape(model) -> tuple[int, int]:
@@ -98,7 +123,7 @@ def ablate(model, heads: HeadsLike) -> Iterator:
     """
     n_layers, n_heads = model_shape(model)
     head_set = HeadSet.parse(heads).validate(n_layers, n_heads, _model_name(model))
-    with model.hooks(fwd_hooks=ablation_hooks(head_set, n_heads=n_heads)):
+    with model.hooks(fwd_hooks=_checked(model, ablation_hooks(head_set, n_heads=n_heads))):
         yield model
 
 
@@ -146,6 +171,10 @@ def forward_resid(
     """
     n_layers = model.cfg.n_layers
     stop = n_layers if stop_at_layer is None else stop_at_layer
+    if not 0 <= start_at_layer <= stop <= n_layers:
+        raise ValueError(f"need 0 <= start_at_layer ({start_at_layer}) <= stop_at_layer ({stop}) <= {n_layers}")
+    if _is_bridge(model):
+        return _bridge_forward_resid(model, x, start_at_layer, stop, fwd_hooks, attention_mask)
     kwargs = {"stop_at_layer": stop}
     if attention_mask is not None:
         kwargs["attention_mask"] = attention_mask
@@ -155,8 +184,49 @@ def forward_resid(
         kwargs["start_at_layer"] = start_at_layer
     elif start_at_layer != 0:
         raise ValueError("a pass that resumes at a later layer takes the residual stream, not tokens")
-    with model.hooks(fwd_hooks=list(fwd_hooks)):
+    with model.hooks(fwd_hooks=_checked(model, fwd_hooks)):
         return model(x, **kwargs)
+
+
+def _bridge_forward_resid(
+    model,
+    x: Int[Tensor, "batch pos"] | Float[Tensor, "batch pos d_model"],
+    start: int,
+    stop: int,
+    fwd_hooks: Sequence[Hook],
+    attention_mask: Optional[Int[Tensor, "batch pos"]],
+) -> Float[Tensor, "batch pos d_model"]:
+    """:func:`forward_resid` on a TransformerBridge: the pass is cut at the input of block ``stop``
+    (or of the final norm), so neither later blocks nor the unembedding run; a residual-stream
+    ``x`` replaces the input of block ``start`` in a full pass over placeholder tokens."""
+    from transformer_lens.model_bridge.exceptions import StopAtLayerException
+
+    hooks = list(fwd_hooks)
+    if x.is_floating_point():
+        if start >= stop:
+            return x
+        resid = x
+
+        def substitute(t: Tensor, hook=None) -> Tensor:  # noqa: ANN001 - TL hook signature
+            return resid.to(device=t.device, dtype=t.dtype)
+
+        hooks.insert(0, (f"blocks.{start}.hook_in", substitute))
+        tokens = torch.zeros(x.shape[:2], dtype=torch.long, device=x.device)
+    elif start != 0:
+        raise ValueError("a pass that resumes at a later layer takes the residual stream, not tokens")
+    else:
+        tokens = x
+
+    def cut(t: Tensor, hook=None) -> Tensor:  # noqa: ANN001
+        raise StopAtLayerException(t)
+
+    hooks.append((f"blocks.{stop}.hook_in" if stop < model.cfg.n_layers else "ln_final.hook_in", cut))
+    kwargs = {} if attention_mask is None else {"attention_mask": attention_mask}
+    with model.hooks(fwd_hooks=_checked(model, hooks)):
+        out = model(tokens, **kwargs)
+    if out.shape[-1] != model.cfg.d_model or out.shape[:2] != tokens.shape:
+        raise RuntimeError(f"the bridge pass was not cut where expected (output shape {tuple(out.shape)})")
+    return out
 
 
 def unembed(model, resid: Float[Tensor, "... d_model"]) -> Float[Tensor, "... d_vocab"]:
@@ -193,7 +263,14 @@ def run_variants(
     masks = masks_from_head_sets(sets, n_layers, n_heads)
     n_variants, batch = len(sets), tokens.shape[0]
     first = min((s.first_layer for s in sets if s), default=n_layers)
+    if _is_bridge(model):
+        first = 0  # no resuming on a bridge: one pass over the repeated batch beats prefix + full pass
     with torch.no_grad():
+        if first == 0:
+            rep_tokens = einops.repeat(tokens, "b pos -> (v b) pos", v=n_variants)
+            mask_rep = None if attention_mask is None else einops.repeat(attention_mask, "b p -> (v b) p", v=n_variants)
+            resid = forward_resid(model, rep_tokens, fwd_hooks=variant_hooks(masks, batch), attention_mask=mask_rep)
+            return _unembed_variants(model, resid, n_variants, positions)
         shared = forward_resid(model, tokens, stop_at_layer=first, attention_mask=attention_mask)
         resid = einops.repeat(shared, "b pos d -> (v b) pos d", v=n_variants)
         mask_rep = None if attention_mask is None else einops.repeat(attention_mask, "b p -> (v b) p", v=n_variants)
@@ -201,11 +278,21 @@ def run_variants(
             resid = forward_resid(
                 model, resid, start_at_layer=first, fwd_hooks=variant_hooks(masks, batch), attention_mask=mask_rep
             )
-        resid = einops.rearrange(resid, "(v b) pos d -> v b pos d", v=n_variants)
-        if positions is not None:
-            idx = einops.repeat(positions.to(resid.device), "b k -> v b k d", v=n_variants, d=resid.shape[-1])
-            resid = resid.gather(2, idx)
-        return unembed(model, resid)
+        return _unembed_variants(model, resid, n_variants, positions)
+
+
+def _unembed_variants(
+    model,
+    resid: Float[Tensor, "vb pos d_model"],
+    n_variants: int,
+    positions: Optional[Int[Tensor, "batch k"]],
+) -> Float[Tensor, "variant batch k d_vocab"]:
+    """Split the variant-major rows and unembed all positions, or only ``positions``."""
+    resid = einops.rearrange(resid, "(v b) pos d -> v b pos d", v=n_variants)
+    if positions is not None:
+        idx = einops.repeat(positions.to(resid.device), "b k -> v b k d", v=n_variants, d=resid.shape[-1])
+        resid = resid.gather(2, idx)
+    return unembed(model, resid)
 
 
 def _model_name(model) -> str:

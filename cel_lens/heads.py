@@ -49,10 +49,11 @@ class Head:
             groups = [g for g in match.groups() if g is not None]
             return cls(int(groups[0]), int(groups[1]))
         if isinstance(obj, (tuple, list)) and len(obj) == 2:
-            layer, head = obj
-            if hasattr(layer, "item"):
-                layer, head = int(layer.item()), int(head.item())
-            return cls(layer, head)
+            layer, head = (x.item() if hasattr(x, "item") else x for x in obj)
+            try:
+                return cls(layer, head)
+            except TypeError as err:  # user input: report as a value problem
+                raise ValueError(f"cannot parse head {obj!r}: {err}") from err
         raise ValueError(f"cannot parse head {obj!r}: expected 'L12H3', '12.3' or (12, 3)")
 
     def __str__(self) -> str:
@@ -72,6 +73,10 @@ class HeadSet:
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("HeadSet is immutable")
+
+    def __reduce__(self) -> tuple:
+        # pickle/copy would restore the slot through __setattr__, which refuses.
+        return (HeadSet, (self._heads,))
 
     # -- construction -------------------------------------------------------------------------
     @classmethod

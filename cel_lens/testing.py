@@ -8,9 +8,18 @@ Python code), and models are random-initialised.
 from __future__ import annotations
 
 import functools
-from typing import Iterable, Optional
+from pathlib import Path
+from typing import Iterable, Literal, Optional, Union
 
-__all__ = ["CORPUS", "train_tokenizer", "tiny_tokenizer", "tiny_hooked_transformer"]
+__all__ = [
+    "CORPUS",
+    "TINY_ARCHS",
+    "train_tokenizer",
+    "tiny_tokenizer",
+    "tiny_hooked_transformer",
+    "tiny_hf_checkpoint",
+    "tiny_hooked_from_hf",
+]
 
 CORPUS: tuple[str, ...] = (
     "Question: What is 98 plus 45?\nAnswer: 143",
@@ -112,3 +121,113 @@ def tiny_hooked_transformer(
                 p.copy_(torch.randn(p.shape, generator=gen) * (1.0 / p.shape[-2] ** 0.5 if p.ndim == 2 else 0.3))
     model.eval()
     return model
+
+
+TINY_ARCHS: tuple[str, ...] = ("llama", "qwen2", "smollm3")
+
+
+def tiny_hf_checkpoint(
+    arch: Literal["llama", "qwen2", "smollm3"],
+    path: Union[str, Path],
+    seed: int = 0,
+    n_layers: int = 3,
+    n_heads: int = 4,
+    n_kv_heads: int = 2,
+    d_head: int = 16,
+    max_position_embeddings: int = 256,
+    tie_word_embeddings: bool = True,
+) -> Path:
+    """Write a random tiny Hugging Face checkpoint (``config.json``, weights, tokenizer) to ``path``.
+
+    The three architectures of the paper's models, each with grouped-query attention
+    (``n_kv_heads < n_heads``) and the feature that makes ablation easy to get wrong:
+
+    * ``llama``: Llama-3 ``rope_type="llama3"`` frequency scaling (as Llama-3.2-3B);
+    * ``qwen2``: q/k/v projection biases, set to non-zero random values (the ``v_proj`` bias is
+      what ``fold_value_biases`` would move into the output bias);
+    * ``smollm3``: a no-RoPE (NoPE) layer in the middle (``no_rope_layers``).
+
+    Weights are drawn from a seeded normal scaled ``1/sqrt(fan_in)`` (norm gains ``1 + 0.1 N``), so
+    every head visibly moves the logits. Returns ``path``.
+    """
+    import torch
+    import transformers
+
+    if arch not in TINY_ARCHS:
+        raise ValueError(f"unknown tiny architecture {arch!r}: expected one of {', '.join(TINY_ARCHS)}")
+    if n_heads % n_kv_heads:
+        raise ValueError(f"n_heads={n_heads} must be a multiple of n_kv_heads={n_kv_heads}")
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    tokenizer = train_tokenizer()
+    d_model = n_heads * d_head
+    common = dict(
+        vocab_size=len(tokenizer),
+        hidden_size=d_model,
+        intermediate_size=2 * d_model,
+        num_hidden_layers=n_layers,
+        num_attention_heads=n_heads,
+        num_key_value_heads=n_kv_heads,
+        max_position_embeddings=max_position_embeddings,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=tie_word_embeddings,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    if arch == "llama":
+        config = transformers.LlamaConfig(
+            **common,
+            head_dim=d_head,
+            rope_parameters={
+                "rope_type": "llama3",
+                "rope_theta": 500000.0,
+                "factor": 32.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": max_position_embeddings // 4,
+            },
+        )
+        model_cls = transformers.LlamaForCausalLM
+    elif arch == "qwen2":
+        config = transformers.Qwen2Config(**common, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})
+        model_cls = transformers.Qwen2ForCausalLM
+    else:
+        no_rope = [1] * n_layers
+        no_rope[n_layers // 2] = 0  # 1 = RoPE, 0 = NoPE, as in SmolLM3's config
+        config = transformers.SmolLM3Config(
+            **common,
+            no_rope_layers=no_rope,
+            rope_parameters={"rope_type": "default", "rope_theta": 2000000.0},
+        )
+        model_cls = transformers.SmolLM3ForCausalLM
+    config.architectures = [model_cls.__name__]
+    torch.manual_seed(seed)
+    model = model_cls(config)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            noise = torch.randn(p.shape, generator=gen)
+            if name.endswith("norm.weight"):
+                p.copy_(1.0 + 0.1 * noise)
+            elif p.ndim == 1:  # Qwen2's q/k/v biases
+                p.copy_(0.5 * noise)
+            elif "embed_tokens" in name:
+                p.copy_(noise)
+            else:
+                p.copy_(noise / p.shape[-1] ** 0.5)
+    model.eval()
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def tiny_hooked_from_hf(path: Union[str, Path], **kwargs):
+    """A ``HookedTransformer`` built offline from a tiny checkpoint directory (see
+    :func:`tiny_hf_checkpoint`): TransformerLens's own config derivation and weight conversion,
+    with the processing :func:`cel_lens.models.load_model` uses."""
+    from cel_lens.models import load_model
+
+    kwargs.setdefault("device", "cpu")
+    kwargs.setdefault("dtype", "float32")
+    return load_model(path, loader="hooked", **kwargs)

@@ -1,0 +1,41 @@
+"""Shared test fixtures: tiny offline models and checkpoints (seconds to build, no network).
+
+* ``tiny_model``: a random Llama-shaped ``HookedTransformer`` (3 layers, 4 query heads, 2 KV heads),
+  built once per session by :func:`cel_lens.testing.tiny_hooked_transformer`.
+* ``tiny_checkpoints``: ``{"llama": Path, "qwen2": Path, "smollm3": Path}``, tiny random Hugging
+  Face checkpoints with a locally trained tokenizer (:func:`cel_lens.testing.tiny_hf_checkpoint`),
+  written once per session. Load them with ``cel_lens.load_model(path)`` (TransformerBridge) or
+  ``cel_lens.load_model(path, loader="hooked")`` (HookedTransformer; Llama and Qwen2).
+
+Tests never touch the Hugging Face hub: the offline switches are set before anything imports it.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def tiny_model():
+    """A random Llama-shaped HookedTransformer (3 layers x 4 heads, GQA with 2 KV heads)."""
+    from cel_lens.testing import tiny_hooked_transformer
+
+    return tiny_hooked_transformer()
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Tiny random HF checkpoints of the paper's three architectures, keyed by architecture."""
+    from cel_lens.testing import TINY_ARCHS, tiny_hf_checkpoint
+
+    root = tmp_path_factory.mktemp("tiny_checkpoints")
+    return {arch: tiny_hf_checkpoint(arch, root / arch, seed=i) for i, arch in enumerate(TINY_ARCHS)}
