@@ -52,7 +52,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
-import logging
 import os
 import socket
 import tempfile
@@ -438,9 +437,9 @@ def _quiet():
     from transformers.utils import logging as hf_logging
 
     verbosity = hf_logging.get_verbosity()
+    bars = hf_logging.is_progress_bar_enabled()
     hf_logging.set_verbosity_error()
-    tl_logger = logging.getLogger()
-    level = tl_logger.level
+    hf_logging.disable_progress_bar()
     try:
         with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
             warnings.simplefilter("ignore", DeprecationWarning)
@@ -448,7 +447,8 @@ def _quiet():
             yield
     finally:
         hf_logging.set_verbosity(verbosity)
-        tl_logger.setLevel(level)
+        if bars:
+            hf_logging.enable_progress_bar()
 
 
 def _hooked_from_hf(source: Path, hf_model, tokenizer, official: Optional[str], device: str, dtype, processing, tl_kwargs):
