@@ -255,6 +255,47 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
+# report
+# ---------------------------------------------------------------------------------------------
+def _add_report(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "report",
+        help="print a run's result table and write its figures",
+        formatter_class=_Formatter,
+        description="Reads RUN_DIR (result.json), prints the selected heads, accuracies, gain with CI, "
+        "McNemar p-value and random-subset null, and writes the run's figures (gain heatmap with the "
+        "ranked subsets; discovery vs test gain) as interactive HTML and static PNG.",
+    )
+    p.add_argument("run_dir", metavar="RUN_DIR", help="run directory written by 'cel-lens search'")
+    p.add_argument("--out", default=None, help="figure directory (default: RUN_DIR/figures)")
+    p.add_argument("--no-figures", action="store_true", help="only print the result")
+    p.add_argument("--json", action="store_true", help="print result.json (and the figure paths) as JSON")
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from cel_lens.plots import format_result, result_dict, write_run_figures
+    from cel_lens.runs import load_run
+
+    if not Path(args.run_dir, "result.json").exists():
+        raise FileNotFoundError(f"{args.run_dir} holds no result.json (not a run directory, or the search is unfinished)")
+    run = load_run(args.run_dir)
+    result = result_dict(run)
+    figures: list = []
+    if not args.no_figures:
+        figures = write_run_figures(result, args.out or Path(args.run_dir) / "figures")
+    if args.json:
+        _print_json({**result, "figures": [str(f) for f in figures]})
+        return 0
+    print(f"run {run.path}")
+    print(format_result(result))
+    for f in figures:
+        print(f"wrote {f}")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
 # registry of subcommands: name -> (add_parser, handler)
 # ---------------------------------------------------------------------------------------------
 _COMMANDS: dict[str, tuple[Callable[[argparse._SubParsersAction], None], Callable[[argparse.Namespace], int]]] = {
@@ -263,6 +304,7 @@ _COMMANDS: dict[str, tuple[Callable[[argparse._SubParsersAction], None], Callabl
     "evaluate": (_add_evaluate, _cmd_evaluate),
     "demo": (_add_demo, _cmd_demo),
     "tasks": (_add_tasks, _cmd_tasks),
+    "report": (_add_report, _cmd_report),
 }
 
 
