@@ -511,6 +511,7 @@ def _bridge_from_hf(source_id: str, hf_model, tokenizer, device: str, dtype, pro
     """A TransformerBridge around the HF model: raw weights unless processing was asked for."""
     from transformer_lens.model_bridge import TransformerBridge
 
+    hf_model = hf_model.to(device)  # boot_transformers leaves a given hf_model where it is
     with _quiet():
         bridge = TransformerBridge.boot_transformers(
             source_id, hf_model=hf_model, tokenizer=tokenizer, device=device, dtype=dtype, **tl_kwargs

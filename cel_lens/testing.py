@@ -81,11 +81,13 @@ def tiny_hooked_transformer(
     seed: int = 0,
     tokenizer=None,
     positional_embedding_type: str = "rotary",
+    device: Optional[str] = "cpu",
 ):
     """A random-initialised, Llama-shaped ``HookedTransformer`` (RMSNorm, rotary, gated MLP, GQA).
 
     ``tokenizer`` defaults to :func:`tiny_tokenizer`. The weights are scaled up from TL's default
-    init so that ablating a head changes the logits visibly.
+    init so that ablating a head changes the logits visibly. ``device`` is CPU unless asked
+    (``None``: TransformerLens's default, CUDA when available).
     """
     import torch
     from transformer_lens import HookedTransformer, HookedTransformerConfig
@@ -112,6 +114,7 @@ def tiny_hooked_transformer(
         tokenizer_prepends_bos=False,
         seed=seed,
         init_weights=True,
+        device=device,
     )
     model = HookedTransformer(cfg, tokenizer=tokenizer, default_padding_side="right")
     gen = torch.Generator().manual_seed(seed)
