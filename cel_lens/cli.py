@@ -296,6 +296,41 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
+# theory
+# ---------------------------------------------------------------------------------------------
+def _add_theory(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "theory",
+        help="reproduce Section 4's theory numerically (prediction vs measurement, with CIs)",
+        formatter_class=_Formatter,
+        description="Trains the three-head, three-feature attention model of Section 4 from many small "
+        "random initializations at once and prints each of the paper's predictions (Prop 4.1, Lemma B.1, "
+        "Thm 4.2, Thm 4.3) next to the measured value and its 95% confidence interval.",
+    )
+    p.add_argument("--seeds", type=int, default=4000, help="random initializations trained at once")
+    p.add_argument("--alpha", type=float, default=0.1, help="initialization scale (θ⁰ = α·G)")
+    p.add_argument("--eta", type=float, default=0.5, help="gradient-descent step size")
+    p.add_argument("--seed", type=int, default=0, help="random seed")
+    p.add_argument("--sweep-seeds", type=int, default=1000, help="seeds per α in the 2α, α, α/2 sweep")
+    p.add_argument("--json", action="store_true", help="print {quantity: {predicted, measured, ci_low, ci_high, ...}} as JSON")
+    p.add_argument("--figures", metavar="DIR", default=None, help="also write theory_trajectories and theory_escape figures to DIR")
+
+
+def _cmd_theory(args: argparse.Namespace) -> int:
+    from cel_lens.theory import save_theory_figures, theory_table
+
+    table = theory_table(seeds=args.seeds, alpha=args.alpha, eta=args.eta, seed=args.seed, sweep_seeds=args.sweep_seeds)
+    figures = save_theory_figures(table, args.figures) if args.figures else []
+    if args.json:
+        _print_json(table.to_json_dict())
+        return 0
+    print(table.format())
+    for f in figures:
+        print(f"wrote {f}")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
 # registry of subcommands: name -> (add_parser, handler)
 # ---------------------------------------------------------------------------------------------
 _COMMANDS: dict[str, tuple[Callable[[argparse._SubParsersAction], None], Callable[[argparse.Namespace], int]]] = {
@@ -305,6 +340,7 @@ _COMMANDS: dict[str, tuple[Callable[[argparse._SubParsersAction], None], Callabl
     "demo": (_add_demo, _cmd_demo),
     "tasks": (_add_tasks, _cmd_tasks),
     "report": (_add_report, _cmd_report),
+    "theory": (_add_theory, _cmd_theory),
 }
 
 
