@@ -43,6 +43,7 @@ __all__ = [
     "AttentionPatterns",
     "attention_patterns",
     "pattern_change",
+    "plot_pattern_change",
     "plot_attention",
     "side_effect_matrix",
     "plot_side_effects",
@@ -566,6 +567,42 @@ def pattern_change(patterns: AttentionPatterns) -> Float[Tensor, "layer head"]:
     intact and ablated attention rows, averaged over query positions (0 = unchanged, 1 = disjoint)."""
     tv = 0.5 * (patterns.ablated - patterns.intact).abs().sum(-1)
     return tv.mean(-1)
+
+
+def plot_pattern_change(patterns: AttentionPatterns, *, title: Optional[str] = None) -> go.Figure:
+    """Layer x head heatmap of :func:`pattern_change`: which heads attend differently once the
+    ablated heads (starred) are zeroed. Layers up to the first ablated one cannot change."""
+    change = pattern_change(patterns).numpy()
+    n_layers, n_heads = change.shape
+    fig = go.Figure(
+        go.Heatmap(
+            z=change.tolist(), x=list(range(n_heads)), y=list(range(n_layers)), colorscale="Viridis",
+            zmin=0.0, colorbar=dict(title="mean TV<br>distance"),
+            customdata=[[f"L{l}H{h}" for h in range(n_heads)] for l in range(n_layers)],
+            hovertemplate="%{customdata}<br>pattern change: %{z:.3f}<extra></extra>",
+        )
+    )
+    if patterns.ablated_heads:
+        fig.add_trace(
+            go.Scatter(
+                x=[h.head for h in patterns.ablated_heads], y=[h.layer for h in patterns.ablated_heads],
+                mode="markers", name=f"ablated: {patterns.ablated_heads}",
+                marker=dict(symbol="star", size=16, color=SELECTED_COLOUR, line=dict(width=1.5, color="black")),
+                hoverinfo="skip",
+            )
+        )
+    fig.update_layout(
+        width=560 + 22 * n_heads,
+        height=max(360, 28 * n_layers + 180),
+        font=FONT,
+        template="plotly_white",
+        title=dict(text=title or "How much each head's attention moves under the ablation", x=0.01),
+        xaxis=dict(title="head", tickmode="linear", dtick=1 if n_heads <= 24 else 2, showgrid=False),
+        yaxis=dict(title="layer", autorange="reversed", tickmode="linear", dtick=1 if n_layers <= 24 else 2, showgrid=False),
+        legend=dict(orientation="h", x=0.0, y=-0.15, xanchor="left", yanchor="top"),
+        margin=dict(l=70, r=30, t=70, b=110),
+    )
+    return fig
 
 
 def _default_heads(patterns: AttentionPatterns, n_downstream: int) -> list[Head]:

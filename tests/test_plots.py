@@ -189,6 +189,15 @@ def test_plot_attention_shows_ablated_and_most_changed_downstream_heads(tiny_mod
                                     "?", "⏎", "Answer", ":", "·", "y", "es"]
 
 
+def test_pattern_change_figure(tiny_model):
+    pats = plots.attention_patterns(tiny_model, "Question: What is 9 plus 4?\nAnswer: 13", "L1H3+L0H2")
+    fig = plots.plot_pattern_change(pats)
+    assert np.allclose(np.asarray(fig.data[0].z, dtype=float), plots.pattern_change(pats).numpy())
+    assert np.asarray(fig.data[0].z)[0].max() == 0  # nothing above layer 0 can move layer 0
+    stars = fig.data[1]
+    assert sorted(zip(stars.y, stars.x)) == [(0, 2), (1, 3)]
+
+
 def test_bridge_patterns_equal_hugging_face_attentions(tiny_checkpoints):
     """Intact and ablated patterns of a TransformerBridge against the Hugging Face model itself:
     eager attention weights, with heads ablated by zeroing their slices of o_proj's input."""
