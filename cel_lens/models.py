@@ -163,7 +163,8 @@ def tl_official_name(name: str) -> Optional[str]:
 
 
 def _looks_like_path(text: str) -> bool:
-    return text.startswith(("/", "./", "../", "~", ".\\")) or os.sep in text.replace("/", "") or text in (".", "..")
+    """Text meant as a filesystem path (so a missing one is "no such directory", not a hub id)."""
+    return text.startswith(("/", "./", "../", "~", ".\\")) or "\\" in text or text in (".", "..")
 
 
 def _is_hub_id(text: str) -> bool:
@@ -268,7 +269,8 @@ def _resolve_device(device: Union[str, torch.device, None]) -> str:
     return str(device)
 
 
-def _processing(loader: str, flags: dict[str, Any]) -> dict[str, bool]:
+def _processing(flags: dict[str, Any]) -> dict[str, bool]:
+    """The processing flags with cel_lens's defaults filled in; refuses the inexact ones."""
     unknown = set(flags) - set(PROCESSING_DEFAULTS)
     if unknown:
         raise TypeError(f"unknown processing flag(s): {', '.join(sorted(unknown))}")
@@ -328,7 +330,7 @@ def load_model(
     }
     if loader not in ("auto", "hooked", "bridge"):
         raise ValueError(f"unknown loader {loader!r}: expected 'auto', 'hooked' or 'bridge'")
-    processing = _processing(loader, flags)
+    processing = _processing(flags)
 
     if not isinstance(name_or_path, (str, os.PathLike)):
         return _pass_through(name_or_path, device, dtype, processing)
@@ -385,10 +387,10 @@ def _pass_through(model: Any, device, dtype, processing: dict[str, bool]):
     except ImportError:  # pragma: no cover - transformers is a dependency of transformer-lens
         PreTrainedModel = ()  # type: ignore[assignment]
     if isinstance(model, PreTrainedModel):
-        source_id = str(getattr(model, "name_or_path", "") or type(model).__name__)
-        tokenizer = None
-        if source_id and Path(source_id).is_dir():
-            tokenizer = _load_tokenizer(Path(source_id), False)
+        source_id = str(getattr(model, "name_or_path", "") or "")
+        if not source_id:
+            raise ValueError("a transformers model without name_or_path: cannot find its tokenizer")
+        tokenizer = _load_tokenizer(source_id, False)  # local directory or local hub cache only
         dev = _resolve_device(device) if device is not None else str(next(model.parameters()).device)
         torch_dtype = _resolve_dtype(dtype) if dtype is not None else next(model.parameters()).dtype
         bridge = _bridge_from_hf(source_id, model, tokenizer, dev, torch_dtype, processing, {})
@@ -400,7 +402,7 @@ def _pass_through(model: Any, device, dtype, processing: dict[str, bool]):
     )
 
 
-def _load_tokenizer(source: Path, trust_remote_code: bool):
+def _load_tokenizer(source: Union[str, Path], trust_remote_code: bool):
     from transformers import AutoTokenizer
 
     try:

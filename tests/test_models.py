@@ -244,6 +244,13 @@ def test_model_objects_pass_through(tiny_model, tiny_checkpoints, hf_reference):
         torch.testing.assert_close(bridge(tokens), ref["smollm3", "L2H3"], atol=ATOL, rtol=0)
     with pytest.raises(TypeError, match="cannot use a"):
         load_model(42)
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(str(tiny_checkpoints["llama"]))
+    config.name_or_path = ""
+    nameless = AutoModelForCausalLM.from_config(config)
+    with pytest.raises(ValueError, match="without name_or_path"):
+        load_model(nameless)
 
 
 def test_dtype_and_device(tiny_checkpoints):
