@@ -111,6 +111,14 @@ def test_running_code_requires_opt_in(monkeypatch: pytest.MonkeyPatch) -> None:
     assert issubclass(sb.CodeExecutionNotAllowed, RuntimeError)  # the CLI prints it as one line
 
 
+def test_invalid_limits_are_refused() -> None:
+    with pytest.raises(ValueError, match="timeout"):
+        sb.run("pass", timeout=0, allow=True)
+    with pytest.raises(ValueError, match="memory_mb"):
+        sb.run("pass", memory_mb=16, allow=True)
+    assert sb.run("x = [0] * 10**6", memory_mb=64, allow=True).passed  # the smallest allowed is usable
+
+
 def test_check_program_layout() -> None:
     prog = sb.check_program("def f(x):\r\n    return x + 1\r\n", "y = f(1)", ["assert f(1) == 2", "assert y == 2"])
     assert prog == "def f(x):\r\n    return x + 1\ny = f(1)\nassert f(1) == 2\nassert y == 2\n" + sb.SENTINEL + "\n"
