@@ -237,11 +237,16 @@ def test_bridge_patterns_equal_hugging_face_attentions(tiny_checkpoints):
 
 
 # --- side effects ----------------------------------------------------------------------------------
-def _greedy(model, ctx: list[int], heads: HeadSet) -> int:
+def _greedy_next(model, contexts: list[list[int]], heads: HeadSet) -> list[int]:
+    """Greedy next token after each context, under ``ablate`` (right padding: causal attention
+    keeps the pads out of the real positions)."""
     from cel_lens.ablation import ablate
 
+    width = max(map(len, contexts))
+    tokens = torch.tensor([c + [0] * (width - len(c)) for c in contexts])
     with torch.no_grad(), ablate(model, heads):
-        return int(model(torch.tensor([ctx]))[0, -1].argmax())
+        logits = model(tokens)
+    return [int(logits[i, len(c) - 1].argmax()) for i, c in enumerate(contexts)]
 
 
 def test_side_effect_matrix_matches_hand_built_tasks(tiny_model):
@@ -252,16 +257,14 @@ def test_side_effect_matrix_matches_hand_built_tasks(tiny_model):
 
     S, S2 = HeadSet.parse("L1H0+L2H1"), HeadSet.parse("L0H3")
     tok = tiny_model.tokenizer
+    prompts = [f"Question: What is {a} plus {a % 7}?\nAnswer:" for a in range(40)]
+    contexts = [encode_pair(tiny_model, p, " 1")[0] for p in prompts]
+    intact, ablated = _greedy_next(tiny_model, contexts, HeadSet()), _greedy_next(tiny_model, contexts, S)
     up, down = [], []
-    for a in range(60):
-        if len(up) >= 6 and len(down) >= 6:
-            break
-        prompt = f"Question: What is {a} plus {a % 7}?\nAnswer:"
-        ctx, _ = encode_pair(tiny_model, prompt, " 1")
-        intact, ablated = _greedy(tiny_model, ctx, HeadSet()), _greedy(tiny_model, ctx, S)
-        if intact == ablated:
+    for prompt, ctx, i, a in zip(prompts, contexts, intact, ablated):
+        if i == a:
             continue
-        for target_id, bucket in ((ablated, up), (intact, down)):
+        for target_id, bucket in ((a, up), (i, down)):
             target = tok.decode([target_id])
             if target.strip() and encode_pair(tiny_model, prompt, target) == (ctx, [target_id]):
                 bucket.append(Example(id=f"{len(bucket)}", prompt=prompt, target=target))
@@ -295,6 +298,22 @@ def _assert_png(path: Path, min_bytes: int = 20_000) -> None:
     data = path.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n", path
     assert len(data) > min_bytes, (path, len(data))
+
+
+def test_png_export_names_the_fix_when_no_browser_can_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    import kaleido
+    from kaleido.errors import ChromeNotFoundError
+
+    from cel_lens import export
+
+    def no_chrome(*args, **kwargs):
+        raise ChromeNotFoundError("no chrome")
+
+    monkeypatch.setattr(kaleido, "calc_fig_sync", no_chrome)
+    monkeypatch.setattr(export, "_png_server_started", None)
+    with pytest.raises(RuntimeError, match="apt-get install chromium"):
+        export.write_static_image(plots.plot_side_effects([[0.1]], ["a"]), tmp_path / "x.png")
+    assert not (tmp_path / "x.png").exists()
 
 
 def test_report_writes_html_and_png_figures(tmp_path: Path, capsys):
