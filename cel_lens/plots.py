@@ -202,11 +202,11 @@ def plot_gain_heatmap(
     cell = max(14, min(40, 560 // max(n_layers, 1)))
     plot_h = max(300, cell * n_layers, 19 * len(shown))
     height = plot_h + 210
-    # room between heatmap and subsets for the colourbar (~95 px) and the subset labels
+    # room between heatmap and subsets for the colourbar (~125 px) and the subset labels
     label_px = 7 * max([len(f"#{len(ranked)} {s['heads']}") for s in shown] or [0])
-    width = max(1350, int((95 + label_px) / 0.17) + 90)
+    width = max(1350, int((125 + label_px) / 0.17) + 90)
     d_sub, d_gain = (0.615, 0.835), (0.905, 1.0)
-    d_heat = (0.0, d_sub[0] - (95 + label_px) / (width - 90))
+    d_heat = (0.0, d_sub[0] - (125 + label_px) / (width - 90))
 
     fig = go.Figure()
     names = [[f"L{l}H{h}" for h in range(n_heads)] for l in range(n_layers)]
@@ -232,34 +232,29 @@ def plot_gain_heatmap(
             yaxis="y",
         )
     )
-    marker_size = max(6, int(0.62 * min(cell, 700 * (d_heat[1] - d_heat[0]) * 1.7 / max(n_heads, 1))))
-    pool_only = [h for h in pool if h not in selected]
-    if pool_only:
+    cell_w = (width - 90) * (d_heat[1] - d_heat[0]) / max(n_heads, 1)
+    marker_size = max(6, int(0.62 * min(plot_h / max(n_layers, 1), cell_w)))
+    for marked, tag, name, marker in (
+        (
+            [h for h in pool if h not in selected], "pool", "candidate pool",
+            dict(symbol="square-open", color=POOL_COLOUR, line=dict(width=2)),
+        ),
+        (
+            list(selected), "selected", f"selected Ŝ = {selected}",
+            dict(symbol="star", color=SELECTED_COLOUR, line=dict(width=1.5, color="black")),
+        ),
+    ):
+        if not marked:
+            continue
         fig.add_trace(
             go.Scatter(
-                x=[h.head for h in pool_only],
-                y=[h.layer for h in pool_only],
+                x=[h.head for h in marked],
+                y=[h.layer for h in marked],
                 mode="markers",
-                marker=dict(symbol="square-open", size=marker_size, color=POOL_COLOUR, line=dict(width=2)),
-                name="candidate pool",
-                customdata=[[str(h), float(scores[h.layer, h.head])] for h in pool_only],
-                hovertemplate=f"%{{customdata[0]}} (pool)<br>gain: %{{customdata[1]:{zfmt}}}<extra></extra>",
-                xaxis="x",
-                yaxis="y",
-            )
-        )
-    if selected:
-        fig.add_trace(
-            go.Scatter(
-                x=[h.head for h in selected],
-                y=[h.layer for h in selected],
-                mode="markers",
-                marker=dict(
-                    symbol="star", size=marker_size, color=SELECTED_COLOUR, line=dict(width=1.5, color="black")
-                ),
-                name=f"selected Ŝ = {selected}",
-                customdata=[[str(h), float(scores[h.layer, h.head])] for h in selected],
-                hovertemplate=f"%{{customdata[0]}} (selected)<br>gain: %{{customdata[1]:{zfmt}}}<extra></extra>",
+                marker=dict(marker, size=marker_size),
+                name=name,
+                customdata=[[str(h), float(scores[h.layer, h.head])] for h in marked],
+                hovertemplate=f"%{{customdata[0]}} ({tag})<br>gain: %{{customdata[1]:{zfmt}}}<extra></extra>",
                 xaxis="x",
                 yaxis="y",
             )
