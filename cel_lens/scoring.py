@@ -95,23 +95,29 @@ def attribution_scores(model, split, *, batch_size: int = 8, progress: bool = Tr
     n_examples = 0
     batches = encode_split(model, split, batch_size)
     params = [p.requires_grad for p in model.parameters()]
-    for p in model.parameters():
+    for p in model.parameters():  # no parameter gradients: only dm/dz is needed
         p.requires_grad_(False)
     try:
         for batch in tqdm(batches, desc="attribution", disable=not progress):
             saved: dict[int, Tensor] = {}
 
-            def keep(z: Tensor, hook) -> Tensor:  # noqa: ANN001 - TL hook signature
-                z.retain_grad()
+            def start_graph(resid: Tensor, hook) -> Tensor:  # noqa: ANN001 - TL hook signature
+                # the residual stream entering layer 0 becomes the graph's only leaf: no parameter
+                # needs a gradient, and dm/dz_l still flows through every later layer (and later z)
+                return resid.detach().requires_grad_(True)
+
+            def keep(z: Tensor, hook) -> Tensor:  # noqa: ANN001
                 saved[int(hook.name.split(".")[1])] = z
                 return z
 
-            hooks = [(hook_z_name(layer), keep) for layer in range(n_layers)]
+            hooks = [("blocks.0.hook_resid_pre", start_graph)]
+            hooks += [(hook_z_name(layer), keep) for layer in range(n_layers)]
             with torch.enable_grad():
                 metric = logprob_metric(model, batch, fwd_hooks=hooks)
-                metric.sum().backward()
-            for layer, z in saved.items():
-                grad = z.grad
+                layers = sorted(saved)
+                grads = torch.autograd.grad(metric.sum(), [saved[layer] for layer in layers])
+            for layer, grad in zip(layers, grads):
+                z = saved[layer].detach()
                 if z.ndim == 3:  # flattened [batch, pos, head*d_head]
                     z, grad = z.unflatten(-1, (n_heads, -1)), grad.unflatten(-1, (n_heads, -1))
                 # pad positions have z != 0 but zero gradient (they reach no scored position)
