@@ -39,3 +39,18 @@ def tiny_checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path
 
     root = tmp_path_factory.mktemp("tiny_checkpoints")
     return {arch: tiny_hf_checkpoint(arch, root / arch, seed=i) for i, arch in enumerate(TINY_ARCHS)}
+
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    """The real task files (``../shared/data``: Arithmetic, MBPP, BoolQ validation) merged with the
+    shipped fixtures (HellaSwag, BoolQ train), laid out as ``--data-dir`` expects."""
+    if not (SHARED_DATA / "README.md").is_file():
+        pytest.skip(f"real task data not found at {SHARED_DATA} (../shared/data)")
+    from cel_lens.tasks import fixture_data_dir
+
+    return fixture_data_dir(SHARED_DATA)
