@@ -118,13 +118,25 @@ def _add_model_task_options(p: argparse.ArgumentParser, *, model_required: bool 
     p.add_argument("--seed", type=int, default=0, help="seed of the splits, the null and the bootstrap")
     p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
     p.add_argument("--dtype", default=None, help="model dtype, e.g. float32 or bfloat16")
+    p.add_argument("--loader", choices=["auto", "hooked", "bridge"], default="auto",
+                   help="HookedTransformer or TransformerBridge (auto: HookedTransformer where supported)")
     p.add_argument("--batch-size", type=int, default=8, help="examples per forward pass")
+    p.add_argument("--allow-code-execution", action="store_true",
+                   help="let generation tasks (MBPP) run model-written code in the sandbox")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
 
 
 def _load(args: argparse.Namespace):
+    import os
+
     from cel_lens.tasks import load_task
 
+    if args.allow_code_execution:
+        from cel_lens.sandbox import ALLOW_ENV
+
+        os.environ[ALLOW_ENV] = "1"
+    # the task first: it is cheap, so a wrong task name or data directory fails before a model loads
+    task = load_task(args.task, n_dist=args.n_dist, n_test=args.n_test, seed=args.seed, data_dir=args.data_dir)
     if args.model == "organism":
         from cel_lens.organism import load_organism
 
@@ -132,8 +144,7 @@ def _load(args: argparse.Namespace):
     else:
         from cel_lens.models import load_model
 
-        model = load_model(args.model, device=args.device, dtype=args.dtype)
-    task = load_task(args.task, n_dist=args.n_dist, n_test=args.n_test, seed=args.seed, data_dir=args.data_dir)
+        model = load_model(args.model, device=args.device, dtype=args.dtype, loader=args.loader)
     return model, task
 
 
@@ -160,18 +171,35 @@ def _add_search(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--store-dtype", default=None, help="store the residual stream in this dtype (e.g. float16)")
     p.add_argument("--out", default=None, help="run directory (default: runs/<model>__<task>__<config hash>)")
     p.add_argument("--json", action="store_true", help="print result.json to stdout")
+    p.add_argument("--backend", choices=["local", "ray"], default="local",
+                   help="where evaluations run: this process, or Ray actors (pip install \"cel_lens[ray]\")")
+    p.add_argument("--address", default=None,
+                   help="Ray cluster to join: 'auto' (one started with 'ray start') or HOST:PORT; default: a local Ray")
+    p.add_argument("--workers", type=int, default=None,
+                   help="Ray actors, one model replica each (default: cluster GPUs / --gpus-per-worker, else CPUs)")
+    p.add_argument("--gpus-per-worker", type=float, default=0, help="GPUs per Ray actor (fractions share a GPU)")
 
 
 def _cmd_search(args: argparse.Namespace) -> int:
     from cel_lens.pipeline import search
 
-    model, task = _load(args)
+    if args.backend == "ray":  # each Ray actor loads the model; the driver only needs the task
+        from cel_lens.distributed import require_ray
+        from cel_lens.tasks import load_task
+
+        require_ray()
+        model = args.model
+        task = load_task(args.task, n_dist=args.n_dist, n_test=args.n_test, seed=args.seed, data_dir=args.data_dir)
+    else:
+        model, task = _load(args)
     run = search(
         model, task, k=args.k, pool_size=args.pool, scorer=args.scorer, out=args.out, seed=args.seed,
         n_null=args.n_null, strategy=args.strategy, beam_width=args.beam_width, batch_size=args.batch_size,
         use_store=not args.no_store,
         store_budget=None if args.store_budget_mb is None else int(args.store_budget_mb * 2**20),
         store_dtype=args.store_dtype, n_masks=args.n_masks, progress=not args.no_progress,
+        device=args.device, dtype=args.dtype, backend=args.backend, ray_address=args.address,
+        workers=args.workers, gpus_per_worker=args.gpus_per_worker,
     )
     if args.json:
         _print_json(run.result.to_dict())

@@ -25,7 +25,7 @@ from cel_lens.heads import HeadSet
 from cel_lens.runs import CachedOracle, RunDir
 from cel_lens.search import DEFAULT_K, DEFAULT_N_NULL, DEFAULT_POOL_SIZE, Result, run_search
 
-__all__ = ["ModelOracle", "Run", "search", "default_run_dir", "build_manifest"]
+__all__ = ["ModelOracle", "Run", "search", "default_run_dir", "build_manifest", "model_manifest"]
 
 
 class ModelOracle:
@@ -114,13 +114,21 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")[:60] or "model"
 
 
+def model_manifest(model) -> dict[str, Any]:
+    """The manifest's ``model`` entry: id, weights hash and dtype (a Ray worker computes it for its
+    replica, so the driver of a distributed search needs no copy of the model)."""
+    from cel_lens.models import model_id, weights_hash
+
+    return {"id": model_id(model), "weights_sha256": weights_hash(model), "dtype": str(_param_dtype(model))}
+
+
 def build_manifest(model, task, options: dict[str, Any]) -> dict[str, Any]:
     """The run manifest: versions, model id and weights hash, task and split content hashes,
-    and every option (a rerun with a different configuration is refused by :class:`RunDir`)."""
+    and every option (a rerun with a different configuration is refused by :class:`RunDir`).
+    ``model`` is the model, or its :func:`model_manifest` entry."""
     import transformer_lens
 
     import cel_lens
-    from cel_lens.models import model_id, weights_hash
 
     try:
         import transformers
@@ -136,7 +144,7 @@ def build_manifest(model, task, options: dict[str, Any]) -> dict[str, Any]:
             "transformer_lens": getattr(transformer_lens, "__version__", None),
             "transformers": tf_version,
         },
-        "model": {"id": model_id(model), "weights_sha256": weights_hash(model), "dtype": str(_param_dtype(model))},
+        "model": dict(model) if isinstance(model, dict) else model_manifest(model),
         "task": {"name": task.name, "kind": task.kind, "metric": task.metric, "options": dict(task.options)},
         "splits": {
             name: {"n": len(task.split(name)), "content_sha256": task.split(name).content_hash}
@@ -187,6 +195,10 @@ def search(
     progress: bool = True,
     device: Optional[str] = None,
     dtype: Optional[str] = None,
+    backend: str = "local",
+    ray_address: Optional[str] = None,
+    workers: Optional[int] = None,
+    gpus_per_worker: float = 0,
 ) -> Run:
     """Algorithm 1 of the paper on ``model`` and ``task``; returns a :class:`Run` with ``.result``.
 
@@ -201,12 +213,24 @@ def search(
 
     Everything is recorded in ``out`` (default: ``runs/<model>__<task>__<config hash>``); calling
     again with the same arguments resumes without re-evaluating anything recorded.
+
+    ``backend="ray"`` spreads the evaluations over ``workers`` Ray actors (``gpus_per_worker``
+    GPUs each) on the cluster at ``ray_address`` (``"auto"``, ``"HOST:PORT"``, or ``None`` for a
+    local instance), each building its own replica of ``model`` (see :mod:`cel_lens.distributed`);
+    results, and so the run directory, are those of the local backend, and either backend resumes
+    the other's run.
     """
     from cel_lens.scoring import SCORERS, score_heads
 
     if scorer not in SCORERS:
         raise ValueError(f"unknown scorer {scorer!r}; choose one of {', '.join(SCORERS)}")
-    if isinstance(model, (str, Path)):
+    if backend not in ("local", "ray"):
+        raise ValueError(f"unknown backend {backend!r}; choose 'local' or 'ray'")
+    if backend == "ray":
+        from cel_lens.distributed import require_ray
+
+        require_ray()  # one clear error before anything is loaded
+    if isinstance(model, (str, Path)) and backend == "local":
         from cel_lens.models import load_model
 
         model = load_model(str(model), device=device, dtype=dtype)
@@ -223,29 +247,42 @@ def search(
         "sparsity": sparsity if scorer == "compressed" else None, "posthoc": posthoc,
         "store_dtype": None if store_dtype is None or not use_store else str(store_dtype),
     }
-    manifest = build_manifest(model, task, options)
-    path = Path(out) if out is not None else default_run_dir(manifest)
-    run_dir = RunDir.open(path, manifest, ignore=("versions", "cel_lens"))
-    oracle = CachedOracle(
-        ModelOracle(
+    ray_oracle = None
+    if backend == "ray":  # the actors build their replicas; the driver keeps the run directory
+        from cel_lens.distributed import RayOracle
+
+        ray_oracle = RayOracle(
+            model, task, workers=workers, address=ray_address, gpus_per_worker=gpus_per_worker,
+            device=device, dtype=dtype, batch_size=batch_size, use_store=use_store,
+            store_budget=store_budget, store_dtype=store_dtype, progress=progress,
+        )
+    try:
+        manifest = build_manifest(model if ray_oracle is None else ray_oracle.model_manifest, task, options)
+        path = Path(out) if out is not None else default_run_dir(manifest)
+        run_dir = RunDir.open(path, manifest, ignore=("versions", "cel_lens"))
+        base = ray_oracle or ModelOracle(
             model, task, batch_size=batch_size, use_store=use_store, store_budget=store_budget,
             store_dtype=store_dtype, progress=progress,
-        ),
-        run_dir,
-    )
-    scores = None
-    if scorer != "exact":
-        recorded = [e for e in run_dir.events("stage1_scores") if e.get("scorer") == scorer]
-        if recorded:  # resume: attribution scores are not bit-reproducible across machines
-            scores = torch.tensor(recorded[0]["scores"], dtype=torch.float64)
-        else:
-            scores = score_heads(
-                scorer, oracle, model=model, split=task.dist, batch_size=batch_size,
-                n_masks=n_masks, sparsity=sparsity, seed=seed, progress=progress,
-            )
-    result = run_search(
-        oracle, k=k, pool_size=pool_size, scores=scores, scorer=scorer, strategy=strategy,
-        beam_width=beam_width, n_null=n_null, n_boot=n_boot, posthoc=posthoc, seed=seed,
-        run=run_dir, progress=progress,
-    )
+        )
+        oracle = CachedOracle(base, run_dir)
+        scores = None
+        if scorer != "exact":
+            recorded = [e for e in run_dir.events("stage1_scores") if e.get("scorer") == scorer]
+            if recorded:  # resume: attribution scores are not bit-reproducible across machines
+                scores = torch.tensor(recorded[0]["scores"], dtype=torch.float64)
+            elif ray_oracle is not None and scorer == "attribution":
+                scores = ray_oracle.attribution_scores(batch_size)
+            else:
+                scores = score_heads(
+                    scorer, oracle, model=model, split=task.dist, batch_size=batch_size,
+                    n_masks=n_masks, sparsity=sparsity, seed=seed, progress=progress,
+                )
+        result = run_search(
+            oracle, k=k, pool_size=pool_size, scores=scores, scorer=scorer, strategy=strategy,
+            beam_width=beam_width, n_null=n_null, n_boot=n_boot, posthoc=posthoc, seed=seed,
+            run=run_dir, progress=progress,
+        )
+    finally:
+        if ray_oracle is not None:
+            ray_oracle.close()
     return Run(path=path, result=result, manifest=manifest, oracle=oracle)
