@@ -339,7 +339,10 @@ def plot_gain_heatmap(
             )
         )
     span = [v for v in [_num(gain), _num(r.get("ci_low")), _num(r.get("ci_high")), *null, 0.0] if not math.isnan(v)]
-    pad = 0.15 * (max(span) - min(span) or 0.02)
+    pad = max(0.15 * (max(span) - min(span)), 0.01)
+    accs = [_num(s.get("dist_acc")) for s in shown] + ([float(intact)] if intact is not None else [])
+    accs = [a for a in accs if not math.isnan(a)] or [0.0]
+    acc_pad = max(0.08 * (max(accs) - min(accs)), 0.01)
 
     fig.update_layout(
         width=width,
@@ -357,11 +360,15 @@ def plot_gain_heatmap(
             title="layer", autorange="reversed", tickmode="linear", dtick=1 if n_layers <= 24 else 2,
             showgrid=False, zeroline=False,
         ),
-        xaxis2=dict(domain=list(d_sub), title="discovery accuracy", tickformat=".0%", anchor="y2"),
+        xaxis2=dict(
+            domain=list(d_sub), title="discovery accuracy", anchor="y2",
+            tickformat=".0%" if max(accs) - min(accs) + 2 * acc_pad > 0.08 else ".1%",
+            range=[min(accs) - acc_pad, max(accs) + acc_pad],
+        ),
         yaxis2=dict(anchor="x2", autorange="reversed", type="category", tickfont=dict(size=11), dtick=1),
         xaxis3=dict(domain=list(d_gain), anchor="y3", type="category"),
         yaxis3=dict(
-            anchor="x3", title=dict(text="test gain", standoff=4), tickformat="+.0%", zeroline=False,
+            anchor="x3", title=dict(text="test gain", standoff=4), tickformat="+.1%", zeroline=False,
             range=[min(span) - pad, max(span) + pad],
         ),
     )
@@ -406,8 +413,9 @@ def plot_discovery_vs_test(obj: ResultLike, *, title: Optional[str] = None) -> g
     fig = go.Figure()
     vals = [*xs.tolist(), *ys.tolist(), *null, 0.0]
     lo, hi = min(vals), max(vals)
-    pad = 0.08 * (hi - lo or 0.02)
+    pad = max(0.08 * (hi - lo), 0.01)
     lo, hi = lo - pad, hi + pad
+    fmt = "+.0%" if hi - lo > 0.08 else "+.1%"
     if null:
         q_lo, q_hi = float(np.quantile(null, 0.025)), float(np.quantile(null, 0.975))
         fig.add_trace(
@@ -454,8 +462,8 @@ def plot_discovery_vs_test(obj: ResultLike, *, title: Optional[str] = None) -> g
         font=FONT,
         template="plotly_white",
         title=dict(text=(title or "Does discovery gain transfer to the test split?") + subtitle, x=0.01),
-        xaxis=dict(title="discovery gain (D_dist)", tickformat="+.0%", range=[lo, hi], zeroline=True),
-        yaxis=dict(title="test gain, post hoc (D_test)", tickformat="+.0%", range=[lo, hi], zeroline=True),
+        xaxis=dict(title="discovery gain (D_dist)", tickformat=fmt, range=[lo, hi], zeroline=True),
+        yaxis=dict(title="test gain, post hoc (D_test)", tickformat=fmt, range=[lo, hi], zeroline=True),
         legend=dict(orientation="h", x=0.0, y=-0.14, xanchor="left", yanchor="top"),
         margin=dict(l=80, r=30, t=90, b=140),
     )
