@@ -317,6 +317,19 @@ def shard_split(split, shard: Shard):
 # ---------------------------------------------------------------------------------------------
 # the worker (a Ray actor's body; plain Python, so it also runs in-process)
 # ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _ByRef:
+    """An object in Ray's object store, passed nested so that Ray does not resolve it for the
+    constructor: a restarted actor fetches it again (the driver keeps it alive)."""
+
+    ref: Any
+
+    def get(self) -> Any:
+        import ray
+
+        return ray.get(self.ref)
+
+
 class ShardWorker:
     """One model replica and the activation stores of the shards it has evaluated.
 
@@ -342,9 +355,9 @@ class ShardWorker:
         t0 = time.perf_counter()
         self.model = factory.build(device=device, dtype=dtype)
         self.build_s = time.perf_counter() - t0
-        self.task = task
+        self.task = task.get() if isinstance(task, _ByRef) else task
         self.batch_size = int(batch_size)
-        self.use_store = bool(use_store) and task.kind != "generation"
+        self.use_store = bool(use_store) and self.task.kind != "generation"
         self.store_dtype = store_dtype
         self._stores: dict[tuple[str, tuple[int, ...]], Any] = {}
 
@@ -453,7 +466,6 @@ class RayOracle:
         max_restarts: int = 2,
         max_retries: int = 3,
         restart_timeout_s: float = 900.0,
-        progress: bool = False,
     ) -> None:
         ray = require_ray()
         if workers is not None and workers < 1:
@@ -467,20 +479,15 @@ class RayOracle:
         t0 = time.perf_counter()
         self._ray = ray
         self._started_ray = False
-        if not ray.is_initialized():
-            ray.init(address=address, include_dashboard=False)
-            self._started_ray = True
         self.task = task
         self.gpus_per_worker = float(gpus_per_worker)
         self.cpus_per_worker = float(cpus_per_worker)
-        self.workers = int(workers) if workers is not None else self._default_workers()
-        self._check_resources()
+        self.workers = 0
         self.batch_size = int(batch_size)
         self.store_budget = store_budget
         self.max_restarts = int(max_restarts)
         self.max_retries = int(max_retries)
         self.restart_timeout_s = float(restart_timeout_s)
-        self.progress = progress
         self.failures = 0
         self.resubmissions = 0
         self.replaced = 0
@@ -489,7 +496,12 @@ class RayOracle:
         self._closed = False
         self._actors: list[Any] = []
         self._task_ref: Any = None
+        if not ray.is_initialized():
+            ray.init(address=address, include_dashboard=False)
+            self._started_ray = True
         try:
+            self.workers = int(workers) if workers is not None else self._default_workers()
+            self._check_resources()
             self._factory = to_factory(model)
             env = {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ}
             self._actor_cls = ray.remote(ShardWorker).options(
@@ -544,7 +556,7 @@ class RayOracle:
 
     # -- actors ------------------------------------------------------------------------------------
     def _new_actor(self):
-        return self._actor_cls.remote(self._factory, self._task_ref, **self._worker_kwargs)
+        return self._actor_cls.remote(self._factory, _ByRef(self._task_ref), **self._worker_kwargs)
 
     def actor(self, slot: int):
         """The actor handle in ``slot`` (for tests and benchmarks)."""

@@ -254,7 +254,7 @@ def search(
         ray_oracle = RayOracle(
             model, task, workers=workers, address=ray_address, gpus_per_worker=gpus_per_worker,
             device=device, dtype=dtype, batch_size=batch_size, use_store=use_store,
-            store_budget=store_budget, store_dtype=store_dtype, progress=progress,
+            store_budget=store_budget, store_dtype=store_dtype,
         )
     try:
         manifest = build_manifest(model if ray_oracle is None else ray_oracle.model_manifest, task, options)

@@ -131,8 +131,7 @@ def test_shards_reproduce_the_local_evaluation(worker, kind):
     sets = SINGLES if kind != "generation" else SINGLES[:7]
     ref = ModelOracle(model, task, batch_size=4, progress=False).evaluate("dist", sets)
     assert len({tuple(r.tolist()) for r in ref}) > 1, "the ablations should change some answers"
-    for n_shards in (2, 3):
-        assert torch.equal(_scatter(worker, "dist", n_shards, sets), ref), n_shards
+    assert torch.equal(_scatter(worker, "dist", 3, sets), ref)  # (2 shards: the Ray tests)
 
 
 def test_shards_keep_the_local_store_layers(worker):
@@ -145,12 +144,13 @@ def test_shards_keep_the_local_store_layers(worker):
         torch.Size(s).numel() for b in encode_split(model, task.dist, 4) for s in b.part_shapes(model.cfg.d_model)
     )
     budget = per_layer + per_layer // 2  # one of the two resumable layers fits
+    sets = SINGLES[::2]  # heads of every layer, fewer passes
     local = ModelOracle(model, task, batch_size=4, store_budget=budget, progress=False)
-    ref = local.evaluate("dist", SINGLES)
+    ref = local.evaluate("dist", sets)
     shards = worker.plan("dist", 2, budget)
     assert all(s.layers == local.store("dist").stored_layers for s in shards)
     assert len(shards[0].layers) == 1
-    assert torch.equal(_scatter(worker, "dist", 2, SINGLES, budget), ref)
+    assert torch.equal(_scatter(worker, "dist", 2, sets, budget), ref)
     sub = shard_split(task.dist, shards[1])
     assert [e.id for e in sub] == [task.dist[i].id for i in shards[1].examples]
 
@@ -196,6 +196,17 @@ def test_without_ray_one_clear_error(monkeypatch, capsys):
         search("no-such/model-anywhere", _mc_task(), backend="spark")
 
 
+def test_cli_search_ray_options():
+    from cel_lens.cli import build_parser
+
+    args = build_parser().parse_args(
+        ["search", "--model", "m", "--task", "arithmetic", "--backend", "ray", "--address", "auto",
+         "--workers", "4", "--gpus-per-worker", "0.5"]
+    )
+    assert (args.backend, args.address, args.workers, args.gpus_per_worker) == ("ray", "auto", 4, 0.5)
+    assert build_parser().parse_args(["search", "--model", "m", "--task", "t"]).backend == "local"
+
+
 # ---------------------------------------------------------------------------------------------
 # with Ray
 # ---------------------------------------------------------------------------------------------
@@ -215,10 +226,15 @@ def ray_cluster():
 
 
 @pytest.fixture(scope="module")
-def local_run(tmp_path_factory):
-    """The reference: the same search on the local backend, with the model the actors build."""
-    model = ModelFactory.tiny().build()
-    return search(model, _mc_task(), out=tmp_path_factory.mktemp("local") / "run", **SEARCH)
+def tiny_object():
+    """The model the actors build from ``ModelFactory.tiny()``, built here."""
+    return ModelFactory.tiny().build()
+
+
+@pytest.fixture(scope="module")
+def local_run(tiny_object, tmp_path_factory):
+    """The reference: the same search on the local backend."""
+    return search(tiny_object, _mc_task(), out=tmp_path_factory.mktemp("local") / "run", **SEARCH)
 
 
 def _records(path) -> list[tuple[str, str, bytes]]:
@@ -277,9 +293,10 @@ def test_killed_workers_are_restarted_and_their_shards_rerun(ray_cluster, local_
     _same_as_local(run, local_run)
 
 
-def test_interrupted_ray_search_resumes(ray_cluster, local_run, tmp_path, monkeypatch):
-    """The driver dies after three evaluation calls; the same search again (now on one worker,
-    so with other shards) evaluates only what is missing and reaches the local result."""
+def test_interrupted_ray_search_resumes(ray_cluster, local_run, tiny_object, tmp_path, monkeypatch):
+    """The driver dies after three evaluation calls; the same search again, now on one worker (so
+    with other shards) and given the model object (shipped to the actor through Ray's object
+    store), evaluates only what is missing and reaches the local result."""
     evaluate_ = RayOracle.evaluate
 
     def dying_evaluate(self, split, head_sets):
@@ -293,6 +310,6 @@ def test_interrupted_ray_search_resumes(ray_cluster, local_run, tmp_path, monkey
     before = len(RunDir(tmp_path / "run").evaluations())
     assert 0 < before < len(_records(local_run.path))
     monkeypatch.setattr(RayOracle, "evaluate", evaluate_)
-    run = search(ModelFactory.tiny(), _mc_task(), out=tmp_path / "run", backend="ray", workers=1, **SEARCH)
+    run = search(tiny_object, _mc_task(), out=tmp_path / "run", backend="ray", workers=1, **SEARCH)
     assert run.oracle.hits >= before and run.oracle.misses == len(_records(local_run.path)) - before
     _same_as_local(run, local_run)
