@@ -59,6 +59,8 @@ class ModelOracle:
         self.store_dtype = store_dtype
         self.store_path = Path(store_path) if store_path is not None else None
         self.progress = progress
+        # in-RAM stores live with the model (no host-device copies per resumed pass)
+        self.store_device = next(model.parameters()).device if self.store_path is None else "cpu"
         self._stores: dict[str, Any] = {}
 
     def store(self, split: str):
@@ -75,6 +77,8 @@ class ModelOracle:
                 dtype=self.store_dtype,
                 path=None if self.store_path is None else self.store_path / split,
                 batch_size=self.batch_size,
+                progress=self.progress,
+                device=self.store_device,
             )
         return self._stores[split]
 
