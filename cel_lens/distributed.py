@@ -317,19 +317,6 @@ def shard_split(split, shard: Shard):
 # ---------------------------------------------------------------------------------------------
 # the worker (a Ray actor's body; plain Python, so it also runs in-process)
 # ---------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class _ByRef:
-    """An object in Ray's object store, passed nested so that Ray does not resolve it for the
-    constructor: a restarted actor fetches it again (the driver keeps it alive)."""
-
-    ref: Any
-
-    def get(self) -> Any:
-        import ray
-
-        return ray.get(self.ref)
-
-
 class ShardWorker:
     """One model replica and the activation stores of the shards it has evaluated.
 
@@ -355,7 +342,7 @@ class ShardWorker:
         t0 = time.perf_counter()
         self.model = factory.build(device=device, dtype=dtype)
         self.build_s = time.perf_counter() - t0
-        self.task = task.get() if isinstance(task, _ByRef) else task
+        self.task = task
         self.batch_size = int(batch_size)
         self.use_store = bool(use_store) and self.task.kind != "generation"
         self.store_dtype = store_dtype
@@ -556,7 +543,9 @@ class RayOracle:
 
     # -- actors ------------------------------------------------------------------------------------
     def _new_actor(self):
-        return self._actor_cls.remote(self._factory, _ByRef(self._task_ref), **self._worker_kwargs)
+        # the task (and a shipped model) live in the object store while this oracle keeps their
+        # references, so a restarted actor gets them again (Ray warns about such arguments once)
+        return self._actor_cls.remote(self._factory, self._task_ref, **self._worker_kwargs)
 
     def actor(self, slot: int):
         """The actor handle in ``slot`` (for tests and benchmarks)."""

@@ -262,6 +262,7 @@ def test_ray_search_equals_local(ray_cluster, local_run, tmp_path):
     _same_as_local(run, local_run)
 
 
+@pytest.mark.slow
 def test_killed_workers_are_restarted_and_their_shards_rerun(ray_cluster, local_run, tmp_path, monkeypatch):
     """``ray.kill`` of actor 0 while it holds a stage-1 shard and SIGKILL of actor 1's process while
     it holds a test-split shard (Ray restarts both), then ``ray.kill(no_restart=True)`` of actor 0
@@ -293,6 +294,7 @@ def test_killed_workers_are_restarted_and_their_shards_rerun(ray_cluster, local_
     _same_as_local(run, local_run)
 
 
+@pytest.mark.slow
 def test_interrupted_ray_search_resumes(ray_cluster, local_run, tiny_object, tmp_path, monkeypatch):
     """The driver dies after three evaluation calls; the same search again, now on one worker (so
     with other shards) and given the model object (shipped to the actor through Ray's object
