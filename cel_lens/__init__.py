@@ -54,11 +54,13 @@ _LAZY: dict[str, str] = {
     # theory and the model organism
     "theory_table": "cel_lens.theory",
     "load_organism": "cel_lens.organism",
+    # distributed scans
+    "RayOracle": "cel_lens.distributed",
 }
 
 _SUBMODULES = {
     "heads", "ablation", "models", "tasks", "evaluate", "store", "scoring", "stats", "runs",
-    "plots", "theory", "organism", "sandbox", "pipeline",
+    "plots", "theory", "organism", "sandbox", "pipeline", "distributed", "demo", "export",
     # ``cel_lens.search`` is the module *and* callable: ``cel_lens.search(model, task, ...)`` runs
     # :func:`cel_lens.pipeline.search` (see the end of cel_lens/search.py).
     "search",
