@@ -27,6 +27,15 @@ from cel_lens.tasks import Example, Split
 
 SETS = ["intact", "L0H1", "L1H2+L2H0", "L2H3"]
 
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    """Tiny models run fastest on one thread (and do not suffer from a loaded machine's cores)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 
 @pytest.fixture(scope="module")
 def model(tiny_model):
@@ -75,7 +84,7 @@ def test_encode_pair_follows_lm_eval(model):
     assert tok.decode(cont) == " 56"
     # continuation = tokens of the joint text after the context's own tokens
     whole = _ids(model, "Question: What is 7 times 8?\nAnswer: 56")
-    assert ctx[1:] + cont == whole[: len(ctx) - 1] + whole[len(ctx) - 1 :]
+    assert ctx[1:] + cont == whole  # no merge across this boundary
     assert cont == whole[len(_ids(model, "Question: What is 7 times 8?\nAnswer:")) :]
 
 
@@ -410,3 +419,32 @@ def test_cel_lens_evaluate_is_callable_either_way(model, arithmetic_split):
     a = module(model, split, progress=False)
     b = cel_lens.evaluate(model, split, progress=False)
     assert torch.equal(a.correct, b.correct)
+
+
+# ---------------------------------------------------------------------------------------------
+# TransformerBridge: no start_at_layer and no TransformerLens KV cache, same results
+# ---------------------------------------------------------------------------------------------
+def test_bridge_matches_hooked_transformer(tiny_checkpoints, arithmetic_split, hellaswag_split):
+    """The same tiny Llama checkpoint as HookedTransformer and as TransformerBridge: per-example
+    results agree (the bridge gets full passes, one row per choice, uncached generation)."""
+    from cel_lens.models import load_model
+    from cel_lens.store import ActivationStore
+
+    hooked = load_model(str(tiny_checkpoints["llama"]), loader="hooked")
+    bridge = load_model(str(tiny_checkpoints["llama"]), loader="bridge")
+    sets = ["intact", "L0H1", "L1H2", "L2H3+L0H0"]
+    for split in (arithmetic_split.subset(12), hellaswag_split.subset(6)):
+        a = evaluate(hooked, split, sets, batch_size=4, progress=False)
+        b = evaluate(bridge, split, sets, batch_size=4, progress=False)
+        assert torch.equal(a.correct, b.correct)
+        torch.testing.assert_close(a.scores, b.scores, atol=2e-4, rtol=0)
+        with ActivationStore.build(bridge, split, progress=False) as store:
+            assert store.layers == (0,) and store.bytes_used == 0
+            assert torch.equal(evaluate(bridge, split, sets, store=store, progress=False).correct, b.correct)
+    assert all(batch.layout == "rows" for batch in encode_split(bridge, hellaswag_split.subset(6), 4))
+    tok = hooked.tokenizer
+    prompts = [[tok.bos_token_id] + _ids(hooked, t) for t in ("You are an", "def f(x):\n    for i in", "Q")]
+    masks = torch.zeros(3, 3, 4, dtype=torch.bool)
+    masks[1, 1, 2] = True
+    kw = dict(max_new_tokens=10, masks=masks, stop=[], stop_at_eos=False)
+    assert greedy_generate(hooked, prompts, **kw) == greedy_generate(bridge, prompts, **kw)
