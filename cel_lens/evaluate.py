@@ -371,7 +371,10 @@ def _encode_example(model, ex: Example, kind: str, chat: bool) -> tuple[list[int
         conts.append(k)
     assert ctx is not None
     ctx = _fit(ctx, conts, int(model.cfg.n_ctx))
-    return ctx, conts, label, [len(t) for t in conts_text]
+    # acc_norm divides by the choice's length in characters without the delimiting space, as
+    # lm-eval does (its choices exclude the target delimiter); a task may give the lengths itself
+    lengths = ex.meta.get("choice_chars") or [len(t[1:]) if t.startswith(" ") else len(t) for t in conts_text]
+    return ctx, conts, label, [int(n) for n in lengths]
 
 
 def _teacher_forced(pairs: Sequence[tuple[list[int], list[int]]], pad: int) -> TeacherForced:

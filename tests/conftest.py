@@ -22,6 +22,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
+import torch  # noqa: E402
+
+# Tests run tiny models: one thread is faster than two fighting over a shared machine's cores.
+torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")

@@ -228,9 +228,10 @@ def _check_mc_against_naive(model, split, res):
             got = res.extra["choice_ll"][v, i, : len(lls)]
             torch.testing.assert_close(got, ref, atol=2e-4, rtol=0)
             assert torch.isnan(res.extra["choice_ll"][v, i, len(lls) : n_choices]).all()
-            # lm-eval: acc = argmax LL, acc_norm = argmax LL / len(choice in characters)
+            # lm-eval: acc = argmax LL, acc_norm = argmax LL / len(choice in characters), the
+            # choice without the space that delimits it from the context
             assert bool(res.extra["acc"][v, i]) == (int(ref.argmax()) == ex.label)
-            norm = ref / torch.tensor([float(len(c)) for c in ex.choices])
+            norm = ref / torch.tensor([float(len(c.removeprefix(" "))) for c in ex.choices])
             assert bool(res.extra["acc_norm"][v, i]) == (int(norm.argmax()) == ex.label)
             headline = norm if split.metric == "acc_norm" else ref
             assert bool(res.correct[v, i]) == (int(headline.argmax()) == ex.label)
