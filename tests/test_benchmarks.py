@@ -1,0 +1,148 @@
+"""The benchmark's correctness properties (no timing assertions).
+
+The naive baseline (``benchmarks/naive.py``: ``run_with_hooks`` with one zeroing hook, greedy
+generation, per-choice log-likelihood) is an implementation independent of cel_lens's evaluator;
+both must give the same per-head stage-1 gains, and the same per-example correctness, on a tiny
+random model. The naive loop itself is checked against TransformerLens' ``generate``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # benchmarks/ is not part of the installed package
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.gpu_scan import fit_extrapolate  # noqa: E402
+from benchmarks.measure import layer_flops  # noqa: E402
+from benchmarks.naive import greedy_tokens, naive_scan, zero_head_hook  # noqa: E402
+from benchmarks.run import cel_scan, naive_heads  # noqa: E402
+from benchmarks.workload import self_labelled, synthetic_arithmetic  # noqa: E402
+from cel_lens.heads import Head, HeadSet  # noqa: E402
+from cel_lens.tasks import Example, Split, Task  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def model(tiny_model):
+    return tiny_model
+
+
+def _all_heads(model) -> list[tuple[int, int]]:
+    return [(l, h) for l in range(model.cfg.n_layers) for h in range(model.cfg.n_heads)]
+
+
+def _arithmetic(model, n: int = 32) -> tuple[Task, int]:
+    pairs = synthetic_arithmetic(n + 4, seed=3)
+    ex = [Example(id=f"a/{i}", prompt=p, target=t) for i, (p, t) in enumerate(pairs)]
+    task = Task("arithmetic", "exact_match", dist=Split("dist", tuple(ex[:n])), test=Split("test", tuple(ex[n:])))
+    return self_labelled(model, task)
+
+
+def _boolq(n: int = 12) -> Task:
+    from cel_lens.tasks.boolq import make_example
+
+    path = ROOT / "cel_lens" / "data" / "fixtures" / "boolq" / "train.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    ex = [make_example(r, "train", i) for i, r in enumerate(rows[: n + 4])]
+    return Task("boolq", "multiple_choice", dist=Split("dist", tuple(ex[:n])), test=Split("test", tuple(ex[n:])))
+
+
+def _check_identical(model, task) -> tuple[torch.Tensor, torch.Tensor]:
+    heads = _all_heads(model)
+    naive = naive_scan(model, task.dist, heads, batch_size=8)
+    gains, oracle = cel_scan(model, task)  # exact_scores over a ModelOracle: the benchmarked path
+    assert gains.dtype == torch.float64
+    assert torch.equal(naive.gains, gains), (naive.gains, gains)
+    # per example too, not only the means: intact and every single-head ablation
+    sets = [HeadSet()] + [HeadSet([Head(l, h)]) for l, h in heads]
+    correct = oracle.evaluate("dist", sets)
+    assert torch.equal(correct[0], naive.intact)
+    assert torch.equal(correct[1:], naive.correct)
+    return naive.intact, gains
+
+
+def test_arithmetic_gains_identical(model):
+    task, replaced = _arithmetic(model)
+    assert replaced >= 4  # self-labelling makes the comparison non-trivial
+    intact, gains = _check_identical(model, task)
+    assert intact.float().mean() > 0.1
+    assert (gains != 0).any() and len(set(gains.tolist())) > 1
+
+
+def test_boolq_gains_identical(model):
+    intact, gains = _check_identical(model, _boolq())
+    assert (gains != 0).any()
+
+
+def test_naive_greedy_matches_transformer_lens_generate(model):
+    """The naive loop (left padding, key/value cache, run_with_hooks) against TL's own generate on
+    each prompt alone, unpadded, under the same zeroing hook."""
+    tok = model.tokenizer
+    prompts = [p for p, _ in synthetic_arithmetic(5, seed=1)]
+    ctxs = [[tok.bos_token_id] + tok(p, add_special_tokens=False)["input_ids"] for p in prompts]
+    assert len({len(c) for c in ctxs}) > 1  # padding is exercised
+    hook = zero_head_hook(1, 2)
+    with torch.inference_mode():
+        batched = greedy_tokens(model, ctxs, 4, [hook]).tolist()
+        no_cache = greedy_tokens(model, ctxs, 4, [hook], kv_cache=False).tolist()
+        for ctx, got in zip(ctxs, batched):
+            with model.hooks(fwd_hooks=[hook]):
+                ref = model.generate(torch.tensor([ctx]), max_new_tokens=4, do_sample=False, stop_at_eos=False,
+                                     verbose=False)
+            assert got == ref[0, len(ctx):].tolist()
+    assert batched == no_cache
+
+
+def test_zero_head_hook_zeroes_one_head(model):
+    seen = {}
+
+    def spy(z, hook=None):
+        seen["z"] = z.clone()
+
+    tokens = torch.tensor([[1, 5, 9, 12]])
+    with torch.inference_mode():
+        model.run_with_hooks(tokens, fwd_hooks=[zero_head_hook(0, 3), ("blocks.0.attn.hook_z", spy)])
+    z = seen["z"]
+    assert torch.all(z[:, :, 3] == 0) and torch.any(z[:, :, :3] != 0)
+
+
+def test_naive_heads_rotate_over_repetitions():
+    first, second = naive_heads(8, 8, 8, 0), naive_heads(8, 8, 8, 1)
+    assert [l for l, _ in first] == list(range(8))
+    assert set(first).isdisjoint(second)
+    assert naive_heads(2, 3, None, 0) == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
+    assert [l for l, _ in naive_heads(8, 8, 3, 0)] == [0, 4, 7]
+
+
+def test_layer_flops_hand_computed():
+    cfg = SimpleNamespace(d_model=4, n_heads=2, d_head=2, n_key_value_heads=1, d_mlp=8, gated_mlp=True, attn_only=False)
+    # per token: q+o 2*4*4*2 = 64, k+v 2*4*2*2 = 32, attention 2*2*2*2*3 = 48, gated MLP 3*2*4*8 = 192
+    assert layer_flops(cfg, rows=1, width=3) == 3 * (64 + 32 + 48 + 192)
+    assert layer_flops(cfg, rows=2, width=1, keys=3) == 2 * (64 + 32 + 48 + 192)
+
+
+def test_fit_extrapolate_hand_computed():
+    # t_l = 1 + 2 (L - l), L = 4: total over l = 0..3 is 4 + 2 * (4 + 3 + 2 + 1) = 24
+    assert fit_extrapolate({0: 9.0, 3: 3.0}, 4) == pytest.approx(24.0)
+    assert fit_extrapolate({0: 9.0, 1: 7.0, 2: 5.0, 3: 3.0}, 4) == pytest.approx(24.0)
+    assert fit_extrapolate({3: 2.0}, 4) == pytest.approx(2.0 * (4 + 3 + 2 + 1))
+
+
+def test_gpu_scan_tiny_smoke(monkeypatch, tmp_path):
+    """The GPU script's code path on a CPU at a tiny shape: it runs, extrapolates, writes its JSON."""
+    from benchmarks.gpu_scan import main
+
+    monkeypatch.setenv("OUT", str(tmp_path))
+    record = main(["--tiny", "--n-prompts", "16", "--layers", "2", "--batch-size", "8", "--synthetic"])
+    assert record["prompts"] == "synthetic" and record["n_prompts"] == 16
+    assert record["layers_measured"] == [0, 3] and record["heads_measured"] == 8 and record["extrapolated"]
+    assert record["scan_s"] > record["store_build_s"] > 0
+    assert record["store_bytes"] > 0 and record["efficiency"] > 0
+    assert json.loads((tmp_path / "gpu_scan.json").read_text()) == record
