@@ -286,9 +286,12 @@ def test_side_effect_matrix_matches_hand_built_tasks(tiny_model):
         )
         assert matrix[2, j] == pytest.approx(gain)
     fig = plots.plot_side_effects(matrix, labels)
-    z = fig.data[0].z
-    assert z[0][0] == pytest.approx(1.0) and z[1][0] is None and fig.data[0].zmid == 0
-    assert fig.data[0].text[0][1] == "-100.0"
+    heat = fig.data[0]
+    assert list(heat.y) == ["Ŝ(up)", "Ŝ(other)"]  # the row without a selection is left out
+    assert np.allclose(np.asarray(heat.z, dtype=float), matrix[[0, 2]]) and heat.zmid == 0
+    assert heat.text[0][1] == "-100.0"
+    outlined = sorted((shape.x0 + 0.5, shape.y0 + 0.5) for shape in fig.layout.shapes)
+    assert outlined == [(0, 0), (2, 1)]  # each row's own task
     with pytest.raises(ValueError, match="unknown task"):
         plots.side_effect_matrix(tiny_model, tasks, {"nope": S})
 
