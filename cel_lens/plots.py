@@ -810,14 +810,17 @@ def write_run_figures(
     obj: ResultLike, out_dir: Union[str, os.PathLike], formats: Sequence[str] = ("html", "png")
 ) -> list[Path]:
     """Write every figure a run's result supports (gain heatmap, discovery vs test) to ``out_dir``;
-    return the files written."""
+    return the files written. The HTML files load ``plotly.min.js`` from ``out_dir`` (written once
+    next to them), so they open without a network."""
     from cel_lens.export import save_figure
 
     r = result_dict(obj)
     out = Path(out_dir)
     written: list[Path] = []
     if r.get("scores") is not None:
-        written += save_figure(plot_gain_heatmap(r), out / "gain_heatmap", formats)
+        written += save_figure(plot_gain_heatmap(r), out / "gain_heatmap", formats, include_plotlyjs="directory")
     if any(s.get("test_gain_posthoc") is not None for s in r.get("subsets") or []):
-        written += save_figure(plot_discovery_vs_test(r), out / "discovery_vs_test", formats)
+        written += save_figure(
+            plot_discovery_vs_test(r), out / "discovery_vs_test", formats, include_plotlyjs="directory"
+        )
     return written

@@ -332,7 +332,9 @@ def test_report_writes_html_and_png_figures(tmp_path: Path, capsys):
     for stem in ("gain_heatmap", "discovery_vs_test"):
         html = run_dir / "figures" / f"{stem}.html"
         assert html.stat().st_size > 5_000 and "Plotly.newPlot" in html.read_text()
+        assert 'src="plotly.min.js"' in html.read_text()  # opens offline: plotly.js sits next to it
         _assert_png(run_dir / "figures" / f"{stem}.png")
+    assert (run_dir / "figures" / "plotly.min.js").stat().st_size > 1_000_000
 
     assert main(["report", str(run_dir), "--no-figures", "--json", "--out", str(tmp_path / "none")]) == 0
     data = json.loads(capsys.readouterr().out)
