@@ -359,6 +359,68 @@ def _cmd_theory(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
+# organism
+# ---------------------------------------------------------------------------------------------
+def _add_organism(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "organism",
+        help="train, inspect or sweep the built-in model organism",
+        formatter_class=_Formatter,
+        description="The model organism is a one-layer attention-only transformer trained on two tasks "
+        "that conflict on a shared feature (see docs/organism.md). 'train' retrains it from a seed and "
+        "writes weights, tokenizer, training log and loss figure; 'info' describes the shipped (or a "
+        "saved) organism and its ground-truth head; 'sweep' trains many seeds and tabulates how often a "
+        "beneficial single-head ablation emerges.",
+    )
+    osub = p.add_subparsers(dest="organism_command", metavar="ACTION")
+    osub.required = True
+    t = osub.add_parser("train", help="train one organism from a seed", formatter_class=_Formatter)
+    t.add_argument("--seed", type=int, default=0, help="training seed (initialization and data)")
+    t.add_argument("--out", default=None, help="output directory (default: runs/organism_seed<S>)")
+    t.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="change one OrganismConfig field, e.g. --set n_heads=6 (repeatable)")
+    t.add_argument("--no-figure", action="store_true", help="skip the training figure")
+    t.add_argument("--json", action="store_true", help="print the summary as JSON")
+    i = osub.add_parser("info", help="describe the shipped or a saved organism", formatter_class=_Formatter)
+    i.add_argument("--path", default=None, help="organism directory (default: the shipped one)")
+    i.add_argument("--json", action="store_true", help="print JSON")
+    w = osub.add_parser("sweep", help="how often a beneficial head emerges over training seeds", formatter_class=_Formatter)
+    w.add_argument("--seeds", default="0-8", help="seeds: '0-19' or '0,3,7'")
+    w.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="change one OrganismConfig field (repeatable)")
+    w.add_argument("--n-test", type=int, default=2000, help="test examples per task")
+    w.add_argument("--json", action="store_true", help="print the per-seed outcomes as JSON")
+
+
+def _cmd_organism(args: argparse.Namespace) -> int:
+    from cel_lens import organism_train as ot
+
+    if args.organism_command == "train":
+        config = ot.config_with(args.overrides)
+        out = args.out or f"runs/organism_seed{args.seed}"
+        summary = ot.train_and_save(args.seed, config, out, figure=not args.no_figure)
+        if args.json:
+            _print_json(summary)
+        else:
+            print(ot.format_summary(summary))
+        return 0
+    if args.organism_command == "info":
+        info = ot.describe_organism(args.path)
+        if args.json:
+            _print_json(info)
+        else:
+            print(ot.format_summary(info))
+        return 0
+    seeds = ot.parse_seeds(args.seeds)
+    outcomes = ot.emergence_sweep(seeds, ot.config_with(args.overrides), n_test=args.n_test)
+    if args.json:
+        _print_json([o.to_dict() for o in outcomes])
+    else:
+        print(ot.sweep_table(outcomes))
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
 # registry of subcommands: name -> (add_parser, handler)
 # ---------------------------------------------------------------------------------------------
 _COMMANDS: dict[str, tuple[Callable[[argparse._SubParsersAction], None], Callable[[argparse.Namespace], int]]] = {
@@ -369,6 +431,7 @@ _COMMANDS: dict[str, tuple[Callable[[argparse._SubParsersAction], None], Callabl
     "tasks": (_add_tasks, _cmd_tasks),
     "report": (_add_report, _cmd_report),
     "theory": (_add_theory, _cmd_theory),
+    "organism": (_add_organism, _cmd_organism),
 }
 
 
