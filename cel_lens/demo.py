@@ -58,12 +58,14 @@ def run_demo(
     summary["task_B_gain"] = summary["task_B_acc_ablated"] - summary["task_B_acc_intact"]
     written: list[str] = []
     if figures is not None:
-        from cel_lens.export import save_figure
-        from cel_lens.plots import plot_gain_heatmap
+        from cel_lens.plots import write_run_figures
 
         fig_dir = Path(run.path) / "figures" if figures == "default" else Path(figures)
-        fig_dir.mkdir(parents=True, exist_ok=True)
-        written = [str(p) for p in save_figure(plot_gain_heatmap(run), fig_dir / "gain_heatmap")]
+        try:
+            written = [str(p) for p in write_run_figures(run, fig_dir)]
+        except RuntimeError as err:  # no browser for PNG export: HTML still works
+            summary["figures_note"] = f"PNG skipped: {str(err).splitlines()[0]}"
+            written = [str(p) for p in write_run_figures(run, fig_dir, formats=("html",))]
     summary["figures"] = written
     if verbose:
         print(_describe(summary))
@@ -92,4 +94,6 @@ def _describe(s: dict[str, Any]) -> str:
     ]
     if s.get("figures"):
         lines.append(f"  figures: {', '.join(s['figures'])}")
+    if s.get("figures_note"):
+        lines.append(f"  ({s['figures_note']})")
     return "\n".join(lines)
