@@ -13,8 +13,12 @@ variant whose head is in layer ``l`` resumes from the store at ``l``, so its cos
 ``L`` layers (``--layers all`` measures every layer instead; nothing is then extrapolated). Also:
 tokens/s, achieved TFLOP/s from an analytic FLOP count of the work done (padding included) and its
 fraction of the GPU's dense bf16 peak (``--peak-tflops``, 790 as measured on the lent H200), and the
-compute floor (one intact pass at the scan's batch shape x heads x (L+1)/(2L)) with the efficiency
-floor / scan. It prints one JSON line and writes it to ``$OUT/gpu_scan.json`` when ``OUT`` is set.
+compute floor (one intact pass at the scan's batch shape x heads x (L+1)/(2L); the intact pass is
+timed on up to 4 evenly spaced batches and scaled by padded tokens) with the efficiency
+floor / scan; and the naive loop of ``benchmarks/naive.py`` (batch 8, full passes, greedy
+generation with a key/value cache) timed on a prefix of the prompts for the intact model and one
+head, scaled to a whole naive scan (``--naive-heads 0`` skips it). It prints one JSON line and
+writes it to ``$OUT/gpu_scan.json`` when ``OUT`` is set.
 
 Data: Arithmetic's 2,000 D_dist prompts from the offline files (``--data-dir``,
 ``$CEL_LENS_DATA_DIR``, ``shared/data`` inside or next to the repository); without them, 2,000
@@ -137,6 +141,8 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--synthetic", action="store_true", help="generated prompts even when the files exist")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--naive-heads", type=int, default=1, help="heads the naive loop times (0: skip it)")
+    ap.add_argument("--naive-prompts", type=int, default=512, help="prompts the naive loop runs on")
     args = ap.parse_args(argv)
 
     t_start = time.perf_counter()
@@ -192,12 +198,32 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
         _sync(device)
         times[layer] = time.perf_counter() - t0
 
+    # the floor's intact pass at the scan's batch shape, on evenly spaced batches (at most 4: each
+    # is repeated ``repeat`` times), scaled to the whole split by padded tokens
     repeat = max(1, min(H, max_rows // max(1, args.batch_size)))
+    sample = store.batches[:: max(1, len(store.batches) // 4)][:4]
+    scale = sum(b.rows.tokens.numel() for b in store.batches) / sum(b.rows.tokens.numel() for b in sample)
     floor_runs = []
     for _ in range(3):
-        floor_runs.append(intact_pass_seconds(model, store.batches, repeat=repeat))
+        floor_runs.append(intact_pass_seconds(model, sample, repeat=repeat) * scale)
         _sync(device)
     intact_pass = sorted(floor_runs)[1]
+
+    # the naive loop (benchmarks/naive.py: batch 8, full passes, KV-cached greedy generation) on a
+    # prefix of the prompts, the intact model and ``--naive-heads`` heads; its cost per evaluation
+    # does not depend on the head, and is scaled to the whole split by prompt count
+    naive = None
+    if args.naive_heads > 0:
+        from benchmarks.naive import naive_scan
+
+        sub = split.subset(min(len(split), args.naive_prompts))
+        heads = [(0, 0), (L - 1, H - 1), (L // 2, H // 2)][: args.naive_heads]
+        t0 = time.perf_counter()
+        naive_scan(model, sub, heads, batch_size=8)
+        _sync(device)
+        per_eval = (time.perf_counter() - t0) / (len(heads) + 1) * len(split) / len(sub)
+        naive = {"naive_prompts": len(sub), "naive_evals": len(heads) + 1, "naive_eval_s": round(per_eval, 3),
+                 "naive_scan_s": round(per_eval * (L * H + 1), 1)}
 
     scan_s = fit_extrapolate(times, L) + store_s
     floor_s = intact_pass * L * H * (L + 1) / (2 * L)
@@ -236,6 +262,8 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
         "floor_s": round(floor_s, 3),
         "efficiency": round(floor_s / scan_s, 4),
         "peak_gpu_bytes": torch.cuda.max_memory_allocated() if device == "cuda" else None,
+        **(naive or {}),
+        "ratio_vs_naive": round(naive["naive_scan_s"] / scan_s, 1) if naive else None,
         "wall_s": round(time.perf_counter() - t_start, 1),
     }
     line = json.dumps(record)

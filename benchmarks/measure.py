@@ -18,6 +18,7 @@ __all__ = [
     "measure",
     "rss_bytes",
     "reset_peak_rss",
+    "release_free_memory",
     "median",
     "intact_pass_seconds",
     "layer_flops",
@@ -53,6 +54,17 @@ def reset_peak_rss() -> bool:
         return False
 
 
+def release_free_memory() -> None:
+    """Return the C heap's free pages to the OS (glibc ``malloc_trim``), so that RSS is live memory
+    and a later peak counts what a run allocates rather than what earlier runs freed."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 @dataclass
 class Measurement:
     """One timed run: wall and CPU seconds, and the peak RSS above the RSS at its start."""
@@ -69,6 +81,7 @@ def measure(fn: Callable[[], Any]) -> Measurement:
     import gc
 
     gc.collect()
+    release_free_memory()
     exact_peak = reset_peak_rss()
     base, _ = rss_bytes()
     c0, t0 = time.process_time(), time.perf_counter()
@@ -84,11 +97,15 @@ def median(values: Sequence[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
-def intact_pass_seconds(model, batches: Sequence, repeat: int = 1) -> float:
+def intact_pass_seconds(model, batches: Sequence, repeat: int = 1, clock: str = "wall") -> float:
     """Seconds of one intact forward pass over the encoded split ``batches`` (cel_lens's
     teacher-forced encoding, :func:`cel_lens.evaluate.encode_split`), unembedding only the scored
     positions, run with each batch repeated ``repeat`` times (the rows one scan forward holds) and
-    divided by ``repeat``: the per-pass cost at the batch shape the scan itself uses."""
+    divided by ``repeat``: the per-pass cost at the batch shape the scan itself uses. ``clock``:
+    ``"wall"`` (``perf_counter``) or ``"cpu"`` (this process's CPU time, steadier on a busy machine)."""
+    if clock not in ("wall", "cpu"):
+        raise ValueError(f"clock must be 'wall' or 'cpu', got {clock!r}")
+    timer = time.perf_counter if clock == "wall" else time.process_time
     from cel_lens.ablation import forward_resid, unembed
 
     device = next(model.parameters()).device
@@ -96,7 +113,7 @@ def intact_pass_seconds(model, batches: Sequence, repeat: int = 1) -> float:
     def rep(t: torch.Tensor) -> torch.Tensor:
         return einops.repeat(t.to(device), "r ... -> (v r) ...", v=repeat)
 
-    t0 = time.perf_counter()
+    t0 = timer()
     with torch.inference_mode():
         for batch in batches:
             if batch.layout == "rows":
@@ -115,7 +132,7 @@ def intact_pass_seconds(model, batches: Sequence, repeat: int = 1) -> float:
             unembed(model, vectors).float().logsumexp(-1)
     if device.type == "cuda":
         torch.cuda.synchronize()
-    return (time.perf_counter() - t0) / repeat
+    return (timer() - t0) / repeat
 
 
 def layer_flops(cfg, rows: int, width: int, keys: Optional[int] = None) -> float:
@@ -153,6 +170,15 @@ def scan_flops(cfg, batches: Sequence, start_layers: Sequence[int]) -> float:
     return total
 
 
+def _version(dist: str, module: Any) -> str:
+    try:
+        from importlib.metadata import version
+
+        return version(dist)
+    except Exception:  # noqa: BLE001 - not installed as a distribution
+        return str(getattr(module, "__version__", "?"))
+
+
 def machine_info() -> dict[str, Any]:
     """CPU model, cores, torch threads, memory, load average and library versions."""
     import transformer_lens
@@ -181,7 +207,7 @@ def machine_info() -> dict[str, Any]:
         "loadavg": os.getloadavg() if hasattr(os, "getloadavg") else None,
         "python": platform.python_version(),
         "torch": torch.__version__,
-        "transformer_lens": getattr(transformer_lens, "__version__", "?"),
+        "transformer_lens": _version("transformer-lens", transformer_lens),
         "transformers": transformers.__version__,
         "platform": platform.platform(),
     }
