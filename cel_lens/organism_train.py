@@ -28,6 +28,7 @@ from torch import Tensor
 
 from cel_lens.organism import (
     BOS,
+    N_DIST,
     ORGANISM_TASK,
     SIDE_TASK,
     VOCAB,
@@ -52,6 +53,8 @@ __all__ = [
     "emergence_sweep",
     "sweep_table",
     "plot_training_log",
+    "plot_head_effects",
+    "plot_emergence",
     "encode_prompts",
     "evaluate_models",
     "model_parameters",
@@ -327,11 +330,13 @@ def evaluate_models(
     models: Sequence[Any], config: OrganismConfig, *, task_seed: int = 0, n_test: int = 2000, n_boot: int = 2000
 ) -> list[SeedOutcome]:
     """Single-head ablations of each model on the test splits of ``organism_a``/``organism_b``
-    (``task_seed``); a head is *beneficial* when task A's paired 95% bootstrap CI lies above 0."""
+    (``task_seed``, the default 2,000 D_dist before them, so the first ``n_test`` examples of the
+    tasks' default D_test); a head is *beneficial* when task A's paired 95% bootstrap CI lies
+    above 0."""
     from cel_lens.stats import paired_bootstrap_ci
 
-    task_a = organism_task(ORGANISM_TASK, n_dist=0, n_test=n_test, seed=task_seed, config=config)
-    task_b = organism_task(SIDE_TASK, n_dist=0, n_test=n_test, seed=task_seed, config=config)
+    task_a = organism_task(ORGANISM_TASK, n_dist=N_DIST, n_test=n_test, seed=task_seed, config=config)
+    task_b = organism_task(SIDE_TASK, n_dist=N_DIST, n_test=n_test, seed=task_seed, config=config)
     tokens = encode_prompts([e.prompt for e in task_a.test])
     label_a = torch.tensor([_ID[e.target.strip()] for e in task_a.test])
     label_b = torch.tensor([_ID[e.target.strip()] for e in task_b.test])
@@ -536,3 +541,68 @@ def format_summary(info: Mapping[str, Any]) -> str:
     for f in info.get("figures", []):
         lines.append(f"  wrote {f}")
     return "\n".join(lines)
+
+
+def plot_head_effects(info: Mapping[str, Any], title: Optional[str] = None):
+    """Plotly figure of one organism (:func:`describe_organism`'s dict): per head, the test-accuracy
+    change of task A (with its 95% CI) and of task B when that head alone is ablated, beside the
+    head's share of the shared-feature and task-feature slopes and its push toward task B's answer."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    test, attr = info["test"], info["attribution"]
+    heads = [f"L0H{h}" for h in range(len(test["gain_a"]))]
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.12, subplot_titles=(
+        "single-head ablation: test accuracy change", "direct logit attribution (random prompts)"))
+    err = dict(type="data", symmetric=False,
+               array=[hi - g for g, hi in zip(test["gain_a"], test["ci_high"])],
+               arrayminus=[g - lo for g, lo in zip(test["gain_a"], test["ci_low"])])
+    fig.add_trace(go.Bar(x=heads, y=test["gain_a"], name="task A (organism_a)", error_y=err, marker_color="#1f77b4"),
+                  row=1, col=1)
+    fig.add_trace(go.Bar(x=heads, y=test["gain_b"], name="task B (organism_b)", marker_color="#d62728"), row=1, col=1)
+    fig.add_trace(go.Bar(x=heads, y=attr["shared_share"], name="share of u → skip slope", marker_color="#9467bd"),
+                  row=1, col=2)
+    fig.add_trace(go.Bar(x=heads, y=attr["task_share"], name="share of v → pos/neg slope", marker_color="#2ca02c"),
+                  row=1, col=2)
+    push = attr["conflict"]
+    scale = max(abs(p) for p in push) or 1.0
+    fig.add_trace(go.Scatter(x=heads, y=[p / scale for p in push], mode="markers+lines", name="push toward B's answer "
+                             "(scaled to max |push| = 1)", marker=dict(size=10, color="black")), row=1, col=2)
+    fig.update_yaxes(title_text="accuracy change (ablated - intact)", row=1, col=1)
+    fig.update_yaxes(title_text="share / scaled push", row=1, col=2)
+    fig.update_layout(barmode="group", template="plotly_white", height=450, width=1000,
+                      title=title or f"Model organism (seed {info['seed']}): ground truth {info['ground_truth_heads']}, "
+                      f"task A {test['acc_a']:.3f} intact")
+    return fig
+
+
+def plot_emergence(rows: Sequence[Mapping[str, Any]], title: Optional[str] = None):
+    """Bar chart of how often a beneficial head emerged per design (``rows``: ``label``,
+    ``beneficial``, ``seeds`` and optionally ``strong``, the seeds whose best head also fixes at least
+    half of task A's errors), with Wilson 95% intervals, beside the theory's 4/9 and the starting
+    point's 2/9."""
+    import plotly.graph_objects as go
+
+    from cel_lens.stats import accuracy_interval
+
+    labels = [f"{r['label']}  ({r['beneficial']}/{r['seeds']})" for r in rows]
+    fig = go.Figure()
+    for key, name, color in (("beneficial", "beneficial head (task A CI above 0)", "#1f77b4"),
+                             ("strong", "... that also fixes >= half of task A's errors", "#aec7e8")):
+        if not all(key in r for r in rows):
+            continue
+        rate = [r[key] / r["seeds"] for r in rows]
+        ci = [accuracy_interval(r[key], r["seeds"]) for r in rows]
+        fig.add_trace(go.Bar(
+            y=labels, x=rate, orientation="h", name=name, marker_color=color,
+            error_x=dict(type="data", symmetric=False, array=[hi - p for p, (_, hi) in zip(rate, ci)],
+                         arrayminus=[p - lo for p, (lo, _) in zip(rate, ci)], thickness=1),
+        ))
+    for x, name, pos in ((2 / 9, "issue's starting point 2/9", "bottom left"), (4 / 9, "theory (Thm 4.3) 4/9", "bottom right")):
+        fig.add_vline(x=x, line_dash="dot", line_color="gray", annotation_text=name, annotation_position=pos)
+    fig.update_xaxes(title_text="fraction of training seeds (Wilson 95% CI)", range=[0, 1.02])
+    fig.update_yaxes(autorange="reversed")
+    fig.update_layout(template="plotly_white", barmode="group", height=160 + 44 * len(rows), width=1000,
+                      title=title or "How often a beneficial single head emerges over training seeds",
+                      legend=dict(orientation="h", y=1.0, yanchor="bottom"), margin=dict(l=300, t=110, b=90))
+    return fig

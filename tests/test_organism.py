@@ -204,6 +204,10 @@ def test_cli_info_and_train(tmp_path, capsys):
     info = json.loads(capsys.readouterr().out)
     assert info["ground_truth_heads"] == str(ground_truth_heads())
     assert info["test"]["beneficial"] and info["total_bytes"] < 1_000_000
+    assert info["test"]["best_head"] == ground_truth_heads().heads[0].head
+    from cel_lens.organism_train import plot_head_effects
+
+    assert len(plot_head_effects(info).data) == 5
     out = tmp_path / "org"
     code = main(["organism", "train", "--seed", "3", "--out", str(out), "--set", "steps=20", "--set", "batch_size=32",
                  "--no-figure", "--json"])
@@ -217,12 +221,14 @@ def test_cli_info_and_train(tmp_path, capsys):
 
 
 def test_training_figure_and_seed_parsing(tmp_path):
-    from cel_lens.organism_train import parse_seeds, plot_training_log
+    from cel_lens.organism_train import parse_seeds, plot_emergence, plot_training_log
 
     log = json.loads((ORGANISM_DIR / "training_log.json").read_text())
     fig = plot_training_log(log)
     assert len(fig.data) == 5 + 2 * len(log["shared_coef"][0])
     fig.write_html(str(tmp_path / "f.html"), include_plotlyjs=False)
+    rows = [{"label": "a", "beneficial": 3, "strong": 2, "seeds": 4}, {"label": "b", "beneficial": 0, "strong": 0, "seeds": 4}]
+    assert [len(t.y) for t in plot_emergence(rows).data] == [2, 2]
     assert parse_seeds("0-3,9") == [0, 1, 2, 3, 9]
     with pytest.raises(ValueError):
         parse_seeds("a-b")
