@@ -26,10 +26,11 @@ prompts in the same ten GPT-3 formats are generated from a seed (the model is ra
 prompts' lengths matter; the JSON says which). The tokenizer is trained on those prompts (digits one
 per token); the embedding has Llama-3.2's 128,256 rows.
 
-pip packages needed beyond torch (CUDA build) and what a CUDA image usually has (numpy, tqdm,
-einops, jaxtyping, transformers>=5.9, tokenizers): transformer-lens==3.9.0 and the dependencies it
-imports at load time: better-abc, fancy-einsum, beartype, typeguard, transformers-stream-generator,
-datasets (with dill, multiprocess, pyarrow, xxhash, fsspec), accelerate, sentencepiece, rich, pandas.
+Packages: what ``import transformer_lens`` and this script load is, on the lent H200's image, all
+there (torch with CUDA, transformers>=5.9, tokenizers, einops, jaxtyping, numpy, pandas, pyarrow,
+xxhash, fsspec, huggingface-hub, accelerate, sentencepiece, rich, tqdm) except five, to carry as
+wheels and install with ``--no-deps`` (versions as in this repository's environment):
+transformer-lens==3.9.0 better-abc==0.0.3 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19.
 """
 
 from __future__ import annotations
