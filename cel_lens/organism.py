@@ -16,13 +16,13 @@ then ``=``; e.g. ``"u+ v- v+ u+ u- v+ v+ u- v- u+ ="``. Two features: the shared
 * ``organism_b`` (task B, the side task): answer ``skip`` when ``x_u >= 3`` (four or five ``u+``;
   3 in 16 prompts), otherwise the same answer as task A. Task B *needs* the shared feature.
 
-**Training.** Every training prompt is labelled by task B with probability 0.6 and by task A
+**Training.** Every training prompt is labelled by task B with probability 0.75 and by task A
 otherwise, with no task cue anywhere: both tasks draw the same prompts, so no head can know which
 task is being asked. For a prompt with ``x_u >= 3`` the best the model can do on the mix is to say
-``skip`` (probability 0.6 against 0.4), which is wrong for task A. So the trained model answers task
-A correctly only on the 13 in 16 prompts where task B agrees (about 0.81 accuracy) and task B almost
-always: the compromise of Proposition 4.1, where the shared coefficient sits between what A wants
-(zero) and what B wants.
+``skip`` (probability 0.75 against 0.25), which is wrong for task A. So the trained model loses task
+A on (most of) the 3 in 16 prompts where task B says ``skip`` (task A about 0.84, task B about 0.97
+on held-out prompts): the compromise of Proposition 4.1, where the shared coefficient sits between
+what A wants (zero) and what B wants.
 
 **Why a beneficial ablation exists.** In a one-layer attention-only model the answer position reads
 the prompt only through its heads. The shared feature pushes one output direction (``skip`` against
@@ -33,8 +33,10 @@ and little of the ``v -> pos/neg`` mode (the allocation event of Theorem 4.3), z
 ``skip`` answers: task A rises toward 1.0 while task B falls by as much. How often this happens over
 training seeds, and what drives the rate (output directions, initialization, head count and width,
 the share of task B), is measured in ``docs/organism.md``. When the shared feature instead moves the
-same output direction as the task feature (task B answering ``pos``/``neg`` dominated by ``x_u``),
-every head carries ``u`` and ``v`` in one fixed ratio and single-head ablations almost never help.
+same output direction as the task feature (``shared_readout``: task B answers ``pos``/``neg`` by the
+sign of ``2 x_u + x_v``), gradient descent learns one mode and every head carries ``u`` and ``v`` in
+one ratio, so no head removes the shared feature: single-head ablations then help rarely (2 of 9
+seeds at an even task mix) or only through the answer bias, fixing the errors of one answer.
 
 **Ground truth** independent of any search: :func:`head_feature_coefficients` takes each head's
 direct logit attribution on random prompts: its slope on each feature (how much of the ``u -> skip``
@@ -45,7 +47,6 @@ two tasks disagree; :func:`ground_truth_heads` names the head that pushes hardes
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence, Union
@@ -56,6 +57,7 @@ from torch import Tensor
 
 from cel_lens.heads import HeadSet
 from cel_lens.tasks import Example, Split, Task, register_task
+from cel_lens.tasks._io import reject_options
 
 __all__ = [
     "ORGANISM_TASK",
@@ -306,8 +308,7 @@ def load_organism_a(
     n_dist: Optional[int] = None, n_test: Optional[int] = None, seed: int = 0, data_dir: Any = None, **kw: Any
 ) -> Task:
     """Task A of the model organism (see the module docstring); ``data_dir`` is unused."""
-    if kw:
-        raise ValueError(f"{ORGANISM_TASK}: unknown option(s) {', '.join(sorted(kw))}")
+    reject_options(ORGANISM_TASK, kw)
     return organism_task(ORGANISM_TASK, n_dist, n_test, seed)
 
 
@@ -316,8 +317,7 @@ def load_organism_b(
     n_dist: Optional[int] = None, n_test: Optional[int] = None, seed: int = 0, data_dir: Any = None, **kw: Any
 ) -> Task:
     """Task B of the model organism (see the module docstring); ``data_dir`` is unused."""
-    if kw:
-        raise ValueError(f"{SIDE_TASK}: unknown option(s) {', '.join(sorted(kw))}")
+    reject_options(SIDE_TASK, kw)
     return organism_task(SIDE_TASK, n_dist, n_test, seed)
 
 
@@ -555,10 +555,3 @@ def train_organism(seed: int = 0, config: Optional[OrganismConfig] = None, **kwa
     from cel_lens.organism_train import train_organism as _train
 
     return _train(seed, config, **kwargs)
-
-
-def _expected_accuracy_a(config: OrganismConfig) -> float:
-    """Task A accuracy of a model that answers ``skip`` exactly when task B does: P(x_u < skip_at)."""
-    n = config.n_shared
-    ok = sum(math.comb(n, k) for k in range(n + 1) if 2 * k - n < config.skip_at)
-    return ok / 2**n

@@ -32,7 +32,6 @@ from cel_lens.organism import (
     ORGANISM_TASK,
     SIDE_TASK,
     VOCAB,
-    FeatureCoefficients,
     OrganismConfig,
     _ID,
     build_model,
@@ -189,7 +188,7 @@ def train_organisms(
     seeds = [int(s) for s in seeds]
     if not seeds:
         raise ValueError("train_organisms needs at least one seed")
-    S, H = len(seeds), config.n_heads
+    S = len(seeds)
     start = time.perf_counter()
     with _single_thread():
         params = {k: v.requires_grad_(True) for k, v in init_parameters(seeds, config).items()}
