@@ -49,7 +49,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence, Union
 
 import torch
 from jaxtyping import Float, Int
@@ -58,6 +58,10 @@ from torch import Tensor
 from cel_lens.heads import HeadSet
 from cel_lens.tasks import Example, Split, Task, register_task
 from cel_lens.tasks._io import reject_options
+
+if TYPE_CHECKING:  # heavy imports stay lazy at run time
+    from transformer_lens import HookedTransformer, HookedTransformerConfig
+    from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 __all__ = [
     "ORGANISM_TASK",
@@ -170,7 +174,7 @@ class OrganismConfig:
 
 
 # -- tokenizer ----------------------------------------------------------------------------------------
-def build_tokenizer():
+def build_tokenizer() -> "PreTrainedTokenizerFast":
     """A word-level ``PreTrainedTokenizerFast`` over :data:`VOCAB` (split on whitespace only, so
     ``"u+"`` is one token and ``" pos"`` encodes to ``pos``)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
@@ -189,7 +193,7 @@ def build_tokenizer():
     )
 
 
-def load_tokenizer(path: Union[str, Path, None] = None):
+def load_tokenizer(path: Union[str, Path, None] = None) -> "PreTrainedTokenizerBase":
     """The saved tokenizer (``AutoTokenizer.from_pretrained``; TransformerLens re-reads a
     tokenizer by its ``name_or_path``, so it must live in a directory)."""
     from transformers import AutoTokenizer
@@ -322,7 +326,7 @@ def load_organism_b(
 
 
 # -- the model ----------------------------------------------------------------------------------------
-def hooked_config(config: OrganismConfig = OrganismConfig(), device: str = "cpu"):
+def hooked_config(config: OrganismConfig = OrganismConfig(), device: str = "cpu") -> "HookedTransformerConfig":
     """The ``HookedTransformerConfig`` of an organism: one attention-only layer, no normalization
     (so each head's direct logit attribution is exact), learned absolute positions."""
     from transformer_lens import HookedTransformerConfig
@@ -345,7 +349,9 @@ def hooked_config(config: OrganismConfig = OrganismConfig(), device: str = "cpu"
     )
 
 
-def build_model(state: Mapping[str, Tensor], config: OrganismConfig, tokenizer=None, device: str = "cpu"):
+def build_model(
+    state: Mapping[str, Tensor], config: OrganismConfig, tokenizer: Any = None, device: str = "cpu"
+) -> "HookedTransformer":
     """A ``HookedTransformer`` holding ``state`` (TransformerLens parameter names), in eval mode."""
     import warnings
 
@@ -366,7 +372,7 @@ def build_model(state: Mapping[str, Tensor], config: OrganismConfig, tokenizer=N
     return model
 
 
-def _default_tokenizer():
+def _default_tokenizer() -> "PreTrainedTokenizerBase":
     path = ORGANISM_DIR / "tokenizer"
     if path.is_dir():
         return load_tokenizer(path)
@@ -384,7 +390,7 @@ def _shipped_config() -> OrganismConfig:
     return OrganismConfig()
 
 
-def save_organism(model, out_dir: Union[str, Path], *, config: OrganismConfig, seed: int, log: Any = None) -> Path:
+def save_organism(model: "HookedTransformer", out_dir: Union[str, Path], *, config: OrganismConfig, seed: int, log: Any = None) -> Path:
     """Write ``model.safetensors``, ``config.json`` (organism config, seed, TransformerLens config),
     ``tokenizer/`` and, with ``log``, ``training_log.json`` to ``out_dir``."""
     from safetensors.torch import save_file
@@ -411,7 +417,7 @@ def save_organism(model, out_dir: Union[str, Path], *, config: OrganismConfig, s
     return out
 
 
-def load_organism(device: str = "cpu", path: Union[str, Path, None] = None):
+def load_organism(device: str = "cpu", path: Union[str, Path, None] = None) -> "HookedTransformer":
     """The shipped organism (or the one saved in ``path``) as a ``HookedTransformer`` with its
     word-level tokenizer, in eval mode."""
     from safetensors.torch import load_file
@@ -502,7 +508,7 @@ def fit_feature_coefficients(
 
 
 @torch.no_grad()
-def head_feature_coefficients(model=None, n: int = 4096, seed: int = 12345) -> FeatureCoefficients:
+def head_feature_coefficients(model: Optional["HookedTransformer"] = None, n: int = 4096, seed: int = 12345) -> FeatureCoefficients:
     """Per-head direct logit attributions of ``model`` (default: the shipped organism), measured
     with TransformerLens' own cache on ``n`` random prompts (not any task split) tokenized by the
     model's tokenizer. No ablation is run: this is independent of the search."""
@@ -517,7 +523,7 @@ def head_feature_coefficients(model=None, n: int = 4096, seed: int = 12345) -> F
 
 
 @torch.no_grad()
-def ov_feature_reading(model=None) -> dict[str, Float[Tensor, "head"]]:
+def ov_feature_reading(model: Optional["HookedTransformer"] = None) -> dict[str, Float[Tensor, "head"]]:
     """Weights only (no prompts, no activations): each head's OV circuit applied to the embedding
     difference ``u+ - u-`` read on the ``skip - (pos + neg)/2`` unembedding contrast (``"shared"``),
     and to ``v+ - v-`` on ``pos - neg`` (``"task"``). Attention weights are left out, so this is the
@@ -531,7 +537,7 @@ def ov_feature_reading(model=None) -> dict[str, Float[Tensor, "head"]]:
     return {"shared": torch.einsum("d,hde,e->h", du, ov, skip), "task": torch.einsum("d,hde,e->h", dv, ov, pos_neg)}
 
 
-def _model_organism_config(model) -> OrganismConfig:
+def _model_organism_config(model: "HookedTransformer") -> OrganismConfig:
     cfg = getattr(model, "organism_config", None)
     if isinstance(cfg, OrganismConfig):
         return cfg
@@ -540,7 +546,7 @@ def _model_organism_config(model) -> OrganismConfig:
                                      "d_model": model.cfg.d_model})
 
 
-def ground_truth_heads(model=None, coefficients: Optional[FeatureCoefficients] = None) -> HeadSet:
+def ground_truth_heads(model: Optional["HookedTransformer"] = None, coefficients: Optional[FeatureCoefficients] = None) -> HeadSet:
     """The head that carries the conflict, from activations alone (no ablation, no search): the
     head whose direct attribution pushes hardest toward task B's answer on the prompts where task
     A and task B disagree (:attr:`FeatureCoefficients.conflict`). Default: the shipped organism."""
@@ -549,7 +555,9 @@ def ground_truth_heads(model=None, coefficients: Optional[FeatureCoefficients] =
 
 
 # -- training (see cel_lens.organism_train) --------------------------------------------------------------
-def train_organism(seed: int = 0, config: Optional[OrganismConfig] = None, **kwargs: Any):
+def train_organism(
+    seed: int = 0, config: Optional[OrganismConfig] = None, **kwargs: Any
+) -> tuple["HookedTransformer", Any]:
     """Train one organism from scratch; returns ``(model, log)``. See
     :func:`cel_lens.organism_train.train_organism`."""
     from cel_lens.organism_train import train_organism as _train

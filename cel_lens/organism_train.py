@@ -18,7 +18,7 @@ import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional, Sequence, Union
 
 import einops
 import torch
@@ -32,6 +32,7 @@ from cel_lens.organism import (
     ORGANISM_TASK,
     SIDE_TASK,
     VOCAB,
+    OrganismBatch,
     OrganismConfig,
     _ID,
     build_model,
@@ -39,6 +40,10 @@ from cel_lens.organism import (
     organism_task,
     sample_prompts,
 )
+
+if TYPE_CHECKING:  # heavy imports stay lazy at run time
+    import plotly.graph_objects as go
+    from transformer_lens import HookedTransformer
 
 __all__ = [
     "PARAM_NAMES",
@@ -167,7 +172,7 @@ class TrainingLog:
         return cls(**dict(data))
 
 
-def _probe(config: OrganismConfig, n: int = 1024):
+def _probe(config: OrganismConfig, n: int = 1024) -> OrganismBatch:
     return sample_prompts(n, torch.Generator().manual_seed(_PROBE_SEED), config)
 
 
@@ -176,8 +181,8 @@ def train_organisms(
     config: Optional[OrganismConfig] = None,
     *,
     log_every: int = 25,
-    tokenizer=None,
-) -> list[tuple[Any, TrainingLog]]:
+    tokenizer: Any = None,
+) -> list[tuple["HookedTransformer", TrainingLog]]:
     """Train one organism per seed, all at once; returns ``[(HookedTransformer, TrainingLog)]``.
 
     Each step draws ``batch_size`` fresh prompts per model, labels each by task B with probability
@@ -265,15 +270,15 @@ def _log_step(logs, step, params, ce, side, probe, probe_tokens, config) -> None
 
 
 def train_organism(
-    seed: int = 0, config: Optional[OrganismConfig] = None, *, log_every: int = 25, tokenizer=None
-) -> tuple[Any, TrainingLog]:
+    seed: int = 0, config: Optional[OrganismConfig] = None, *, log_every: int = 25, tokenizer: Any = None
+) -> tuple["HookedTransformer", TrainingLog]:
     """Train one organism from random initialization with ``seed``; returns ``(model, log)``.
 
     With the default config and the shipped seed this reproduces ``cel_lens/data/organism``."""
     return train_organisms([seed], config, log_every=log_every, tokenizer=tokenizer)[0]
 
 
-def model_parameters(models: Sequence[Any]) -> dict[str, Tensor]:
+def model_parameters(models: Sequence["HookedTransformer"]) -> dict[str, Tensor]:
     """The trained tensors of HookedTransformer organisms, stacked like :func:`init_parameters`."""
     return {k: torch.stack([m.state_dict()[k].detach() for m in models]) for k in PARAM_NAMES}
 
@@ -326,7 +331,7 @@ def _ablation_correct(params, tokens, labels, H) -> Bool[Tensor, "seed variant b
 
 
 def evaluate_models(
-    models: Sequence[Any], config: OrganismConfig, *, task_seed: int = 0, n_test: int = 2000, n_boot: int = 2000
+    models: Sequence["HookedTransformer"], config: OrganismConfig, *, task_seed: int = 0, n_test: int = 2000, n_boot: int = 2000
 ) -> list[SeedOutcome]:
     """Single-head ablations of each model on the test splits of ``organism_a``/``organism_b``
     (``task_seed``, the default 2,000 D_dist before them, so the first ``n_test`` examples of the
@@ -400,7 +405,7 @@ def sweep_table(outcomes: Sequence[SeedOutcome]) -> str:
 
 
 # -- figures -------------------------------------------------------------------------------------------
-def plot_training_log(log: Union[TrainingLog, Mapping[str, Any]], title: Optional[str] = None):
+def plot_training_log(log: Union[TrainingLog, Mapping[str, Any]], title: Optional[str] = None) -> "go.Figure":
     """Plotly figure of a training run: losses (mix, task A rows, task B rows), probe accuracies, and
     each head's slope on the shared feature (``u -> skip``) and on the task feature (``v -> pos/neg``)."""
     import plotly.graph_objects as go
@@ -498,7 +503,7 @@ def train_and_save(seed: int, config: OrganismConfig, out: Union[str, Path], *, 
     return summary
 
 
-def describe_organism(path: Union[str, Path, None] = None, *, model=None) -> dict[str, Any]:
+def describe_organism(path: Union[str, Path, None] = None, *, model: Optional["HookedTransformer"] = None) -> dict[str, Any]:
     """Config, seed and files of a saved organism (default: the shipped one), its per-head direct
     logit attributions and ground-truth head, and single-head ablations on both test splits."""
     from cel_lens.organism import head_feature_coefficients, load_organism, organism_info
@@ -542,7 +547,7 @@ def format_summary(info: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def plot_head_effects(info: Mapping[str, Any], title: Optional[str] = None):
+def plot_head_effects(info: Mapping[str, Any], title: Optional[str] = None) -> "go.Figure":
     """Plotly figure of one organism (:func:`describe_organism`'s dict): per head, the test-accuracy
     change of task A (with its 95% CI) and of task B when that head alone is ablated, beside the
     head's share of the shared-feature and task-feature slopes and its push toward task B's answer."""
@@ -575,7 +580,7 @@ def plot_head_effects(info: Mapping[str, Any], title: Optional[str] = None):
     return fig
 
 
-def plot_emergence(rows: Sequence[Mapping[str, Any]], title: Optional[str] = None):
+def plot_emergence(rows: Sequence[Mapping[str, Any]], title: Optional[str] = None) -> "go.Figure":
     """Bar chart of how often a beneficial head emerged per design (``rows``: ``label``,
     ``beneficial``, ``seeds`` and optionally ``strong``, the seeds whose best head also fixes at least
     half of task A's errors), with Wilson 95% intervals, beside the theory's 4/9 and the starting
