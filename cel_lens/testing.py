@@ -19,6 +19,7 @@ __all__ = [
     "tiny_hooked_transformer",
     "tiny_hf_checkpoint",
     "tiny_hooked_from_hf",
+    "planted_task",
 ]
 
 CORPUS: tuple[str, ...] = (
@@ -234,3 +235,30 @@ def tiny_hooked_from_hf(path: Union[str, Path], **kwargs):
     kwargs.setdefault("device", "cpu")
     kwargs.setdefault("dtype", "float32")
     return load_model(path, loader="hooked", **kwargs)
+
+
+def planted_task(model, n: int = 24, heads: str = "intact", name: str = "planted"):
+    """A task whose best ablation is known by construction: exact-match examples (``n`` discovery,
+    ``n`` test) whose target is the next token ``model`` predicts with ``heads`` ablated, so ablating
+    exactly those heads scores 100%. Only prompts whose target re-encodes to that very token (no BPE
+    merge across the boundary) are kept. With ``heads="intact"`` the targets are the intact model's
+    own answers."""
+    from cel_lens.ablation import ablate
+    from cel_lens.evaluate import encode_pair
+    from cel_lens.tasks import Example, Task
+
+    examples = []
+    with ablate(model, heads):
+        for i in range(20 * n):
+            prompt = f"Question: What is {i} plus {3 * i + 7}?\nAnswer:"
+            toks = model.to_tokens(prompt)
+            nxt = int(model(toks)[0, -1].argmax())
+            target = model.tokenizer.decode([nxt])
+            ctx, cont = encode_pair(model, prompt, target)
+            if cont == [nxt] and ctx == toks[0].tolist():
+                examples.append(Example(f"{name}/{i}", prompt, target=target))
+            if len(examples) == 2 * n:
+                break
+    if len(examples) < 2 * n:
+        raise ValueError(f"only {len(examples)} of {2 * n} prompts give a target that re-encodes to one token")
+    return Task(name, "exact_match", tuple(examples[:n]), tuple(examples[n:]))

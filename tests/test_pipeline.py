@@ -12,37 +12,15 @@ import cel_lens as cl
 from cel_lens.heads import HeadSet
 from cel_lens.pipeline import ModelOracle, default_run_dir
 from cel_lens.runs import RunConfigError, load_run
-from cel_lens.tasks import Example, Task
+from cel_lens.tasks import Task
+from cel_lens.testing import planted_task
 
 PLANTED = "L2H1"
 
 
-def planted_task(model, n: int = 24, heads: str = PLANTED) -> Task:
-    """Exact-match examples whose target is the next token the model predicts with ``heads``
-    ablated: ablating exactly those heads scores 100%, the intact model less (by construction).
-    Only prompts whose target re-encodes to that very token (no BPE merge across the boundary)
-    are kept."""
-    from cel_lens.evaluate import encode_pair
-
-    examples = []
-    with cl.ablate(model, heads):
-        for i in range(20 * n):
-            p = f"Question: What is {i} plus {3 * i + 7}?\nAnswer:"
-            toks = model.to_tokens(p)
-            nxt = int(model(toks)[0, -1].argmax())
-            target = model.tokenizer.decode([nxt])
-            ctx, cont = encode_pair(model, p, target)
-            if cont == [nxt] and ctx == toks[0].tolist():
-                examples.append(Example(f"planted/{i}", p, target=target))
-            if len(examples) == 2 * n:
-                break
-    assert len(examples) == 2 * n
-    return Task("planted", "exact_match", tuple(examples[:n]), tuple(examples[n:]))
-
-
 @pytest.fixture(scope="module")
 def task(tiny_model) -> Task:
-    return planted_task(tiny_model)
+    return planted_task(tiny_model, heads=PLANTED)
 
 
 def test_model_oracle_matches_plain_evaluation(tiny_model, task):

@@ -18,6 +18,7 @@ from cel_lens.scoring import (
 )
 from cel_lens.search import SyntheticOracle, exact_scores
 from cel_lens.tasks import Example, Split
+from cel_lens.testing import planted_task
 
 
 def test_lasso_soft_thresholds_an_orthogonal_design():
@@ -75,17 +76,6 @@ def test_score_heads_dispatches_and_validates():
         score_heads("attribution", oracle)
 
 
-def _split(model, n: int = 6) -> Split:
-    """Exact-match examples whose targets are the model's own next tokens (so log-probs are large)."""
-    prompts = [f"Question: What is {i} plus {2 * i + 1}?\nAnswer:" for i in range(n)]
-    examples = []
-    for i, p in enumerate(prompts):
-        toks = model.to_tokens(p)
-        nxt = int(model(toks)[0, -1].argmax())
-        examples.append(Example(f"t/{i}", p, target=model.tokenizer.decode([nxt])))
-    return Split("dist", tuple(examples), "toy", kind="exact_match")
-
-
 def test_attribution_equals_the_derivative_of_the_metric_along_the_ablation_path(tiny_model):
     """attribution[h] = -(z_h . dm/dz_h), the derivative of m(z_h * (1 - eps)) at eps = 0: check it
     against central finite differences of the real metric, head by head."""
@@ -93,7 +83,7 @@ def test_attribution_equals_the_derivative_of_the_metric_along_the_ablation_path
     from cel_lens.evaluate import encode_split, logprob_metric
 
     model = tiny_model
-    split = _split(model)
+    split = planted_task(model, n=6).dist  # targets: the model's own next tokens
     scores = attribution_scores(model, split, batch_size=3, progress=False)
     batches = encode_split(model, split, 3)
 
