@@ -149,9 +149,9 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
     t_start = time.perf_counter()
     from benchmarks.measure import intact_pass_seconds, scan_flops
     from benchmarks.workload import train_bench_tokenizer
-    from cel_lens.evaluate import evaluate
+    from cel_lens.evaluation import evaluate
     from cel_lens.heads import Head, HeadSet
-    from cel_lens.store import ActivationStore
+    from cel_lens.evaluation import ActivationStore
 
     shape = TINY if args.tiny else LLAMA_3_2_3B
     device = "cpu" if args.tiny else "cuda"

@@ -106,7 +106,7 @@ def intact_pass_seconds(model, batches: Sequence, repeat: int = 1, clock: str = 
     if clock not in ("wall", "cpu"):
         raise ValueError(f"clock must be 'wall' or 'cpu', got {clock!r}")
     timer = time.perf_counter if clock == "wall" else time.process_time
-    from cel_lens.ablation import forward_resid, unembed
+    from cel_lens.model import forward_resid, unembed
 
     device = next(model.parameters()).device
 

@@ -71,8 +71,8 @@ def _timed(fn, *args, **kwargs) -> tuple[float, Any]:
 
 def _local(model, task, batch_size: int, threads: int) -> dict[str, Any]:
     from cel_lens.heads import Head, HeadSet
-    from cel_lens.pipeline import ModelOracle
-    from cel_lens.search import exact_scores
+    from cel_lens.backends import LocalOracle as ModelOracle
+    from cel_lens.scoring import exact_scores
 
     torch.set_num_threads(threads)
     oracle = ModelOracle(model, task, batch_size=batch_size, progress=False)
@@ -86,9 +86,9 @@ def _local(model, task, batch_size: int, threads: int) -> dict[str, Any]:
 
 
 def _ray(factory, task, batch_size: int, workers: int) -> dict[str, Any]:
-    from cel_lens.distributed import RayOracle
+    from cel_lens.backends.ray import RayOracle
     from cel_lens.heads import Head, HeadSet
-    from cel_lens.search import exact_scores
+    from cel_lens.scoring import exact_scores
 
     startup_s, oracle = _timed(RayOracle, factory, task, workers=workers, batch_size=batch_size)
     try:
@@ -122,7 +122,7 @@ def run(quick: bool = False, workers: Sequence[int] = (1, 2)) -> dict[str, Any]:
     one CPU each, on a local Ray of 2 CPUs) on the same stage-1 scan."""
     import ray
 
-    from cel_lens.distributed import ModelFactory
+    from cel_lens.backends.ray import ModelFactory
 
     cfg = QUICK if quick else FULL
     factory = ModelFactory.tiny(**cfg["model"])

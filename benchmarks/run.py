@@ -69,8 +69,8 @@ def cel_scan(model, task, heads: Optional[Sequence[tuple[int, int]]] = None, bud
     All heads: :func:`cel_lens.search.exact_scores` over a :class:`cel_lens.pipeline.ModelOracle`
     (the public path). A subset: the same two oracle calls exact_scores makes, on those heads."""
     from cel_lens.heads import Head, HeadSet
-    from cel_lens.pipeline import ModelOracle
-    from cel_lens.search import exact_scores
+    from cel_lens.backends import LocalOracle as ModelOracle
+    from cel_lens.scoring import exact_scores
 
     oracle = ModelOracle(model, task, batch_size=BATCH, store_budget=budget, progress=False)
     if heads is None:
@@ -130,7 +130,7 @@ def _tokens(batches: Sequence) -> tuple[int, int]:
 
 def run_case(case: Case, reps: int, log) -> dict[str, Any]:
     """Alternate the naive and cel_lens scans ``reps`` times; compare gains; measure the floor."""
-    from cel_lens.ablation import model_shape
+    from cel_lens.model import model_shape
 
     model, task = case.model, case.task
     L, H = model_shape(model)
@@ -304,7 +304,7 @@ def scaling(model, task, table_point: tuple[int, int, float, float], head_counts
     medians for the largest point. Also the intact pass (CPU) per |D_dist| for the floor line."""
     from dataclasses import replace
 
-    from cel_lens.ablation import model_shape
+    from cel_lens.model import model_shape
 
     L, H = model_shape(model)
     heads_n, n_full, wall_full, cpu_full = table_point
@@ -350,7 +350,7 @@ def scaling_figure(scale: dict[str, Any], floor_pass_cpu: float, L: int, path_st
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    from cel_lens.export import save_figure
+    from cel_lens.report.save import save_figure
 
     fig = make_subplots(rows=1, cols=2, subplot_titles=("scan time vs heads scanned", "scan time vs |D_dist|"))
     heads_max = max(p[0] for p in scale["by_heads"])

@@ -183,7 +183,7 @@ def self_labelled(model, task: Task, batch_size: int = 32) -> tuple[Task, int]:
     naive/cel_lens comparison would be trivially equal; self-labelled targets make intact accuracy
     high and single-head ablations move it. Returns the task and how many targets were replaced.
     """
-    from cel_lens.evaluate import encode_pair, greedy_generate
+    from cel_lens.evaluation import encode_pair, greedy_generate
 
     tok = model.tokenizer
     pairs = [encode_pair(model, ex.prompt, ex.target or "") for ex in task.dist]

@@ -1,7 +1,7 @@
 """Statistics for a held-out ablation gain: paired bootstrap CI, exact McNemar test, random-subset
 null, and intervals for a single accuracy.
 
-Every function takes per-example correctness vectors (``Bool[Tensor, "example"]``, or anything
+Every function takes per-example correctness vectors (``Bool[Tensor, " example"]``, or anything
 ``numpy.asarray`` accepts) of the *same* examples, so comparisons are paired: the intact and the
 ablated model answer the same questions, and the per-example pairing removes the between-example
 variance that an unpaired comparison would carry.
@@ -227,11 +227,12 @@ def random_subset_null(
         raise TypeError("oracle must have .evaluate(split, head_sets) or be callable(head_sets)")
     if intact is None:
         intact = fn([HeadSet()])[0]
-    base = intact.to(torch.float64).mean()
+    base, n = int(intact.sum()), int(intact.shape[0])
     sets = random_head_sets(n_layers, n_heads, size, R, seed)
     gains = []
     for start in range(0, len(sets), chunk):
         correct = fn(sets[start : start + chunk])
-        gains.append(correct.to(torch.float64).mean(1) - base)
+        # (count - count) / n: exact integers, one rounding, so equal gains compare equal
+        gains.append((correct.to(torch.int64).sum(1) - base).to(torch.float64) / n)
     g = torch.cat(gains) if gains else torch.zeros(0, dtype=torch.float64)
     return NullDistribution(tuple(sets), g)

@@ -10,7 +10,8 @@ import torch
 
 import cel_lens as cl
 from cel_lens.heads import HeadSet
-from cel_lens.pipeline import ModelOracle, default_run_dir
+from cel_lens.backends import LocalOracle as ModelOracle
+from cel_lens.runs import default_run_dir
 from cel_lens.runs import RunConfigError, load_run
 from cel_lens.tasks import Task
 from cel_lens.testing import planted_task
@@ -74,7 +75,7 @@ def test_store_and_no_store_and_scorers_agree_on_the_selection(tiny_model, task,
 
 
 def test_default_run_dir_is_stable_and_config_specific(tiny_model, task):
-    from cel_lens.pipeline import build_manifest
+    from cel_lens.runs import build_manifest
 
     m1 = build_manifest(tiny_model, task, {"k": 3})
     assert default_run_dir(m1) == default_run_dir(build_manifest(tiny_model, task, {"k": 3}))

@@ -11,7 +11,7 @@ import torch
 from scipy import stats as st
 
 from cel_lens.heads import HeadSet
-from cel_lens.search import SyntheticOracle
+from cel_lens.testing import SyntheticOracle
 from cel_lens.stats import (
     accuracy_interval,
     mcnemar_exact,

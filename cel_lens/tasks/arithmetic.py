@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-from cel_lens.tasks import Example, Task, register_task, sample_disjoint
-from cel_lens.tasks._io import (
+from cel_lens.tasks.base import Example, Task, sample_disjoint
+from cel_lens.tasks.io import (
     PathLike,
     check_size,
     check_unique_ids,
@@ -61,7 +61,6 @@ def format_context(context: str) -> str:
     return context.strip().replace("\n\n", "\n").replace("Q:", "Question:").replace("A:", "Answer:")
 
 
-@register_task("arithmetic", info=INFO)
 def load_arithmetic(
     n_dist: Optional[int] = None,
     n_test: Optional[int] = None,

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
-from cel_lens.tasks import Example, Task, register_task
-from cel_lens.tasks._io import PathLike, reject_options, train_val_splits
+from cel_lens.tasks.base import Example, Task
+from cel_lens.tasks.io import PathLike, reject_options, train_val_splits
 
 __all__ = ["HUB_ID", "INFO", "CHOICES", "make_example", "load_boolq"]
 
@@ -49,7 +49,6 @@ def make_example(row: Mapping[str, Any], split: str, index: int) -> Example:
     )
 
 
-@register_task("boolq", info=INFO)
 def load_boolq(
     n_dist: Optional[int] = None,
     n_test: Optional[int] = None,

@@ -19,8 +19,8 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping, Optional
 
-from cel_lens.tasks import Example, Task, register_task
-from cel_lens.tasks._io import PathLike, reject_options, train_val_splits
+from cel_lens.tasks.base import Example, Task
+from cel_lens.tasks.io import PathLike, reject_options, train_val_splits
 
 __all__ = ["HUB_ID", "INFO", "preprocess", "make_example", "load_hellaswag"]
 
@@ -72,7 +72,6 @@ def make_example(row: Mapping[str, Any], split: str, index: int) -> Example:
     )
 
 
-@register_task("hellaswag", info=INFO)
 def load_hellaswag(
     n_dist: Optional[int] = None,
     n_test: Optional[int] = None,

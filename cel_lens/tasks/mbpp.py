@@ -6,9 +6,9 @@ Protocol (lm-evaluation-harness ``mbpp``): each problem is rendered as ::
 
 and the prompt is three worked problems (task_id 2, 3, 4 of the ``prompt`` split, each rendered
 the same way followed by ``{code}\\n[DONE]`` and lm-eval's few-shot delimiter ``"\\n\\n"``) and then
-the problem. Generation is greedy, up to 256 new tokens, and stops at ``[DONE]`` (or EOS): the
-stop strings are in ``Task.options["stop"]`` and in every ``Example.meta["stop"]``, the token budget
-in ``Task.options["max_new_tokens"]``. :func:`judge` cuts the completion at ``[DONE]``, takes the
+the problem. Generation is greedy, up to :data:`MAX_NEW_TOKENS` (256) new tokens, and stops at
+``[DONE]`` (or EOS): the task's ``options["stop"]`` and ``options["max_new_tokens"]``, which the
+evaluator reads (:meth:`cel_lens.tasks.Split.stop_strings`). :func:`judge` cuts the completion at ``[DONE]``, takes the
 first fenced code block if there is one, and runs it with the problem's ``test_setup_code`` and
 ``test_list`` in :mod:`cel_lens.sandbox` (metric ``pass@1``; needs the sandbox's opt-in to run code).
 
@@ -21,8 +21,8 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping, Optional
 
-from cel_lens.tasks import Example, Task, register_task
-from cel_lens.tasks._io import (
+from cel_lens.tasks.base import Example, Task
+from cel_lens.tasks.io import (
     PathLike,
     check_size,
     check_unique_ids,
@@ -133,7 +133,6 @@ def _example(row: Mapping[str, Any], prefix: str) -> Example:
             "test_setup_code": row.get("test_setup_code") or "",
             "challenge_test_list": tuple(row.get("challenge_test_list") or ()),
             "reference_code": row["code"],
-            "stop": STOP,
         },
     )
 
@@ -160,7 +159,6 @@ def _rows_by_split(data_dir: Optional[PathLike]) -> tuple[dict[str, list[dict[st
     return by_split, records
 
 
-@register_task("mbpp", info=INFO)
 def load_mbpp(
     n_dist: Optional[int] = None,
     n_test: Optional[int] = None,

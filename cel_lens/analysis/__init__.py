@@ -1,0 +1,13 @@
+"""What runs a model to make a figure: attention patterns intact vs ablated, and the side effects
+of each task's selected heads on every task. The figures themselves are drawn by
+:mod:`cel_lens.report` from the data computed here.
+
+* :mod:`~cel_lens.analysis.attention`: :func:`attention_patterns`, :func:`plot_attention` (runs the
+  model, then draws :func:`cel_lens.report.plot_attention`);
+* :mod:`~cel_lens.analysis.side_effects`: :func:`side_effect_matrix`.
+"""
+
+from cel_lens.analysis.attention import attention_patterns, example_tokens, plot_attention
+from cel_lens.analysis.side_effects import side_effect_matrix
+
+__all__ = ["attention_patterns", "example_tokens", "plot_attention", "side_effect_matrix"]

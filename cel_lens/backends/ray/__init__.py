@@ -1,0 +1,57 @@
+"""The Ray backend: evaluations spread over Ray actors, each with its own model replica.
+
+See :mod:`cel_lens.backends.ray.oracle` for how splits are sharded and failures recovered, and
+``docs/distributed.md`` for clusters. Importing this package does not import Ray; constructing
+:class:`RayBackend` (or a :class:`RayOracle`) without Ray installed raises one clear
+:class:`RayUnavailableError`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+
+from cel_lens.backends.base import ExecutionSettings
+from cel_lens.backends.ray.errors import RAY_INSTALL_HINT, RayUnavailableError, require_ray
+from cel_lens.backends.ray.factory import ModelFactory, to_factory
+from cel_lens.backends.ray.oracle import FORWARDED_ENV, RayOracle
+from cel_lens.backends.ray.shards import Shard, plan_shards, shard_split
+from cel_lens.backends.ray.worker import ShardWorker
+from cel_lens.tasks.base import Task
+
+__all__ = [
+    "RAY_INSTALL_HINT",
+    "RayUnavailableError",
+    "require_ray",
+    "RayBackend",
+    "RayOracle",
+    "ModelFactory",
+    "to_factory",
+    "Shard",
+    "plan_shards",
+    "shard_split",
+    "ShardWorker",
+    "FORWARDED_ENV",
+]
+
+
+class RayBackend:
+    """Evaluations on Ray actors; the driver (this process) keeps the run directory. Each actor
+    loads a model given by name itself; a model object is shipped once through Ray's object store."""
+
+    name = "ray"
+
+    def __init__(self) -> None:
+        require_ray()  # one clear error before anything is loaded
+
+    def open(
+        self, model: Any, task: Task, settings: ExecutionSettings, *, store_dtype: Optional[torch.dtype] = None
+    ) -> RayOracle:
+        """A :class:`RayOracle` with ``settings.workers`` actors (every replica built before this returns)."""
+        return RayOracle(
+            model, task, workers=settings.workers, address=settings.ray_address,
+            gpus_per_worker=settings.gpus_per_worker, device=settings.device, dtype=settings.dtype,
+            batch_size=settings.batch_size, use_store=settings.use_store, store_budget=settings.store_budget,
+            store_dtype=store_dtype,
+        )

@@ -1,0 +1,52 @@
+"""``cel-lens evaluate``: accuracy of a model on a task, intact and with heads ablated."""
+
+from __future__ import annotations
+
+import argparse
+
+from cel_lens.cli.common import Formatter, add_model_task_options, load_model_and_task, print_json
+
+__all__ = ["add", "run"]
+
+
+def add(sub: argparse._SubParsersAction) -> None:
+    """Declare the subcommand and its options."""
+    p = sub.add_parser(
+        "evaluate", help="accuracy of a model on a task, intact and with heads ablated", formatter_class=Formatter
+    )
+    add_model_task_options(p)
+    p.add_argument("--heads", default="", help="head set to ablate, e.g. L3H1,L12H7 (empty: intact only)")
+    p.add_argument("--split", choices=["dist", "test"], default="test", help="which split to evaluate")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the subcommand; returns the exit code."""
+    from cel_lens.evaluation import evaluate
+    from cel_lens.heads import HeadSet
+    from cel_lens.stats import accuracy_interval, mcnemar_exact, paired_bootstrap_ci
+
+    model, task = load_model_and_task(args)
+    heads = HeadSet.parse(args.heads)
+    sets = [HeadSet()] + ([heads] if heads else [])
+    res = evaluate(model, task.split(args.split), sets, batch_size=args.batch_size, progress=not args.no_progress)
+    out: dict = {"task": task.name, "split": args.split, "n": len(res.ids), "metric": task.metric}
+    for name, row in zip(("intact", "ablated"), res.correct):
+        lo, hi = accuracy_interval(row)
+        out[name] = {"heads": str(sets[0 if name == "intact" else 1]), "accuracy": float(row.double().mean()), "ci": [lo, hi]}
+    if heads:
+        lo, hi = paired_bootstrap_ci(res.correct[0], res.correct[1], seed=args.seed)
+        out["gain"] = out["ablated"]["accuracy"] - out["intact"]["accuracy"]
+        out["gain_ci"] = [lo, hi]
+        out["p_value"] = mcnemar_exact(res.correct[0], res.correct[1])
+    if args.json:
+        print_json(out)
+        return 0
+    print(f"{task.name} / {args.split} (n={out['n']}, {task.metric})")
+    for name in ("intact", "ablated"):
+        if name in out:
+            r = out[name]
+            print(f"  {name:8s} {r['heads']:>20s}  {r['accuracy']:.4f}  95% CI [{r['ci'][0]:.4f}, {r['ci'][1]:.4f}]")
+    if heads:
+        print(f"  gain {out['gain']:+.4f}  95% CI [{out['gain_ci'][0]:+.4f}, {out['gain_ci'][1]:+.4f}]  McNemar p = {out['p_value']:.3g}")
+    return 0

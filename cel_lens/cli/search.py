@@ -1,0 +1,72 @@
+"""``cel-lens search``: Algorithm 1 on a model and a task, recorded in a run directory."""
+
+from __future__ import annotations
+
+import argparse
+
+from cel_lens.cli.common import DEFAULTS, Formatter, add_model_task_options, allow_code_execution, load_task_from_args, print_json
+from cel_lens.config import SCORERS, STRATEGIES, ExecutionSettings, SearchConfig
+
+__all__ = ["add", "run"]
+
+
+def add(sub: argparse._SubParsersAction) -> None:
+    """Declare ``search`` and its options."""
+    p = sub.add_parser(
+        "search",
+        help="run Algorithm 1: score heads, search subsets, report the held-out gain",
+        formatter_class=Formatter,
+        description="Score single heads on D_dist, evaluate joint ablations of subsets of the best "
+        "candidates, fix the best subset, then measure its gain on D_test with a paired CI, a McNemar "
+        "p-value and a random-subset null. Everything is recorded in the run directory; running the "
+        "same command again resumes.",
+    )
+    add_model_task_options(p)
+    d = SearchConfig()
+    p.add_argument("--k", type=int, default=d.k, help="largest subset size")
+    p.add_argument("--pool", type=int, default=d.pool_size, help="candidate pool size (top heads by stage-1 score)")
+    p.add_argument("--scorer", choices=SCORERS, default=d.scorer, help="stage-1 scorer")
+    p.add_argument("--strategy", choices=STRATEGIES, default=d.strategy, help="stage-2 search")
+    p.add_argument("--beam-width", type=int, default=d.beam_width, help="beam width for --strategy beam")
+    p.add_argument("--n-null", type=int, default=d.n_null, help="random head sets in the null")
+    p.add_argument("--n-masks", type=int, default=d.n_masks, help="random masks for --scorer compressed")
+    p.add_argument("--no-store", action="store_true", help="no activation store: full forward passes")
+    p.add_argument("--store-budget-mb", type=float, default=None, help="byte budget of the activation store")
+    p.add_argument("--store-dtype", default=d.store_dtype, help="store the residual stream in this dtype (e.g. float16)")
+    p.add_argument("--out", default=None, help="run directory (default: runs/<model>__<task>__<config hash>)")
+    p.add_argument("--json", action="store_true", help="print result.json to stdout")
+    p.add_argument("--backend", choices=["local", "ray"], default=DEFAULTS.backend,
+                   help="where evaluations run: this process, or Ray actors (pip install \"cel_lens[ray]\")")
+    p.add_argument("--address", default=DEFAULTS.ray_address,
+                   help="Ray cluster to join: 'auto' (one started with 'ray start') or HOST:PORT; default: a local Ray")
+    p.add_argument("--workers", type=int, default=DEFAULTS.workers,
+                   help="Ray actors, one model replica each (default: cluster GPUs / --gpus-per-worker, else CPUs)")
+    p.add_argument("--gpus-per-worker", type=float, default=DEFAULTS.gpus_per_worker,
+                   help="GPUs per Ray actor (fractions share a GPU)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the search (the backend loads the model: locally here, or in each Ray actor)."""
+    from cel_lens.backends.base import get_backend
+    from cel_lens.pipeline import search
+
+    config = SearchConfig(
+        k=args.k, pool_size=args.pool, scorer=args.scorer, strategy=args.strategy, beam_width=args.beam_width,
+        n_null=args.n_null, seed=args.seed, n_masks=args.n_masks, store_dtype=args.store_dtype,
+    ).validate()
+    settings = ExecutionSettings(
+        device=args.device, dtype=args.dtype, loader=args.loader, batch_size=args.batch_size,
+        use_store=not args.no_store,
+        store_budget=None if args.store_budget_mb is None else int(args.store_budget_mb * 2**20),
+        progress=not args.no_progress, backend=args.backend, ray_address=args.address,
+        workers=args.workers, gpus_per_worker=args.gpus_per_worker,
+    ).validate()
+    get_backend(settings.backend)  # e.g. Ray missing: fail before the task is read
+    allow_code_execution(args)
+    task = load_task_from_args(args)
+    result = search(args.model, task, config, out=args.out, settings=settings)
+    if args.json:
+        print_json(result.result.to_dict())
+    else:
+        print(result)
+    return 0

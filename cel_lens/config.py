@@ -1,0 +1,179 @@
+"""What a search computes and how it runs: two small dataclasses, checked before any work starts.
+
+:class:`SearchConfig` holds every option that can change a search's result (a run's manifest
+records it, and a run directory refuses a different one); :class:`ExecutionSettings` holds how the
+search runs (device, batch size, activation store, progress bars, backend), which never changes a
+result. Both are plain data with the defaults the whole project uses (the CLI shows these), and
+:meth:`SearchConfig.validate` / :meth:`ExecutionSettings.validate` check every field up front, so a
+bad option fails in one line before a model is loaded or a run directory is written. This module
+imports nothing heavy, so ``cel-lens --help`` answers at once.
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import asdict, dataclass
+from typing import Any, Optional
+
+__all__ = [
+    "DEFAULT_K",
+    "DEFAULT_POOL_SIZE",
+    "DEFAULT_N_NULL",
+    "SCORERS",
+    "STRATEGIES",
+    "DTYPE_ALIASES",
+    "canonical_dtype",
+    "SearchConfig",
+    "ExecutionSettings",
+]
+
+DEFAULT_K = 3
+"""Largest subset size (the paper's k)."""
+#: Default candidate pool size m. With the paper's k = 3, m = 12 gives 12 + 66 + 220 = 298 joint
+#: ablations in stage 2: fewer than half of stage 1's single-head evaluations on the paper's models
+#: (Llama-3.2-3B: 28 x 24 = 672 heads, Qwen2.5-3B: 36 x 16 = 576, SmolLM3-3B: 36 x 16 = 576), so
+#: stage 2 never dominates the cost, while m = 16 would already need 696 (more than stage 1) and
+#: m = 8 only 92 (a pool too narrow to hold heads that help only jointly with a weaker one).
+DEFAULT_POOL_SIZE = 12
+DEFAULT_N_NULL = 100
+"""Random head sets in the null (one test-split evaluation each)."""
+
+SCORERS: tuple[str, ...] = ("exact", "attribution", "compressed")
+"""Stage-1 scorers (:mod:`cel_lens.scoring`)."""
+STRATEGIES: tuple[str, ...] = ("exhaustive", "beam")
+"""Stage-2 strategies (:mod:`cel_lens.selection.subsets`)."""
+
+DTYPE_ALIASES: dict[str, str] = {
+    "float32": "float32", "fp32": "float32", "float": "float32",
+    "float64": "float64", "fp64": "float64", "double": "float64",
+    "bfloat16": "bfloat16", "bf16": "bfloat16",
+    "float16": "float16", "fp16": "float16", "half": "float16",
+}
+"""Accepted dtype names -> the canonical ``torch`` attribute name."""
+
+
+def canonical_dtype(name: Any) -> str:
+    """The canonical name of a dtype given by name (``"bf16"``, ``"torch.float16"``) or as a
+    ``torch.dtype``; ``ValueError`` naming the accepted ones otherwise."""
+    key = str(name).lower().removeprefix("torch.")
+    if key not in DTYPE_ALIASES:
+        raise ValueError(f"unknown dtype {name!r}: expected one of {', '.join(sorted(DTYPE_ALIASES))}")
+    return DTYPE_ALIASES[key]
+
+
+def _int(name: str, value: Any, low: int, high: Optional[int] = None) -> None:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    if value < low or (high is not None and value > high):
+        bound = f">= {low}" if high is None else f"in {low}..{high}"
+        raise ValueError(f"{name} must be {bound}, got {value}")
+
+
+def _choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(choices)}")
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    """What a search computes: every option that can change its result (the manifest records them).
+
+    ``k``: largest subset size; ``pool_size``: candidate heads kept from stage 1; ``scorer``:
+    ``"exact"``, ``"attribution"`` or ``"compressed"``; ``strategy``: ``"exhaustive"`` (every subset
+    of the pool up to ``k`` heads) or ``"beam"`` (``beam_width`` best sets grown per size);
+    ``n_null``: random head sets in the null; ``n_boot``: bootstrap resamples; ``posthoc``: also
+    evaluate every stage-2 subset on D_test (for plots); ``seed``: splits, null and bootstrap;
+    ``n_masks``/``sparsity``: the compressed-sensing scorer's knockouts; ``store_dtype``: the
+    activation store's dtype (``"float16"`` halves its memory; resumed passes then differ within
+    half-precision rounding).
+    """
+
+    k: int = DEFAULT_K
+    pool_size: int = DEFAULT_POOL_SIZE
+    scorer: str = "exact"
+    strategy: str = "exhaustive"
+    beam_width: int = 8
+    n_null: int = DEFAULT_N_NULL
+    n_boot: int = 10000
+    posthoc: bool = True
+    seed: int = 0
+    n_masks: Optional[int] = None
+    sparsity: float = 0.05
+    store_dtype: Optional[str] = None
+
+    def validate(self) -> "SearchConfig":
+        """Raise ``ValueError`` naming the first option that cannot work; return ``self``."""
+        _int("k", self.k, 1)
+        _int("pool_size", self.pool_size, 1)
+        _choice("scorer", self.scorer, SCORERS)
+        _choice("strategy", self.strategy, STRATEGIES)
+        _int("beam_width", self.beam_width, 1)
+        _int("n_null", self.n_null, 0)
+        _int("n_boot", self.n_boot, 1)
+        _int("seed", self.seed, 0)
+        if self.n_masks is not None:
+            _int("n_masks", self.n_masks, 1)
+        if not isinstance(self.sparsity, numbers.Real) or not 0.0 < float(self.sparsity) < 1.0:
+            raise ValueError(f"sparsity must lie in (0, 1), got {self.sparsity!r}")
+        if self.store_dtype is not None:
+            canonical_dtype(self.store_dtype)
+        return self
+
+    def manifest_options(self, use_store: bool = True) -> dict[str, Any]:
+        """The ``options`` entry of the run manifest (options that do not apply are ``None``)."""
+        compressed = self.scorer == "compressed"
+        store_dtype = None if self.store_dtype is None or not use_store else f"torch.{canonical_dtype(self.store_dtype)}"
+        return {
+            "k": self.k, "pool_size": self.pool_size, "scorer": self.scorer, "seed": self.seed,
+            "n_null": self.n_null, "n_boot": self.n_boot, "strategy": self.strategy,
+            "beam_width": self.beam_width if self.strategy == "beam" else None,
+            "n_masks": self.n_masks if compressed else None, "sparsity": self.sparsity if compressed else None,
+            "posthoc": self.posthoc, "store_dtype": store_dtype,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as a plain dict."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ExecutionSettings:
+    """How a search runs, as opposed to what it computes: none of these is part of a run's identity
+    (a run started with one setting resumes under another and reaches the same result).
+
+    ``device``/``dtype``/``loader``: how a model given by name is loaded (:func:`cel_lens.load_model`;
+    ``dtype`` does change results and is recorded with the model's identity); ``batch_size``:
+    examples per forward pass; ``use_store``/``store_budget``: the activation store (bytes, ``None``
+    for every layer); ``progress``: progress bars; ``backend``: ``"local"`` or ``"ray"``, with
+    ``ray_address``, ``workers`` and ``gpus_per_worker`` for the latter.
+    """
+
+    device: Optional[str] = None
+    dtype: Optional[str] = None
+    loader: str = "auto"
+    batch_size: int = 8
+    use_store: bool = True
+    store_budget: Optional[int] = None
+    progress: bool = True
+    backend: str = "local"
+    ray_address: Optional[str] = None
+    workers: Optional[int] = None
+    gpus_per_worker: float = 0.0
+
+    def validate(self) -> "ExecutionSettings":
+        """Raise ``ValueError`` naming the first setting that cannot work; return ``self``."""
+        if self.dtype is not None:
+            canonical_dtype(self.dtype)
+        _choice("loader", self.loader, ("auto", "hooked", "bridge"))
+        _int("batch_size", self.batch_size, 1)
+        if self.store_budget is not None:
+            _int("store_budget", self.store_budget, 0)
+        if self.workers is not None:
+            _int("workers", self.workers, 1)
+        if not isinstance(self.gpus_per_worker, numbers.Real) or self.gpus_per_worker < 0:
+            raise ValueError(f"gpus_per_worker must be >= 0, got {self.gpus_per_worker!r}")
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        """The settings as a plain dict."""
+        return asdict(self)

@@ -1,0 +1,163 @@
+"""Encoded batches for teacher-forced scoring: what one forward pass over a batch needs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Optional, Sequence
+
+import torch
+from jaxtyping import Bool, Float, Int
+from torch import Tensor
+
+__all__ = ["TeacherForced", "EncodedBatch", "teacher_forced_rows", "build_batch"]
+
+Encoded = tuple[list[int], list[list[int]], int, list[int]]
+"""One encoded example: context ids, continuation ids per choice, label, choice lengths in characters."""
+
+
+@dataclass
+class TeacherForced:
+    """Right-padded rows ``prompt + continuation[:-1]`` scored in one forward pass.
+
+    ``positions[r, j]`` is the position whose logits predict ``targets[r, j]``; entries where
+    ``target_mask`` is False are padding (position 0, target 0) and are never unembedded.
+    """
+
+    tokens: Int[Tensor, "row pos"]
+    attention_mask: Int[Tensor, "row pos"]
+    positions: Int[Tensor, "row k"]
+    targets: Int[Tensor, "row k"]
+    target_mask: Bool[Tensor, "row k"]
+
+    def to(self, device: torch.device | str) -> "TeacherForced":
+        """The same rows on ``device``."""
+        return TeacherForced(*(getattr(self, f.name).to(device) for f in fields(self)))
+
+
+@dataclass
+class EncodedBatch:
+    """A batch of examples encoded for teacher-forced scoring (exact match or multiple choice).
+
+    Every scored continuation is a *row* (one per example for exact match, one per choice for
+    multiple choice); ``row_example`` maps rows to examples of the batch, ``example_index``
+    examples to their index in the split. Two layouts hold the model inputs:
+
+    * ``"rows"``: :class:`TeacherForced` ``rows``, one right-padded sequence per row;
+    * ``"shared"`` (multiple choice): each prompt once, left padded (``context_tokens``), and each
+      choice's tokens but its last as a right-padded continuation (``cont_tokens``, zero width when
+      every choice is one token). ``targets[r, 0]`` is scored at the prompt's last position and
+      ``targets[r, j]`` at continuation position ``j - 1``.
+
+    ``answer`` holds one :class:`TeacherForced` row per example for the correct continuation (the
+    target, or the labelled choice): what :func:`logprob_metric` differentiates.
+    """
+
+    kind: str
+    example_index: Int[Tensor, " example"]
+    row_example: Int[Tensor, " row"]
+    row_choice: Int[Tensor, " row"]
+    labels: Int[Tensor, " example"]
+    choice_chars: Float[Tensor, " row"]
+    targets: Int[Tensor, "row k"]
+    target_mask: Bool[Tensor, "row k"]
+    answer: TeacherForced
+    rows: Optional[TeacherForced] = None
+    context_tokens: Optional[Int[Tensor, "example ctx"]] = None
+    context_mask: Optional[Int[Tensor, "example ctx"]] = None
+    cont_tokens: Optional[Int[Tensor, "row cont"]] = None
+    cont_mask: Optional[Int[Tensor, "row cont"]] = None
+
+    @property
+    def layout(self) -> str:
+        """``"rows"`` or ``"shared"`` (see the class docstring)."""
+        return "rows" if self.rows is not None else "shared"
+
+    @property
+    def n_examples(self) -> int:
+        """Examples in the batch."""
+        return int(self.example_index.shape[0])
+
+    @property
+    def n_rows(self) -> int:
+        """Scored continuations in the batch."""
+        return int(self.row_example.shape[0])
+
+    def part_shapes(self, d_model: int) -> list[tuple[int, int, int]]:
+        """Shapes of the residual-stream tensors one layer of this batch has: ``[rows, pos, d]``
+        for the ``"rows"`` layout, the contexts' and the continuations' for ``"shared"``."""
+        if self.rows is not None:
+            return [(*self.rows.tokens.shape, d_model)]
+        assert self.context_tokens is not None and self.cont_tokens is not None
+        return [(*self.context_tokens.shape, d_model), (*self.cont_tokens.shape, d_model)]
+
+
+def teacher_forced_rows(pairs: Sequence[tuple[list[int], list[int]]], pad: int) -> TeacherForced:
+    n = len(pairs)
+    seqs = [ctx + cont[:-1] for ctx, cont in pairs]
+    width = max(len(s) for s in seqs)
+    k = max(len(cont) for _, cont in pairs)
+    tokens = torch.full((n, width), pad, dtype=torch.long)
+    mask = torch.zeros((n, width), dtype=torch.long)
+    positions = torch.zeros((n, k), dtype=torch.long)
+    targets = torch.zeros((n, k), dtype=torch.long)
+    target_mask = torch.zeros((n, k), dtype=torch.bool)
+    for r, ((ctx, cont), seq) in enumerate(zip(pairs, seqs)):
+        tokens[r, : len(seq)] = torch.tensor(seq)
+        mask[r, : len(seq)] = 1
+        positions[r, : len(cont)] = torch.arange(len(ctx) - 1, len(ctx) - 1 + len(cont))
+        targets[r, : len(cont)] = torch.tensor(cont)
+        target_mask[r, : len(cont)] = True
+    return TeacherForced(tokens, mask, positions, targets, target_mask)
+
+
+def build_batch(
+    kind: str, index: list[int], encoded: list[tuple[list[int], list[list[int]], int, list[int]]], pad: int, shared: bool
+) -> EncodedBatch:
+    row_example, row_choice, chars, pairs = [], [], [], []
+    for b, (ctx, conts, _, lens) in enumerate(encoded):
+        for c, cont in enumerate(conts):
+            row_example.append(b)
+            row_choice.append(c)
+            chars.append(float(lens[c]))
+            pairs.append((ctx, cont))
+    labels = [lab for _, _, lab, _ in encoded]
+    answer = teacher_forced_rows([(ctx, conts[lab]) for ctx, conts, lab, _ in encoded], pad)
+    common = dict(
+        kind=kind,
+        example_index=torch.tensor(index, dtype=torch.long),
+        row_example=torch.tensor(row_example, dtype=torch.long),
+        row_choice=torch.tensor(row_choice, dtype=torch.long),
+        labels=torch.tensor(labels, dtype=torch.long),
+        choice_chars=torch.tensor(chars, dtype=torch.float32),
+        answer=answer,
+    )
+    if not shared:
+        rows = answer if kind == "exact_match" else teacher_forced_rows(pairs, pad)
+        return EncodedBatch(targets=rows.targets, target_mask=rows.target_mask, rows=rows, **common)
+    n, r = len(encoded), len(pairs)
+    width = max(len(ctx) for ctx, *_ in encoded)
+    k = max(len(cont) for _, cont in pairs)
+    context = torch.full((n, width), pad, dtype=torch.long)
+    context_mask = torch.zeros((n, width), dtype=torch.long)
+    for b, (ctx, *_) in enumerate(encoded):
+        context[b, width - len(ctx) :] = torch.tensor(ctx)
+        context_mask[b, width - len(ctx) :] = 1
+    cont_tokens = torch.full((r, k - 1), pad, dtype=torch.long)
+    cont_mask = torch.zeros((r, k - 1), dtype=torch.long)
+    targets = torch.zeros((r, k), dtype=torch.long)
+    target_mask = torch.zeros((r, k), dtype=torch.bool)
+    for i, (_, cont) in enumerate(pairs):
+        if len(cont) > 1:
+            cont_tokens[i, : len(cont) - 1] = torch.tensor(cont[:-1])
+            cont_mask[i, : len(cont) - 1] = 1
+        targets[i, : len(cont)] = torch.tensor(cont)
+        target_mask[i, : len(cont)] = True
+    return EncodedBatch(
+        targets=targets,
+        target_mask=target_mask,
+        context_tokens=context,
+        context_mask=context_mask,
+        cont_tokens=cont_tokens,
+        cont_mask=cont_mask,
+        **common,
+    )

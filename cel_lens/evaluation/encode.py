@@ -1,0 +1,202 @@
+"""From examples to token ids, as lm-evaluation-harness encodes them.
+
+Prompt and continuation are split as lm-eval's ``_encode_pair`` does (trailing whitespace of the
+context moves to the continuation; the continuation's tokens are those of the joint text after the
+context's own), the context is left-truncated to fit the model, and an optional chat template wraps
+the prompt as one user turn. :func:`encode_split` orders a split longest first and cuts it into
+:class:`~cel_lens.evaluation.batch.EncodedBatch` es.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+
+from cel_lens.evaluation.batch import Encoded, EncodedBatch, build_batch
+from cel_lens.model.forward import init_kv_cache
+from cel_lens.tasks.base import Example, Split
+
+__all__ = [
+    "as_split",
+    "format_prompt",
+    "encode_pair",
+    "encode_prompt",
+    "pad_id",
+    "split_kind",
+    "chat_choice",
+    "encode_split",
+]
+
+
+def _tokenizer(model):
+    tok = getattr(model, "tokenizer", None)
+    if tok is None:
+        raise ValueError("the model has no tokenizer; evaluation needs one to encode prompts")
+    return tok
+
+
+def format_prompt(model, prompt: str, chat_template: bool = False) -> str:
+    """``prompt`` as the model reads it: unchanged, or wrapped as one user turn of the tokenizer's
+    chat template with the assistant's generation prompt (``chat_template=True``)."""
+    if not chat_template:
+        return prompt
+    tok = _tokenizer(model)
+    if not getattr(tok, "chat_template", None):
+        raise ValueError("chat_template=True but the model's tokenizer has no chat template")
+    return tok.apply_chat_template(
+        [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
+    )
+
+
+def _encode_text(tok, text: str) -> list[int]:
+    return list(tok(text, add_special_tokens=False)["input_ids"])
+
+
+def _prefix(model, text: str) -> list[int]:
+    """BOS when the model prepends one (TransformerLens' ``default_prepend_bos``) and the text
+    (e.g. a chat template) does not already start with it."""
+    tok = _tokenizer(model)
+    bos = getattr(tok, "bos_token_id", None)
+    if not getattr(model.cfg, "default_prepend_bos", True) or bos is None:
+        return []
+    if tok.bos_token and text.startswith(tok.bos_token):
+        return []
+    return [int(bos)]
+
+
+def encode_prompt(model, text: str) -> list[int]:
+    """Token ids of a prompt as the model reads it: BOS when the model prepends one (see
+    :func:`_prefix`), then the text's tokens (no other special tokens)."""
+    return _prefix(model, text) + _encode_text(_tokenizer(model), text)
+
+
+def as_split(split: Split | Sequence[Example]) -> Split:
+    """``split`` itself, or a :class:`~cel_lens.tasks.Split` named ``"split"`` of the given examples."""
+    if isinstance(split, Split):
+        return split
+    return Split("split", tuple(split))
+
+
+def encode_pair(model, context: str, continuation: str) -> tuple[list[int], list[int]]:
+    """Token ids of ``context`` (with BOS when the model prepends one) and of ``continuation``, as
+    lm-eval's ``_encode_pair``: trailing whitespace of the context moves to the continuation, the
+    continuation's tokens are those of ``context + continuation`` after the context's own tokens
+    (so a BPE merge across the boundary is scored as the model would see the joint text)."""
+    tok = _tokenizer(model)
+    n_spaces = len(context) - len(context.rstrip())
+    if n_spaces > 0:
+        continuation = context[-n_spaces:] + continuation
+        context = context[:-n_spaces]
+    whole = _encode_text(tok, context + continuation)
+    ctx = _encode_text(tok, context)
+    cont = whole[len(ctx):]
+    ctx = _prefix(model, context) + ctx
+    if not ctx:  # lm-eval scores an empty context after the end-of-text token
+        fallback = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
+        ctx = [int(fallback)]
+    if not cont:
+        raise ValueError(f"continuation {continuation!r} encodes to no tokens")
+    return ctx, cont
+
+
+def pad_id(model) -> int:
+    tok = _tokenizer(model)
+    for name in ("pad_token_id", "eos_token_id", "bos_token_id"):
+        value = getattr(tok, name, None)
+        if value is not None:
+            return int(value)
+    return 0
+
+
+def _fit(ctx: list[int], conts: list[list[int]], n_ctx: int) -> list[int]:
+    """Drop the context's oldest tokens so every ``ctx + cont[:-1]`` fits in ``n_ctx`` (lm-eval)."""
+    longest = max(len(c) for c in conts)
+    room = n_ctx - longest + 1
+    if room < 1:
+        raise ValueError(f"a continuation of {longest} tokens does not fit the model's context ({n_ctx})")
+    return ctx[-room:] if len(ctx) > room else ctx
+
+
+def split_kind(split: Split) -> str:
+    kind = split.kind
+    if kind is None:
+        first = split[0] if len(split) else None
+        kind = "multiple_choice" if first is not None and first.choices else "exact_match"
+    if kind not in ("exact_match", "multiple_choice", "generation"):
+        raise ValueError(f"unknown task kind {kind!r}")
+    return kind
+
+
+def chat_choice(split: Split, chat_template: Optional[bool]) -> bool:
+    if chat_template is not None:
+        return bool(chat_template)
+    options = getattr(split, "options", None) or {}
+    return bool(options.get("chat_template", False))
+
+
+def _encode_example(model, ex: Example, kind: str, chat: bool) -> Encoded:
+    prompt = format_prompt(model, ex.prompt, chat)
+    if kind == "exact_match":
+        if not ex.target:
+            raise ValueError(f"example {ex.id} has no target (exact-match tasks need one)")
+        conts_text = [ex.target]
+        label = 0
+    else:
+        if len(ex.choices) == 0 or ex.label is None:
+            raise ValueError(f"example {ex.id} needs choices and a label (multiple-choice task)")
+        if not 0 <= ex.label < len(ex.choices):
+            raise ValueError(f"example {ex.id}: label {ex.label} out of range for {len(ex.choices)} choices")
+        conts_text = list(ex.choices)
+        label = int(ex.label)
+    ctx: Optional[list[int]] = None
+    conts: list[list[int]] = []
+    for text in conts_text:
+        c, k = encode_pair(model, prompt, text)
+        if ctx is not None and c != ctx:  # cannot happen: the context's encoding ignores the choice
+            raise RuntimeError(f"example {ex.id}: context encodes differently across choices")
+        ctx = c
+        conts.append(k)
+    assert ctx is not None
+    ctx = _fit(ctx, conts, int(model.cfg.n_ctx))
+    # acc_norm divides by the choice's length in characters without the delimiting space, as
+    # lm-eval does (its choices exclude the target delimiter); a task may give the lengths itself
+    lengths = ex.meta.get("choice_chars") or [len(t[1:]) if t.startswith(" ") else len(t) for t in conts_text]
+    return ctx, conts, label, [int(n) for n in lengths]
+
+
+def encode_split(
+    model,
+    split: Split,
+    batch_size: int = 8,
+    *,
+    chat_template: Optional[bool] = None,
+    share_context: Optional[bool] = None,
+) -> list[EncodedBatch]:
+    """Encode an exact-match or multiple-choice split into batches of ``batch_size`` examples.
+
+    Examples are ordered longest first (less padding; memory errors show on the first batch);
+    ``EncodedBatch.example_index`` maps back to the split. ``share_context`` picks the ``"shared"``
+    layout for multiple choice (default: when the model has a key/value cache, or every choice is
+    one token).
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    kind = split_kind(split)
+    if kind == "generation":
+        raise ValueError("generation tasks have no teacher-forced encoding; evaluate() generates instead")
+    chat = chat_choice(split, chat_template)
+    encoded = [_encode_example(model, ex, kind, chat) for ex in split]
+    order = sorted(range(len(encoded)), key=lambda i: -(len(encoded[i][0]) + max(map(len, encoded[i][1]))))
+    shared = False
+    if kind == "multiple_choice":
+        one_token = all(len(c) == 1 for e in encoded for c in e[1])
+        can = one_token or init_kv_cache(model, 1) is not None
+        shared = can if share_context is None else bool(share_context)
+        if shared and not can:
+            raise ValueError("share_context=True needs a model with a key/value cache (HookedTransformer)")
+    pad = pad_id(model)
+    batches = []
+    for start in range(0, len(order), batch_size):
+        idx = order[start : start + batch_size]
+        batches.append(build_batch(kind, idx, [encoded[i] for i in idx], pad, shared))
+    return batches

@@ -1,0 +1,118 @@
+"""Per-example results of an evaluation: :class:`EvalResult`."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional
+
+import torch
+from jaxtyping import Bool, Float
+from torch import Tensor
+
+from cel_lens.heads import HeadSet, HeadsLike
+
+__all__ = ["EvalResult"]
+
+
+@dataclass
+class EvalResult:
+    """Per-example results of V head sets on one split.
+
+    ``correct[v, i]`` is the headline metric of example ``ids[i]`` under ``head_sets[v]`` (acc for
+    exact match and BoolQ, acc_norm for HellaSwag, pass@1 for generation); ``scores[v, i]`` the
+    number that decided it (exact match: log-prob of the target; multiple choice: margin of the
+    correct choice's (normalised) log-likelihood over the best other choice, > 0 iff correct;
+    generation: 1.0/0.0). ``extra`` holds the other metric and per-choice log-likelihoods
+    (``"acc"``, ``"acc_norm"``, ``"choice_ll"`` ``[V, n, max_choices]``, NaN-padded).
+    """
+
+    head_sets: list[HeadSet]
+    ids: list[str]
+    correct: Bool[Tensor, "variant example"]
+    scores: Float[Tensor, "variant example"]
+    extra: dict[str, Tensor] = field(default_factory=dict)
+    completions: Optional[list[list[str]]] = None
+    kind: str = "exact_match"
+    metric: str = "acc"
+    task: str = ""
+    split: str = ""
+    chat_template: bool = False
+
+    @property
+    def accuracy(self) -> Float[Tensor, " variant"]:
+        """Mean of ``correct`` per variant."""
+        if self.correct.shape[1] == 0:
+            return torch.full((self.correct.shape[0],), float("nan"))
+        return self.correct.float().mean(dim=1)
+
+    def index(self, head_set: HeadsLike) -> int:
+        """Row of ``head_set`` in this result (``ValueError`` if it was not evaluated)."""
+        target = HeadSet.parse(head_set)
+        for i, s in enumerate(self.head_sets):
+            if s == target:
+                return i
+        raise ValueError(f"head set {target} was not evaluated here")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (head sets as canonical text, tensors as lists, non-finite floats as None)."""
+        return {
+            "task": self.task,
+            "split": self.split,
+            "kind": self.kind,
+            "metric": self.metric,
+            "chat_template": self.chat_template,
+            "head_sets": [str(s) for s in self.head_sets],
+            "ids": list(self.ids),
+            "accuracy": _jsonable(self.accuracy),
+            "correct": self.correct.to(torch.int8).tolist(),
+            "scores": _jsonable(self.scores),
+            "extra": {k: _jsonable(v) for k, v in self.extra.items()},
+            "completions": self.completions,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "EvalResult":
+        """Inverse of :meth:`to_dict`."""
+
+        def tensor(x: Any, dtype: torch.dtype) -> Tensor:
+            return torch.tensor(_unjson(x), dtype=dtype)
+
+        extra = {
+            k: tensor(v, torch.bool if k in ("acc", "acc_norm") else torch.float32)
+            for k, v in (data.get("extra") or {}).items()
+        }
+        n_var = len(data["head_sets"])
+        n_ex = len(data["ids"])
+        return cls(
+            head_sets=[HeadSet.parse(s) for s in data["head_sets"]],
+            ids=list(data["ids"]),
+            correct=tensor(data["correct"], torch.bool).reshape(n_var, n_ex),
+            scores=tensor(data["scores"], torch.float32).reshape(n_var, n_ex),
+            extra=extra,
+            completions=data.get("completions"),
+            kind=data.get("kind", "exact_match"),
+            metric=data.get("metric", "acc"),
+            task=data.get("task", ""),
+            split=data.get("split", ""),
+            chat_template=bool(data.get("chat_template", False)),
+        )
+
+
+def _jsonable(t: Tensor) -> Any:
+    if t.dtype == torch.bool:
+        return t.to(torch.int8).tolist()
+    values = t.double().tolist()
+
+    def fix(x: Any) -> Any:
+        if isinstance(x, list):
+            return [fix(y) for y in x]
+        return x if math.isfinite(x) else None
+
+    return fix(values)
+
+
+def _unjson(x: Any) -> Any:
+    if isinstance(x, list):
+        return [_unjson(y) for y in x]
+    return float("nan") if x is None else x

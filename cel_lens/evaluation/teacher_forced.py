@@ -1,0 +1,253 @@
+"""Teacher-forced forward passes of encoded batches under many ablation variants at once.
+
+The inputs are repeated variant-major along the batch and a ``[V, L, H]`` mask zeroes ``hook_z``
+(:func:`cel_lens.model.variant_hooks`), in chunks of at most ``max_rows`` rows. The intact model
+runs once per batch; every ablated variant resumes from the intact residual stream entering its
+first ablated layer (kept from that intact pass, or read from an
+:class:`~cel_lens.evaluation.store.ActivationStore`), so layers below it are never recomputed. Only
+the scored positions are unembedded.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Optional, Sequence
+
+import einops
+import torch
+from jaxtyping import Bool, Float, Int
+from torch import Tensor
+
+from cel_lens.evaluation.batch import EncodedBatch, TeacherForced
+from cel_lens.heads import HeadSet, masks_from_head_sets
+from cel_lens.model.ablation import variant_hooks
+from cel_lens.model.forward import forward_resid, forward_resid_cached, init_kv_cache, param_device, select_kv_cache, unembed
+from cel_lens.model.kinds import model_shape, supports_resume
+from cel_lens.progress import progress_bar
+
+__all__ = ["batch_pass", "intact_mask", "score_batches", "chunks"]
+
+_VECTOR_BUDGET = 1 << 25  # logits elements unembedded at once (128 MiB in float32)
+
+
+def _capture_hooks(layers: Iterable[int], sink: dict, part: int) -> list:
+    hooks = []
+    for layer in layers:
+
+        def hook(x: Tensor, hook=None, layer=layer) -> None:  # noqa: ANN001 - TL hook signature
+            sink[(part, layer)] = x.detach()
+
+        hooks.append((f"blocks.{layer}.hook_resid_pre", hook))
+    return hooks
+
+
+def _input(model, tokens: Tensor, source: Optional[Tensor], start: int, n_var: int) -> Tensor:
+    p = next(model.parameters())
+    x = tokens.to(p.device) if start == 0 else source.to(device=p.device, dtype=p.dtype)  # type: ignore[union-attr]
+    return x if n_var == 1 else einops.repeat(x, "r ... -> (v r) ...", v=n_var)
+
+
+def _repeat(t: Tensor, n_var: int, device) -> Tensor:
+    t = t.to(device)
+    return t if n_var == 1 else einops.repeat(t, "r ... -> (v r) ...", v=n_var)
+
+
+def _rows_vectors(
+    model,
+    rows: TeacherForced,
+    masks: Bool[Tensor, "variant layer head"],
+    start: int,
+    sources: Optional[Sequence[Optional[Tensor]]],
+    capture: Sequence[int] = (),
+    sink: Optional[dict] = None,
+) -> Float[Tensor, "variant row k d_model"]:
+    n_var, n_rows = masks.shape[0], rows.tokens.shape[0]
+    device = param_device(model)
+    x = _input(model, rows.tokens, sources[0] if sources else None, start, n_var)
+    hooks = variant_hooks(masks, n_rows) + _capture_hooks(capture, sink if sink is not None else {}, 0)
+    resid = forward_resid(
+        model, x, start_at_layer=start, fwd_hooks=hooks, attention_mask=_repeat(rows.attention_mask, n_var, device)
+    )
+    resid = einops.rearrange(resid, "(v r) p d -> v r p d", v=n_var)
+    idx = einops.repeat(rows.positions.to(device), "r k -> v r k d", v=n_var, d=resid.shape[-1])
+    return resid.gather(2, idx)
+
+
+def _shared_vectors(
+    model,
+    batch: EncodedBatch,
+    masks: Bool[Tensor, "variant layer head"],
+    start: int,
+    sources: Optional[Sequence[Optional[Tensor]]],
+    capture: Sequence[int] = (),
+    sink: Optional[dict] = None,
+) -> Float[Tensor, "variant row k d_model"]:
+    assert batch.context_tokens is not None and batch.context_mask is not None
+    assert batch.cont_tokens is not None and batch.cont_mask is not None
+    sink = sink if sink is not None else {}
+    n_var, n_ex, n_rows = masks.shape[0], batch.n_examples, batch.n_rows
+    width = batch.cont_tokens.shape[1]
+    device = param_device(model)
+    ctx_mask = _repeat(batch.context_mask, n_var, device)
+    cache = init_kv_cache(model, n_var * n_ex) if width > 0 else None
+    if width > 0 and cache is None:
+        raise ValueError("this batch was encoded with shared contexts, which needs a key/value cache")
+    ctx = forward_resid_cached(
+        model,
+        _input(model, batch.context_tokens, sources[0] if sources else None, start, n_var),
+        cache,
+        attention_mask=ctx_mask,
+        start_at_layer=start,
+        fwd_hooks=variant_hooks(masks, n_ex) + _capture_hooks(capture, sink, 0),
+    )
+    row_example = batch.row_example.to(device)
+    last = einops.rearrange(ctx[:, -1], "(v b) d -> v b d", v=n_var)[:, row_example]  # [v, row, d]
+    if width == 0:
+        return last[:, :, None]
+    idx = (torch.arange(n_var, device=device)[:, None] * n_ex + row_example[None]).flatten()
+    cont = forward_resid_cached(
+        model,
+        _input(model, batch.cont_tokens, sources[1] if sources else None, start, n_var),
+        select_kv_cache(cache, idx),
+        attention_mask=torch.cat([ctx_mask[idx], _repeat(batch.cont_mask, n_var, device)], dim=1),
+        start_at_layer=start,
+        fwd_hooks=variant_hooks(masks, n_rows) + _capture_hooks(capture, sink, 1),
+    )
+    cont = einops.rearrange(cont, "(v r) p d -> v r p d", v=n_var)
+    return torch.cat([last[:, :, None], cont], dim=2)
+
+
+def _score_vectors(
+    model, vectors: Float[Tensor, "n d_model"], targets: Int[Tensor, " n"]
+) -> tuple[Float[Tensor, " n"], Bool[Tensor, " n"]]:
+    """Log-prob of each target and whether it is the argmax, unembedding in bounded chunks."""
+    n = vectors.shape[0]
+    step = max(1, _VECTOR_BUDGET // max(1, int(model.cfg.d_vocab)))
+    logprobs, greedy = [], []
+    for i in range(0, n, step):
+        logits = unembed(model, vectors[i : i + step]).float()
+        tgt = targets[i : i + step, None]
+        logprobs.append((logits.gather(-1, tgt) - logits.logsumexp(-1, keepdim=True))[:, 0])
+        greedy.append(logits.argmax(-1) == tgt[:, 0])
+    if not logprobs:
+        return vectors.new_zeros(0, dtype=torch.float32), torch.zeros(0, dtype=torch.bool, device=vectors.device)
+    return torch.cat(logprobs), torch.cat(greedy)
+
+
+def _row_scores(
+    model, batch: EncodedBatch, vectors: Float[Tensor, "variant row k d_model"]
+) -> tuple[Float[Tensor, "variant row"], Bool[Tensor, "variant row"]]:
+    """Summed target log-prob and all-tokens-greedy flag per (variant, row); only real target
+    positions are unembedded."""
+    device = vectors.device
+    sel = batch.target_mask.to(device)
+    n_var = vectors.shape[0]
+    picked = vectors[:, sel]  # [v, n, d]
+    tgt = einops.repeat(batch.targets.to(device)[sel], "n -> (v n)", v=n_var)
+    lp, greedy = _score_vectors(model, picked.reshape(-1, picked.shape[-1]), tgt)
+    lp_full = torch.zeros((n_var, *sel.shape), dtype=torch.float32, device=device)
+    greedy_full = torch.ones((n_var, *sel.shape), dtype=torch.bool, device=device)
+    lp_full[:, sel] = lp.view(n_var, -1)
+    greedy_full[:, sel] = greedy.view(n_var, -1)
+    return lp_full.sum(-1).cpu(), greedy_full.all(-1).cpu()
+
+
+def batch_pass(
+    model,
+    batch: EncodedBatch,
+    masks: Bool[Tensor, "variant layer head"],
+    start: int,
+    sources: Optional[Sequence[Optional[Tensor]]],
+    capture: Sequence[int] = (),
+    sink: Optional[dict] = None,
+) -> tuple[Float[Tensor, "variant row"], Bool[Tensor, "variant row"]]:
+    """Row scores of ``batch`` under ``masks``, starting at layer ``start`` (from tokens when 0,
+    else from ``sources``: the intact residual streams entering ``start``), capturing the intact
+    residual stream entering each layer in ``capture`` into ``sink[(part, layer)]``."""
+    fn = _rows_vectors if batch.layout == "rows" else _shared_vectors
+    rows_or_batch = batch.rows if batch.layout == "rows" else batch
+    vectors = fn(model, rows_or_batch, masks, start, sources, capture, sink)  # type: ignore[arg-type]
+    return _row_scores(model, batch, vectors)
+
+
+def _batch_sources(sink: dict, layer: int, n_parts: int) -> list[Optional[Tensor]]:
+    """Captured residual streams of each part at ``layer`` (None for a part that never ran: the
+    continuations of one-token choices)."""
+    return [sink.get((part, layer)) for part in range(n_parts)]
+
+
+def intact_mask(n_layers: int, n_heads: int) -> Bool[Tensor, "1 layer head"]:
+    return torch.zeros(1, n_layers, n_heads, dtype=torch.bool)
+
+
+def _layer_plan(
+    sets: Sequence[HeadSet], resumable: bool, nearest=None
+) -> tuple[list[int], dict[int, list[int]]]:
+    """Intact variants, and ablated variants grouped by the layer their pass starts at."""
+    intact = [i for i, s in enumerate(sets) if not s]
+    groups: dict[int, list[int]] = {}
+    for i, s in enumerate(sets):
+        if not s:
+            continue
+        first = int(s.first_layer) if resumable else 0
+        start = nearest(first) if (nearest is not None and resumable) else first
+        groups.setdefault(start, []).append(i)
+    return intact, dict(sorted(groups.items()))
+
+
+def chunks(items: list[int], size: int) -> Iterable[list[int]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+def score_batches(
+    model,
+    batches: Sequence[EncodedBatch],
+    sets: Sequence[HeadSet],
+    *,
+    store=None,
+    max_rows: int,
+    progress: bool,
+    desc: str,
+) -> tuple[Float[Tensor, "variant row"], Bool[Tensor, "variant row"]]:
+    """Row scores of every batch under every head set (rows in batch order)."""
+    n_layers, n_heads = model_shape(model)
+    masks = masks_from_head_sets(sets, n_layers, n_heads)
+    n_var = len(sets)
+    total_rows = sum(b.n_rows for b in batches)
+    lp = torch.zeros(n_var, total_rows)
+    greedy = torch.zeros(n_var, total_rows, dtype=torch.bool)
+    resumable = store.resumable if store is not None else supports_resume(model)
+    intact, groups = _layer_plan(sets, resumable, store.nearest_layer if store is not None else None)
+    bar = progress_bar(len(batches), progress, desc, unit="batch")
+    offset = 0
+    for b, batch in enumerate(batches):
+        rows = slice(offset, offset + batch.n_rows)
+        offset += batch.n_rows
+        n_parts = len(batch.part_shapes(1))
+        sink: dict = {}
+        if store is not None:
+            if intact:
+                i_lp, i_greedy = store.intact_rows(b)
+                lp[intact, rows] = i_lp
+                greedy[intact, rows] = i_greedy
+        else:
+            capture = [s for s in groups if s > 0]
+            if intact or capture:
+                i_lp, i_greedy = batch_pass(model, batch, intact_mask(n_layers, n_heads), 0, None, capture, sink)
+                lp[intact, rows] = i_lp
+                greedy[intact, rows] = i_greedy
+        per_chunk = max(1, max_rows // max(1, batch.n_rows, batch.n_examples))
+        for start, members in groups.items():
+            if start == 0:
+                sources = None
+            elif store is not None:
+                sources = store.sources(b, start)
+            else:
+                sources = _batch_sources(sink, start, n_parts)
+            for chunk in chunks(members, per_chunk):
+                c_lp, c_greedy = batch_pass(model, batch, masks[chunk], start, sources)
+                lp[chunk, rows] = c_lp
+                greedy[chunk, rows] = c_greedy
+        bar.update(1)
+    bar.close()
+    return lp, greedy

@@ -1,0 +1,39 @@
+"""Everything that touches TransformerLens: loading models, ablating heads, forward passes.
+
+* :func:`load_model` (:mod:`~cel_lens.model.load`): a hub id, a local checkpoint, the built-in
+  ``"organism"``, or a model object, loaded so that zeroing ``hook_z`` is exact;
+* :func:`ablate`, :func:`ablation_hooks`, :func:`variant_hooks`, :func:`run_variants`
+  (:mod:`~cel_lens.model.ablation`): zero-ablation of head sets, many variants per pass;
+* :mod:`~cel_lens.model.forward`: passes that start or stop at any layer, key/value caches;
+* :mod:`~cel_lens.model.registry`: the paper's models; :mod:`~cel_lens.model.identity`: ids and
+  weight hashes for run manifests; :mod:`~cel_lens.model.native`: models without a Hugging Face form.
+
+This is the only package that imports ``transformer_lens``.
+"""
+
+from cel_lens.model.ablation import ablate, ablation_hooks, hook_z_name, run_variants, variant_hooks
+from cel_lens.model.forward import forward_resid, unembed
+from cel_lens.model.identity import model_id, model_manifest, weights_hash
+from cel_lens.model.kinds import is_bridge, model_shape, supports_resume
+from cel_lens.model.load import PROCESSING_DEFAULTS, load_model
+from cel_lens.model.registry import PAPER_MODELS, ModelSpec
+
+__all__ = [
+    "load_model",
+    "PROCESSING_DEFAULTS",
+    "PAPER_MODELS",
+    "ModelSpec",
+    "ablate",
+    "ablation_hooks",
+    "hook_z_name",
+    "variant_hooks",
+    "run_variants",
+    "forward_resid",
+    "unembed",
+    "model_id",
+    "model_manifest",
+    "weights_hash",
+    "is_bridge",
+    "model_shape",
+    "supports_resume",
+]

@@ -1,0 +1,70 @@
+"""Naming a loaded model for run manifests: its source id, a hash of its weights, its dtype."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Optional
+
+import torch
+
+__all__ = ["model_id", "weights_hash", "model_manifest", "tag_source", "source_info", "param_dtype"]
+
+
+def model_id(model: Any) -> str:
+    """A stable name for a loaded model: its hub id or checkpoint directory when it came from
+    :func:`load_model`, TransformerLens's ``cfg.model_name`` otherwise."""
+    info = source_info(model)
+    if info is not None:
+        return str(info["id"])
+    name = getattr(getattr(model, "cfg", None), "model_name", None)
+    return str(name) if name else type(model).__name__
+
+
+def tag_source(model: Any, source_id: str, loader: str, processing: dict[str, bool]) -> None:
+    """Record where the model came from (read by :func:`model_id`, run manifests and checkpoint
+    export)."""
+    model.__dict__["_cel_lens_source"] = {"id": source_id, "loader": loader, "processing": dict(processing)}
+
+
+def source_info(model: Any) -> Optional[dict]:
+    """What :func:`tag_source` recorded (``id``, ``loader``, ``processing``), or ``None``."""
+    try:
+        return model.__dict__.get("_cel_lens_source")
+    except AttributeError:  # pragma: no cover
+        return None
+
+
+def weights_hash(model: torch.nn.Module, full_limit_bytes: int = 256 * 2**20, sample: int = 4096) -> str:
+    """SHA-256 over the model's parameters (names, shapes, dtypes and values), for run manifests.
+
+    Models up to ``full_limit_bytes`` of parameters are hashed in full (``"sha256:..."``); larger
+    ones hash, per parameter, ``sample`` evenly spaced elements plus its shape and dtype
+    (``"sha256-sampled:..."``): cheap on a 3B model and still changes with any retraining.
+    """
+    params = sorted(model.named_parameters(), key=lambda kv: kv[0])
+    total = sum(p.numel() * p.element_size() for _, p in params)
+    full = total <= full_limit_bytes
+    digest = hashlib.sha256()
+    for name, p in params:
+        data = p.detach()
+        digest.update(f"{name}|{tuple(data.shape)}|{data.dtype}|".encode())
+        flat = data.reshape(-1)
+        if not full and flat.numel() > sample:
+            idx = torch.linspace(0, flat.numel() - 1, sample, device=flat.device).round().long()
+            flat = flat[idx]
+        digest.update(flat.contiguous().cpu().view(torch.uint8).numpy().tobytes())
+    return ("sha256:" if full else "sha256-sampled:") + digest.hexdigest()
+
+
+def param_dtype(model: torch.nn.Module) -> torch.dtype:
+    """The dtype of the model's (first) parameters (float32 for a model without any)."""
+    try:
+        return next(model.parameters()).dtype
+    except StopIteration:  # pragma: no cover
+        return torch.float32
+
+
+def model_manifest(model: torch.nn.Module) -> dict[str, Any]:
+    """The manifest's ``model`` entry: id, weights hash and dtype (a Ray worker computes it for its
+    replica, so the driver of a distributed search needs no copy of the model)."""
+    return {"id": model_id(model), "weights_sha256": weights_hash(model), "dtype": str(param_dtype(model))}

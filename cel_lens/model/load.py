@@ -1,0 +1,233 @@
+"""Loading models for head ablation, and the registry of the paper's models.
+
+:func:`load_model` returns a model whose ``blocks.{l}.attn.hook_z`` holds, per query head, the exact
+input slice of the attention output projection, so that zeroing it (see :mod:`cel_lens.model.ablation`)
+removes that head's whole contribution and nothing else:
+
+* names TransformerLens 3.x supports (``meta-llama/Llama-3.2-3B-Instruct``,
+  ``Qwen/Qwen2.5-3B-Instruct``, their aliases, ...) load as a ``HookedTransformer`` through
+  ``HookedTransformer.from_pretrained`` (TransformerLens's own config table and weight conversion);
+* other Hugging Face hub ids (``HuggingFaceTB/SmolLM3-3B``) and local checkpoint directories load
+  as a ``TransformerBridge`` (``TransformerBridge.boot_transformers``: the Hugging Face module runs
+  its own forward, with TransformerLens hook names); ``loader="hooked"`` builds a
+  ``HookedTransformer`` from a local directory whose architecture TransformerLens converts
+  (Llama, Qwen2, ...), the same config derivation and weight conversion as ``from_pretrained``;
+* a model object passes through (a Hugging Face ``PreTrainedModel`` is wrapped in a bridge).
+
+Processing flags (``HookedTransformer``), all off by default, as ``from_pretrained_no_processing``:
+
+``fold_value_biases=False`` (refused if True)
+    Folding would set ``b_V = 0`` and add ``sum_h b_V[h] @ W_O[h]`` to ``b_O``. Qwen2 has a
+    ``v_proj`` bias, so with folding a zeroed ``hook_z`` would leave that part of the head alive.
+``refactor_factored_attn_matrices=False`` (refused if True)
+    Rewrites ``W_V``/``W_O`` (and moves value biases) per head: ``hook_z`` would no longer be the
+    o_proj input of the original model.
+``fold_ln=False`` (allowed)
+    For RMSNorm models folding only moves the norm gain into ``W_Q/W_K/W_V/W_in/W_gate/W_U``; the
+    output projection's input is untouched, so ablation stays exact (the tests check ``fold_ln=True``
+    too). Off by default so that every activation equals Hugging Face's, and because TransformerLens
+    itself advises against folding in reduced precision.
+``center_writing_weights=False`` (allowed)
+    A no-op for RMSNorm models (TransformerLens only centers for LayerNorm); for LayerNorm models
+    it keeps ablation exact only up to the mean direction, so it stays off.
+``center_unembed=False`` (allowed)
+    Shifts every logit of a position by the same constant: log-probabilities and argmax are
+    unchanged, logits are not. Off so that logits equal Hugging Face's.
+
+A ``TransformerBridge`` keeps the raw Hugging Face weights (``enable_compatibility_mode`` with
+``no_processing=True``: TransformerLens hook semantics, no weight rewriting); ``hook_z`` there is
+the input of ``o_proj`` reshaped to ``[batch, pos, head, d_head]``. Passing ``fold_ln=True`` or
+``center_unembed=True`` to a bridge applies that processing (``fold_value_biases`` stays off).
+
+Hub access happens in one place (:func:`resolve_checkpoint`): the checkpoint is found in the local
+Hugging Face cache first, so a cached model loads with no network at all; otherwise it is
+downloaded once. Every failure is one clear line: unknown name, gated model without a token,
+offline without a cached copy, unreachable hub, a directory that is not a checkpoint.
+
+Loading lives here; ablation hooks are in :mod:`cel_lens.model.ablation`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal, Optional, Union
+
+import torch
+
+from cel_lens.config import canonical_dtype
+from cel_lens.model.convert import bridge_from_hf, hooked_from_hf, load_hf, load_tokenizer
+from cel_lens.model.hub import _check_checkpoint_dir, _is_hub_id, _looks_like_path, resolve_checkpoint
+from cel_lens.model.identity import tag_source
+from cel_lens.model.kinds import is_bridge
+from cel_lens.model.native import is_native_checkpoint, load_native
+from cel_lens.model.registry import BUILTIN_MODELS, tl_official_name
+
+__all__ = ["Loader", "PROCESSING_DEFAULTS", "load_model", "resolve_dtype", "resolve_device"]
+
+Loader = Literal["auto", "hooked", "bridge"]
+
+# HookedTransformer processing flags used by load_model (see the module docstring for why).
+PROCESSING_DEFAULTS: dict[str, bool] = {
+    "fold_ln": False,
+    "center_writing_weights": False,
+    "center_unembed": False,
+    "fold_value_biases": False,
+    "refactor_factored_attn_matrices": False,
+}
+_INEXACT_FLAGS = ("fold_value_biases", "refactor_factored_attn_matrices")
+def resolve_dtype(dtype: Union[str, torch.dtype, None]) -> torch.dtype:
+    """The ``torch.dtype`` of a name (:data:`cel_lens.config.DTYPE_ALIASES`) or dtype; float32 for ``None``."""
+    if dtype is None:
+        return torch.float32
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    return getattr(torch, canonical_dtype(dtype))
+
+
+def resolve_device(device: Union[str, torch.device, None]) -> str:
+    """``device`` as text; ``None`` means CUDA when available, else the CPU."""
+    if device is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return str(device)
+
+
+def _processing(flags: dict[str, Any]) -> dict[str, bool]:
+    """The processing flags with cel_lens's defaults filled in; refuses the inexact ones."""
+    unknown = set(flags) - set(PROCESSING_DEFAULTS)
+    if unknown:
+        raise TypeError(f"unknown processing flag(s): {', '.join(sorted(unknown))}")
+    chosen = {**PROCESSING_DEFAULTS, **{k: bool(v) for k, v in flags.items()}}
+    for name in _INEXACT_FLAGS:
+        if chosen[name]:
+            raise ValueError(
+                f"{name}=True moves part of a head's output out of hook_z, so zero-ablating hook_z would "
+                "no longer remove the whole head; cel_lens keeps it off"
+            )
+    return chosen
+
+
+def load_model(
+    name_or_path: Any,
+    device: Union[str, torch.device, None] = None,
+    dtype: Union[str, torch.dtype, None] = None,
+    *,
+    loader: Loader = "auto",
+    token: Union[str, bool, None] = None,
+    local_files_only: Optional[bool] = None,
+    revision: Optional[str] = None,
+    trust_remote_code: bool = False,
+    fold_ln: Optional[bool] = None,
+    center_writing_weights: Optional[bool] = None,
+    center_unembed: Optional[bool] = None,
+    fold_value_biases: Optional[bool] = None,
+    refactor_factored_attn_matrices: Optional[bool] = None,
+    **tl_kwargs: Any,
+):
+    """Load a model for exact ``hook_z`` head ablation (see the module docstring).
+
+    ``name_or_path``: a hub id, a TransformerLens alias, a local checkpoint directory (Hugging Face,
+    or TransformerLens-native, see :mod:`cel_lens.model.native`), a built-in name (``"organism"``:
+    the shipped model organism), or a model
+    object (returned as is, moved to ``device``/``dtype`` when given). ``loader``: ``"auto"``
+    (HookedTransformer for names TransformerLens supports, TransformerBridge otherwise),
+    ``"hooked"`` or ``"bridge"``. ``device`` defaults to CUDA when available, ``dtype`` to float32.
+    Remaining keyword arguments go to ``HookedTransformer.from_pretrained`` /
+    ``TransformerBridge.boot_transformers`` (e.g. ``n_ctx``).
+    """
+    flags = {
+        k: v
+        for k, v in dict(
+            fold_ln=fold_ln,
+            center_writing_weights=center_writing_weights,
+            center_unembed=center_unembed,
+            fold_value_biases=fold_value_biases,
+            refactor_factored_attn_matrices=refactor_factored_attn_matrices,
+        ).items()
+        if v is not None
+    }
+    if loader not in ("auto", "hooked", "bridge"):
+        raise ValueError(f"unknown loader {loader!r}: expected 'auto', 'hooked' or 'bridge'")
+    processing = _processing(flags)
+
+    if not isinstance(name_or_path, (str, os.PathLike)):
+        return _pass_through(name_or_path, device, dtype, processing)
+    torch_dtype = resolve_dtype(dtype)
+    dev = resolve_device(device)
+    source, source_id, official = _resolve_source(
+        name_or_path, token=token, local_files_only=local_files_only, revision=revision
+    )
+    if is_native_checkpoint(source):
+        if loader == "bridge":
+            raise ValueError(f"{source_id} is a TransformerLens-native checkpoint: it loads only as a HookedTransformer")
+        model, chosen = load_native(source, device=dev, dtype=torch_dtype), "hooked"
+    else:
+        chosen = loader if loader != "auto" else ("hooked" if official is not None else "bridge")
+        hf_model, tokenizer = load_hf(source, torch_dtype, trust_remote_code)
+        if chosen == "hooked":
+            model = hooked_from_hf(source, hf_model, tokenizer, official, dev, torch_dtype, processing, tl_kwargs)
+            del hf_model
+        else:
+            model = bridge_from_hf(source_id, hf_model, tokenizer, dev, torch_dtype, processing, tl_kwargs)
+    tag_source(model, source_id, chosen, processing)
+    model.eval()
+    return model
+
+
+def _resolve_source(
+    name_or_path: Union[str, os.PathLike],
+    *,
+    token: Union[str, bool, None],
+    local_files_only: Optional[bool],
+    revision: Optional[str],
+) -> tuple[Path, str, Optional[str]]:
+    """``(checkpoint directory, source id, TransformerLens official name or None)`` of a built-in
+    name, a local directory or a hub id (downloaded once, see :func:`resolve_checkpoint`)."""
+    text = os.fspath(name_or_path).strip()
+    if not text:
+        raise ValueError("empty model name")
+    if isinstance(name_or_path, str) and text in BUILTIN_MODELS:
+        return _check_checkpoint_dir(BUILTIN_MODELS[text]), text, None
+    path = Path(text).expanduser()
+    if path.exists() or _looks_like_path(text) or isinstance(name_or_path, os.PathLike):
+        source = _check_checkpoint_dir(path).resolve()
+        return source, str(source), None
+    official = tl_official_name(text)
+    if official is None and not _is_hub_id(text):
+        raise ValueError(
+            f"unknown model {text!r}: not a local checkpoint directory, not a name TransformerLens knows, "
+            "and not a Hugging Face hub id (owner/name); `cel-lens models` lists the paper's models"
+        )
+    hub_id = official or text
+    source = resolve_checkpoint(hub_id, token=token, local_files_only=local_files_only, revision=revision)
+    return source, hub_id, official
+
+
+def _pass_through(model: Any, device, dtype, processing: dict[str, bool]):
+    """A model object the user built: TransformerLens models as they are, HF models bridged."""
+    from transformer_lens import HookedTransformer
+
+    if isinstance(model, HookedTransformer) or is_bridge(model):
+        if device is not None:
+            model = model.to(resolve_device(device))
+        if dtype is not None:
+            model = model.to(resolve_dtype(dtype))
+        return model
+    try:
+        from transformers import PreTrainedModel
+    except ImportError:  # pragma: no cover - transformers is a dependency of transformer-lens
+        PreTrainedModel = ()  # type: ignore[assignment]
+    if isinstance(model, PreTrainedModel):
+        source_id = str(getattr(model, "name_or_path", "") or "")
+        if not source_id:
+            raise ValueError("a transformers model without name_or_path: cannot find its tokenizer")
+        tokenizer = load_tokenizer(source_id, False)  # local directory or local hub cache only
+        dev = resolve_device(device) if device is not None else str(next(model.parameters()).device)
+        torch_dtype = resolve_dtype(dtype) if dtype is not None else next(model.parameters()).dtype
+        bridge = bridge_from_hf(source_id, model, tokenizer, dev, torch_dtype, processing, {})
+        tag_source(bridge, source_id, "bridge", processing)
+        return bridge
+    raise TypeError(
+        f"cannot use a {type(model).__name__} as a model: pass a name, a checkpoint directory, "
+        "a HookedTransformer, a TransformerBridge or a transformers PreTrainedModel"
+    )

@@ -1,0 +1,42 @@
+"""Figures of a search from data alone: nothing here runs a model.
+
+* :mod:`~cel_lens.report.heatmap`: :func:`plot_gain_heatmap`, stage-1 gains, the ranked subsets and
+  S-hat's test gain against the random-subset null;
+* :mod:`~cel_lens.report.transfer`: :func:`plot_discovery_vs_test`, whether discovery gain transfers;
+* :mod:`~cel_lens.report.side_effects`: :func:`plot_side_effects`, each task's S-hat on every task;
+* :mod:`~cel_lens.report.attention`: :class:`AttentionPatterns` and its figures;
+* :mod:`~cel_lens.report.run_figures`: :func:`write_run_figures`, every figure of a run;
+* :mod:`~cel_lens.report.save`: :func:`save_figure`, HTML always and PNG when a browser can render it;
+* :mod:`~cel_lens.report.data`: :func:`result_dict`, a result in any form as the dict figures read.
+
+Figures that need a model's forward passes (attention patterns, side-effect matrices) are
+computed by :mod:`cel_lens.analysis` and drawn here.
+"""
+
+from cel_lens.report.attention import AttentionPatterns, pattern_change, plot_attention, plot_pattern_change
+from cel_lens.report.data import ResultLike, ranked_subsets, result_dict
+from cel_lens.report.heatmap import plot_gain_heatmap
+from cel_lens.report.run_figures import write_run_figures
+from cel_lens.report.save import CHROMIUM_HINT, png_export_available, save_figure, write_static_image
+from cel_lens.report.side_effects import plot_side_effects
+from cel_lens.report.style import SELECTED_COLOUR
+from cel_lens.report.transfer import plot_discovery_vs_test
+
+__all__ = [
+    "ResultLike",
+    "result_dict",
+    "ranked_subsets",
+    "plot_gain_heatmap",
+    "plot_discovery_vs_test",
+    "plot_side_effects",
+    "AttentionPatterns",
+    "pattern_change",
+    "plot_pattern_change",
+    "plot_attention",
+    "write_run_figures",
+    "save_figure",
+    "write_static_image",
+    "png_export_available",
+    "CHROMIUM_HINT",
+    "SELECTED_COLOUR",
+]

@@ -1,0 +1,32 @@
+"""Every figure of one run, written to a folder (what ``cel-lens report`` and the demo call)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Sequence, Union
+
+from cel_lens.report.data import ResultLike, result_dict
+from cel_lens.report.heatmap import plot_gain_heatmap
+from cel_lens.report.save import save_figure
+from cel_lens.report.transfer import plot_discovery_vs_test
+
+__all__ = ["write_run_figures"]
+
+
+def write_run_figures(
+    obj: ResultLike, out_dir: Union[str, os.PathLike], formats: Sequence[str] = ("html", "png")
+) -> list[Path]:
+    """Write every figure a run's result supports (gain heatmap, discovery vs test) to ``out_dir``;
+    return the files written. The HTML files load ``plotly.min.js`` from ``out_dir`` (written once
+    next to them), so they open without a network."""
+    r = result_dict(obj)
+    out = Path(out_dir)
+    written: list[Path] = []
+    if r.get("scores") is not None:
+        written += save_figure(plot_gain_heatmap(r), out / "gain_heatmap", formats, include_plotlyjs="directory")
+    if any(s.get("test_gain_posthoc") is not None for s in r.get("subsets") or []):
+        written += save_figure(
+            plot_discovery_vs_test(r), out / "discovery_vs_test", formats, include_plotlyjs="directory"
+        )
+    return written

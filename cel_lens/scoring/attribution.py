@@ -1,0 +1,68 @@
+"""Attribution patching with a zero baseline: all heads' first-order ablation effects in one pass.
+
+The first-order change of a differentiable metric m (log-prob of the correct answer or choice)
+when ``z_h`` goes to zero is ``-(z_h . dm/dz_h)``, summed over positions and averaged over
+examples: one forward and one backward pass per batch for all heads at once. Units are nats of the
+metric, not accuracy; it is a ranking, not an accuracy estimate. It needs the model itself (not just
+an oracle) and a scorable (non-generation) split.
+"""
+
+from __future__ import annotations
+
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+from cel_lens.evaluation.encode import encode_split
+from cel_lens.evaluation.evaluator import logprob_metric
+from cel_lens.model.ablation import hook_z_name
+from cel_lens.model.kinds import model_shape
+from cel_lens.progress import progress_bar
+from cel_lens.tasks.base import Split
+
+__all__ = ["attribution_scores"]
+
+
+def attribution_scores(model, split: Split, *, batch_size: int = 8, progress: bool = True) -> Float[Tensor, "layer head"]:
+    """Attribution patching with a zero baseline at every ``hook_z``: ``-(z * dm/dz)`` summed over
+    positions and ``d_head``, averaged over the split's examples. ``m`` is the per-example log-prob of
+    the correct answer (:func:`cel_lens.evaluation.logprob_metric`)."""
+    if getattr(split, "kind", None) == "generation":
+        raise ValueError("attribution needs a scorable split (exact match or multiple choice); use 'exact' or 'compressed'")
+    n_layers, n_heads = model_shape(model)
+    total = torch.zeros(n_layers, n_heads, dtype=torch.float64)
+    n_examples = 0
+    batches = encode_split(model, split, batch_size)
+    params = [p.requires_grad for p in model.parameters()]
+    for p in model.parameters():  # no parameter gradients: only dm/dz is needed
+        p.requires_grad_(False)
+    try:
+        for batch in progress_bar(len(batches), progress, "attribution", unit="batch", iterable=batches):
+            saved: dict[int, Tensor] = {}
+
+            def start_graph(resid: Tensor, hook) -> Tensor:  # noqa: ANN001 - TL hook signature
+                # the residual stream entering layer 0 becomes the graph's only leaf: no parameter
+                # needs a gradient, and dm/dz_l still flows through every later layer (and later z)
+                return resid.detach().requires_grad_(True)
+
+            def keep(z: Tensor, hook) -> Tensor:  # noqa: ANN001
+                saved[int(hook.name.split(".")[1])] = z
+                return z
+
+            hooks = [("blocks.0.hook_resid_pre", start_graph)]
+            hooks += [(hook_z_name(layer), keep) for layer in range(n_layers)]
+            with torch.enable_grad():
+                metric = logprob_metric(model, batch, fwd_hooks=hooks)
+                layers = sorted(saved)
+                grads = torch.autograd.grad(metric.sum(), [saved[layer] for layer in layers])
+            for layer, grad in zip(layers, grads):
+                z = saved[layer].detach()
+                if z.ndim == 3:  # flattened [batch, pos, head*d_head]
+                    z, grad = z.unflatten(-1, (n_heads, -1)), grad.unflatten(-1, (n_heads, -1))
+                # pad positions have z != 0 but zero gradient (they reach no scored position)
+                total[layer] += (-(z * grad)).sum(dim=(0, 1, 3)).double().cpu()
+            n_examples += int(metric.shape[0])
+    finally:
+        for p, flag in zip(model.parameters(), params):
+            p.requires_grad_(flag)
+    return (total / max(n_examples, 1)).float()

@@ -1,0 +1,31 @@
+"""Stage 2 and the search: the pool, subsets of it, S-hat, the test statistics, the :class:`Result`.
+
+* :mod:`~cel_lens.selection.pool`: :func:`candidate_pool`, the top stage-1 heads;
+* :mod:`~cel_lens.selection.subsets`: joint ablations of subsets on D_dist, the selection rule;
+* :mod:`~cel_lens.selection.algorithm`: :func:`run_search`, Algorithm 1 over an oracle;
+* :mod:`~cel_lens.selection.result`: :class:`Result` and the one text form of a result.
+"""
+
+from cel_lens.selection.algorithm import fix_selection, run_search, stage1, stage2, test_statistics
+from cel_lens.selection.pool import DEFAULT_POOL_SIZE, candidate_pool
+from cel_lens.selection.result import DEFAULT_N_NULL, Result, format_result, result_rows
+from cel_lens.selection.subsets import DEFAULT_K, SubsetScore, evaluate_subsets, select_best, selection_key
+
+__all__ = [
+    "DEFAULT_K",
+    "DEFAULT_POOL_SIZE",
+    "DEFAULT_N_NULL",
+    "run_search",
+    "stage1",
+    "stage2",
+    "fix_selection",
+    "test_statistics",
+    "candidate_pool",
+    "evaluate_subsets",
+    "select_best",
+    "selection_key",
+    "SubsetScore",
+    "Result",
+    "result_rows",
+    "format_result",
+]

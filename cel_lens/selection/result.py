@@ -1,0 +1,162 @@
+"""The result of a search, and the one way it is written down.
+
+:class:`Result` is what ``result.json`` holds. :func:`result_rows` turns a result (or its dict) into
+labelled rows; ``str(result)``, ``cel-lens report``, the demo and the figures' captions all use it,
+so a run reads the same everywhere.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from dataclasses import dataclass, field, fields
+from typing import Any, Mapping, Optional, Union
+
+import numpy as np
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+from cel_lens.config import DEFAULT_N_NULL
+from cel_lens.heads import HeadSet
+
+__all__ = ["DEFAULT_N_NULL", "Result", "result_rows", "format_result", "pp", "format_p"]
+
+
+
+def pp(x: Any, signed: bool = True) -> str:
+    """A fraction in percentage points (``+4.25 pp``), or a percentage (``84.10%``) when not
+    ``signed``; ``n/a`` for ``None`` or NaN."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "n/a"
+    return f"{100 * float(x):+.2f} pp" if signed else f"{100 * float(x):.2f}%"
+
+
+def format_p(p: Any) -> str:
+    """A p-value with three significant digits (``n/a`` when missing)."""
+    if p is None or (isinstance(p, float) and math.isnan(p)):
+        return "n/a"
+    return f"{float(p):.3g}"
+
+
+def _null_row(r: Mapping[str, Any]) -> str:
+    null = [float(g) for g in (r.get("null_gains") or [])]
+    if not null:
+        return "not computed"
+    size = len(HeadSet.parse(r.get("heads")))
+    return (
+        f"{len(null)} random {size}-head sets on D_test: mean {pp(np.mean(null))}, 95% range "
+        f"[{pp(np.quantile(null, 0.025))}, {pp(np.quantile(null, 0.975))}]; "
+        f"{float(r.get('null_p', float('nan'))):.1%} reach the gain"
+    )
+
+
+def _top_subsets(r: Mapping[str, Any], n: int = 5) -> str:
+    subsets = r.get("subsets") or []
+    top = sorted(subsets, key=lambda s: (-s["dist_acc"], s["size"], -s.get("score_sum", 0.0)))[:n]
+    return "; ".join(
+        f"{s['heads']} {pp(s['dist_gain'])} (test {pp(s.get('test_gain_posthoc'))}, post-hoc)" for s in top
+    )
+
+
+def result_rows(result: Union["Result", Mapping[str, Any]]) -> list[tuple[str, str]]:
+    """The result as ``(label, value)`` rows: selected heads, the search, discovery and test
+    accuracies, the gain's CI and p-value, the random-subset null and the best stage-2 subsets."""
+    r = result.to_dict() if isinstance(result, Result) else dict(result)
+    fixed = "fixed on D_dist before D_test was read" if r.get("selected_before_test", True) else "NOT fixed before D_test"
+    alpha = float(r.get("alpha", 0.05))
+    return [
+        ("selected heads", f"{HeadSet.parse(r.get('heads'))} ({fixed})"),
+        ("search", f"k={r.get('k', '?')}, pool {r.get('pool_size', '?')} by {r.get('scorer', '?')}, "
+                   f"{r.get('strategy', 'exhaustive')}, {len(r.get('subsets') or [])} subsets, seed {r.get('seed', '?')}"),
+        (f"D_dist (n={r.get('n_dist', '?')})", f"intact {pp(r.get('dist_acc_intact'), False)} -> ablated "
+                                                f"{pp(r.get('dist_acc_ablated'), False)}, gain {pp(r.get('dist_gain'))}"),
+        (f"D_test (n={r.get('n_test', '?')})", f"intact {pp(r.get('test_acc_intact'), False)} -> ablated "
+                                                f"{pp(r.get('test_acc_ablated'), False)}, gain {pp(r.get('gain'))}"),
+        (f"{1 - alpha:.0%} paired bootstrap CI", f"[{pp(r.get('ci_low'))}, {pp(r.get('ci_high'))}]"),
+        ("McNemar exact p", format_p(r.get("p_value"))),
+        ("random-subset null", _null_row(r)),
+        ("top stage-2 subsets", _top_subsets(r)),
+    ]
+
+
+def format_result(result: Union["Result", Mapping[str, Any]], indent: str = "") -> str:
+    """:func:`result_rows` as aligned text."""
+    rows = result_rows(result)
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{indent}{k:<{width}}  {v}" for k, v in rows)
+
+
+@dataclass
+class Result:
+    """What a CEL search found, and how sure we can be.
+
+    ``heads`` is S-hat in canonical text; ``dist_*`` are on D_dist (where it was selected),
+    ``test_*`` on D_test (read only after selection). ``gain`` = ``test_acc_ablated -
+    test_acc_intact``, with a paired bootstrap ``[ci_low, ci_high]`` at level ``1 - alpha``, the
+    exact McNemar ``p_value``, and ``null_gains`` of ``n_null`` random head sets of the same size
+    (``null_p`` = fraction of them with gain >= ``gain``). ``scores`` is the stage-1 matrix,
+    ``pool`` the candidate heads, ``subsets`` every stage-2 subset with its discovery gain and its
+    post-hoc test gain (for plots: choosing by it would leak the test split).
+    """
+
+    heads: str
+    dist_acc_intact: float
+    dist_acc_ablated: float
+    dist_gain: float
+    test_acc_intact: float
+    test_acc_ablated: float
+    gain: float
+    ci_low: float
+    ci_high: float
+    p_value: float
+    null_gains: list[float]
+    null_p: float
+    scores: list[list[float]]
+    scorer: str
+    pool: list[str]
+    subsets: list[dict[str, Any]]
+    k: int
+    pool_size: int
+    n_dist: int
+    n_test: int
+    seed: int
+    n_layers: int
+    n_heads: int
+    strategy: str = "exhaustive"
+    beam_width: Optional[int] = None
+    n_null: int = DEFAULT_N_NULL
+    n_boot: int = 10000
+    alpha: float = 0.05
+    selected_before_test: bool = True
+    timings: dict[str, float] = field(default_factory=dict, compare=False)
+
+    @property
+    def head_set(self) -> HeadSet:
+        """S-hat as a :class:`HeadSet`."""
+        return HeadSet.parse(self.heads)
+
+    @property
+    def scores_tensor(self) -> Float[Tensor, "layer head"]:
+        """The stage-1 scores as a tensor."""
+        return torch.tensor(self.scores, dtype=torch.float64)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (what ``result.json`` holds)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Result":
+        """Inverse of :meth:`to_dict`; unknown keys are ignored."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+    def __str__(self) -> str:
+        return "CEL search result\n" + format_result(self.to_dict(), indent="  ")
+
+    def _repr_html_(self) -> str:
+        body = "".join(
+            f"<tr><th style='text-align:left'>{html.escape(k)}</th><td style='text-align:left'>{html.escape(v)}</td></tr>"
+            for k, v in result_rows(self.to_dict())
+        )
+        return f"<table><caption>CEL search result</caption>{body}</table>"

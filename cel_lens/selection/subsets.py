@@ -1,0 +1,128 @@
+"""Stage 2: joint ablations of small subsets of the pool, evaluated on D_dist, and the selection rule.
+
+:func:`evaluate_subsets` evaluates every subset of size 1..k of the pool (or a beam search);
+:func:`select_best` keeps the best discovery accuracy (ties: fewer heads, higher summed stage-1
+score, then the canonical head order): S-hat.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any, Literal, Optional, Sequence
+
+import torch
+from jaxtyping import Bool, Float
+from torch import Tensor
+
+from cel_lens.config import DEFAULT_K
+from cel_lens.heads import Head, HeadSet, HeadsLike
+from cel_lens.oracle import Oracle, call_oracle, evaluate_chunked
+
+__all__ = ["DEFAULT_K", "Strategy", "SubsetScore", "selection_key", "select_best", "evaluate_subsets"]
+
+Strategy = Literal["exhaustive", "beam"]
+
+
+@dataclass(frozen=True)
+class SubsetScore:
+    """A stage-2 subset and its discovery result (``test_gain_posthoc`` is filled after selection)."""
+
+    heads: HeadSet
+    n_correct: int
+    n_dist: int
+    dist_gain: float
+    score_sum: float
+    test_gain_posthoc: Optional[float] = None
+
+    @property
+    def dist_acc(self) -> float:
+        """Discovery accuracy with these heads ablated."""
+        return self.n_correct / self.n_dist
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready record (as stored in ``Result.subsets``)."""
+        return {
+            "heads": str(self.heads),
+            "size": len(self.heads),
+            "dist_acc": self.dist_acc,
+            "dist_gain": self.dist_gain,
+            "score_sum": self.score_sum,
+            "test_gain_posthoc": self.test_gain_posthoc,
+        }
+
+
+def selection_key(s: SubsetScore) -> tuple:
+    """Sort key: best discovery accuracy first; ties by fewer heads, then higher summed stage-1
+    score (rounded to 1e-12 so that equal sums tie), then the canonical (layer, head) order."""
+    return (-s.n_correct, len(s.heads), -round(s.score_sum, 12), s.heads.heads)
+
+
+def select_best(subsets: Sequence[SubsetScore]) -> SubsetScore:
+    """The selected subset S-hat (see :func:`selection_key`); deterministic."""
+    if not subsets:
+        raise ValueError("no subsets to select from")
+    return min(subsets, key=selection_key)
+
+
+def _score_sum(hs: HeadSet, scores: Optional[Tensor]) -> float:
+    if scores is None:
+        return 0.0
+    return float(sum(float(scores[h.layer, h.head]) for h in hs))
+
+
+def evaluate_subsets(
+    oracle: Oracle,
+    pool: Sequence[HeadsLike],
+    k: int = DEFAULT_K,
+    *,
+    strategy: Strategy = "exhaustive",
+    beam_width: int = 8,
+    scores: Optional[Float[Tensor, "layer head"]] = None,
+    intact: Optional[Bool[Tensor, " example"]] = None,
+    chunk: int = 64,
+    progress: bool = False,
+) -> list[SubsetScore]:
+    """Stage 2: discovery accuracy of joint ablations of subsets of ``pool``, sizes 1..``k``.
+
+    ``exhaustive`` evaluates every subset (sum of C(m, j) for j <= k); ``beam`` evaluates all
+    singles, then grows only the ``beam_width`` best sets of each size by one pool head (for pools
+    too large to enumerate). ``scores`` (stage 1) feed the tie-break; ``intact`` is the intact
+    model's D_dist correctness (evaluated when omitted). Returns every evaluated subset, in
+    evaluation order.
+    """
+    heads = [Head.parse(h) for h in pool]
+    if len(set(heads)) != len(heads):
+        raise ValueError("pool has repeated heads")
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    if intact is None:
+        intact = call_oracle(oracle, "dist", [HeadSet()], "intact")[0]
+    n = int(intact.shape[0])
+    base = int(intact.sum())
+    sc = scores.detach().to(torch.float64).cpu() if scores is not None else None
+    done: dict[HeadSet, SubsetScore] = {}
+
+    def run(sets: list[HeadSet], desc: str) -> list[SubsetScore]:
+        todo = [s for s in sets if s not in done]
+        if todo:
+            correct = evaluate_chunked(oracle, "dist", todo, desc, chunk, progress)
+            for s, c in zip(todo, correct):
+                nc = int(c.sum())
+                done[s] = SubsetScore(s, nc, n, (nc - base) / n, _score_sum(s, sc))
+        return [done[s] for s in sets]
+
+    if strategy == "exhaustive":
+        sets = [HeadSet(c) for j in range(1, min(k, len(heads)) + 1) for c in itertools.combinations(heads, j)]
+        run(sets, "stage2")
+    elif strategy == "beam":
+        if beam_width < 1:
+            raise ValueError(f"beam_width must be >= 1, got {beam_width}")
+        level = run([HeadSet([h]) for h in heads], "stage2")
+        for _ in range(2, min(k, len(heads)) + 1):
+            beam = sorted(level, key=selection_key)[:beam_width]
+            grown = {b.heads.union(h) for b in beam for h in heads if h not in b.heads}
+            level = run(sorted(grown, key=lambda s: s.heads), "stage2")
+    else:
+        raise ValueError(f"unknown strategy {strategy!r}; choose 'exhaustive' or 'beam'")
+    return list(done.values())

@@ -1,0 +1,195 @@
+"""Examples, splits and tasks: stable ids, content hashes, disjoint seeded splits.
+
+A task has a *kind* that fixes how it is scored (see :mod:`cel_lens.evaluation`):
+
+* ``"exact_match"``: ``Example.target`` is the continuation; correct iff every target token is the
+  greedy argmax given the prompt (teacher-forced, one forward pass).
+* ``"multiple_choice"``: ``Example.choices`` are continuations of a shared prompt and
+  ``Example.label`` the correct index; the choice with the highest (normalised) log-likelihood wins.
+* ``"generation"``: greedy generation from the prompt, judged by ``Task.judge`` (MBPP: run the
+  generated code against the problem's tests in the sandbox). A generation task says how long to
+  generate and where to stop in its options: ``options["max_new_tokens"]`` and ``options["stop"]``
+  (an example may override the stop strings with ``meta["stop"]``); see :meth:`Split.stop_strings`.
+
+A :class:`Task` holds its discovery split ``dist`` (D_dist) and test split ``test`` (D_test),
+disjoint by content hash, checked whenever a task is built.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Iterator, Literal, Mapping, Optional, Sequence, overload
+
+__all__ = [
+    "Example",
+    "Split",
+    "Task",
+    "TaskKind",
+    "SplitOverlapError",
+    "check_disjoint",
+    "sample_disjoint",
+]
+
+TaskKind = Literal["exact_match", "multiple_choice", "generation"]
+
+
+@dataclass(frozen=True)
+class Example:
+    """One task example.
+
+    ``id`` is stable across loads (e.g. ``"arithmetic/2da/17"``); ``prompt`` is the context fed to
+    the model; ``target`` the exact-match continuation (with its leading space); ``choices`` and
+    ``label`` the multiple-choice continuations and correct index; ``meta`` anything else the task
+    needs (the arithmetic config, MBPP's tests), excluded from equality and hashing.
+    """
+
+    id: str
+    prompt: str
+    target: Optional[str] = None
+    choices: tuple[str, ...] = ()
+    label: Optional[int] = None
+    meta: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def content_hash(self) -> str:
+        """sha256 of the example's content (prompt, target, choices, label), not of its id: two
+        rows with the same content collide, which is what the disjointness check must catch."""
+        payload = json.dumps([self.prompt, self.target, list(self.choices), self.label], ensure_ascii=False)
+        return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class Split(Sequence[Example]):
+    """An ordered, immutable sequence of examples: D_dist (``name="dist"``) or D_test (``"test"``).
+
+    ``kind``, ``metric`` and ``judge`` are the owning task's protocol (filled in by :class:`Task`), so
+    that a split alone is enough to evaluate.
+    """
+
+    name: str
+    examples: tuple[Example, ...]
+    task: str = ""
+    kind: Optional[TaskKind] = None
+    metric: str = "acc"
+    judge: Optional[Callable[[Example, str], bool]] = field(default=None, compare=False, repr=False)
+    # the owning task's options (chat template, stop strings, sources, ...): evaluation reads them
+    options: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+    @overload
+    def __getitem__(self, i: int) -> Example: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> "Split": ...
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return replace(self, examples=self.examples[i])
+        return self.examples[i]
+
+    def __iter__(self) -> Iterator[Example]:
+        return iter(self.examples)
+
+    @property
+    def ids(self) -> list[str]:
+        """Example ids, in order."""
+        return [e.id for e in self.examples]
+
+    @property
+    def content_hash(self) -> str:
+        """sha256 over the ordered example content hashes: identifies the split in a run manifest."""
+        h = hashlib.sha256()
+        for e in self.examples:
+            h.update(e.content_hash.encode())
+        return h.hexdigest()
+
+    @property
+    def max_new_tokens(self) -> Optional[int]:
+        """A generation task's token budget (``options["max_new_tokens"]``), or ``None``."""
+        value = self.options.get("max_new_tokens")
+        return None if value is None else int(value)
+
+    def stop_strings(self, example: Example) -> tuple[str, ...]:
+        """Where generation for ``example`` stops (besides EOS): ``example.meta["stop"]`` if given,
+        else the task's ``options["stop"]``, else nowhere."""
+        stop = example.meta.get("stop")
+        if stop is None:
+            stop = self.options.get("stop") or ()
+        return tuple(stop)
+
+    def subset(self, n: int) -> "Split":
+        """The first ``n`` examples (splits are already shuffled by their seed)."""
+        return replace(self, examples=self.examples[:n])
+
+
+@dataclass(frozen=True)
+class Task:
+    """A task with its two splits and its protocol.
+
+    ``metric`` names the headline metric (``"acc"``, ``"acc_norm"``, ``"pass@1"``); ``judge`` scores
+    a generated completion for ``"generation"`` tasks; ``options`` records how the task was
+    loaded (sizes, seed, sources, chat template) for run manifests.
+    """
+
+    name: str
+    kind: TaskKind
+    dist: Split
+    test: Split
+    metric: str = "acc"
+    judge: Optional[Callable[[Example, str], bool]] = field(default=None, compare=False)
+    options: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        check_disjoint(self.dist, self.test)
+        for attr, name in (("dist", "dist"), ("test", "test")):
+            split = getattr(self, attr)
+            split = split if isinstance(split, Split) else Split(name, tuple(split))
+            split = replace(
+                split, task=self.name, kind=self.kind, metric=self.metric, judge=self.judge, options=self.options
+            )
+            object.__setattr__(self, attr, split)
+
+    def split(self, name: str) -> Split:
+        """``"dist"`` or ``"test"``."""
+        if name not in ("dist", "test"):
+            raise ValueError(f"unknown split {name!r}: expected 'dist' or 'test'")
+        return self.dist if name == "dist" else self.test
+
+
+class SplitOverlapError(ValueError):
+    """D_dist and D_test share examples (by content hash)."""
+
+
+def check_disjoint(dist: Sequence[Example], test: Sequence[Example]) -> None:
+    """Raise :class:`SplitOverlapError` if any example content occurs in both splits."""
+    seen = {e.content_hash: e.id for e in dist}
+    clashes = [(seen[e.content_hash], e.id) for e in test if e.content_hash in seen]
+    if clashes:
+        shown = ", ".join(f"{a}={b}" for a, b in clashes[:5])
+        raise SplitOverlapError(
+            f"discovery and test splits share {len(clashes)} example(s) by content hash: {shown}"
+        )
+
+
+def sample_disjoint(
+    pool: Sequence[Example], n_dist: int, n_test: int, seed: int
+) -> tuple[list[Example], list[Example]]:
+    """Seeded draw of two disjoint samples from one pool (e.g. Arithmetic's validation rows).
+
+    Duplicated contents in the pool are dropped first (keeping the first occurrence), so the two
+    samples are disjoint by content hash, not only by row.
+    """
+    unique: dict[str, Example] = {}
+    for e in pool:
+        unique.setdefault(e.content_hash, e)
+    rows = list(unique.values())
+    if n_dist + n_test > len(rows):
+        raise ValueError(f"asked for {n_dist} + {n_test} examples but the pool has {len(rows)} distinct rows")
+    order = list(range(len(rows)))
+    random.Random(seed).shuffle(order)
+    return [rows[i] for i in order[:n_dist]], [rows[i] for i in order[n_dist : n_dist + n_test]]

@@ -1,0 +1,87 @@
+"""Task names and where their loaders live: a table of strings, imported only when used.
+
+Loading a task imports only that task's module (``load_task("boolq")`` never imports MBPP's or the
+organism's code). Built-in tasks are listed in :data:`BUILTIN_TASKS` as ``"module:loader:info"``;
+:func:`register_task` adds your own.
+
+A loader is ``fn(n_dist, n_test, seed, data_dir, **options) -> Task``; ``info`` describes the task
+for listings (kind, metric, default sizes, sources, files).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable, Mapping, Optional, Union
+
+from cel_lens.tasks.base import Task, check_disjoint
+
+__all__ = ["BUILTIN_TASKS", "register_task", "load_task", "available_tasks", "task_info"]
+
+Loader = Callable[..., Task]
+
+BUILTIN_TASKS: dict[str, str] = {
+    "arithmetic": "cel_lens.tasks.arithmetic:load_arithmetic:INFO",
+    "boolq": "cel_lens.tasks.boolq:load_boolq:INFO",
+    "hellaswag": "cel_lens.tasks.hellaswag:load_hellaswag:INFO",
+    "mbpp": "cel_lens.tasks.mbpp:load_mbpp:INFO",
+    "organism_a": "cel_lens.tasks.organism:load_organism_a:INFO_A",
+    "organism_b": "cel_lens.tasks.organism:load_organism_b:INFO_B",
+}
+"""Built-in task name -> ``"module:loader:info"`` (attribute names in that module)."""
+
+_USER_TASKS: dict[str, tuple[Loader, dict[str, Any]]] = {}
+
+
+def register_task(
+    name: str, loader: Optional[Loader] = None, info: Optional[Mapping[str, Any]] = None
+) -> Union[Loader, Callable[[Loader], Loader]]:
+    """Register a task loader under ``name``: ``register_task("mytask", load_mytask, info)``, or
+    as a decorator, ``@register_task("mytask", info=...)``. A user task may not reuse a built-in name."""
+    if name in BUILTIN_TASKS:
+        raise ValueError(f"{name!r} is a built-in task; register yours under another name")
+
+    def deco(fn: Loader) -> Loader:
+        _USER_TASKS[name] = (fn, dict(info or {}))
+        return fn
+
+    return deco if loader is None else deco(loader)
+
+
+def available_tasks() -> list[str]:
+    """Names accepted by :func:`load_task`."""
+    return sorted({*BUILTIN_TASKS, *_USER_TASKS})
+
+
+def _resolve(name: str) -> tuple[Loader, dict[str, Any]]:
+    if name in _USER_TASKS:
+        return _USER_TASKS[name]
+    if name not in BUILTIN_TASKS:
+        raise ValueError(f"unknown task {name!r}; available: {', '.join(available_tasks())}")
+    module, loader, info = BUILTIN_TASKS[name].split(":")
+    mod = importlib.import_module(module)
+    return getattr(mod, loader), dict(getattr(mod, info))
+
+
+def task_info(name: str) -> dict[str, Any]:
+    """What a task declares about itself (kind, metric, default sizes, sources, files)."""
+    return _resolve(name)[1]
+
+
+def load_task(
+    name: str,
+    n_dist: Optional[int] = None,
+    n_test: Optional[int] = None,
+    seed: int = 0,
+    data_dir: Optional[str] = None,
+    **kwargs: Any,
+) -> Task:
+    """Load a task with its discovery (``.dist``) and test (``.test``) splits.
+
+    Sizes default to the paper's (Table 3); ``seed`` fixes the sampling; ``data_dir`` reads local
+    files instead of the Hugging Face hub. Extra keyword arguments go to the task's loader
+    (e.g. ``chat_template=True``).
+    """
+    loader, _ = _resolve(name)
+    task = loader(n_dist=n_dist, n_test=n_test, seed=seed, data_dir=data_dir, **kwargs)
+    check_disjoint(task.dist, task.test)
+    return task

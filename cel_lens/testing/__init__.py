@@ -1,0 +1,21 @@
+"""Offline test support: tiny models and checkpoints, planted tasks, a synthetic oracle.
+
+Nothing here touches the Hugging Face hub. Used by the test suite, the benchmarks and the examples.
+"""
+
+from cel_lens.testing.models import TINY_ARCHS, tiny_hf_checkpoint, tiny_hooked_from_hf, tiny_hooked_transformer
+from cel_lens.testing.planted import planted_task
+from cel_lens.testing.synthetic import SyntheticOracle
+from cel_lens.testing.tokenizers import CORPUS, tiny_tokenizer, train_tokenizer
+
+__all__ = [
+    "CORPUS",
+    "TINY_ARCHS",
+    "train_tokenizer",
+    "tiny_tokenizer",
+    "tiny_hooked_transformer",
+    "tiny_hf_checkpoint",
+    "tiny_hooked_from_hf",
+    "planted_task",
+    "SyntheticOracle",
+]

@@ -1,0 +1,113 @@
+"""The ``cel-lens`` command end to end: help texts, one-line errors, search/evaluate on a tiny
+checkpoint and the real Arithmetic and BoolQ files, and resuming a search killed with SIGKILL."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cel_lens.cli import COMMANDS, main
+
+
+@pytest.fixture(scope="module")
+def llama_dir(tiny_checkpoints) -> str:
+    return str(tiny_checkpoints["llama"])
+
+
+def test_every_subcommand_has_help(capsys):
+    with pytest.raises(SystemExit) as top:
+        main(["--help"])
+    assert top.value.code == 0
+    for name in COMMANDS:
+        with pytest.raises(SystemExit) as sub:
+            main([name, "--help"])
+        assert sub.value.code == 0, name
+        assert "usage: cel-lens " + name in capsys.readouterr().out
+
+
+def test_errors_are_one_line_with_exit_code_2(capsys, data_dir):
+    code = main(["search", "--model", "/no/such/checkpoint", "--task", "arithmetic", "--data-dir", str(data_dir)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith("cel-lens: error: ") and err.count("\n") == 1
+    assert "Traceback" not in err
+    code = main(["evaluate", "--model", "x", "--task", "no-such-task", "--data-dir", str(data_dir)])
+    assert code == 2 and "unknown task" in capsys.readouterr().err
+
+
+def _search_args(model: str, data_dir: Path, out: Path, task: str = "arithmetic") -> list[str]:
+    return [
+        "search", "--model", model, "--loader", "hooked", "--task", task, "--data-dir", str(data_dir),
+        "--n-dist", "24", "--n-test", "24", "--k", "2", "--pool", "4", "--n-null", "5",
+        "--out", str(out), "--no-progress", "--json",
+    ]
+
+
+@pytest.mark.parametrize("task", ["arithmetic", "boolq"])
+def test_search_json_end_to_end(capsys, llama_dir, data_dir, tmp_path, task):
+    assert main(_search_args(llama_dir, data_dir, tmp_path / "run", task)) == 0
+    res = json.loads(capsys.readouterr().out)
+    for key in ("heads", "dist_acc_intact", "dist_acc_ablated", "test_acc_intact", "test_acc_ablated",
+                "gain", "ci_low", "ci_high", "p_value", "null_gains", "scores"):
+        assert key in res, key
+    assert res["n_dist"] == 24 and res["n_test"] == 24 and len(res["null_gains"]) == 5
+    assert len(res["scores"]) == 3 and len(res["scores"][0]) == 4
+    assert (tmp_path / "run" / "result.json").is_file() and (tmp_path / "run" / "manifest.json").is_file()
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["task"]["name"] == task and manifest["options"]["pool_size"] == 4
+
+
+def test_evaluate_reports_gain_ci_and_p(capsys, llama_dir, data_dir):
+    code = main(["evaluate", "--model", llama_dir, "--loader", "hooked", "--task", "boolq", "--data-dir",
+                 str(data_dir), "--n-dist", "8", "--n-test", "20", "--heads", "L0H1,L2H3", "--json", "--no-progress"])
+    assert code == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["n"] == 20 and out["ablated"]["heads"] == "L0H1+L2H3"
+    assert out["gain"] == pytest.approx(out["ablated"]["accuracy"] - out["intact"]["accuracy"])
+    assert 0.0 <= out["p_value"] <= 1.0 and out["gain_ci"][0] <= out["gain"] <= out["gain_ci"][1]
+
+
+@pytest.mark.slow
+def test_search_resumes_after_sigkill(llama_dir, data_dir, tmp_path):
+    """Kill ``cel-lens search`` with SIGKILL mid-run, run the same command again: it resumes without
+    re-evaluating recorded head sets and reaches the result of an uninterrupted run."""
+    args = _search_args(llama_dir, data_dir, tmp_path / "killed")
+    args[args.index("--pool") + 1] = "6"  # 6 + 15 subsets: long enough to be killed in stage 2
+    cmd = [sys.executable, "-m", "cel_lens.cli", *args]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = tmp_path / "killed" / "evaluations.jsonl"
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None:
+        if log.exists() and sum(1 for line in log.read_text().splitlines() if '"eval"' in line) >= 14:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, "the search finished before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    before = [json.loads(x) for x in log.read_text().splitlines() if x.strip().endswith("}")]
+    recorded = {(x["split"], x["heads"]) for x in before if x.get("type") == "eval"}
+    assert recorded and not (tmp_path / "killed" / "result.json").exists()
+
+    resumed = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    lines = [json.loads(x) for x in log.read_text().splitlines()]
+    evals = [(x["split"], x["heads"]) for x in lines if x.get("type") == "eval"]
+    assert len(evals) == len(set(evals)), "a head set was evaluated twice"
+    assert recorded <= set(evals)
+
+    fresh_args = list(args)
+    fresh_args[fresh_args.index("--out") + 1] = str(tmp_path / "fresh")
+    fresh = subprocess.run([sys.executable, "-m", "cel_lens.cli", *fresh_args], env=env, capture_output=True,
+                           text=True, timeout=600)
+    assert fresh.returncode == 0, fresh.stderr[-2000:]
+    a, b = json.loads(resumed.stdout), json.loads(fresh.stdout)
+    a.pop("timings"), b.pop("timings")
+    assert a == b

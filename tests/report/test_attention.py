@@ -1,0 +1,54 @@
+"""Attention figures from data alone: hand-made patterns, no model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from cel_lens.heads import Head, HeadSet
+from cel_lens.report.attention import (
+    AttentionPatterns,
+    default_heads,
+    pattern_change,
+    plot_attention,
+    token_label,
+)
+
+
+def _patterns(n_tok: int = 5) -> AttentionPatterns:
+    """Uniform causal attention intact; ablating L0H1 makes L1H0 attend only to the first token."""
+    causal = torch.tril(torch.ones(n_tok, n_tok))
+    intact = (causal / causal.sum(-1, keepdim=True)).expand(2, 2, n_tok, n_tok).clone()
+    ablated = intact.clone()
+    ablated[1, 0] = 0.0
+    ablated[1, 0, :, 0] = 1.0
+    return AttentionPatterns([f"t{i}" for i in range(n_tok)], HeadSet.parse("L0H1"), intact, ablated)
+
+
+def test_pattern_change_is_the_mean_total_variation():
+    pats = _patterns()
+    change = pattern_change(pats)
+    want = np.mean([1 - 1 / (q + 1) for q in range(5)])  # TV from uniform over q + 1 keys to one key
+    assert change[1, 0] == pytest.approx(want)
+    assert change.sum() == pytest.approx(want)
+    assert default_heads(pats, n_downstream=3) == [Head(0, 1), Head(1, 0)]  # unmoved heads are left out
+    assert default_heads(pats, n_downstream=0) == [Head(0, 1)]
+
+
+def test_plot_attention_crops_to_the_last_tokens_and_shares_the_difference_scale():
+    pats = _patterns()
+    fig = plot_attention(pats, "L1H0", max_tokens=3, title=None)
+    intact, ablated, diff = fig.data
+    assert np.allclose(np.asarray(intact.z, dtype=float), pats.intact[1, 0, 2:, 2:].numpy())
+    assert np.allclose(np.asarray(diff.z, dtype=float), (pats.ablated - pats.intact)[1, 0, 2:, 2:].numpy())
+    assert diff.zmax == pytest.approx(float((pats.ablated - pats.intact)[1, 0, 2:, 2:].abs().max()))
+    assert list(fig.layout.xaxis.ticktext) == ["t2", "t3", "t4"]
+    assert fig.layout.title.text.endswith("L0H1 ablated, last 3 of 5 tokens")
+    with pytest.raises(ValueError, match="no heads"):
+        plot_attention(pats, "")
+
+
+def test_token_labels_show_whitespace():
+    assert token_label(" a\n\tb") == "·a⏎⇥b"
+    assert token_label("x" * 20) == "x" * 11 + "…"

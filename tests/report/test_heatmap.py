@@ -1,0 +1,69 @@
+"""The gain heatmap's data equal the result it draws: scores, marked heads, ranked subsets, test gain."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cel_lens.heads import HeadSet
+from cel_lens.report.data import ranked_subsets
+from cel_lens.report.heatmap import plot_gain_heatmap
+from cel_lens.report.style import SELECTED_COLOUR
+
+
+def test_heatmap_values_are_the_scores_on_a_zero_centred_diverging_scale(hand):
+    fig = plot_gain_heatmap(hand.make())
+    heat = [t for t in fig.data if t.type == "heatmap"]
+    assert len(heat) == 1
+    assert np.array_equal(np.asarray(heat[0].z, dtype=float), np.asarray(hand.scores))
+    assert heat[0].zmid == 0
+    colours = [c[1] for c in heat[0].colorscale]
+    assert colours[0] != colours[-1]  # two-ended
+    assert "exact" in heat[0].hovertemplate and "gain" in heat[0].hovertemplate
+    assert heat[0].customdata[3][1] == "L3H1"  # hover names the head at (layer 3, head 1)
+
+
+def test_marked_cells_are_exactly_the_pool_and_the_selected_heads(hand, trace):
+    fig = plot_gain_heatmap(hand.make())
+    pool = trace(fig, "candidate pool")
+    sel = trace(fig, "selected")
+    pool_cells = {(y, x) for x, y in zip(pool.x, pool.y)}
+    sel_cells = {(y, x) for x, y in zip(sel.x, sel.y)}
+    assert sel_cells == {(1, 0), (2, 1)}
+    assert pool_cells == {(3, 2), (1, 1)}  # the pool minus the selected heads
+    assert pool_cells | sel_cells == {(h.layer, h.head) for h in HeadSet.parse(hand.pool)}
+
+
+def test_subsets_are_ranked_like_the_search_and_the_selected_is_highlighted(hand):
+    assert [s["heads"] for s in ranked_subsets(hand.make())] == hand.expected_rank
+    fig = plot_gain_heatmap(hand.make())
+    panel = [t for t in fig.data if t.type == "scatter" and t.xaxis == "x2"][0]
+    labels = [y.split(" ", 1)[1] for y in panel.y]
+    assert labels == hand.expected_rank
+    by_heads = {s["heads"]: s["dist_acc"] for s in hand.subsets}
+    by_heads["L1H0+L1H1"] = by_heads.pop("L1H1+L1H0")
+    assert list(panel.x) == [by_heads[h] for h in hand.expected_rank]
+    colours = list(panel.marker.color)
+    assert colours[0] == SELECTED_COLOUR and colours.count(SELECTED_COLOUR) == 1
+    # the selected subset's test gain with its CI
+    gain = [t for t in fig.data if t.type == "scatter" and t.xaxis == "x3"][0]
+    assert gain.y[0] == pytest.approx(0.045)
+    assert gain.error_y.array[0] == pytest.approx(0.08 - 0.045)
+    assert gain.error_y.arrayminus[0] == pytest.approx(0.045 - 0.01)
+
+
+def test_max_subsets_keeps_the_selected_one(hand):
+    fig = plot_gain_heatmap(hand.make(), max_subsets=3)
+    panel = [t for t in fig.data if t.type == "scatter" and t.xaxis == "x2"][0]
+    assert [y.split(" ", 1)[1] for y in panel.y] == hand.expected_rank[:3]
+
+
+def test_title_and_test_gain_use_the_one_result_formatter(hand):
+    """Figure text reads like ``cel-lens report``: :func:`cel_lens.selection.result.pp` and
+    :func:`~cel_lens.selection.result.format_p`."""
+    fig = plot_gain_heatmap(hand.make())
+    assert fig.layout.title.text == (
+        "Ŝ = L1H0+L2H1: test accuracy 50.00% -> 54.50%, gain +4.50 pp [+1.00 pp, +8.00 pp], p=0.02"
+    )
+    gain = [t for t in fig.data if t.type == "scatter" and t.xaxis == "x3"][0]
+    assert gain.x[0] == "+4.50 pp<br>[+1.00 pp,<br>+8.00 pp]"

@@ -1,0 +1,497 @@
+"""Tasks: paper-sized splits from the offline files, lm-eval prompt formats, seeds, disjointness,
+actionable errors, checksums and the MBPP judge.
+
+Real data: ``../shared/data`` relative to the repo root (Arithmetic, MBPP, BoolQ validation);
+HellaSwag and BoolQ train come from the shipped synthetic fixtures.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import types
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from cel_lens.tasks import (
+    DataNotFoundError,
+    Example,
+    SplitOverlapError,
+    Task,
+    available_tasks,
+    fixture_data_dir,
+    load_task,
+    task_info,
+)
+from cel_lens.tasks import boolq, hellaswag, mbpp
+from cel_lens.tasks.io import FIXTURES_DIR, OFFICIAL_SHA256, check_unique_ids, sha256_file
+from cel_lens.tasks.arithmetic import CONFIGS, format_context
+
+REPO = Path(__file__).resolve().parents[2]
+SHARED = REPO.parent / "shared" / "data"
+needs_data = pytest.mark.skipif(
+    not (SHARED / "README.md").is_file(), reason=f"real task data not found at {SHARED} (../shared/data)"
+)
+pytestmark = pytest.mark.filterwarnings("ignore:.*test fixture.*:UserWarning")
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """../shared/data merged with the fixtures (HellaSwag, BoolQ train)."""
+    if not SHARED.is_dir():
+        pytest.skip(f"real task data not found at {SHARED}")
+    return fixture_data_dir(SHARED, dest=tmp_path_factory.mktemp("data"))
+
+
+@pytest.fixture(scope="module")
+def arith(data_dir: Path) -> Task:
+    return load_task("arithmetic", data_dir=data_dir)
+
+
+@pytest.fixture(scope="module")
+def mbpp_task(data_dir: Path) -> Task:
+    return load_task("mbpp", data_dir=data_dir)
+
+
+def _raw_rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+# ------------------------------------------------------------------------------------------------
+# registry and CLI
+# ------------------------------------------------------------------------------------------------
+def test_registry_lists_the_four_tasks_with_paper_defaults() -> None:
+    assert {"arithmetic", "mbpp", "hellaswag", "boolq"} <= set(available_tasks())
+    sizes = {n: (task_info(n)["n_dist"], task_info(n)["n_test"]) for n in ("arithmetic", "mbpp", "hellaswag", "boolq")}
+    assert sizes == {"arithmetic": (2000, 1000), "mbpp": (374, 500), "hellaswag": (2000, 10042), "boolq": (2000, 3270)}
+    assert task_info("hellaswag")["metric"] == "acc_norm" and task_info("mbpp")["metric"] == "pass@1"
+
+
+def test_cli_tasks_lists_sources_and_local_files(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from cel_lens.cli import main
+
+    assert main(["tasks", "--json", "--data-dir", str(SHARED)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    rows = {r["task"]: r for r in out["tasks"]}
+    assert rows["boolq"]["hub"] == "google/boolq"
+    assert rows["boolq"]["local"] == {"boolq/train.jsonl": "missing", "boolq/dev.jsonl": "found"}
+    assert set(rows["arithmetic"]["local"].values()) == {"found"}
+    assert main(["tasks", "--data-dir", str(data_dir)]) == 0
+    table = capsys.readouterr().out
+    assert "hellaswag/hellaswag_val.jsonl (fixture)" in table and "mbpp/mbpp.jsonl (found)" in table
+
+
+# ------------------------------------------------------------------------------------------------
+# Arithmetic
+# ------------------------------------------------------------------------------------------------
+@needs_data
+def test_arithmetic_paper_sizes_every_config_and_rows_match_ids(arith: Task) -> None:
+    assert (len(arith.dist), len(arith.test)) == (2000, 1000)
+    assert arith.kind == "exact_match" and arith.test.kind == "exact_match"
+    for split in (arith.dist, arith.test):
+        per_config = Counter(e.meta["config"] for e in split)
+        assert set(per_config) == set(CONFIGS)  # each of the 10 configs is represented
+    assert not {e.content_hash for e in arith.dist} & {e.content_hash for e in arith.test}
+    raw = {cfg: _raw_rows(SHARED / "arithmetic" / f) for cfg, f in CONFIGS.items()}
+    for e in [*arith.dist, *arith.test]:
+        _, cfg, row = e.id.split("/")
+        assert cfg == e.meta["config"]
+        assert e.target == raw[cfg][int(row)]["completion"] and e.target.startswith(" ")
+        assert e.prompt.startswith("Question: What is ") and e.prompt.endswith("?\nAnswer:")
+    assert all(s["official"] is True and s["fixture"] is False for s in arith.options["sources"])
+
+
+@needs_data
+def test_arithmetic_readme_rows_give_lm_eval_prompts(data_dir: Path) -> None:
+    # the README's rows, by hand
+    assert format_context("\n\nQ: What is 98 plus 45?\n\nA:") == "Question: What is 98 plus 45?\nAnswer:"
+    assert format_context("\n\nQ: What is (9 + 8) * 2?\n\nA:") == "Question: What is (9 + 8) * 2?\nAnswer:"
+    rows = _raw_rows(SHARED / "arithmetic" / "two_digit_addition.jsonl")
+    i = next(i for i, r in enumerate(rows) if r["context"] == "\n\nQ: What is 98 plus 45?\n\nA:")
+    big = load_task("arithmetic", n_dist=19991, n_test=0, data_dir=data_dir)  # the whole distinct pool
+    by_id = {e.id: e for e in big.dist}
+    ex = by_id[f"arithmetic/2da/{i}"]
+    assert (ex.prompt, ex.target) == ("Question: What is 98 plus 45?\nAnswer:", " 143")
+    first_1dc = by_id["arithmetic/1dc/0"]
+    assert (first_1dc.prompt, first_1dc.target) == ("Question: What is (9 + 8) * 2?\nAnswer:", " 34")
+    assert by_id["arithmetic/1dc/1"].target == " -6"
+
+
+@needs_data
+def test_arithmetic_seeds_and_sizes(data_dir: Path, arith: Task) -> None:
+    again = load_task("arithmetic", data_dir=data_dir, seed=0)
+    assert again.dist.ids == arith.dist.ids and again.test.ids == arith.test.ids
+    assert again.dist.content_hash == arith.dist.content_hash
+    other = load_task("arithmetic", data_dir=data_dir, seed=1)
+    assert other.dist.ids != arith.dist.ids and set(other.test.ids) != set(arith.test.ids)
+    small = load_task("arithmetic", n_dist=40, n_test=30, data_dir=data_dir, configs=("2da", "1dc"))
+    assert (len(small.dist), len(small.test)) == (40, 30)
+    assert {e.meta["config"] for e in [*small.dist, *small.test]} <= {"2da", "1dc"}
+    with pytest.raises(ValueError, match=r"asked for 25000 .* has 19991"):
+        load_task("arithmetic", n_dist=25000, data_dir=data_dir)
+    with pytest.raises(ValueError, match="unknown arithmetic config"):
+        load_task("arithmetic", data_dir=data_dir, configs=("7dz",))
+    with pytest.raises(ValueError, match="arithmetic: unknown option.*shots"):
+        load_task("arithmetic", data_dir=data_dir, shots=5)
+
+
+# ------------------------------------------------------------------------------------------------
+# MBPP
+# ------------------------------------------------------------------------------------------------
+# lm-eval's mbpp prompt for task_id 11, written out by hand: three shots (task_id 2, 3, 4; their
+# code keeps MBPP's \r\n line ends and trailing spaces) each closed by "\n[DONE]" + "\n\n".
+EXPECTED_MBPP_11 = (
+    "You are an expert Python programmer, and here is your task: Write a function to find the similar "
+    "elements from the given two tuple lists. Your code should pass these tests:\n\n"
+    "assert similar_elements((3, 4, 5, 6),(5, 7, 4, 10)) == (4, 5)\n"
+    "assert similar_elements((1, 2, 3, 4),(5, 4, 3, 7)) == (3, 4)\n"
+    "assert similar_elements((11, 12, 14, 13),(17, 15, 14, 13)) == (13, 14)\n"
+    "[BEGIN]\n"
+    "def similar_elements(test_tup1, test_tup2):\r\n  res = tuple(set(test_tup1) & set(test_tup2))\r\n  return (res) "
+    "\n[DONE]\n\n"
+    "You are an expert Python programmer, and here is your task: Write a python function to identify "
+    "non-prime numbers. Your code should pass these tests:\n\n"
+    "assert is_not_prime(2) == False\nassert is_not_prime(10) == True\nassert is_not_prime(35) == True\n"
+    "[BEGIN]\n"
+    "import math\r\ndef is_not_prime(n):\r\n    result = False\r\n    for i in range(2,int(math.sqrt(n)) + 1):\r\n"
+    "        if n % i == 0:\r\n            result = True\r\n    return result"
+    "\n[DONE]\n\n"
+    "You are an expert Python programmer, and here is your task: Write a function to find the largest "
+    "integers from a given list of numbers using heap queue algorithm. Your code should pass these tests:\n\n"
+    "assert heap_queue_largest( [25, 35, 22, 85, 14, 65, 75, 22, 58],3)==[85, 75, 65] \n"
+    "assert heap_queue_largest( [25, 35, 22, 85, 14, 65, 75, 22, 58],2)==[85, 75] \n"
+    "assert heap_queue_largest( [25, 35, 22, 85, 14, 65, 75, 22, 58],5)==[85, 75, 65, 58, 35]\n"
+    "[BEGIN]\n"
+    "import heapq as hq\r\ndef heap_queue_largest(nums,n):\r\n  largest_nums = hq.nlargest(n, nums)\r\n"
+    "  return largest_nums"
+    "\n[DONE]\n\n"
+    "You are an expert Python programmer, and here is your task: Write a python function to remove first "
+    "and last occurrence of a given character from the string. Your code should pass these tests:\n\n"
+    'assert remove_Occ("hello","l") == "heo"\n'
+    'assert remove_Occ("abcda","a") == "bcd"\n'
+    'assert remove_Occ("PHP","P") == "H"\n'
+    "[BEGIN]\n"
+)
+
+
+@needs_data
+def test_mbpp_splits_are_the_official_task_id_ranges(mbpp_task: Task) -> None:
+    assert (len(mbpp_task.dist), len(mbpp_task.test)) == (374, 500)
+    assert {e.meta["task_id"] for e in mbpp_task.dist} == set(range(601, 975))
+    assert {e.meta["task_id"] for e in mbpp_task.test} == set(range(11, 511))
+    assert mbpp_task.kind == "generation" and mbpp_task.metric == "pass@1"
+    assert mbpp_task.judge is mbpp.judge and mbpp_task.test.judge is mbpp.judge
+    assert mbpp_task.options["stop"] == ["[DONE]"] and mbpp_task.options["max_new_tokens"] == 256
+    assert mbpp_task.options["sources"][0]["official"] is True
+
+
+@needs_data
+def test_mbpp_prompt_equals_hand_written_three_shot(mbpp_task: Task) -> None:
+    ex = next(e for e in mbpp_task.test if e.id == "mbpp/11")
+    assert ex.prompt == EXPECTED_MBPP_11
+    assert ex.meta["test_list"] == (
+        'assert remove_Occ("hello","l") == "heo"',
+        'assert remove_Occ("abcda","a") == "bcd"',
+        'assert remove_Occ("PHP","P") == "H"',
+    )
+    assert ex.meta["challenge_test_list"][0] == 'assert remove_Occ("hellolloll","l") == "helollol"'
+    assert mbpp_task.test.stop_strings(ex) == ("[DONE]",) and ex.target is None
+    # every prompt shares the same 3-shot prefix and ends with its own problem
+    prefix = EXPECTED_MBPP_11[: EXPECTED_MBPP_11.rindex("You are an expert")]
+    assert all(e.prompt.startswith(prefix) and e.prompt.endswith("\n[BEGIN]\n") for e in mbpp_task.dist)
+
+
+@needs_data
+def test_mbpp_seeded_subsamples(data_dir: Path) -> None:
+    a = load_task("mbpp", n_dist=20, n_test=10, seed=3, data_dir=data_dir)
+    b = load_task("mbpp", n_dist=20, n_test=10, seed=3, data_dir=data_dir)
+    c = load_task("mbpp", n_dist=20, n_test=10, seed=4, data_dir=data_dir)
+    assert a.dist.ids == b.dist.ids and a.test.ids == b.test.ids and a.dist.ids != c.dist.ids
+    assert all(601 <= e.meta["task_id"] <= 974 for e in a.dist) and all(11 <= e.meta["task_id"] <= 510 for e in a.test)
+    with pytest.raises(ValueError, match="has 374"):
+        load_task("mbpp", n_dist=375, data_dir=data_dir)
+
+
+def test_extract_code() -> None:
+    assert mbpp.extract_code("def f():\n    return 1\n[DONE]\nprint('junk')") == "def f():\n    return 1\n"
+    fenced = "Here you go:\n```python\ndef f():\n    return 2\n```\nDone.[DONE] more"
+    assert mbpp.extract_code(fenced) == "def f():\n    return 2\n"
+    assert mbpp.extract_code("x = 1") == "x = 1"
+
+
+def _example(tests: tuple[str, ...], setup: str = "") -> Example:
+    return Example(id="mbpp/x", prompt="p", meta={"test_list": tests, "test_setup_code": setup})
+
+
+def test_mbpp_judge_builds_program_from_the_extracted_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+
+    def check_program(code: str, test_setup_code: str, tests: list[str]) -> str:
+        calls.append((code, test_setup_code, tests))
+        return "\n".join([test_setup_code, code, *tests])
+
+    def run(program: str, timeout: float = 3.0) -> types.SimpleNamespace:
+        scope: dict = {}
+        try:
+            exec(program, scope)  # trusted, hand-written code only
+            return types.SimpleNamespace(passed=True)
+        except AssertionError:
+            return types.SimpleNamespace(passed=False)
+
+    fake = types.ModuleType("cel_lens.sandbox")
+    fake.check_program, fake.run = check_program, run
+    monkeypatch.setitem(sys.modules, "cel_lens.sandbox", fake)
+    import cel_lens
+
+    monkeypatch.setattr(cel_lens, "sandbox", fake, raising=False)
+    ex = _example(("assert add(2, 3) == 5",), setup="import math")
+    assert mbpp.judge(ex, "def add(a, b):\n    return a + b\n[DONE]\nthis is not python")
+    assert calls[-1] == ("def add(a, b):\n    return a + b\n", "import math", ["assert add(2, 3) == 5"])
+    assert not mbpp.judge(ex, "def add(a, b):\n    return a * b\n[DONE]")
+
+
+@needs_data
+def test_mbpp_judge_runs_reference_and_wrong_code_in_the_real_sandbox(
+    mbpp_task: Task, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("cel_lens.sandbox", reason="cel_lens.sandbox not available")
+    monkeypatch.setenv("CEL_LENS_ALLOW_CODE_EXECUTION", "1")
+    ex = next(e for e in mbpp_task.test if e.id == "mbpp/11")
+    assert mbpp.judge(ex, ex.meta["reference_code"] + "\n[DONE]")
+    assert not mbpp.judge(ex, "def remove_Occ(s, ch):\n    return s\n[DONE]")
+
+
+def test_mbpp_crafted_train_test_overlap_is_an_error(tmp_path: Path) -> None:
+    def row(task_id: int, text: str) -> dict:
+        return {"task_id": task_id, "text": text, "code": "pass", "test_setup_code": "",
+                "test_list": ["assert f(1) == 1", "assert f(2) == 2", "assert f(3) == 3"], "challenge_test_list": []}
+
+    rows = [row(t, f"Shot {t}.") for t in (2, 3, 4)] + [row(11, "Same problem."), row(601, "Same problem.")]
+    (tmp_path / "mbpp").mkdir()
+    (tmp_path / "mbpp" / "mbpp.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(SplitOverlapError, match="mbpp/601=mbpp/11"):
+        load_task("mbpp", data_dir=tmp_path)
+
+
+# ------------------------------------------------------------------------------------------------
+# BoolQ
+# ------------------------------------------------------------------------------------------------
+def test_boolq_prompt_format_by_hand() -> None:
+    ex = boolq.make_example({"question": "is the sky blue", "answer": True, "passage": "The sky is blue."}, "train", 7)
+    assert ex.id == "boolq/train/7"
+    assert ex.prompt == "The sky is blue.\nQuestion: is the sky blue?\nAnswer:"
+    assert (ex.choices, ex.label) == ((" no", " yes"), 1)
+    no = boolq.make_example({"question": "q", "answer": False, "passage": "p", "title": "T"}, "validation", 0)
+    assert (no.label, no.meta["title"]) == (0, "T")
+
+
+@needs_data
+def test_boolq_real_validation_and_fixture_train(data_dir: Path) -> None:
+    t = load_task("boolq", n_dist=30, data_dir=data_dir)
+    assert (len(t.dist), len(t.test)) == (30, 3270)
+    assert t.kind == "multiple_choice" and t.metric == "acc"
+    first = next(e for e in t.test if e.id == "boolq/validation/0")  # dev.jsonl's first row, by hand
+    assert first.prompt.startswith("All biomass goes through at least some of these steps")
+    assert first.prompt.endswith(
+        "producing gasoline.\nQuestion: does ethanol take more energy make that produces?\nAnswer:"
+    )
+    assert first.label == 0
+    assert sum(e.label for e in t.test) == 2033  # README: 2033 true
+    val_src, train_src = t.options["sources"]
+    assert (val_src["official"], val_src["fixture"]) == (True, False)
+    assert (train_src["official"], train_src["fixture"]) == (False, True)
+    assert t.options["train_rows_equal_to_test"] == 0
+    # default n_dist (2,000) asks for more than the 48-row fixture holds: a clear error
+    expected = r"asked for 2000 BoolQ D_dist examples but BoolQ train \(boolq/train.jsonl\) has 48"
+    with pytest.raises(ValueError, match=expected):
+        load_task("boolq", data_dir=data_dir)
+
+
+@needs_data
+def test_boolq_seeds(data_dir: Path) -> None:
+    a = load_task("boolq", n_dist=20, n_test=50, seed=0, data_dir=data_dir)
+    b = load_task("boolq", n_dist=20, n_test=50, seed=0, data_dir=data_dir)
+    c = load_task("boolq", n_dist=20, n_test=50, seed=1, data_dir=data_dir)
+    assert (a.dist.ids, a.test.ids) == (b.dist.ids, b.test.ids)
+    assert a.dist.ids != c.dist.ids and a.test.ids != c.test.ids
+
+
+def test_boolq_train_rows_equal_to_validation_never_enter_d_dist(tmp_path: Path) -> None:
+    dev = [{"question": f"is {i} even", "answer": i % 2 == 0, "passage": f"Number {i}."} for i in range(3)]
+    extra = [{"question": f"is {i} odd", "answer": i % 2 == 1, "passage": f"Number {i}."} for i in range(2)]
+    (tmp_path / "boolq").mkdir()
+    (tmp_path / "boolq" / "dev.jsonl").write_text("".join(json.dumps(r) + "\n" for r in dev))
+    (tmp_path / "boolq" / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [*dev, *extra]))
+    t = load_task("boolq", n_dist=2, data_dir=tmp_path)
+    assert sorted(t.dist.ids) == ["boolq/train/3", "boolq/train/4"]
+    assert t.options["train_rows_equal_to_test"] == 3
+    with pytest.raises(ValueError, match="has 2 after leaving out 3 rows equal to test rows"):
+        load_task("boolq", n_dist=3, data_dir=tmp_path)
+
+
+def test_crafted_overlap_is_an_error_not_a_warning() -> None:
+    a = boolq.make_example({"question": "q", "answer": True, "passage": "p"}, "train", 0)
+    same = boolq.make_example({"question": "q", "answer": True, "passage": "p"}, "validation", 5)
+    with pytest.raises(SplitOverlapError, match="boolq/train/0=boolq/validation/5"):
+        Task(name="boolq", kind="multiple_choice", dist=[a], test=[same])
+
+
+def test_duplicate_ids_are_rejected() -> None:
+    a = Example(id="x/1", prompt="a")
+    with pytest.raises(ValueError, match="duplicate example ids: x/1"):
+        check_unique_ids([a, Example(id="x/1", prompt="b")], "x")
+
+
+# ------------------------------------------------------------------------------------------------
+# HellaSwag
+# ------------------------------------------------------------------------------------------------
+def _hs_row(label) -> dict:
+    return {
+        "ind": 5, "activity_label": "Home and Garden",
+        "ctx_a": "[header] How to clean a mirror [title] Spray the glass. [step] Use a mild cleaner.",
+        "ctx_b": "wipe", "ctx": "unused", "source_id": "wikihow~1", "split": "train", "split_type": "indomain",
+        "endings": ["[step] Wipe in circles.", "Eat the mirror.", "  Paint it [substeps] red.", "Sell   it."],
+        "label": label,
+    }
+
+
+def test_hellaswag_preprocessing_of_a_bracketed_row_by_hand() -> None:
+    ex = hellaswag.make_example(_hs_row("2"), "train", 3)
+    # " [title]" -> ". ", brackets removed, double spaces collapsed once, ctx_b capitalized
+    assert ex.prompt == "Home and Garden: How to clean a mirror. Spray the glass. Use a mild cleaner. Wipe"
+    # lm-eval keeps the space left where a leading "[step]" was: the choice starts with two spaces
+    assert ex.choices == ("  Wipe in circles.", " Eat the mirror.", " Paint it red.", " Sell  it.")
+    assert ex.label == 2 and ex.id == "hellaswag/train/3" and ex.meta["ind"] == 5
+    assert ex.meta["choice_chars"] == (17, 15, 13, 9)  # ending lengths without the target delimiter
+    # rowanz's raw schema (int label) gives the same example as the hub's (str label)
+    assert hellaswag.make_example(_hs_row(2), "train", 3) == ex
+    with pytest.raises(ValueError, match="no label"):
+        hellaswag.make_example(_hs_row(""), "test", 0)
+
+
+@needs_data
+def test_hellaswag_loads_from_fixtures(data_dir: Path) -> None:
+    t = load_task("hellaswag", n_dist=30, data_dir=data_dir)
+    assert (len(t.dist), len(t.test)) == (30, 24)
+    assert t.kind == "multiple_choice" and t.metric == "acc_norm" and t.options["metrics"] == ["acc_norm", "acc"]
+    assert all(len(e.choices) == 4 and 0 <= e.label < 4 and "[" not in e.prompt for e in [*t.dist, *t.test])
+    assert all(s["fixture"] for s in t.options["sources"])
+    same = load_task("hellaswag", n_dist=30, data_dir=data_dir)
+    other = load_task("hellaswag", n_dist=30, seed=1, data_dir=data_dir)
+    assert same.dist.ids == t.dist.ids and other.dist.ids != t.dist.ids
+    with pytest.raises(ValueError, match="asked for 2000 HellaSwag D_dist examples but HellaSwag train"):
+        load_task("hellaswag", data_dir=data_dir)
+    with pytest.raises(ValueError, match="asked for 25 HellaSwag D_test examples .* has 24"):
+        load_task("hellaswag", n_dist=5, n_test=25, data_dir=data_dir)
+
+
+def test_fixtures_follow_the_hub_schema_and_warn() -> None:
+    root = fixture_data_dir()
+    assert root == FIXTURES_DIR
+    hub_keys = {
+        "ind", "activity_label", "ctx_a", "ctx_b", "ctx", "endings", "source_id", "split", "split_type", "label"
+    }
+    for name in ("hellaswag_train.jsonl", "hellaswag_val.jsonl"):
+        for r in _raw_rows(root / "hellaswag" / name):
+            assert set(r) == hub_keys and isinstance(r["label"], str) and len(r["endings"]) == 4
+    for r in _raw_rows(root / "boolq" / "train.jsonl"):
+        assert set(r) == {"question", "answer", "passage"} and isinstance(r["answer"], bool)
+        assert r["question"] == r["question"].lower() and not r["question"].endswith("?")
+    readme = (root / "README.md").read_text()
+    for rel in ("boolq/train.jsonl", "hellaswag/hellaswag_train.jsonl", "hellaswag/hellaswag_val.jsonl"):
+        assert f"{sha256_file(root / rel)}  {rel}" in readme
+    with pytest.warns(UserWarning, match="test fixture"):
+        load_task("hellaswag", n_dist=3, data_dir=root)
+
+
+def test_fixture_data_dir_prefers_real_files(tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    (real / "boolq").mkdir(parents=True)
+    rows = [{"question": f"is {i} small", "answer": True, "passage": f"{i} is small."} for i in range(3)]
+    (real / "boolq" / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (real / "boolq" / "dev.jsonl").write_text(json.dumps({"question": "q", "answer": False, "passage": "p"}) + "\n")
+    merged = fixture_data_dir(real, dest=tmp_path / "merged")
+    assert (merged / "hellaswag" / "hellaswag_val.jsonl").is_file()  # from the fixtures
+    t = load_task("boolq", n_dist=3, data_dir=merged)
+    assert t.options["sources"][1]["fixture"] is False and len(t.dist) == 3
+    assert fixture_data_dir(real, dest=tmp_path / "merged") == merged  # idempotent
+
+
+# ------------------------------------------------------------------------------------------------
+# sources, errors, options, checksums
+# ------------------------------------------------------------------------------------------------
+def test_missing_files_are_actionable_errors(tmp_path: Path) -> None:
+    for name, expected in [
+        ("boolq", "BoolQ validation not found in .*: pass --data-dir with boolq/dev.jsonl"),
+        ("hellaswag", "HellaSwag validation not found in .*hellaswag/hellaswag_val.jsonl"),
+        ("mbpp", "MBPP .* not found in .*mbpp/mbpp.jsonl"),
+        ("arithmetic", "Arithmetic 2da validation not found in .*arithmetic/two_digit_addition.jsonl"),
+    ]:
+        with pytest.raises(DataNotFoundError, match=expected):
+            load_task(name, data_dir=tmp_path)
+    (tmp_path / "boolq").mkdir()
+    (tmp_path / "boolq" / "dev.jsonl").write_text(json.dumps({"question": "q", "answer": True, "passage": "p"}) + "\n")
+    expected = r"BoolQ train not found in .*boolq/train.jsonl or connect to the Hugging Face hub"
+    with pytest.raises(DataNotFoundError, match=expected):
+        load_task("boolq", data_dir=tmp_path)
+    with pytest.raises(DataNotFoundError, match="does not exist"):
+        load_task("boolq", data_dir=tmp_path / "nope")
+
+
+def test_env_var_names_the_data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CEL_LENS_DATA_DIR", str(tmp_path))
+    with pytest.raises(DataNotFoundError, match=re.escape(str(tmp_path))):
+        load_task("boolq")
+
+
+def test_offline_without_data_dir_fails_fast_with_the_same_advice() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "CEL_LENS_DATA_DIR"}
+    env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+    code = textwrap.dedent(
+        """
+        from cel_lens.tasks import load_task, DataNotFoundError
+        try:
+            load_task("boolq", n_dist=1)
+        except DataNotFoundError as err:
+            print("ERR", err)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "ERR BoolQ validation not found: pass --data-dir DIR" in out.stdout
+    assert "boolq/dev.jsonl" in out.stdout and "google/boolq" in out.stdout
+
+
+@needs_data
+def test_options_record_seed_sizes_sources_and_chat_template(data_dir: Path) -> None:
+    t = load_task("arithmetic", n_dist=10, n_test=5, seed=7, data_dir=data_dir)
+    assert t.options["chat_template"] is False
+    assert (t.options["seed"], t.options["n_dist"], t.options["n_test"]) == (7, 10, 5)
+    assert {s["path"] for s in t.options["sources"]} == {f"arithmetic/{f}" for f in CONFIGS.values()}
+    json.dumps(dict(t.options))  # serialisable for run manifests
+    chat = load_task("boolq", n_dist=5, n_test=5, data_dir=data_dir, chat_template=True)
+    assert chat.options["chat_template"] is True
+    # the splits carry the task's options, so an evaluator given only a split sees the choice
+    assert chat.test.options["chat_template"] is True and chat.dist.options["chat_template"] is True
+
+
+@needs_data
+def test_real_files_match_the_readme_checksums() -> None:
+    readme = (SHARED / "README.md").read_text(encoding="utf-8")
+    recorded = {
+        f"arithmetic/{m.group(1)}": m.group(2)
+        for m in re.finditer(r"^\| (\w+\.jsonl) \| arithmetic_\w+ \| \d+ \| \d+ \| ([0-9a-f]{64}) \|$", readme, re.M)
+    }
+    for rel, header in (("mbpp/mbpp.jsonl", "**mbpp.jsonl**"), ("boolq/dev.jsonl", "**dev.jsonl**")):
+        section = readme[readme.index(header):]
+        recorded[rel] = re.search(r"sha256 `([0-9a-f]{64})`", section).group(1)
+    assert len(recorded) == 12
+    for rel, digest in recorded.items():
+        assert sha256_file(SHARED / rel) == digest, rel
+        assert OFFICIAL_SHA256[rel] == digest, rel

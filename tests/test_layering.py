@@ -1,0 +1,182 @@
+"""The package's shape, enforced: imports flow one way, files and functions stay small.
+
+Every import in ``cel_lens/`` (function-level and ``TYPE_CHECKING`` ones too) is parsed. A module
+may import its own package or a package of a lower layer (:data:`LAYERS`, as in the README's
+layout table); nothing imports a deprecated shim or the package root; only ``cel_lens.model``
+imports TransformerLens; no private name (``_x``) crosses a package boundary; the module import
+graph has no cycle; and no file is over 400 lines, no function over 80.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "cel_lens"
+
+LAYERS: dict[str, int] = {
+    "version": 0, "config": 0, "heads": 0, "progress": 0,
+    "stats": 1, "oracle": 1,
+    "model": 2, "sandbox": 2,
+    "tasks": 3,
+    "evaluation": 4,
+    "scoring": 5, "testing": 5,
+    "selection": 6,
+    "runs": 7,
+    "backends": 8,
+    "pipeline": 9,
+    "report": 10,
+    "analysis": 11, "organism": 11, "theory": 11,
+    "cli": 12,
+}
+"""Package (or top-level module) -> layer; imports go to lower layers only."""
+
+DEPRECATED = {"models", "ablation", "store", "plots", "distributed", "organism_train", "demo", "export"}
+"""Old module paths kept as thin re-exports for one release: importers only, never imported."""
+
+MAX_FILE_LINES = 400
+MAX_FUNCTION_LINES = 80
+
+
+def _modules() -> dict[str, Path]:
+    """Dotted module name -> file, for every module of the package."""
+    out = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _unit(module: str) -> str:
+    """The layered unit of a dotted name: ``cel_lens.model.load`` -> ``model``; the root -> ``""``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def _imports(path: Path) -> list[tuple[int, str, list[str]]]:
+    """``(line, imported module, imported names)`` for every import statement in the file."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name, []) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.append((node.lineno, node.module, [alias.name for alias in node.names]))
+        elif isinstance(node, ast.ImportFrom):
+            raise AssertionError(f"{path}:{node.lineno}: relative import (use absolute cel_lens. imports)")
+    return found
+
+
+def _targets(module: str, names: list[str]) -> list[str]:
+    """The cel_lens modules an import statement loads: ``from cel_lens.a import b`` loads
+    ``cel_lens.a.b`` when that is a module, else ``cel_lens.a``."""
+    if module != "cel_lens" and not module.startswith("cel_lens."):
+        return []
+    subs = [f"{module}.{n}" for n in names if f"{module}.{n}" in MODULES]
+    return subs or [module]
+
+
+def test_every_unit_has_a_layer():
+    units = {_unit(m) for m in MODULES} - {""}
+    assert units - set(LAYERS) - DEPRECATED == set(), "add new packages to LAYERS (and the README's table)"
+
+
+def test_imports_flow_one_way():
+    problems = []
+    for module, path in MODULES.items():
+        unit = _unit(module)
+        if unit in DEPRECATED or unit == "":
+            continue
+        for line, imported, names in _imports(path):
+            where = f"{path.relative_to(ROOT)}:{line}"
+            if imported.split(".")[0] == "transformer_lens" and unit != "model":
+                problems.append(f"{where}: only cel_lens.model may import transformer_lens")
+            for target in _targets(imported, names):
+                other = _unit(target)
+                if other == "":
+                    problems.append(f"{where}: imports the package root (import the defining module)")
+                elif other in DEPRECATED:
+                    problems.append(f"{where}: imports deprecated cel_lens.{other}")
+                elif other != unit and LAYERS[other] >= LAYERS[unit]:
+                    problems.append(f"{where}: {unit} (layer {LAYERS[unit]}) imports {other} (layer {LAYERS[other]})")
+                if other != unit:
+                    private = [n for n in names if n.startswith("_") and not n.endswith("__")] + [
+                        p for p in target.split(".") if p.startswith("_") and p != "__init__"
+                    ]
+                    if private:
+                        problems.append(f"{where}: private name(s) {private} of {target} used outside its package")
+    assert not problems, "\n".join(problems)
+
+
+def test_module_import_graph_has_no_cycle():
+    graph = {m: set() for m in MODULES}
+    for module, path in MODULES.items():
+        for _, imported, names in _imports(path):
+            graph[module].update(t for t in _targets(imported, names) if t in MODULES and t != module)
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(m: str) -> None:
+        state[m] = 1
+        stack.append(m)
+        for n in sorted(graph[m]):
+            if state.get(n) == 1:
+                cycle = stack[stack.index(n):] + [n]
+                raise AssertionError("import cycle: " + " -> ".join(cycle))
+            if n not in state:
+                visit(n)
+        stack.pop()
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m)
+
+
+def test_files_and_functions_are_small():
+    problems = []
+    for module, path in MODULES.items():
+        text = path.read_text(encoding="utf-8")
+        n_lines = text.count("\n")
+        if n_lines > MAX_FILE_LINES:
+            problems.append(f"{path.relative_to(ROOT)}: {n_lines} lines (> {MAX_FILE_LINES})")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    problems.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.name} has {length} lines")
+    assert not problems, "\n".join(problems)
+
+
+def test_no_module_is_also_a_function():
+    for module, path in MODULES.items():
+        assert "sys.modules[__name__].__class__" not in path.read_text(encoding="utf-8"), module
+    assert "cel_lens.search" not in MODULES and "cel_lens.evaluate" not in MODULES
+    import cel_lens
+    import cel_lens.evaluation  # noqa: F401 - importing packages must not rebind the functions
+    import cel_lens.pipeline  # noqa: F401
+
+    assert inspect.isfunction(cel_lens.search) and inspect.isfunction(cel_lens.evaluate)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("order", ["sorted", "reversed"])
+def test_every_module_imports_in_any_order(order):
+    """Each module imports on its own terms: all of them in a fresh interpreter, in two orders."""
+    names = sorted(m for m in MODULES if _unit(m) not in DEPRECATED and not m.endswith("__main__"))
+    if order == "reversed":
+        names.reverse()
+    code = "import importlib, sys\nfor n in sys.argv[1:]:\n    importlib.import_module(n)\n"
+    proc = subprocess.run([sys.executable, "-c", code, *names], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
