@@ -25,6 +25,7 @@ __all__ = [
     "paired_bootstrap_ci",
     "mcnemar_exact",
     "accuracy_interval",
+    "wilson_interval",
     "random_head_sets",
     "random_subset_null",
     "null_fraction",
@@ -138,17 +139,38 @@ def accuracy_interval(
     from scipy import stats as _st
 
     if method == "wilson":
-        z = float(_st.norm.ppf(1 - alpha / 2))
-        p = k / n
-        denom = 1 + z * z / n
-        center = (p + z * z / (2 * n)) / denom
-        half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-        return max(0.0, center - half), min(1.0, center + half)
+        return wilson_interval(k, n, alpha)
     if method == "clopper-pearson":
         low = 0.0 if k == 0 else float(_st.beta.ppf(alpha / 2, k, n - k + 1))
         high = 1.0 if k == n else float(_st.beta.ppf(1 - alpha / 2, k + 1, n - k))
         return low, high
     raise ValueError(f"unknown method {method!r}; choose 'wilson' or 'clopper-pearson'")
+
+
+def wilson_interval(successes: int, n: int, alpha: float = 0.05) -> tuple[float, float]:
+    """Wilson score ``(low, high)`` interval at level ``1 - alpha`` for ``successes`` out of ``n``.
+
+    The interval inverts the normal-approximation score test, ``|p̂ - p| ≤ z·sqrt(p(1 - p)/n)``
+    with ``z`` the ``1 - alpha/2`` normal quantile, so unlike the plain Wald interval it keeps good
+    coverage near 0 and 1 and never leaves ``[0, 1]``; the ends are exactly 0 when
+    ``successes = 0`` and exactly 1 when ``successes = n``. It is the one Wilson interval of the
+    package (:func:`accuracy_interval` and the theory lab both use it). Assumes ``n`` independent
+    Bernoulli trials with a common success probability.
+    """
+    if n <= 0 or not 0 <= successes <= n:
+        raise ValueError(f"need 0 <= successes <= n and n > 0, got successes={successes}, n={n}")
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must lie in (0, 1), got {alpha}")
+    from scipy.special import ndtri
+
+    z = float(ndtri(1 - alpha / 2))
+    phat = successes / n
+    denom = 1 + z * z / n
+    center = (phat + z * z / (2 * n)) / denom
+    half = z * math.sqrt(phat * (1 - phat) / n + z * z / (4 * n * n)) / denom
+    low = 0.0 if successes == 0 else max(0.0, center - half)
+    high = 1.0 if successes == n else min(1.0, center + half)
+    return low, high
 
 
 # -- random-subset null ------------------------------------------------------------------------

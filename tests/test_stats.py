@@ -19,6 +19,7 @@ from cel_lens.stats import (
     paired_bootstrap_ci,
     random_head_sets,
     random_subset_null,
+    wilson_interval,
 )
 
 
@@ -131,6 +132,24 @@ def test_accuracy_interval_matches_scipy(k, n):
     assert accuracy_interval(vec) == accuracy_interval(k, n)
     with pytest.raises(ValueError):
         accuracy_interval(n + 1, n)
+
+
+def test_wilson_interval_hand_computed():
+    # 3 of 10 at 95%: z = 1.959964, z²/n = 0.384146, centre = (0.3 + 0.192073) / 1.384146 = 0.355506,
+    # half-width = 1.959964·sqrt(0.3·0.7/10 + 3.841459/400) / 1.384146 = 0.247716
+    low, high = wilson_interval(3, 10)
+    assert low == pytest.approx(0.107791, abs=1e-6) and high == pytest.approx(0.603222, abs=1e-6)
+    # 0 of 10: the lower end is exactly 0, the upper end z²/(n + z²) = 3.841459/13.841459
+    assert wilson_interval(0, 10) == (0.0, pytest.approx(0.277533, abs=1e-6))
+    assert wilson_interval(10, 10) == (pytest.approx(1 - 0.277533, abs=1e-6), 1.0)
+    # 90%: z = 1.644854 narrows the interval
+    low90, high90 = wilson_interval(3, 10, alpha=0.1)
+    assert low < low90 < 0.3 < high90 < high
+    assert accuracy_interval(3, 10) == (low, high)
+    with pytest.raises(ValueError):
+        wilson_interval(11, 10)
+    with pytest.raises(ValueError):
+        wilson_interval(0, 0)
 
 
 # -- null ---------------------------------------------------------------------------------------
