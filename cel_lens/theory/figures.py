@@ -11,7 +11,7 @@ from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
-from cel_lens.export import save_figure
+from cel_lens.report.save import save_figure
 from cel_lens.theory.experiment import TheoryRun, in_event_e, take_head
 from cel_lens.theory.model import FEATURE_WEIGHTS, N_FEATURES, N_HEADS
 from cel_lens.theory.table import TheoryTable
