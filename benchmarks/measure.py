@@ -99,7 +99,7 @@ def median(values: Sequence[float]) -> float:
 
 def intact_pass_seconds(model, batches: Sequence, repeat: int = 1, clock: str = "wall") -> float:
     """Seconds of one intact forward pass over the encoded split ``batches`` (cel_lens's
-    teacher-forced encoding, :func:`cel_lens.evaluate.encode_split`), unembedding only the scored
+    teacher-forced encoding, :func:`cel_lens.evaluation.encode_split`), unembedding only the scored
     positions, run with each batch repeated ``repeat`` times (the rows one scan forward holds) and
     divided by ``repeat``: the per-pass cost at the batch shape the scan itself uses. ``clock``:
     ``"wall"`` (``perf_counter``) or ``"cpu"`` (this process's CPU time, steadier on a busy machine)."""

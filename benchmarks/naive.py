@@ -206,7 +206,7 @@ class NaiveScan:
 
     @property
     def gains(self) -> Float[Tensor, "head"]:
-        """``acc(ablate h) - acc(intact)`` in float64, computed as :func:`cel_lens.search.exact_scores`
+        """``acc(ablate h) - acc(intact)`` in float64, computed as :func:`cel_lens.scoring.exact_scores`
         computes it (so equal correctness gives bit-identical gains)."""
         acc = self.correct.to(torch.float64).mean(1)
         return acc - self.intact.to(torch.float64).mean()

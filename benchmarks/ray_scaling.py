@@ -71,11 +71,11 @@ def _timed(fn, *args, **kwargs) -> tuple[float, Any]:
 
 def _local(model, task, batch_size: int, threads: int) -> dict[str, Any]:
     from cel_lens.heads import Head, HeadSet
-    from cel_lens.backends import LocalOracle as ModelOracle
+    from cel_lens.backends import LocalOracle
     from cel_lens.scoring import exact_scores
 
     torch.set_num_threads(threads)
-    oracle = ModelOracle(model, task, batch_size=batch_size, progress=False)
+    oracle = LocalOracle(model, task, batch_size=batch_size, progress=False)
     store_s, _ = _timed(oracle.evaluate, "dist", [HeadSet()])
     one = [HeadSet([Head(model.cfg.n_layers - 1, 0)])]
     small = [_timed(oracle.evaluate, "dist", one)[0] for _ in range(3)]

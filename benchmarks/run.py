@@ -6,7 +6,7 @@
 
 For every (model, task) case, in one process and alternating (naive first in even repetitions,
 cel_lens first in odd ones): the naive scan (:mod:`benchmarks.naive`) and cel_lens's scan
-(``exact_scores(ModelOracle(model, task))``: the activation store is built inside the timed region,
+(``exact_scores(LocalOracle(model, task))``: the activation store is built inside the timed region,
 then every single-head ablation runs as batched variants resumed from the store). Both give per-head
 gains; the run fails (exit status 1, after writing its results) unless they are bit-identical on
 every head both computed. Reported: medians over the repetitions of wall and CPU time, the ratio,
@@ -66,13 +66,13 @@ BATCH = 8
 def cel_scan(model, task, heads: Optional[Sequence[tuple[int, int]]] = None, budget: Optional[int] = STORE_BUDGET):
     """cel_lens's stage-1 exact scan on ``task``'s D_dist: ``(gains in heads order, oracle)``.
 
-    All heads: :func:`cel_lens.search.exact_scores` over a :class:`cel_lens.pipeline.ModelOracle`
+    All heads: :func:`cel_lens.scoring.exact_scores` over a :class:`cel_lens.backends.LocalOracle`
     (the public path). A subset: the same two oracle calls exact_scores makes, on those heads."""
     from cel_lens.heads import Head, HeadSet
-    from cel_lens.backends import LocalOracle as ModelOracle
+    from cel_lens.backends import LocalOracle
     from cel_lens.scoring import exact_scores
 
-    oracle = ModelOracle(model, task, batch_size=BATCH, store_budget=budget, progress=False)
+    oracle = LocalOracle(model, task, batch_size=BATCH, store_budget=budget, progress=False)
     if heads is None:
         return exact_scores(oracle).flatten(), oracle
     intact = oracle.evaluate("dist", [HeadSet()])[0]
@@ -346,7 +346,7 @@ def _fit(points: Sequence[tuple[float, float]]) -> tuple[float, float, float]:
 def scaling_figure(scale: dict[str, Any], floor_pass_cpu: float, L: int, path_stem: Path) -> list[Path]:
     """Two panels (CPU seconds against heads, against |D_dist|; wall seconds as open markers) with
     least-squares lines and the compute floor; saved as HTML and PNG by
-    :func:`cel_lens.export.save_figure`."""
+    :func:`cel_lens.report.save_figure`."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
@@ -574,7 +574,7 @@ def write_results(rows, cfg, prof, scale, machine_before, machine_after, figure_
         "answer's token count; correct iff the generated tokens are the answer's. BoolQ: one right-padded row per "
         "choice, full logits, `log_softmax`, summed log-likelihood, argmax. Inputs are tokenized once and sorted by "
         "length (as lm-eval does).",
-        "- **cel_lens**: `exact_scores(ModelOracle(model, task, batch_size=8, store_budget=256 MiB))`: the "
+        "- **cel_lens**: `exact_scores(LocalOracle(model, task, batch_size=8, store_budget=256 MiB))`: the "
         "activation store is built (one intact pass) inside the timed region, then every single-head ablation runs "
         "as a batched variant resumed from the store at its layer, scoring teacher-forced (Arithmetic) or by one "
         "shared context pass per example (BoolQ's one-token choices).",
