@@ -44,13 +44,15 @@ SENTINEL_NAME = "__cel_lens_end__"
 _EVENT_LIMIT = 4096
 
 
-def main(config_path: str) -> None:  # pragma: no cover - runs in the sandbox process
+def main(config_path: str, tests_path: str) -> None:  # pragma: no cover - runs in the sandbox process
     """Entry of the sandbox process: isolate, fork the program's process, supervise it."""
     import marshal
 
     with open(config_path, "rb") as f:
         cfg = marshal.load(f)
     os.unlink(config_path)
+    tests_fd = os.open(tests_path, os.O_RDONLY | os.O_CLOEXEC)  # read after the fork, by the supervisor
+    os.unlink(tests_path)
     sys.path.extend(cfg["site_paths"])
     verdict_fd: int = cfg["verdict_fd"]
 
@@ -79,17 +81,18 @@ def main(config_path: str) -> None:  # pragma: no cover - runs in the sandbox pr
         kernel.isolate_files(lib, cfg["workdir"], 4 * cfg["file_size_bytes"], layers)
     import time  # noqa: F401 - all the supervisor imports, loaded before the program can plant files
 
-    if cfg["checks"]:
+    if cfg["holes"]:
         import json  # noqa: F401
 
         from cel_lens.sandbox import codec  # noqa: F401
 
-        for module in {m for c in cfg["checks"] for m in c["modules"]}:
+        for module in cfg["modules"]:
             __import__(module)
     requests, replies = os.pipe(), os.pipe()
     kernel.set_dumpable(lib, False)  # before the fork: the program never sees a dumpable supervisor
     pid = os.fork()
     if pid == 0:
+        os.close(tests_fd)
         os.close(verdict_fd)
         os.close(requests[1])
         os.close(replies[0])
@@ -97,7 +100,9 @@ def main(config_path: str) -> None:  # pragma: no cover - runs in the sandbox pr
     os.close(requests[0])
     os.close(replies[1])
     kernel.protect_from_oom(os.getpid(), -1000)
-    _supervise(cfg, pid, requests[1], os.fdopen(replies[0], "rb"), report)
+    with os.fdopen(tests_fd, "rb") as f:
+        checks = marshal.load(f)
+    _supervise(checks, pid, requests[1], os.fdopen(replies[0], "rb"), report)
 
 
 # ------------------------------------------------------------------------------ the supervisor
@@ -108,7 +113,7 @@ def _read_event(replies: BinaryIO) -> list[str] | None:
     return line.rstrip(b"\n").decode("utf-8", "replace").split(" ")
 
 
-def _supervise(cfg: dict, pid: int, request_fd: int, replies: BinaryIO, report: Callable[[str], None]) -> None:
+def _supervise(checks: list, pid: int, request_fd: int, replies: BinaryIO, report: Callable[[str], None]) -> None:
     """Relay the program's start and end, run the tests if it ended well, reap it, exit alike."""
     first = _read_event(replies)
     if first is not None and first[0] in ("ready", "setup-error"):
@@ -124,8 +129,8 @@ def _supervise(cfg: dict, pid: int, request_fd: int, replies: BinaryIO, report: 
             break
         if event[0] != "end":  # out of protocol: the program wrote on the pipe itself
             break
-    if ended == "done" and cfg["checks"]:
-        verdict.run_tests(cfg["checks"], lambda seen: verdict.hole_fetcher(request_fd, replies, seen), report)
+    if ended == "done" and checks:
+        verdict.run_tests(checks, lambda seen: verdict.hole_fetcher(request_fd, replies, seen), report)
         grace = 1.0  # the verdict is in: the program gets a moment to flush its output, no more
     else:
         grace = None
@@ -175,12 +180,11 @@ def _program_process(lib: ctypes.CDLL, cfg: dict, namespaces: bool, layers: list
     if not namespaces:
         layers.append("net:socket-patched")
     # the tests' holes are compiled before the program runs (they come from the caller)
-    codes = [compile(h, f"<hole {c['first_hole'] + j}>", "eval")
-             for c in cfg["checks"] for j, h in enumerate(c["holes"])]
+    codes = [compile(h, f"<hole {k}>", "eval") for k, h in enumerate(cfg["holes"])]
     guard.reliability_guard(cfg["workdir"], patch_socket=not namespaces)
     verdict.write_line(reply_fd, "ready " + " ".join(layers))
     namespace = _run_program(cfg["source"], cfg["setup"], cfg["workdir"], reply_fd)
-    if cfg["checks"]:
+    if cfg["holes"]:
         verdict.serve_holes(codes, namespace, request_fd, reply_fd)
     _flush()
     os._exit(0)
@@ -241,4 +245,4 @@ def _run_program(source: str, setup: str, workdir: str, reply_fd: int) -> dict:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    main(sys.argv[1])
+    main(sys.argv[1], sys.argv[2])

@@ -93,16 +93,27 @@ def site_paths() -> list[str]:
     return [p for p in sys.path if p in paths] or paths
 
 
-def execute(config: dict, workdir: str, timeout: float, output_limit: int,
+def _write(path: str, data: object) -> None:
+    with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
+        marshal.dump(data, f)  # plain types only; loads faster in the child than json
+
+
+def execute(config: dict, tests: list, workdir: str, timeout: float, output_limit: int,
             cgroups: Sequence[tuple[str, str]]) -> Finished:
-    """Run the sandbox process on ``config`` and collect what it says (see the module docstring)."""
+    """Run the sandbox process on ``config`` and collect what it says (see the module docstring).
+
+    ``tests`` go in a file of their own, which the supervisor opens and unlinks before the
+    program's process exists and reads only after it has forked: the expected values never
+    enter the program's memory.
+    """
     verdict_r, verdict_w = os.pipe()
     config_path = os.path.join(workdir, ".cel_lens_config")
-    with os.fdopen(os.open(config_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
-        marshal.dump({**config, "verdict_fd": verdict_w}, f)  # plain types; loads fast in the child
+    tests_path = os.path.join(workdir, ".cel_lens_tests")
+    _write(config_path, {**config, "verdict_fd": verdict_w})
+    _write(tests_path, tests)
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-I", "-S", "-B", CHILD, config_path],
+            [sys.executable, "-I", "-S", "-B", CHILD, config_path, tests_path],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             cwd=workdir, env=child_env(workdir), start_new_session=True,
             pass_fds=(verdict_w,), close_fds=True,
