@@ -82,8 +82,6 @@ def main(config_path: str, tests_path: str) -> None:  # pragma: no cover - runs 
     import time  # noqa: F401 - all the supervisor imports, loaded before the program can plant files
 
     if cfg["holes"]:
-        import json  # noqa: F401
-
         from cel_lens.sandbox import codec  # noqa: F401
 
         for module in cfg["modules"]:

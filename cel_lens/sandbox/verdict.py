@@ -3,8 +3,9 @@
 After the program (and the setup code) ran, the supervisor evaluates each test's remainder
 (:mod:`cel_lens.sandbox.judge`). Each time it needs a hole it writes the hole's number on the
 *request* pipe; the program's process evaluates that expression in the program's namespace and
-answers on the *reply* pipe with one line: ``v <value>`` (plain data, :mod:`~cel_lens.sandbox.codec`),
-``x <exception name>`` or ``n <why the value is not plain data>``. Tests run in order, each
+answers on the *reply* pipe with ``v <length>`` and that many bytes of the value (plain data,
+:mod:`~cel_lens.sandbox.codec`), or one line ``x <exception name>`` or ``n <why the value is not
+plain data>``. Tests run in order, each
 hole when Python would evaluate it (so ``and``/``or`` short-circuit as in an ``assert``), and the
 first test that does not hold ends the run, as the first failing ``assert`` would.
 
@@ -59,10 +60,10 @@ def serve_holes(codes: list, namespace: dict, request_fd: int, reply_fd: int) ->
             except (codec.NotPlainData, RecursionError, MemoryError, ValueError, TypeError) as exc:
                 write_line(reply_fd, f"n {type(exc).__name__}: {exc}"[:300])
                 continue
-            if len(payload) >= MAX_MESSAGE:
+            if len(payload) > MAX_MESSAGE:
                 write_line(reply_fd, f"n the value takes {len(payload)} bytes, more than {MAX_MESSAGE}")
             else:
-                write_line(reply_fd, "v " + payload)
+                write_line(reply_fd, b"v %d\n%s" % (len(payload), payload))
 
 
 def _print_exception(exc: BaseException) -> None:
@@ -88,21 +89,22 @@ def hole_fetcher(request_fd: int, replies: BinaryIO, seen: dict) -> Callable[[in
             write_line(request_fd, str(k))
         except OSError:
             raise HoleFailed("the program's process ended during the tests") from None
-        line = replies.readline(MAX_MESSAGE + 1)
+        line = replies.readline(1024)
         if not line:
             raise HoleFailed("the program's process ended during the tests")
-        if not line.endswith(b"\n"):
-            raise HoleFailed("the reply is too long")
-        kind, _, payload = line[:-1].partition(b" ")
-        text = payload.decode("utf-8", "replace")
+        kind, _, rest = line.rstrip(b"\n").partition(b" ")
+        text = rest.decode("utf-8", "replace")
         if kind == b"x":
             raise HoleRaised(text[:100] or "Exception")
         if kind == b"n":
             raise HoleFailed("the value is not plain data (" + text[:200] + ")")
-        if kind != b"v":
-            raise HoleFailed(f"an answer out of protocol ({kind[:20]!r})")
+        if kind != b"v" or not rest.isdigit() or int(rest) > MAX_MESSAGE:
+            raise HoleFailed(f"an answer out of protocol ({line[:40]!r})")
+        payload = replies.read(int(rest) + 1)  # the value and the line's end
+        if len(payload) != int(rest) + 1 or not payload.endswith(b"\n"):
+            raise HoleFailed("the program's process ended during the tests")
         try:
-            value = codec.decode(payload)
+            value = codec.decode(payload[:-1])
         except codec.Malformed as exc:
             raise HoleFailed(f"a malformed value ({exc})") from None
         seen[k] = value

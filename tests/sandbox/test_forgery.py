@@ -88,9 +88,9 @@ ROUTES: dict[str, tuple[str, list[str]]] = {
     # poisoned modules: only the program's own process has them
     "sys_modules_json_poisoned": ("import sys, types\nj = types.ModuleType('json')\nj.dumps = lambda *a, **k: 'true'\n"
                                   "j.loads = lambda *a, **k: True\nsys.modules['json'] = j\ndef f(x):\n    return 0\n", TESTS),
-    "codec_poisoned": ("import sys\nfrom cel_lens.sandbox import codec\ncodec.encode = lambda v: '\"ok\"'\n"
+    "codec_poisoned": ("import sys\nfrom cel_lens.sandbox import codec\ncodec.encode = lambda v: b's2:ok'\n"
                        "sys.modules['builtins'].__dict__['bool'] = lambda x: True\ndef f(x):\n    return 0\n", TESTS),
-    "json_bomb_reply": ("from cel_lens.sandbox import codec\ncodec.encode = lambda v: '[' * 200000 + ']' * 200000\n"
+    "nesting_bomb_reply": ("from cel_lens.sandbox import codec\ncodec.encode = lambda v: b'l1:' * 200000 + b'N'\n"
                         "def f(x):\n    return 0\n", TESTS),
     "huge_reply": ("def f(x):\n    return 'x' * (8 << 20)\n", TESTS),
     "self_referential_value": ("def f(x):\n    a = []\n    a.append(a)\n    return a\n", TESTS),
