@@ -174,7 +174,8 @@ def _program_process(lib: ctypes.CDLL, cfg: dict, namespaces: bool, layers: list
     if namespaces or os.geteuid() == 0:
         kernel.drop_capabilities(lib, layers)
     kernel.no_new_privs(lib)
-    kernel.seccomp(lib, layers)
+    kernel.landlock(lib, cfg["workdir"], layers)
+    kernel.seccomp(lib, layers, metadata=not namespaces)
     if not namespaces:
         layers.append("net:socket-patched")
     # the tests' holes are compiled before the program runs (they come from the caller)

@@ -205,11 +205,18 @@ _DENIED_SYSCALLS = {
     _AUDIT_ARCH_X86_64: (41, 101, 248, 249, 250, 298, 310, 311, 321, 323, 425, 426, 427),
     _AUDIT_ARCH_AARCH64: (198, 117, 217, 218, 219, 241, 270, 271, 280, 282, 425, 426, 427),
 }
+# Without a read-only file system (no namespaces), also every call that changes a file's metadata
+# (Landlock does not cover them): chmod, chown, utime and extended attributes, all variants.
+_METADATA_SYSCALLS = {
+    _AUDIT_ARCH_X86_64: (90, 91, 268, 452, 92, 93, 94, 260, 132, 235, 261, 280, 188, 189, 190, 197, 198, 199, 463, 466),
+    _AUDIT_ARCH_AARCH64: (52, 53, 452, 54, 55, 88, 5, 6, 7, 14, 15, 16, 463, 466),
+}
 _MACHINES = {"x86_64": _AUDIT_ARCH_X86_64, "aarch64": _AUDIT_ARCH_AARCH64}
 
 
-def seccomp(lib: ctypes.CDLL, layers: list[str]) -> None:
-    """Install a seccomp filter refusing :data:`_DENIED_SYSCALLS` (needs no_new_privs first).
+def seccomp(lib: ctypes.CDLL, layers: list[str], metadata: bool = False) -> None:
+    """Install a seccomp filter refusing :data:`_DENIED_SYSCALLS` (and, with ``metadata``, the
+    calls that change file metadata) with EPERM; needs no_new_privs first.
 
     Any other architecture's system calls (the i386 ABI on x86_64, x32) kill the process, so the
     filter cannot be walked around. Irrevocable, and inherited by every child.
@@ -221,7 +228,7 @@ def seccomp(lib: ctypes.CDLL, layers: list[str]) -> None:
         return
     ld_abs, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
     allow, deny, kill = 0x7FFF0000, 0x00050000 | 1, 0x80000000  # ALLOW, ERRNO(EPERM), KILL_PROCESS
-    denied = _DENIED_SYSCALLS[arch]
+    denied = _DENIED_SYSCALLS[arch] + (_METADATA_SYSCALLS[arch] if metadata else ())
     n = len(denied)
     prog = [(ld_abs, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, kill), (ld_abs, 0, 0, 0)]
     if arch == _AUDIT_ARCH_X86_64:  # x32 system calls carry bit 30
@@ -240,3 +247,48 @@ def seccomp(lib: ctypes.CDLL, layers: list[str]) -> None:
     fprog = Program(len(prog), filters)
     if lib.prctl(_PR_SET_SECCOMP, 2, ctypes.byref(fprog), 0, 0) == 0:  # SECCOMP_MODE_FILTER
         layers.append("seccomp")
+
+
+# Landlock (Linux 5.13+): file-system rights by path, for this process and its children, for good.
+_SYS_LANDLOCK_CREATE_RULESET, _SYS_LANDLOCK_ADD_RULE, _SYS_LANDLOCK_RESTRICT_SELF = 444, 445, 446
+_LANDLOCK_READ = 1 | 4 | 8  # EXECUTE, READ_FILE, READ_DIR
+_O_PATH = 0o10000000
+
+
+def landlock(lib: ctypes.CDLL, workdir: str, layers: list[str]) -> None:
+    """Allow writing under ``workdir`` only (reading everywhere), no TCP, and (ABI 6+) no signal to
+    or ``ptrace`` of a process outside the sandbox. Where Landlock is missing, nothing happens."""
+    import ctypes
+
+    abi = lib.syscall(ctypes.c_long(_SYS_LANDLOCK_CREATE_RULESET), None, ctypes.c_size_t(0), ctypes.c_uint32(1))
+    if abi < 1:
+        return
+    every = (1 << 13) - 1 | (1 << 13 if abi >= 2 else 0) | (1 << 14 if abi >= 3 else 0) | (1 << 15 if abi >= 5 else 0)
+
+    class Ruleset(ctypes.Structure):
+        _fields_ = [("fs", ctypes.c_uint64), ("net", ctypes.c_uint64), ("scoped", ctypes.c_uint64)]
+
+    class PathBeneath(ctypes.Structure):
+        _pack_ = 1
+        _fields_ = [("allowed", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+    attr = Ruleset(every, 3 if abi >= 4 else 0, 3 if abi >= 6 else 0)  # net: BIND, CONNECT_TCP; scoped: UNIX, SIGNAL
+    size = 8 if abi < 4 else 16 if abi < 6 else 24
+    ruleset = lib.syscall(ctypes.c_long(_SYS_LANDLOCK_CREATE_RULESET), ctypes.byref(attr), ctypes.c_size_t(size),
+                          ctypes.c_uint32(0))
+    if ruleset < 0:
+        return
+    try:
+        for path, allowed in (("/", _LANDLOCK_READ), (workdir, every)):
+            fd = os.open(path, _O_PATH | os.O_CLOEXEC)
+            try:
+                rule = PathBeneath(allowed, fd)
+                if lib.syscall(ctypes.c_long(_SYS_LANDLOCK_ADD_RULE), ctypes.c_int(ruleset), ctypes.c_int(1),
+                               ctypes.byref(rule), ctypes.c_uint32(0)) != 0:
+                    return
+            finally:
+                os.close(fd)
+        if lib.syscall(ctypes.c_long(_SYS_LANDLOCK_RESTRICT_SELF), ctypes.c_int(ruleset), ctypes.c_uint32(0)) == 0:
+            layers.append("landlock" if abi >= 6 else "landlock:files")
+    finally:
+        os.close(ruleset)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from cel_lens import sandbox as sb
-from cel_lens.sandbox import cgroups
+from cel_lens.sandbox import cgroups, runner
 
 TIMEOUT = 1.0
 REPO = Path(__file__).resolve().parents[2]
@@ -213,6 +213,32 @@ def test_bypass_cannot_change_file_metadata_or_fill_the_disk(namespaces, outside
     fill = "for i in range(60):\n    open(f'f{i}', 'wb').write(b'x' * (10 << 20))"
     out = hostile(fill)
     assert out.status == "error" and out.reason == "OSError", out
+
+
+def test_weaker_mode_bypass_is_stopped_by_landlock_and_seccomp(
+    monkeypatch: pytest.MonkeyPatch, kernel_layers, outside: Path, hostile
+) -> None:
+    """Without namespaces, Landlock (writes only under the working directory, no signal to and no
+    ptrace of processes outside) and seccomp (no metadata changes) hold against ``posix``."""
+    if "landlock" not in kernel_layers or "seccomp" not in kernel_layers:
+        pytest.skip("Landlock (ABI 6+) or seccomp is not available here")
+    monkeypatch.setattr(runner, "NAMESPACES", "off")
+    monkeypatch.setenv(sb.WEAK_ENV, "1")
+    canary, me = outside / "canary.txt", os.getpid()
+    for code in (
+        f"import posix\nfd = posix.open({str(canary)!r}, posix.O_WRONLY | posix.O_TRUNC)\nposix.write(fd, b'pwned')",
+        f"import posix\nposix.unlink({str(canary)!r})",
+        f"import _io\n_io.FileIO({str(outside / 'new.txt')!r}, 'w').write(b'x')",
+        f"import posix\nposix.mkdir({str(outside / 'new')!r})",
+        f"import posix\nposix.utime({str(canary)!r}, (0, 0))",
+        f"import posix\nposix.chmod({str(canary)!r}, 0)",
+        f"import posix\nposix.setxattr({str(canary)!r}, 'user.x', b'1')",
+        f"import posix\nposix.kill({me}, 0)",  # signal 0: harmless even if it were delivered
+        f"open('/proc/{me}/mem', 'rb')",
+    ):
+        out = hostile(code)
+        assert out.status == "error" and out.reason == "PermissionError", (code, out)
+        assert "landlock" in out.isolation and "pidns" not in out.isolation
 
 
 # ---------------------------------------------------------------------------------------------
