@@ -19,10 +19,12 @@ How one run goes
   ``nosuid``, ``nodev``, puts a tmpfs on the working directory, and forks the **program's
   process** (PID 1 of the new PID namespace), which mounts a private ``/proc``, sets rlimits
   (``RLIMIT_AS`` = ``memory_mb``, CPU, processes, file size, open files, no core), drops every
-  capability, sets ``no_new_privs``, installs a seccomp filter (no ``socket``: no path to a host
-  Unix-domain socket and no network even without namespaces; no io_uring, ``ptrace``,
-  ``process_vm_*``, key rings, ``bpf``), installs the Python guard (:mod:`~cel_lens.sandbox.guard`)
-  and runs the program. Both die with their parent (``PR_SET_PDEATHSIG``); leftovers of a caller
+  capability, sets ``no_new_privs``, restricts itself with Landlock where the kernel has it
+  (writes only under the working directory; no signal to or ``ptrace`` of processes outside),
+  installs a seccomp filter (no ``socket``: no path to a host Unix-domain socket and no network
+  even without namespaces; no io_uring, ``ptrace``, ``process_vm_*``, key rings, ``bpf``; without
+  namespaces also no chmod/chown/utime/xattr calls), installs the Python guard
+  (:mod:`~cel_lens.sandbox.guard`) and runs the program. Both die with their parent (``PR_SET_PDEATHSIG``); leftovers of a caller
   that was killed (cgroups, temporary directories) are removed at the next start.
 * **The verdict.** The program is parsed on its own and runs as ``__main__``; ``setup`` runs in its
   namespace; then the supervisor judges each test (:mod:`~cel_lens.sandbox.judge`,
@@ -36,17 +38,22 @@ How one run goes
   therefore means the values the program produced satisfy every test.
 * :attr:`Outcome.isolation` names the layers that applied: ``process``, ``rlimits``, ``guard``
   always; ``pids-cgroup``, ``memory-cgroup``, ``userns``, ``pidns``, ``netns``, ``ipcns``,
-  ``fs:read-only``, ``tmpfs``, ``proc:private``, ``caps:dropped``, ``seccomp`` where they
-  worked; ``net:socket-patched`` without namespaces.
+  ``fs:read-only``, ``tmpfs``, ``proc:private``, ``caps:dropped``, ``landlock`` (ABI 6+;
+  ``landlock:files`` before), ``seccomp`` where they worked; ``net:socket-patched`` without
+  namespaces.
 
 What is not contained
 ---------------------
 * The program can **read** every file its user can read and print it into the captured output
   (with the network namespace and seccomp, it cannot send it anywhere).
-* Without namespaces (the weaker mode): files outside the working directory are protected only by
-  the Python guard (``_io.FileIO``, ``posix`` and file metadata calls undo it), the working
-  directory has no size limit, host processes of the same user can be signalled, and without a
-  pids cgroup a process that leaves the process group survives until its CPU limit.
+* A program can always return the expected values it knows (MBPP's prompt shows the tests); no
+  judge can tell that from a solution. (Expected values never enter the program's memory.)
+* Without namespaces (the weaker mode): the working directory has no size limit; without Landlock
+  too, files outside it are protected only by the Python guard (``posix`` and ``_io.FileIO``
+  undo it) and processes of the same user can be signalled; without a pids cgroup, a process
+  that leaves the process group survives a killed caller.
+* Without seccomp (an architecture other than x86_64 and aarch64), host Unix-domain sockets are
+  reachable.
 * Values cross as plain data only: a test whose program value is an object of the program's own
   class (not ``int``, ``str``, ``list``...) fails here even where Python's ``==`` would say yes.
 * CPU time, memory bandwidth and the page cache are shared; timing side channels and kernel bugs

@@ -1,22 +1,26 @@
-"""The sandbox's own interpreter: ``python -I -S -B child.py CONFIG`` (standard library only).
+"""The sandbox's own interpreter: ``python -I -S -B child.py CONFIG TESTS`` (standard library only).
 
 The parent (:mod:`cel_lens.sandbox.runner`) starts this file in a fresh interpreter with a
-configuration file and three pipes it reads: stdout, stderr and the **verdict pipe**. This process
+configuration file, a tests file and three pipes it reads: stdout, stderr and the **verdict pipe**. This process
 becomes the **supervisor**: it joins the run's cgroups, enters new namespaces and mounts, then
-forks the **program's process**, which sets the limits, drops every capability, installs the
-seccomp filter and the Python guard, runs the program and answers the supervisor's test requests
-(:mod:`cel_lens.sandbox.verdict`). The program's process never holds the verdict pipe, cannot see
-the supervisor (another PID namespace; the supervisor is not dumpable, so neither ``ptrace`` nor
-``/proc/PID/fd`` reach it), and never runs code of the supervisor's: the supervisor alone writes
-what the parent believes.
+forks the **program's process**, which sets the limits, drops every capability, restricts
+itself with Landlock and seccomp, installs the Python guard, runs the program and answers the
+supervisor's test requests (:mod:`cel_lens.sandbox.verdict`). The program's process never holds
+the verdict pipe, cannot see the supervisor (another PID namespace; the supervisor is not
+dumpable, and seccomp and Landlock refuse ``ptrace``, so ``/proc/PID/fd`` and ``/proc/PID/mem``
+do not reach it), and no code of the program's ever runs in the supervisor: the supervisor alone
+writes what the parent believes. The tests (with their expected values) come in a second file,
+which the supervisor opens and unlinks before the fork and reads after it, so they never enter
+the program's memory.
 
 Supervisor -> parent, one line each: ``ready LAYERS``, ``program EVENT`` (what the program's
 process said of its own run: ``done``, ``end``, ``raised NAME``, ``exit CODE``; its word only),
 ``test I STATUS REASON``, ``verdict STATUS REASON``, ``child exit|signal N CPU``,
 ``setup-error TEXT`` and ``refused TEXT`` (no namespaces and the weaker mode not allowed).
 
-Only what the program's process needs is imported before the program starts, so start-up stays
-short; this file never imports the parent's side.
+Only what the two processes need is imported, all of it before the program starts (so a file
+the program writes can never become the supervisor's code); this file never imports the parent's
+side.
 """
 
 from __future__ import annotations
