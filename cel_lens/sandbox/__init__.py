@@ -24,7 +24,8 @@ How one run goes
   installs a seccomp filter (no ``socket``: no path to a host Unix-domain socket and no network
   even without namespaces; no io_uring, ``ptrace``, ``process_vm_*``, key rings, ``bpf``; without
   namespaces also no chmod/chown/utime/xattr calls), installs the Python guard
-  (:mod:`~cel_lens.sandbox.guard`) and runs the program. Both die with their parent (``PR_SET_PDEATHSIG``); leftovers of a caller
+  (:mod:`~cel_lens.sandbox.guard`) and runs the program. Both die with their parent
+  (``PR_SET_PDEATHSIG``); leftovers of a caller
   that was killed (cgroups, temporary directories) are removed at the next start.
 * **The verdict.** The program is parsed on its own and runs as ``__main__``; ``setup`` runs in its
   namespace; then the supervisor judges each test (:mod:`~cel_lens.sandbox.judge`,

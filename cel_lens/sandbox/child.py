@@ -1,11 +1,11 @@
 """The sandbox's own interpreter: ``python -I -S -B child.py CONFIG TESTS`` (standard library only).
 
 The parent (:mod:`cel_lens.sandbox.runner`) starts this file in a fresh interpreter with a
-configuration file, a tests file and three pipes it reads: stdout, stderr and the **verdict pipe**. This process
-becomes the **supervisor**: it joins the run's cgroups, enters new namespaces and mounts, then
-forks the **program's process**, which sets the limits, drops every capability, restricts
-itself with Landlock and seccomp, installs the Python guard, runs the program and answers the
-supervisor's test requests (:mod:`cel_lens.sandbox.verdict`). The program's process never holds
+configuration file, a tests file and three pipes it reads: stdout, stderr and the **verdict
+pipe**. This process becomes the **supervisor**: it joins the run's cgroups, enters new
+namespaces and mounts, then forks the **program's process**, which sets the limits, drops every
+capability, restricts itself with Landlock and seccomp, installs the Python guard, runs the
+program and answers the supervisor's test requests (:mod:`cel_lens.sandbox.verdict`). The program's process never holds
 the verdict pipe, cannot see the supervisor (another PID namespace; the supervisor is not
 dumpable, and seccomp and Landlock refuse ``ptrace``, so ``/proc/PID/fd`` and ``/proc/PID/mem``
 do not reach it), and no code of the program's ever runs in the supervisor: the supervisor alone
@@ -225,7 +225,7 @@ def _run_program(source: str, setup: str, workdir: str, reply_fd: int) -> dict:
         verdict.write_line(reply_fd, f"exit {exc.code!r}"[:200])
         exit_now(1)
     except BaseException as exc:  # noqa: BLE001 - how the program failed is the result
-        verdict.write_line(reply_fd, "raised " + ("AssertionError" if isinstance(exc, AssertionError) else type(exc).__name__))
+        verdict.write_line(reply_fd, "raised " + verdict.exception_name(exc))
         _flush()
         namespace.clear()  # free what the program held before formatting
         try:

@@ -62,7 +62,8 @@ def _encode(v: Any, depth: int, out: list[bytes]) -> None:  # noqa: C901 - one b
     elif issubclass(t, float):
         out.append(b"f%s;" % float.hex(v).encode())  # exact, and keeps nan, inf and -0.0
     elif issubclass(t, complex):
-        out.append(b"c%s,%s;" % (float.hex(complex.real.__get__(v)).encode(), float.hex(complex.imag.__get__(v)).encode()))
+        real, imag = complex.real.__get__(v), complex.imag.__get__(v)
+        out.append(b"c%s,%s;" % (float.hex(real).encode(), float.hex(imag).encode()))
     elif issubclass(t, str):
         _sized(b"s", str.encode(v, "utf-8", "surrogatepass"), out)
     elif issubclass(t, (bytes, bytearray)):

@@ -42,6 +42,11 @@ def write_line(fd: int, text: str | bytes) -> None:
         data = data[os.write(fd, data):]
 
 
+def exception_name(exc: BaseException) -> str:
+    """How a failure is named: ``AssertionError`` for any of its subclasses (as an assert is)."""
+    return "AssertionError" if isinstance(exc, AssertionError) else type(exc).__name__
+
+
 # ----------------------------------------------------------------------- the program's process
 def serve_holes(codes: list, namespace: dict, request_fd: int, reply_fd: int) -> None:
     """Answer the supervisor's requests until it closes the request pipe."""
@@ -53,7 +58,7 @@ def serve_holes(codes: list, namespace: dict, request_fd: int, reply_fd: int) ->
                 value = eval(codes[int(line)], namespace)  # noqa: S307 - the hole of a test
             except BaseException as exc:  # noqa: BLE001 - how the hole failed is the answer
                 _print_exception(exc)
-                write_line(reply_fd, "x " + ("AssertionError" if isinstance(exc, AssertionError) else type(exc).__name__))
+                write_line(reply_fd, "x " + exception_name(exc))
                 continue
             try:
                 payload = codec.encode(value)
