@@ -41,6 +41,17 @@ def judged(rows: list[dict], setup: bool) -> list[sb.Program]:
             for r in rows]
 
 
+def run_all(programs: list, timeout: float = 20.0) -> list[sb.Outcome]:
+    """``run_many``, then each timeout once more alone with a longer clock: other work on a shared
+    2-core machine can stretch a CPU-heavy reference (task 123) past any fixed limit, and these
+    tests are about the sandbox, not the machine's load."""
+    outs = sb.run_many(programs, timeout=timeout, allow=True)
+    for i, out in enumerate(outs):
+        if out.status == "timeout":
+            outs[i] = sb.run_many([programs[i]], timeout=3 * timeout, workers=1, allow=True)[0]
+    return outs
+
+
 def test_mbpp_sample_passes_and_wrong_solutions_fail() -> None:
     rows = load_mbpp()
     by_id = {r["task_id"]: r for r in rows}
@@ -74,7 +85,7 @@ def test_mbpp_all_reference_solutions_pass() -> None:
     t0 = time.monotonic()
     # task 123 (sum of amicable numbers below 10,000) alone needs ~3-6 s of CPU on a loaded 2-core
     # machine: a generous timeout keeps this a test of the sandbox, not of the machine's load
-    outs = sb.run_many(mbpp_programs(rows), timeout=20.0, allow=True)
+    outs = run_all(mbpp_programs(rows))
     elapsed = time.monotonic() - t0
     failures = [(r["task_id"], o.status, o.reason, o.stderr[-300:]) for r, o in zip(rows, outs) if not o.passed]
     assert failures == []
@@ -86,7 +97,7 @@ def test_mbpp_all_reference_solutions_pass() -> None:
 def test_mbpp_all_reference_solutions_judged(judge: str) -> None:
     rows = load_mbpp()
     t0 = time.monotonic()
-    outs = sb.run_many(judged(rows, setup=judge == "fenced"), timeout=20.0, allow=True)
+    outs = run_all(judged(rows, setup=judge == "fenced"))
     failed = {r["task_id"]: (o.status, o.reason) for r, o in zip(rows, outs) if not o.passed}
     # lm-eval runs no setup code: exactly the two problems that need it fail, with a NameError
     assert failed == ({} if judge == "fenced" else {t: ("error", "NameError") for t in NEED_SETUP})
