@@ -85,11 +85,8 @@ def main(config_path: str, tests_path: str) -> None:  # pragma: no cover - runs 
         kernel.isolate_files(lib, cfg["workdir"], 4 * cfg["file_size_bytes"], layers)
     import time  # noqa: F401 - all the supervisor imports, loaded before the program can plant files
 
-    if cfg["holes"]:
-        from cel_lens.sandbox import codec  # noqa: F401
-
-        for module in cfg["modules"]:
-            __import__(module)
+    for module in cfg["modules"]:
+        __import__(module)
     requests, replies = os.pipe(), os.pipe()
     kernel.set_dumpable(lib, False)  # before the fork: the program never sees a dumpable supervisor
     pid = os.fork()

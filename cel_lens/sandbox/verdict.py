@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import os
 
+from cel_lens.sandbox import codec
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, BinaryIO, Callable
@@ -50,8 +52,6 @@ def exception_name(exc: BaseException) -> str:
 # ----------------------------------------------------------------------- the program's process
 def serve_holes(codes: list, namespace: dict, request_fd: int, reply_fd: int) -> None:
     """Answer the supervisor's requests until it closes the request pipe."""
-    from cel_lens.sandbox import codec
-
     with os.fdopen(request_fd, "rb", buffering=0) as requests:
         for line in iter(requests.readline, b""):
             try:
@@ -87,8 +87,6 @@ def _print_exception(exc: BaseException) -> None:
 # ------------------------------------------------------------------------------ the supervisor
 def hole_fetcher(request_fd: int, replies: BinaryIO, seen: dict) -> Callable[[int], Any]:
     """The remainder's ``__hole__``: ask the program's process for hole ``k``, decode the answer."""
-    from cel_lens.sandbox import codec
-
     def fetch(k: int) -> Any:
         try:
             write_line(request_fd, str(k))
