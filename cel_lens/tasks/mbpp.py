@@ -8,9 +8,12 @@ and the prompt is three worked problems (task_id 2, 3, 4 of the ``prompt`` split
 the same way followed by ``{code}\\n[DONE]`` and lm-eval's few-shot delimiter ``"\\n\\n"``) and then
 the problem. Generation is greedy, up to :data:`MAX_NEW_TOKENS` (256) new tokens, and stops at
 ``[DONE]`` (or EOS): the task's ``options["stop"]`` and ``options["max_new_tokens"]``, which the
-evaluator reads (:meth:`cel_lens.tasks.Split.stop_strings`). :func:`judge` cuts the completion at ``[DONE]``, takes the
-first fenced code block if there is one, and runs it with the problem's ``test_setup_code`` and
-``test_list`` in :mod:`cel_lens.sandbox` (metric ``pass@1``; needs the sandbox's opt-in to run code).
+evaluator reads (:meth:`cel_lens.tasks.Split.stop_strings`). The judge (metric ``pass@1``; it runs
+code in :mod:`cel_lens.sandbox`, which needs its opt-in) is chosen with
+``load_task("mbpp", judge=...)``: ``"lm-eval"`` (default, :func:`judge`): the completion up to
+``[DONE]`` is the program, then the ``test_list`` asserts, as lm-eval does; ``"fenced"``
+(:func:`judge_fenced`, for chat-template runs): the first fenced code block if there is one, then
+``test_setup_code``, then the asserts.
 
 Splits (paper, Table 3; ``full`` config, by task_id): D_dist = the 374 ``train`` problems
 (601-974), D_test = the 500 ``test`` problems (11-510). Smaller sizes are seeded samples.
@@ -18,8 +21,10 @@ Splits (paper, Table 3; ``full`` config, by task_id): D_dist = the 374 ``train``
 
 from __future__ import annotations
 
+import ast
+import builtins
 import re
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from cel_lens.tasks.base import Example, Task
 from cel_lens.tasks.io import (
@@ -41,8 +46,10 @@ __all__ = [
     "MAX_NEW_TOKENS",
     "format_problem",
     "fewshot_prefix",
+    "JUDGES",
     "extract_code",
     "judge",
+    "judge_fenced",
     "load_mbpp",
 ]
 
@@ -92,28 +99,64 @@ def fewshot_prefix(shots: Any) -> str:
 _FENCE = re.compile(r"```[ \t]*[\w+-]*[ \t]*\n(.*?)```", re.DOTALL)
 
 
-def extract_code(completion: str) -> str:
-    """The program in a completion: text before the first ``[DONE]``; if that holds a fenced
-    block (```` ```python ... ``` ````, as chat models write), the first block's contents."""
-    code = completion
+def _until_stop(completion: str) -> str:
+    """The completion up to the first stop string (what ``generate_until`` returns in lm-eval)."""
     for stop in STOP:
-        code = code.split(stop, 1)[0]
+        completion = completion.split(stop, 1)[0]
+    return completion
+
+
+def extract_code(completion: str) -> str:
+    """The program in a completion for the ``fenced`` judge: text before the first ``[DONE]``; if
+    that holds a fenced block (```` ```python ... ``` ````, as chat models write), the first
+    block's contents."""
+    code = _until_stop(completion)
     match = _FENCE.search(code)
     return match.group(1) if match else code
 
 
-def judge(example: Example, completion: str) -> bool:
-    """pass@1 for one completion: run the extracted code with the problem's asserts in the sandbox.
+def _entry_points(meta: Mapping[str, Any]) -> tuple[str, ...]:
+    """Built-in names the reference solution defines at its top level (task 126 defines ``sum``):
+    in the tests they mean the program's function, not the built-in."""
+    try:
+        tree = ast.parse(meta.get("reference_code") or "")
+    except SyntaxError:
+        return ()
+    defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    return tuple(sorted(n for n in defined if hasattr(builtins, n)))
 
-    ``test_setup_code`` runs before the code, the ``test_list`` asserts after it (MBPP's
-    ``challenge_test_list`` is not used, as in lm-eval). Requires
-    ``CEL_LENS_ALLOW_CODE_EXECUTION=1`` (enforced by the sandbox).
-    """
+
+def _passes(example: Example, program: str, setup: str) -> bool:
     from cel_lens import sandbox
 
     meta: Mapping[str, Any] = example.meta
-    program = sandbox.check_program(extract_code(completion), meta.get("test_setup_code", ""), list(meta["test_list"]))
-    return bool(sandbox.run(program).passed)
+    outcome = sandbox.run(program, tests=list(meta["test_list"]), setup=setup, entry_points=_entry_points(meta))
+    return bool(outcome.passed)
+
+
+def judge(example: Example, completion: str) -> bool:
+    """pass@1 as lm-evaluation-harness judges MBPP (the default judge, ``judge="lm-eval"``).
+
+    lm-eval runs ``completion + "\\n" + "\\n".join(test_list)`` (code_eval); here the program
+    is the completion up to ``[DONE]`` (no fence extraction, no ``test_setup_code``), parsed on
+    its own, then the ``test_list`` asserts are judged by the sandbox's supervisor. The one
+    difference: a completion that parses only together with the asserts (it ends inside a block,
+    a string or a line continuation, which would swallow them) fails here. MBPP's
+    ``challenge_test_list`` is not used, as in lm-eval. Requires ``CEL_LENS_ALLOW_CODE_EXECUTION=1``.
+    """
+    return _passes(example, _until_stop(completion), setup="")
+
+
+def judge_fenced(example: Example, completion: str) -> bool:
+    """pass@1 for chat-template runs (``judge="fenced"``): the first fenced code block of the
+    completion (:func:`extract_code`), then the problem's ``test_setup_code`` *after* the program
+    and in its namespace (tasks 367 and 927 build trees of the solution's ``Node`` class), then the
+    ``test_list`` asserts, judged by the sandbox's supervisor."""
+    return _passes(example, extract_code(completion), setup=example.meta.get("test_setup_code") or "")
+
+
+JUDGES: dict[str, Callable[[Example, str], bool]] = {"lm-eval": judge, "fenced": judge_fenced}
+"""The judges ``load_task("mbpp", judge=NAME)`` accepts."""
 
 
 def _split_of(task_id: int) -> Optional[str]:
@@ -165,11 +208,14 @@ def load_mbpp(
     seed: int = 0,
     data_dir: Optional[PathLike] = None,
     chat_template: bool = False,
+    judge: str = "lm-eval",
     **kw: Any,
 ) -> Task:
     """MBPP with D_dist from ``train`` (default all 374) and D_test from ``test`` (default all 500),
-    3-shot prompts, judged by :func:`judge`."""
+    3-shot prompts, judged by the judge named ``judge`` (see :data:`JUDGES`)."""
     reject_options("mbpp", kw)
+    if judge not in JUDGES:
+        raise ValueError(f"mbpp: unknown judge {judge!r}; choose one of {', '.join(map(repr, JUDGES))}")
     by_split, sources = _rows_by_split(data_dir)
     shots_by_id = {int(r["task_id"]): r for r in by_split.get("prompt", [])}
     missing = [t for t in FEWSHOT_TASK_IDS if t not in shots_by_id]
@@ -189,8 +235,9 @@ def load_mbpp(
         dist=dist,
         test=test,
         metric="pass@1",
-        judge=judge,
+        judge=JUDGES[judge],
         options={
+            "judge": judge,
             "seed": seed,
             "n_dist": n_d,
             "n_test": n_t,

@@ -229,31 +229,49 @@ def _example(tests: tuple[str, ...], setup: str = "") -> Example:
     return Example(id="mbpp/x", prompt="p", meta={"test_list": tests, "test_setup_code": setup})
 
 
-def test_mbpp_judge_builds_program_from_the_extracted_code(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_mbpp_judges_build_the_program_their_way(monkeypatch: pytest.MonkeyPatch) -> None:
     calls = []
 
-    def check_program(code: str, test_setup_code: str, tests: list[str]) -> str:
-        calls.append((code, test_setup_code, tests))
-        return "\n".join([test_setup_code, code, *tests])
-
-    def run(program: str, timeout: float = 3.0) -> types.SimpleNamespace:
+    def run(program: str, *, tests: list[str], setup: str = "", entry_points: tuple = ()) -> types.SimpleNamespace:
+        calls.append((program, setup, tests, entry_points))
         scope: dict = {}
         try:
-            exec(program, scope)  # trusted, hand-written code only
+            exec("\n".join([program, setup, *tests]), scope)  # trusted, hand-written code only
             return types.SimpleNamespace(passed=True)
-        except AssertionError:
+        except (AssertionError, SyntaxError, NameError):
             return types.SimpleNamespace(passed=False)
 
     fake = types.ModuleType("cel_lens.sandbox")
-    fake.check_program, fake.run = check_program, run
+    fake.run = run
     monkeypatch.setitem(sys.modules, "cel_lens.sandbox", fake)
     import cel_lens
 
     monkeypatch.setattr(cel_lens, "sandbox", fake, raising=False)
     ex = _example(("assert add(2, 3) == 5",), setup="import math")
+    # lm-eval: the completion up to [DONE] is the program; no setup
     assert mbpp.judge(ex, "def add(a, b):\n    return a + b\n[DONE]\nthis is not python")
-    assert calls[-1] == ("def add(a, b):\n    return a + b\n", "import math", ["assert add(2, 3) == 5"])
+    assert calls[-1] == ("def add(a, b):\n    return a + b\n", "", ["assert add(2, 3) == 5"], ())
     assert not mbpp.judge(ex, "def add(a, b):\n    return a * b\n[DONE]")
+    assert not mbpp.judge(ex, "```python\ndef add(a, b):\n    return a + b\n```\n[DONE]")  # no fence extraction
+    # fenced: the first fenced block, then the setup
+    assert mbpp.judge_fenced(ex, "Sure:\n```python\ndef add(a, b):\n    return a + b\n```\n[DONE]")
+    assert calls[-1] == ("def add(a, b):\n    return a + b\n", "import math", ["assert add(2, 3) == 5"], ())
+    # a reference solution that defines a built-in name: the tests mean the program's function
+    ref = Example(id="mbpp/126", prompt="p", meta={"test_list": ("assert sum(10, 15) == 6",),
+                                                   "reference_code": "def sum(a, b):\n    return 6"})
+    mbpp.judge(ref, "def sum(a, b):\n    return 6\n")
+    assert calls[-1][3] == ("sum",)
+
+
+def test_mbpp_judge_option(data_dir: Path) -> None:
+    default = load_task("mbpp", n_dist=2, n_test=2, data_dir=data_dir)
+    assert default.judge is mbpp.judge and default.options["judge"] == "lm-eval"
+    fenced = load_task("mbpp", n_dist=2, n_test=2, data_dir=data_dir, judge="fenced")
+    assert fenced.judge is mbpp.judge_fenced and fenced.test.judge is mbpp.judge_fenced
+    assert fenced.options["judge"] == "fenced"
+    with pytest.raises(ValueError, match="unknown judge 'humaneval'.*'lm-eval', 'fenced'") as err:
+        load_task("mbpp", data_dir=data_dir, judge="humaneval")
+    assert "\n" not in str(err.value)
 
 
 @needs_data
@@ -265,6 +283,22 @@ def test_mbpp_judge_runs_reference_and_wrong_code_in_the_real_sandbox(
     ex = next(e for e in mbpp_task.test if e.id == "mbpp/11")
     assert mbpp.judge(ex, ex.meta["reference_code"] + "\n[DONE]")
     assert not mbpp.judge(ex, "def remove_Occ(s, ch):\n    return s\n[DONE]")
+
+
+@needs_data
+def test_mbpp_judges_differ_on_fences_and_setup_code(mbpp_task: Task, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("cel_lens.sandbox", reason="cel_lens.sandbox not available")
+    monkeypatch.setenv("CEL_LENS_ALLOW_CODE_EXECUTION", "1")
+    by_id = {e.id: e for e in [*mbpp_task.test, *mbpp_task.dist]}
+    ex11 = by_id["mbpp/11"]
+    fenced_11 = "Here is the function:\n```python\n" + ex11.meta["reference_code"] + "\n```\n[DONE]"
+    assert not mbpp.judge(ex11, fenced_11)  # lm-eval runs the fence as Python: a SyntaxError
+    assert mbpp.judge_fenced(ex11, fenced_11)
+    ex367 = by_id["mbpp/367"]  # its asserts use trees that only test_setup_code builds
+    assert ex367.meta["test_setup_code"]
+    ref_367 = ex367.meta["reference_code"] + "\n[DONE]"
+    assert mbpp.judge_fenced(ex367, ref_367)
+    assert not mbpp.judge(ex367, ref_367)
 
 
 def test_mbpp_crafted_train_test_overlap_is_an_error(tmp_path: Path) -> None:
