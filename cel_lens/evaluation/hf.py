@@ -14,6 +14,7 @@ are given here (an export records them in ``cel_lens_export.json``).
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -97,6 +98,12 @@ def _row_scores(model: PlainModel, batch: EncodedBatch) -> tuple[Float[Tensor, "
     return token_lp.masked_fill(~mask, 0.0).sum(-1).cpu(), (hit | ~mask).all(-1).cpu()
 
 
+def _cache_argument(hf: Any) -> str:
+    """The name of the key/value cache in the model's forward (``cache`` since transformers 5.x
+    renamed ``past_key_values``); the output field has the same name."""
+    return "cache" if "cache" in inspect.signature(hf.forward).parameters else "past_key_values"
+
+
 def _greedy(model: PlainModel, prompts: Sequence[Sequence[int]], budget: int, stops: Sequence[Sequence[str]]) -> list[list[int]]:
     """Greedy continuations of left-padded ``prompts`` with the model's key/value cache; a row stops
     at EOS or once its text contains one of its stop strings (as cel_lens's generation does)."""
@@ -112,10 +119,10 @@ def _greedy(model: PlainModel, prompts: Sequence[Sequence[int]], budget: int, st
     eos = getattr(tok, "eos_token_id", None)
     out: list[list[int]] = [[] for _ in range(n)]
     finished = [False] * n
-    cache = None
+    cache, cache_arg = None, _cache_argument(model.hf)
     for _ in range(budget):
-        res = model.hf(input_ids=x, attention_mask=attn, position_ids=positions, past_key_values=cache, use_cache=True)
-        cache, nxt = res.past_key_values, res.logits[:, -1].argmax(-1)
+        res = model.hf(input_ids=x, attention_mask=attn, position_ids=positions, use_cache=True, **{cache_arg: cache})
+        cache, nxt = getattr(res, cache_arg), res.logits[:, -1].argmax(-1)
         for row, t in enumerate(nxt.tolist()):
             if finished[row]:
                 continue
