@@ -120,7 +120,7 @@ def model_card(provenance: Mapping[str, Any]) -> str:
         "",
         *load,
         "",
-        f"`cel_lens_export.json` records the source, the edited tensors and the sha256 of every file; "
+        "`cel_lens_export.json` records the source, the edited tensors and the sha256 of every file; "
         "`cel-lens export RUN_DIR --out DIR --verify` re-checks every test decision of the run against this checkpoint.",
     ]
     return "\n".join(["---", *_yaml(meta), "---", "", *body, ""])

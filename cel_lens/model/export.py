@@ -226,7 +226,7 @@ def _copy_bytes(fi, fo, n: Optional[int], buf: bytearray, hashes: Sequence[Any])
 def stream_file(src: Path, dst: Path, edits: Sequence[TensorEdit] = (), chunk: int = CHUNK_BYTES) -> tuple[str, str]:
     """Copy ``src`` to ``dst`` applying ``edits``; returns the sha256 of the source and of the copy."""
     src_hash, dst_hash = hashlib.sha256(), hashlib.sha256()
-    buf = bytearray(chunk)
+    buf = bytearray(max(1, min(chunk, src.stat().st_size)))
     with open(src, "rb") as fi, open(dst, "wb") as fo:
         pos = 0
         for edit in sorted(edits, key=lambda e: e.start):

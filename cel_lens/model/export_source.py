@@ -72,7 +72,7 @@ def encoding_defaults(path: Path, official: Optional[str] = None) -> dict[str, A
             with quiet():
                 cfg = loading.get_pretrained_model_config(official)
             return {"prepend_bos": bool(cfg.default_prepend_bos), "n_ctx": int(cfg.n_ctx), "from": "HookedTransformer config"}
-        except Exception:  # noqa: BLE001 - e.g. offline without the config cached: the bridge's derivation
+        except Exception:  # e.g. offline without that config cached: fall back to the bridge's derivation
             pass
     return _bridge_defaults(path)
 

@@ -65,7 +65,10 @@ def test_generation_equals_cel_lens(pair):
     completions = evaluate(hooked, Split("t", tuple(examples), kind="generation", judge=lambda ex, c: True),
                            max_new_tokens=6, progress=False).completions[0]
     wanted = {ex.id: c for ex, c in zip(examples, completions)}
-    judge = lambda ex, c: c == wanted[ex.id] and int(ex.id.split("/")[1]) % 2 == 0  # noqa: E731
+
+    def judge(ex: Example, completion: str) -> bool:
+        return completion == wanted[ex.id] and int(ex.id.split("/")[1]) % 2 == 0
+
     split = Split("test", tuple(examples), task="toy", kind="generation", metric="pass@1", judge=judge,
                   options={"max_new_tokens": 6, "stop": ["\n"]})
     ref = evaluate(hooked, split, None, batch_size=3, progress=False)
@@ -75,7 +78,7 @@ def test_generation_equals_cel_lens(pair):
 
 
 def test_prepend_bos_is_the_encoding_the_results_depend_on(pair, tiny_checkpoints, data_dir):
-    hooked, plain = pair("qwen2")
+    _, plain = pair("qwen2")
     split = load_task("boolq", n_dist=4, n_test=8, data_dir=data_dir).test
     wrong = load_plain_model(tiny_checkpoints["qwen2"], prepend_bos=True, device="cpu")
     a, b = evaluate_plain(plain, split), evaluate_plain(wrong, split)

@@ -260,7 +260,7 @@ def test_sources_loaded_models_and_memory_models(tiny_checkpoints, tiny_model, t
 
 
 def test_hub_id_exports_from_its_cached_snapshot(tiny_checkpoints, tmp_path, monkeypatch):
-    import huggingface_hub.constants as constants
+    from huggingface_hub import constants
 
     commit = "0123456789abcdef0123456789abcdef01234567"
     repo = tmp_path / "hub" / "models--someone--tiny-llama"

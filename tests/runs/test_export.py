@@ -27,7 +27,7 @@ def qwen_run(tiny_checkpoints, data_dir, tmp_path_factory):
 
 
 def test_export_of_a_run_reproduces_every_test_decision(qwen_run, data_dir, tmp_path):
-    model, run = qwen_run
+    _, run = qwen_run
     out = cel_lens.export_model(run, tmp_path / "out")
     record = json.loads((out / PROVENANCE_FILE).read_text())
     assert record["heads"] == run.result.heads and record["run"]["gain"] == run.result.gain
