@@ -50,6 +50,8 @@ _LAZY: dict[str, str] = {
     "RecordingOracle": "cel_lens.runs",
     "CachedOracle": "cel_lens.runs",
     "load_run": "cel_lens.runs",
+    "export_model": "cel_lens.runs.export",
+    "verify_export": "cel_lens.runs.export",
     "RayOracle": "cel_lens.backends.ray",
     "SyntheticOracle": "cel_lens.testing",
     # statistics

@@ -12,7 +12,7 @@ import sys
 from types import ModuleType
 from typing import Optional, Sequence
 
-from cel_lens.cli import demo, evaluate, models, organism, report, search, tasks, theory
+from cel_lens.cli import demo, evaluate, export, models, organism, report, search, tasks, theory
 from cel_lens.cli.common import Formatter
 
 __all__ = ["main", "build_parser", "COMMANDS"]
@@ -23,6 +23,7 @@ COMMANDS: dict[str, ModuleType] = {
     "search": search,
     "evaluate": evaluate,
     "report": report,
+    "export": export,
     "demo": demo,
     "theory": theory,
     "organism": organism,
