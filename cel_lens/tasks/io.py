@@ -10,6 +10,10 @@ Each load also returns a *provenance* record (file path, sha256, whether the sha
 officially recorded one, whether the file is a shipped fixture; or hub id, config, split and
 fingerprint) that the task puts in ``Task.options`` for run manifests.
 
+Rows remember where they came from (:class:`Rows`), so a row that cannot become an example (a
+missing field, a field of the wrong type, a line that is not a JSON object) is one
+:class:`RowError` naming its file and line: :func:`build_examples` and :func:`require`.
+
 Local layout (all UTF-8 JSON Lines)::
 
     arithmetic/{two_digit_addition,...}.jsonl   GPT-3 raw files: context, completion
@@ -34,6 +38,10 @@ __all__ = [
     "FIXTURES_DIR",
     "OFFICIAL_SHA256",
     "DataNotFoundError",
+    "RowError",
+    "Rows",
+    "require",
+    "build_examples",
     "resolve_data_dir",
     "sha256_file",
     "read_jsonl",
@@ -78,6 +86,66 @@ class DataNotFoundError(FileNotFoundError):
     """A task's split is in neither the data directory nor (reachable on) the hub."""
 
 
+class RowError(ValueError):
+    """A data row that cannot become an example; the message names its file and line."""
+
+
+class Rows(list):
+    """Rows of one data file (or hub split) that know where each came from: ``source`` (a path or a
+    hub id and split) and, for files, each row's 1-based ``lines``."""
+
+    def __init__(self, rows: Iterable[Any] = (), source: str = "", lines: Optional[Sequence[int]] = None) -> None:
+        super().__init__(rows)
+        self.source = source
+        self.lines = None if lines is None else list(lines)
+
+    def where(self, index: int) -> str:
+        """``path:line`` of row ``index`` (``hub-id split row i`` for hub rows)."""
+        if self.lines is not None and 0 <= index < len(self.lines):
+            return f"{self.source}:{self.lines[index]}"
+        return f"{self.source or 'data'} row {index}"
+
+
+_JSON_TYPES = ((bool, "a boolean"), (str, "a string"), (int, "an integer"), (float, "a number"),
+               (list, "a list"), (dict, "an object"), (type(None), "null"))
+
+
+def _json_type(value: Any) -> str:
+    return next((name for kind, name in _JSON_TYPES if isinstance(value, kind)), type(value).__name__)
+
+
+def require(row: Mapping[str, Any], name: str, kind: Union[type, tuple[type, ...]], *, optional: bool = False) -> Any:
+    """``row[name]``, checked to be a ``kind`` (``bool`` is not an ``int`` here); :class:`RowError`
+    naming the field otherwise. ``optional``: a missing or null field is ``None``."""
+    if name not in row or (optional and row[name] is None):
+        if optional:
+            return None
+        raise RowError(f"missing field {name!r}")
+    value = row[name]
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
+        expected = " or ".join(dict((k, n) for k, n in _JSON_TYPES).get(k, k.__name__) for k in kinds)
+        raise RowError(f"field {name!r} must be {expected}, got {_json_type(value)} {value!r:.60}")
+    return value
+
+
+def build_examples(rows: Sequence[Any], make: Callable[[Mapping[str, Any], int], T]) -> list[T]:
+    """``make(row, index)`` for every row; a row that is not a JSON object, lacks a field or has
+    one of the wrong type is one :class:`RowError` naming its file and line (see :class:`Rows`)."""
+    out = []
+    for i, row in enumerate(rows):
+        where = rows.where(i) if isinstance(rows, Rows) else f"row {i}"
+        try:
+            if not isinstance(row, Mapping):
+                raise RowError(f"the row is {_json_type(row)}, not a JSON object")
+            out.append(make(row, i))
+        except KeyError as err:
+            raise RowError(f"{where}: missing field {err.args[0]!r}") from None
+        except (RowError, TypeError, ValueError, AttributeError) as err:
+            raise RowError(f"{where}: {err}") from None
+    return out
+
+
 def resolve_data_dir(data_dir: Optional[PathLike]) -> Optional[Path]:
     """``data_dir`` if given, else ``$CEL_LENS_DATA_DIR`` if set, else None (use the hub)."""
     if data_dir is None:
@@ -99,18 +167,23 @@ def sha256_file(path: PathLike) -> str:
     return h.hexdigest()
 
 
-def read_jsonl(path: PathLike) -> list[dict[str, Any]]:
-    """Rows of a JSON Lines file (blank lines skipped); a malformed line names its file and line."""
-    rows = []
+def read_jsonl(path: PathLike) -> Rows:
+    """Rows of a JSON Lines file (blank lines skipped), with their line numbers (:class:`Rows`); a
+    malformed line names its file and line."""
+    rows, lines, i = [], [], 0
     with open(path, encoding="utf-8") as f:
-        for i, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{i}: not valid JSON ({err.msg})") from None
-    return rows
+        try:
+            for i, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as err:
+                    raise RowError(f"{path}:{i}: not valid JSON ({err.msg})") from None
+                lines.append(i)
+        except UnicodeDecodeError as err:
+            raise RowError(f"{path}:{i + 1}: not UTF-8 text ({err.reason})") from None
+    return Rows(rows, str(path), lines)
 
 
 def _is_fixture(relpath: str, sha256: str) -> bool:
@@ -187,7 +260,7 @@ def _hub_rows(
         "fingerprint": getattr(ds, "_fingerprint", None),
         "fixture": False,
     }
-    return [dict(r) for r in ds], record
+    return Rows((dict(r) for r in ds), f"{hub_id} {hub_split}"), record
 
 
 def fixture_data_dir(real_data_dir: Optional[PathLike] = None, dest: Optional[PathLike] = None) -> Path:
@@ -322,8 +395,8 @@ def train_val_splits(
     train_rows, train_src = load_rows(
         what=f"{label} train", data_dir=root, relpath=train_relpath, hub_id=hub_id, hub_split="train"
     )
-    val = [make_example(r, val_name, i) for i, r in enumerate(val_rows)]
-    train = [make_example(r, "train", i) for i, r in enumerate(train_rows)]
+    val = build_examples(val_rows, lambda r, i: make_example(r, val_name, i))
+    train = build_examples(train_rows, lambda r, i: make_example(r, "train", i))
     val_where = f"{label} validation ({val_src.get('path', hub_id)})"
     n_t = check_size(n_test, len(val), len(val), f"{label} D_test", val_where)
     test = seeded_sample(val, n_t, seed, f"{task}/test")
