@@ -94,7 +94,7 @@ def check_split_sizes(n_dist: Any = None, n_test: Any = None) -> None:
     ``None`` (the task's default) or integers >= 1."""
     for name, value in (("n_dist", n_dist), ("n_test", n_test)):
         if value is not None:
-            _int(name, value, 1, why=" (a search needs at least one example in each split)")
+            _int(name, value, 1, why=" (the split would be empty)")
 
 
 @dataclass(frozen=True)

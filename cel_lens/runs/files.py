@@ -41,7 +41,11 @@ class RunRecordError(ValueError):
 
 
 class RunWriteError(OSError):
-    """A run directory file could not be written; the file is left as it was."""
+    """A run directory file could not be written; the file is left as it was. ``errno`` and
+    ``filename`` are the failed write's."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else super().__str__()
 
 
 def line_checksum(obj: Mapping[str, Any]) -> str:
