@@ -138,7 +138,7 @@ def search(
     if isinstance(task, str):
         task = load_task(task, seed=config.seed, **task_options)
     elif task_options:
-        raise TypeError(f"{', '.join(sorted(task_options))} apply to a task given by name, not to a Task object")
+        raise TypeError(f"option(s) {', '.join(sorted(task_options))} apply only to a task given by name, not to a Task object")
     check_task(task)
     store_dtype = None if config.store_dtype is None else resolve_dtype(config.store_dtype)
     oracle = backend.open(model, task, settings, store_dtype=store_dtype)
