@@ -23,6 +23,8 @@ __all__ = [
     "STRATEGIES",
     "DTYPE_ALIASES",
     "canonical_dtype",
+    "OptionError",
+    "check_split_sizes",
     "SearchConfig",
     "ExecutionSettings",
 ]
@@ -52,26 +54,47 @@ DTYPE_ALIASES: dict[str, str] = {
 """Accepted dtype names -> the canonical ``torch`` attribute name."""
 
 
-def canonical_dtype(name: Any) -> str:
+class OptionError(ValueError):
+    """An option that cannot work: ``option`` is its field name (the CLI names its flag instead)."""
+
+    def __init__(self, option: str, message: str) -> None:
+        super().__init__(message)
+        self.option = option
+
+
+def canonical_dtype(name: Any, option: str = "dtype") -> str:
     """The canonical name of a dtype given by name (``"bf16"``, ``"torch.float16"``) or as a
-    ``torch.dtype``; ``ValueError`` naming the accepted ones otherwise."""
+    ``torch.dtype``; :class:`OptionError` (a ``ValueError``) naming the accepted ones otherwise."""
     key = str(name).lower().removeprefix("torch.")
     if key not in DTYPE_ALIASES:
-        raise ValueError(f"unknown dtype {name!r}: expected one of {', '.join(sorted(DTYPE_ALIASES))}")
+        raise OptionError(option, f"unknown dtype {name!r}: expected one of {', '.join(sorted(DTYPE_ALIASES))}")
     return DTYPE_ALIASES[key]
 
 
-def _int(name: str, value: Any, low: int, high: Optional[int] = None) -> None:
+def _int(name: str, value: Any, low: int, high: Optional[int] = None, why: str = "") -> None:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ValueError(f"{name} must be an integer, got {value!r}")
+        raise OptionError(name, f"{name} must be an integer, got {value!r}")
     if value < low or (high is not None and value > high):
         bound = f">= {low}" if high is None else f"in {low}..{high}"
-        raise ValueError(f"{name} must be {bound}, got {value}")
+        raise OptionError(name, f"{name} must be {bound}, got {value}{why}")
+
+
+def _bool(name: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise OptionError(name, f"{name} must be True or False, got {value!r}")
 
 
 def _choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
     if value not in choices:
-        raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(choices)}")
+        raise OptionError(name, f"unknown {name} {value!r}; choose one of {', '.join(choices)}")
+
+
+def check_split_sizes(n_dist: Any = None, n_test: Any = None) -> None:
+    """A search needs at least one discovery and one test example: ``n_dist``/``n_test`` are
+    ``None`` (the task's default) or integers >= 1."""
+    for name, value in (("n_dist", n_dist), ("n_test", n_test)):
+        if value is not None:
+            _int(name, value, 1, why=" (the split would be empty)")
 
 
 @dataclass(frozen=True)
@@ -108,15 +131,16 @@ class SearchConfig:
         _choice("scorer", self.scorer, SCORERS)
         _choice("strategy", self.strategy, STRATEGIES)
         _int("beam_width", self.beam_width, 1)
-        _int("n_null", self.n_null, 0)
+        _int("n_null", self.n_null, 1, why=" (the random-subset null needs at least one head set)")
         _int("n_boot", self.n_boot, 1)
+        _bool("posthoc", self.posthoc)
         _int("seed", self.seed, 0)
         if self.n_masks is not None:
             _int("n_masks", self.n_masks, 1)
-        if not isinstance(self.sparsity, numbers.Real) or not 0.0 < float(self.sparsity) < 1.0:
-            raise ValueError(f"sparsity must lie in (0, 1), got {self.sparsity!r}")
+        if isinstance(self.sparsity, bool) or not isinstance(self.sparsity, numbers.Real) or not 0.0 < float(self.sparsity) < 1.0:
+            raise OptionError("sparsity", f"sparsity must lie in (0, 1), got {self.sparsity!r}")
         if self.store_dtype is not None:
-            canonical_dtype(self.store_dtype)
+            canonical_dtype(self.store_dtype, "store_dtype")
         return self
 
     def manifest_options(self, use_store: bool = True) -> dict[str, Any]:
@@ -162,16 +186,22 @@ class ExecutionSettings:
 
     def validate(self) -> "ExecutionSettings":
         """Raise ``ValueError`` naming the first setting that cannot work; return ``self``."""
+        if self.device is not None and not isinstance(self.device, str):
+            raise OptionError("device", f"device must be a name such as 'cpu' or 'cuda:0', got {self.device!r}")
         if self.dtype is not None:
             canonical_dtype(self.dtype)
         _choice("loader", self.loader, ("auto", "hooked", "bridge"))
         _int("batch_size", self.batch_size, 1)
+        _bool("use_store", self.use_store)
         if self.store_budget is not None:
             _int("store_budget", self.store_budget, 0)
+        _bool("progress", self.progress)
+        _choice("backend", self.backend, ("local", "ray"))
         if self.workers is not None:
             _int("workers", self.workers, 1)
-        if not isinstance(self.gpus_per_worker, numbers.Real) or self.gpus_per_worker < 0:
-            raise ValueError(f"gpus_per_worker must be >= 0, got {self.gpus_per_worker!r}")
+        gpus = self.gpus_per_worker
+        if isinstance(gpus, bool) or not isinstance(gpus, numbers.Real) or not 0 <= gpus < float("inf"):
+            raise OptionError("gpus_per_worker", f"gpus_per_worker must be a number >= 0, got {gpus!r}")
         return self
 
     def to_dict(self) -> dict[str, Any]:

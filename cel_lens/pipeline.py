@@ -8,8 +8,10 @@ The same call after a crash resumes and reaches the same result.
 
 What a search computes is a :class:`~cel_lens.config.SearchConfig` (the manifest records it, and a
 run directory refuses a different one); how it runs is :class:`~cel_lens.config.ExecutionSettings`
-(device, batch size, store, progress, backend), which never changes a result. Both are checked
-before anything is loaded.
+(device, batch size, store, progress, backend), which never changes a result. Every option is
+checked before anything is loaded, the task (non-empty splits) before the model is, and nothing is
+written to the run directory before all of that and the model have loaded: a bad input leaves no
+directory behind to refuse the corrected rerun.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any, Mapping, Optional, Union
 import torch
 
 from cel_lens.backends.base import get_backend
-from cel_lens.config import ExecutionSettings, SearchConfig
+from cel_lens.config import ExecutionSettings, SearchConfig, check_split_sizes
 from cel_lens.model.load import resolve_dtype
 from cel_lens.runs.directory import RunDir
 from cel_lens.runs.manifest import build_manifest, default_run_dir
@@ -32,7 +34,7 @@ from cel_lens.selection.result import Result
 from cel_lens.tasks.base import Task
 from cel_lens.tasks.registry import load_task
 
-__all__ = ["SearchConfig", "ExecutionSettings", "TASK_OPTIONS", "Run", "search"]
+__all__ = ["SearchConfig", "ExecutionSettings", "TASK_OPTIONS", "Run", "check_task", "search"]
 
 TASK_OPTIONS = ("n_dist", "n_test", "data_dir")
 """Keyword arguments of :func:`search` that load a task given by name (with ``seed``)."""
@@ -66,11 +68,30 @@ def _split_options(
             f"search() got unknown option(s) {', '.join(unknown)}; options are "
             f"{', '.join(sorted(config_names | settings_names | set(TASK_OPTIONS)))}"
         )
+    for name, kind in (("config", SearchConfig), ("settings", ExecutionSettings)):
+        given = config if name == "config" else settings
+        if given is not None and not isinstance(given, kind):
+            raise TypeError(f"search() {name} must be a {kind.__name__}, got {type(given).__name__}")
     if isinstance(options.get("store_dtype"), torch.dtype):
         options = {**options, "store_dtype": str(options["store_dtype"]).removeprefix("torch.")}
     config = replace(config or SearchConfig(), **{k: v for k, v in options.items() if k in config_names})
     settings = replace(settings or ExecutionSettings(), **{k: v for k, v in options.items() if k in settings_names})
-    return config.validate(), settings.validate(), {k: v for k, v in options.items() if k in TASK_OPTIONS}
+    task_options = {k: v for k, v in options.items() if k in TASK_OPTIONS}
+    check_split_sizes(task_options.get("n_dist"), task_options.get("n_test"))
+    return config.validate(), settings.validate(), task_options
+
+
+def check_task(task: Task) -> Task:
+    """``task`` if a search can run on it (a :class:`~cel_lens.tasks.Task` with a non-empty
+    discovery and test split); ``ValueError`` naming the split otherwise."""
+    if not isinstance(task, Task):
+        raise TypeError(f"task must be a Task or a task name, got {type(task).__name__}")
+    for name, option in (("dist", "n_dist"), ("test", "n_test")):
+        if len(task.split(name)) == 0:
+            raise ValueError(
+                f"task {task.name!r} has an empty {name} split ({option}=0); a search needs at least one example in each split"
+            )
+    return task
 
 
 def _stage1_scores(config: SearchConfig, oracle: RecordingOracle, run: RunDir, settings: ExecutionSettings):
@@ -116,8 +137,12 @@ def search(
     backend = get_backend(settings.backend)
     if isinstance(task, str):
         task = load_task(task, seed=config.seed, **task_options)
+    elif task_options:
+        raise TypeError(f"option(s) {', '.join(sorted(task_options))} apply only to a task given by name, not to a Task object")
+    check_task(task)
     store_dtype = None if config.store_dtype is None else resolve_dtype(config.store_dtype)
     oracle = backend.open(model, task, settings, store_dtype=store_dtype)
+    run_dir: Optional[RunDir] = None
     try:
         manifest = build_manifest(oracle.model_manifest, task, config.manifest_options(settings.use_store))
         path = Path(out) if out is not None else default_run_dir(manifest)
@@ -129,5 +154,7 @@ def search(
             n_boot=config.n_boot, posthoc=config.posthoc, seed=config.seed, progress=settings.progress,
         )
     finally:
+        if run_dir is not None:
+            run_dir.close()
         oracle.close()
     return Run(path=path, result=result, manifest=manifest, oracle=recording)

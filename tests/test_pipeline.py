@@ -85,3 +85,74 @@ def test_default_run_dir_is_stable_and_config_specific(tiny_model, task):
 def test_search_rejects_bad_options(tiny_model, task, tmp_path):
     with pytest.raises(ValueError, match="scorer"):
         cl.search(tiny_model, task, scorer="psychic", out=tmp_path / "x")
+
+
+class _NeverOpened:
+    """A backend standing in for the real one: validation must fail before it is opened."""
+
+    name = "never"
+
+    def open(self, *args, **kwargs):
+        raise AssertionError("the backend was opened: the model would have been loaded before the check")
+
+
+API_CASES = [
+    (dict(k=0), "k must be >= 1, got 0"),
+    (dict(k=1.5), "k must be an integer, got 1.5"),
+    (dict(pool_size=0), "pool_size must be >= 1, got 0"),
+    (dict(n_null=0), "n_null must be >= 1, got 0 (the random-subset null needs at least one head set)"),
+    (dict(seed=-1), "seed must be >= 0, got -1"),
+    (dict(batch_size=0), "batch_size must be >= 1, got 0"),
+    (dict(n_masks=0, scorer="compressed"), "n_masks must be >= 1, got 0"),
+    (dict(store_dtype="float17"), "unknown dtype 'float17'"),
+    (dict(dtype="float17"), "unknown dtype 'float17'"),
+    (dict(scorer="psychic"), "unknown scorer 'psychic'"),
+    (dict(posthoc="no"), "posthoc must be True or False, got 'no'"),
+    (dict(backend="spark"), "unknown backend 'spark'"),
+    (dict(bogus=1), "search() got unknown option(s) bogus"),
+    (dict(n_dist=5), "option(s) n_dist apply only to a task given by name, not to a Task object"),
+    (dict(empty="dist"), "task 'planted' has an empty dist split (n_dist=0)"),
+    (dict(empty="test"), "task 'planted' has an empty test split (n_test=0)"),
+    (dict(task="arithmetic", n_dist=0), "n_dist must be >= 1, got 0 (the split would be empty)"),
+    (dict(task="arithmetic", n_test=-1), "n_test must be >= 1, got -1 (the split would be empty)"),
+    (dict(task="arithmetic", data_dir="bad-row"), "two_digit_addition.jsonl:2: missing field 'completion'"),
+]
+
+
+@pytest.mark.parametrize("kwargs, message", API_CASES, ids=[c[1][:40] for c in API_CASES])
+def test_every_bad_input_fails_before_the_model_loads_and_writes_nothing(
+    tiny_model, task, tmp_path, monkeypatch, data_dir, kwargs, message
+):
+    import dataclasses
+    import shutil
+
+    from cel_lens import pipeline
+
+    monkeypatch.setattr(pipeline, "get_backend", lambda name: _NeverOpened())
+    monkeypatch.chdir(tmp_path)  # where the default run directory (./runs/...) would go
+    kwargs = dict(kwargs)
+    the_task = kwargs.pop("task", task)
+    if "empty" in kwargs:
+        split = kwargs.pop("empty")
+        the_task = dataclasses.replace(task, **{split: task.split(split)[:0]})
+    if kwargs.get("data_dir") == "bad-row":
+        root = tmp_path / "data"
+        shutil.copytree(data_dir / "arithmetic", root / "arithmetic")
+        path = root / "arithmetic" / "two_digit_addition.jsonl"
+        lines = path.read_text().splitlines()
+        path.unlink()
+        path.write_text("\n".join([lines[0], '{"context": "Q: What is 1 plus 2?"}', *lines[2:]]) + "\n")
+        kwargs["data_dir"] = str(root)
+    before = sorted(tmp_path.rglob("*"))
+    with pytest.raises((ValueError, TypeError)) as err:
+        cl.search(tiny_model, the_task, out=tmp_path / "run", progress=False, **kwargs)
+    assert message in str(err.value) and "\n" not in str(err.value)
+    assert sorted(tmp_path.rglob("*")) == before  # no run directory, not even an empty one
+
+
+def test_corrected_rerun_after_a_bad_option_runs(tiny_model, task, tmp_path):
+    out = tmp_path / "run"
+    with pytest.raises(ValueError, match="n_null must be >= 1"):
+        cl.search(tiny_model, task, k=1, pool_size=2, n_null=0, out=out, progress=False)
+    assert not out.exists()
+    assert cl.search(tiny_model, task, k=1, pool_size=2, n_null=2, out=out, progress=False).result.heads == PLANTED

@@ -2,7 +2,8 @@
 
 Each subcommand module has ``add(subparsers)`` that declares its options and ``run(args) -> int``
 that runs it. Errors a user can fix are printed as one line (``cel-lens: error: ...``) with exit
-code 2, never a traceback (``--debug`` shows it).
+code 2, never a traceback (``--debug`` shows it); an option is named by its flag. Under ``--json``
+stdout carries the JSON alone.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from types import ModuleType
 from typing import Optional, Sequence
 
 from cel_lens.cli import demo, evaluate, export, models, organism, report, search, tasks, theory
-from cel_lens.cli.common import Formatter
+from cel_lens.cli.common import Formatter, flag_message
+from cel_lens.config import OptionError
 
 __all__ = ["main", "build_parser", "COMMANDS"]
 
@@ -55,6 +57,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         print("cel-lens: interrupted", file=sys.stderr)
         return 130
+    except OptionError as err:
+        if args.debug:
+            raise
+        print(f"cel-lens: error: {flag_message(err)}", file=sys.stderr)
+        return 2
     except (ValueError, FileNotFoundError, RuntimeError, ImportError, OSError, KeyError) as err:
         if args.debug:
             raise

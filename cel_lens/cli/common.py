@@ -9,18 +9,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from typing import Any
+import sys
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Iterator
 
-from typing import TYPE_CHECKING
-
-from cel_lens.config import ExecutionSettings
+from cel_lens.config import ExecutionSettings, OptionError, check_split_sizes
 
 if TYPE_CHECKING:  # pragma: no cover
     from cel_lens.tasks.base import Task
 
 __all__ = [
-    "Formatter", "print_json", "add_model_task_options", "allow_code_execution", "load_task_from_args",
-    "load_model_and_task", "DEFAULTS",
+    "Formatter", "print_json", "json_stdout", "FLAGS", "flag_message", "add_model_task_options", "settings_from_args",
+    "allow_code_execution", "load_task_from_args", "load_model_and_task", "DEFAULTS",
 ]
 
 DEFAULTS = ExecutionSettings()
@@ -34,6 +34,44 @@ class Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionH
 def print_json(obj: object) -> None:
     """Print ``obj`` as indented JSON (non-JSON values as their ``str``)."""
     print(json.dumps(obj, indent=2, default=str))
+
+
+@contextmanager
+def json_stdout(enabled: bool = True) -> Iterator[None]:
+    """While the block runs, whatever would reach stdout goes to stderr instead: Python prints and,
+    at the file-descriptor level, C libraries, subprocesses and Ray's forwarded worker output. So
+    under ``--json`` stdout carries the JSON printed after the block, and nothing else."""
+    if not enabled:
+        yield
+        return
+    sys.stdout.flush()
+    saved_fd, saved_stdout = os.dup(1), sys.stdout
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved_fd, 1)
+        os.close(saved_fd)
+        sys.stdout = saved_stdout
+
+
+FLAGS: dict[str, str] = {
+    "pool_size": "--pool",
+    "store_budget": "--store-budget-mb",
+    "ray_address": "--address",
+    "use_store": "--no-store",
+    "progress": "--no-progress",
+}
+"""Option field name -> its command-line flag, where the two differ (else ``--`` + dashed name)."""
+
+
+def flag_message(err: OptionError) -> str:
+    """``err``'s message naming the command-line flag instead of the field (``--pool must be >= 1``)."""
+    flag = FLAGS.get(err.option, "--" + err.option.replace("_", "-"))
+    msg = str(err)
+    return flag + msg[len(err.option):] if msg.startswith(err.option + " ") else f"{flag}: {msg}"
 
 
 def add_model_task_options(p: argparse.ArgumentParser, *, model_required: bool = True) -> None:
@@ -62,6 +100,14 @@ def allow_code_execution(args: argparse.Namespace) -> None:
         os.environ[ALLOW_ENV] = "1"
 
 
+def settings_from_args(args: argparse.Namespace, **extra: Any) -> ExecutionSettings:
+    """The checked :class:`~cel_lens.config.ExecutionSettings` of the model options (and ``extra``)."""
+    return ExecutionSettings(
+        device=args.device, dtype=args.dtype, loader=args.loader, batch_size=args.batch_size,
+        progress=not args.no_progress, **extra,
+    ).validate()
+
+
 def load_task_from_args(args: argparse.Namespace) -> "Task":
     """The task the options name (cheap: a wrong name or data directory fails before a model loads)."""
     from cel_lens.tasks.registry import load_task
@@ -70,10 +116,16 @@ def load_task_from_args(args: argparse.Namespace) -> "Task":
 
 
 def load_model_and_task(args: argparse.Namespace) -> tuple[Any, "Task"]:
-    """The model and task the options name (the task first)."""
+    """The model and task the options name (options checked first, then the task, then the model)."""
     from cel_lens.model.load import load_model
 
+    settings = settings_from_args(args)
+    split = getattr(args, "split", None)
+    if split is not None:  # only the split evaluated needs examples
+        check_split_sizes(**{f"n_{split}": getattr(args, f"n_{split}")})
     allow_code_execution(args)
     task = load_task_from_args(args)
-    model = load_model(args.model, device=args.device, dtype=args.dtype, loader=args.loader)
+    if split is not None and len(task.split(split)) == 0:
+        raise ValueError(f"task {task.name!r} has no {split} examples to evaluate")
+    model = load_model(args.model, device=settings.device, dtype=settings.dtype, loader=settings.loader)
     return model, task

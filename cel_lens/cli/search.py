@@ -4,8 +4,17 @@ from __future__ import annotations
 
 import argparse
 
-from cel_lens.cli.common import DEFAULTS, Formatter, add_model_task_options, allow_code_execution, load_task_from_args, print_json
-from cel_lens.config import SCORERS, STRATEGIES, ExecutionSettings, SearchConfig
+from cel_lens.cli.common import (
+    DEFAULTS,
+    Formatter,
+    add_model_task_options,
+    allow_code_execution,
+    json_stdout,
+    load_task_from_args,
+    print_json,
+    settings_from_args,
+)
+from cel_lens.config import SCORERS, STRATEGIES, OptionError, SearchConfig, check_split_sizes
 
 __all__ = ["add", "run"]
 
@@ -46,25 +55,28 @@ def add(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the search (the backend loads the model: locally here, or in each Ray actor)."""
+    """Run the search (the backend loads the model: locally here, or in each Ray actor). Every
+    option is checked, then the task is read, before the model loads or anything is written."""
     from cel_lens.backends.base import get_backend
-    from cel_lens.pipeline import search
+    from cel_lens.pipeline import check_task, search
 
     config = SearchConfig(
         k=args.k, pool_size=args.pool, scorer=args.scorer, strategy=args.strategy, beam_width=args.beam_width,
         n_null=args.n_null, seed=args.seed, n_masks=args.n_masks, store_dtype=args.store_dtype,
     ).validate()
-    settings = ExecutionSettings(
-        device=args.device, dtype=args.dtype, loader=args.loader, batch_size=args.batch_size,
-        use_store=not args.no_store,
-        store_budget=None if args.store_budget_mb is None else int(args.store_budget_mb * 2**20),
-        progress=not args.no_progress, backend=args.backend, ray_address=args.address,
-        workers=args.workers, gpus_per_worker=args.gpus_per_worker,
-    ).validate()
+    budget = args.store_budget_mb
+    if budget is not None and not 0 <= budget < float("inf"):
+        raise OptionError("store_budget", f"store_budget must be a number of megabytes >= 0, got {budget}")
+    settings = settings_from_args(
+        args, use_store=not args.no_store, store_budget=None if budget is None else round(budget * 2**20),
+        backend=args.backend, ray_address=args.address, workers=args.workers, gpus_per_worker=args.gpus_per_worker,
+    )
+    check_split_sizes(args.n_dist, args.n_test)
     get_backend(settings.backend)  # e.g. Ray missing: fail before the task is read
     allow_code_execution(args)
-    task = load_task_from_args(args)
-    result = search(args.model, task, config, out=args.out, settings=settings)
+    task = check_task(load_task_from_args(args))
+    with json_stdout(args.json):
+        result = search(args.model, task, config, out=args.out, settings=settings)
     if args.json:
         print_json(result.result.to_dict())
     else:

@@ -13,6 +13,13 @@ A run directory holds
   ``selected`` event is written before any test-split evaluation, so the file itself shows that
   the subset was fixed before D_test was read.
 * ``result.json`` — the final :class:`cel_lens.selection.Result`, written atomically.
+* ``.lock`` — held by the one process writing the directory (:mod:`cel_lens.runs.lock`): a second
+  search into it is refused, naming the holder (or waits, with ``wait``).
+
+Every line carries a checksum and a changed line is refused (:mod:`cel_lens.runs.files`); a write
+that fails (disk full) names its file and leaves it as it was. Reading needs no write access: a
+finished run (``result.json`` and a ``finished`` event) is never written again, so a rerun of a
+finished run in a read-only directory answers from the record and writes nothing.
 
 :class:`~cel_lens.runs.RecordingOracle` answers from the recorded evaluations and evaluates (and records) only what
 is missing, so running the same search again resumes where it stopped and reaches the same result.
@@ -23,16 +30,20 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import weakref
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Optional, Sequence, Union
+from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence, Union
 
 from jaxtyping import Bool
 from torch import Tensor
 
 from cel_lens.heads import HeadSet
+from cel_lens.runs.files import append_bytes, encode_lines, read_lines, write_json_atomic
+from cel_lens.runs.lock import LOCK, DirectoryLock, acquire_lock
 from cel_lens.runs.records import Evaluation
 
-__all__ = ["RunDir", "RunConfigError", "manifest_diff", "MANIFEST", "EVALUATIONS", "RESULT"]
+__all__ = ["RunDir", "RunConfigError", "RunReadOnlyError", "manifest_diff", "MANIFEST", "EVALUATIONS", "RESULT"]
 
 MANIFEST = "manifest.json"
 EVALUATIONS = "evaluations.jsonl"
@@ -41,6 +52,10 @@ RESULT = "result.json"
 
 class RunConfigError(ValueError):
     """A run directory was reopened with a configuration that differs from its manifest."""
+
+
+class RunReadOnlyError(PermissionError):
+    """A run directory that cannot be written was asked to record something."""
 
 
 def _normalize(obj: Any) -> Any:
@@ -68,40 +83,38 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
 
 
-def _atomic_write_json(path: Path, obj: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=2, sort_keys=False)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+def _leftovers(path: Path) -> Optional[list[Path]]:
+    """What a directory without a manifest holds, if that is only an unfinished creation (the lock
+    file, a manifest's temporary file); ``None`` if it holds anything else."""
+    entries = list(path.iterdir()) if path.is_dir() else []
+    creation = [p for p in entries if p.name == LOCK or (p.name.startswith(f".{MANIFEST}.") and p.name.endswith(".tmp"))]
+    return creation if len(creation) == len(entries) else None
 
 
-def _read_lines(path: Path) -> list[dict[str, Any]]:
-    """Parse a JSONL file, ignoring a truncated last line (one without its newline)."""
-    if not path.exists():
-        return []
-    data = path.read_bytes()
-    # what follows the last newline is empty, or a partial line from a killed writer: dropped
-    complete = data.split(b"\n")[:-1]
-    out = []
-    for i, line in enumerate(complete, start=1):
-        if not line.strip():
-            continue
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}: line {i} is not valid JSON ({exc.msg})") from None
-    return out
+def _make_dir(path: Path) -> None:
+    """Create ``path`` (and its parents) unless it exists; one clear error if it cannot be."""
+    if path.exists() and not path.is_dir():
+        raise RunConfigError(f"run directory {path} exists and is not a directory")
+    if (path / MANIFEST).exists():
+        return
+    if _leftovers(path) is None:
+        raise RunConfigError(f"{path} exists, is not empty and has no {MANIFEST} (not a run directory)")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise RunReadOnlyError(f"cannot create run directory {path}: {err.strerror or err}") from None
 
 
 class RunDir:
     """A run directory (see the module docstring). ``RunDir(path)`` binds a path for reading;
-    :meth:`open` creates or reuses one for writing."""
+    :meth:`open` creates or reuses one for writing and holds its lock until :meth:`close`."""
 
     def __init__(self, path: Union[str, os.PathLike]) -> None:
         self.path = Path(path)
+        self.writable = True
+        self._lock: Optional[DirectoryLock] = None
+        self._closed_run = False  # finished when opened: nothing more to write
+        self._finalizer: Optional[weakref.finalize] = None
 
     def __repr__(self) -> str:
         return f"RunDir('{self.path}')"
@@ -130,35 +143,73 @@ class RunDir:
         manifest: Mapping[str, Any],
         *,
         ignore: Iterable[str] = (),
+        wait: float = 0.0,
     ) -> "RunDir":
-        """Create ``path`` with ``manifest``, or reuse it if its manifest matches.
+        """Create ``path`` with ``manifest``, or reuse it if its manifest matches; lock it.
 
         Fields named in ``ignore`` (top-level keys, e.g. a creation time) are not compared.
-        Raises :class:`RunConfigError` naming every differing field otherwise. A truncated last
-        line left by a killed writer is cut off so that new lines start clean.
+        Raises :class:`RunConfigError` naming every differing field otherwise, and
+        :class:`~cel_lens.runs.RunBusyError` naming the process that holds the directory (after
+        waiting up to ``wait`` seconds for it). A directory that cannot be written opens read-only
+        (it must hold a matching manifest). A truncated last line left by a killed writer is cut
+        off so that new lines start clean.
         """
         run = cls(path)
         new = _normalize(dict(manifest))
-        if run.manifest_path.exists():
-            old = run.manifest
-            skip = set(ignore)
+        _make_dir(run.path)
+        lock = acquire_lock(run.path, wait=wait)
+        run._lock, run.writable = lock, lock is not None
+        if lock is not None:
+            run._finalizer = weakref.finalize(run, lock.release)
+        try:
+            run._check_or_write_manifest(new, set(ignore))
+            run._closed_run = run.finished
+            if not run.writable and not run._closed_run:
+                raise RunReadOnlyError(
+                    f"run directory {run.path} is not writable and its run has not finished "
+                    "(give it write access to resume it, or use another output directory)"
+                )
+            if run.writable and not run._closed_run:
+                run._repair_tail()
+        except BaseException:
+            run.close()
+            raise
+        return run
+
+    def _check_or_write_manifest(self, new: dict[str, Any], skip: set[str]) -> None:
+        if self.manifest_path.exists():
+            old = self.manifest
             diffs = manifest_diff(
-                {k: v for k, v in old.items() if k not in skip},
-                {k: v for k, v in new.items() if k not in skip},
+                {k: v for k, v in old.items() if k not in skip}, {k: v for k, v in new.items() if k not in skip}
             )
             if diffs:
                 raise RunConfigError(
-                    f"run directory {run.path} was made with a different configuration: "
+                    f"run directory {self.path} was made with a different configuration: "
                     + "; ".join(diffs)
                     + " (use another output directory, or delete this one to start over)"
                 )
-        else:
-            if run.path.exists() and any(run.path.iterdir()):
-                raise RunConfigError(f"{run.path} exists, is not empty and has no {MANIFEST}")
-            run.path.mkdir(parents=True, exist_ok=True)
-            _atomic_write_json(run.manifest_path, new)
-        run._repair_tail()
-        return run
+            return
+        if not self.writable:
+            raise RunReadOnlyError(f"cannot create run directory {self.path}: it is not writable")
+        leftovers = _leftovers(self.path)
+        if leftovers is None:  # someone filled the directory between the check and the lock
+            raise RunConfigError(f"{self.path} exists, is not empty and has no {MANIFEST} (not a run directory)")
+        for p in leftovers:
+            if p.name != LOCK:
+                p.unlink(missing_ok=True)  # a creator killed mid-write
+        write_json_atomic(self.manifest_path, new)
+
+    def close(self) -> None:
+        """Release the directory's lock (reading stays possible; a later write takes it again)."""
+        if self._finalizer is not None:
+            self._finalizer()
+        self._lock = None
+
+    def __enter__(self) -> "RunDir":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def _repair_tail(self) -> None:
         """Cut a partial last line (no trailing newline) so appends start on a fresh line."""
@@ -183,9 +234,14 @@ class RunDir:
             raise FileNotFoundError(f"{self.path} is not a run directory (no {MANIFEST})")
         return json.loads(self.manifest_path.read_text(encoding="utf-8"))
 
+    @property
+    def finished(self) -> bool:
+        """Whether the run has finished (``result.json`` written and a ``finished`` event recorded)."""
+        return self.result_path.exists() and bool(self.events("finished"))
+
     def lines(self) -> list[dict[str, Any]]:
-        """Every complete line of ``evaluations.jsonl``, in order."""
-        return _read_lines(self.evaluations_path)
+        """Every complete line of ``evaluations.jsonl``, in order, each checked against its checksum."""
+        return read_lines(self.evaluations_path)
 
     def evaluations(self) -> list[Evaluation]:
         """Recorded evaluations, in order."""
@@ -209,14 +265,31 @@ class RunDir:
         return json.loads(self.result_path.read_text(encoding="utf-8"))
 
     # -- writing
-    def _append(self, objs: Sequence[Mapping[str, Any]]) -> None:
+    @contextmanager
+    def _writing(self, what: str) -> Iterator[None]:
+        """Hold the lock for one write (taken for the write alone if this RunDir does not hold it)."""
+        if not self.writable:
+            raise RunReadOnlyError(
+                f"run directory {self.path} is not writable: cannot record {what} "
+                "(give it write access, or use another output directory)"
+            )
+        if self._lock is not None:
+            yield
+            return
+        lock = acquire_lock(self.path)
+        if lock is None:
+            self.writable = False
+            raise RunReadOnlyError(f"run directory {self.path} is not writable: cannot record {what}")
+        try:
+            yield
+        finally:
+            lock.release()
+
+    def _append(self, objs: Sequence[Mapping[str, Any]], what: str) -> None:
         if not objs:
             return
-        text = "".join(json.dumps(o, separators=(",", ":")) + "\n" for o in objs)
-        with open(self.evaluations_path, "a", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
+        with self._writing(what):
+            append_bytes(self.evaluations_path, encode_lines(objs))
 
     def append_evaluations(
         self,
@@ -231,15 +304,20 @@ class RunDir:
                 f"expected correctness [{len(head_sets)}, example], got shape {tuple(correct.shape)}"
             )
         evs = [Evaluation(split, HeadSet.parse(s), stage, correct[i].bool()) for i, s in enumerate(head_sets)]
-        self._append([e.to_line() for e in evs])
+        self._append([e.to_line() for e in evs], f"{len(evs)} new evaluation(s) of the {split} split")
         return evs
 
     def record_event(self, event: str, **data: Any) -> dict[str, Any]:
-        """Append an event line (with a UTC timestamp), fsync'd."""
+        """Append an event line (with a UTC timestamp), fsync'd. A run that was finished when opened
+        records no more events (a rerun has nothing to add), so reading it needs no write access."""
         obj = {"type": "event", "event": event, "time": _now(), **_normalize(data)}
-        self._append([obj])
+        if not self._closed_run:
+            self._append([obj], f"the {event!r} event")
         return obj
 
     def write_result(self, result: Mapping[str, Any]) -> None:
-        """Write ``result.json`` atomically."""
-        _atomic_write_json(self.result_path, _normalize(dict(result)))
+        """Write ``result.json`` atomically (not again for a run that was finished when opened)."""
+        if self._closed_run:
+            return
+        with self._writing("result.json"):
+            write_json_atomic(self.result_path, _normalize(dict(result)))

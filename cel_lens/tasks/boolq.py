@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Optional
 
 from cel_lens.tasks.base import Example, Task
-from cel_lens.tasks.io import PathLike, reject_options, train_val_splits
+from cel_lens.tasks.io import PathLike, reject_options, require, train_val_splits
 
 __all__ = ["HUB_ID", "INFO", "CHOICES", "make_example", "load_boolq"]
 
@@ -36,13 +36,13 @@ INFO: dict[str, Any] = {
 
 def make_example(row: Mapping[str, Any], split: str, index: int) -> Example:
     """One BoolQ row (raw or hub schema) as a two-choice example."""
-    answer = row["answer"]
-    if not isinstance(answer, bool):
-        raise ValueError(f"BoolQ {split} row {index}: answer must be true/false, got {answer!r}")
-    meta = {"title": row["title"]} if row.get("title") else {}
+    answer = require(row, "answer", bool)
+    passage, question = require(row, "passage", str), require(row, "question", str)
+    title = require(row, "title", str, optional=True)
+    meta = {"title": title} if title else {}
     return Example(
         id=f"boolq/{split}/{index}",
-        prompt=f"{row['passage']}\nQuestion: {row['question']}?\nAnswer:",
+        prompt=f"{passage}\nQuestion: {question}?\nAnswer:",
         choices=CHOICES,
         label=int(answer),
         meta=meta,

@@ -20,7 +20,7 @@ import re
 from typing import Any, Mapping, Optional
 
 from cel_lens.tasks.base import Example, Task
-from cel_lens.tasks.io import PathLike, reject_options, train_val_splits
+from cel_lens.tasks.io import PathLike, RowError, reject_options, require, train_val_splits
 
 __all__ = ["HUB_ID", "INFO", "preprocess", "make_example", "load_hellaswag"]
 
@@ -51,15 +51,19 @@ def preprocess(text: str) -> str:
 
 def make_example(row: Mapping[str, Any], split: str, index: int) -> Example:
     """One HellaSwag row (raw or hub schema) as a multiple-choice example."""
-    endings = [preprocess(e) for e in row["endings"]]
-    if len(endings) != 4:
-        raise ValueError(f"HellaSwag {split} row {index}: expected 4 endings, got {len(endings)}")
-    label = row["label"]
+    raw_endings = require(row, "endings", list)
+    if len(raw_endings) != 4 or not all(isinstance(e, str) for e in raw_endings):
+        raise RowError(f"HellaSwag {split} row {index}: expected 4 endings (strings), got {raw_endings!r:.80}")
+    endings = [preprocess(e) for e in raw_endings]
+    label = require(row, "label", (int, str), optional=True)
     if label in ("", None):
-        raise ValueError(f"HellaSwag {split} row {index} has no label (the test split is unlabelled)")
+        raise RowError(f"HellaSwag {split} row {index} has no label (the test split is unlabelled)")
+    if isinstance(label, str) and not label.isdigit() or int(label) not in range(4):
+        raise RowError(f"HellaSwag {split} row {index}: label must be 0..3, got {label!r}")
+    activity, ctx_a, ctx_b = (require(row, name, str) for name in ("activity_label", "ctx_a", "ctx_b"))
     return Example(
         id=f"hellaswag/{split}/{index}",
-        prompt=preprocess(row["activity_label"] + ": " + row["ctx_a"] + " " + row["ctx_b"].capitalize()),
+        prompt=preprocess(activity + ": " + ctx_a + " " + ctx_b.capitalize()),
         choices=tuple(" " + e for e in endings),
         label=int(label),
         meta={

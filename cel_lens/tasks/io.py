@@ -10,6 +10,10 @@ Each load also returns a *provenance* record (file path, sha256, whether the sha
 officially recorded one, whether the file is a shipped fixture; or hub id, config, split and
 fingerprint) that the task puts in ``Task.options`` for run manifests.
 
+Rows remember where they came from (:class:`~cel_lens.tasks.rows.Rows`), so a row that cannot
+become an example is one :class:`~cel_lens.tasks.rows.RowError` naming its file and line
+(:mod:`cel_lens.tasks.rows`).
+
 Local layout (all UTF-8 JSON Lines)::
 
     arithmetic/{two_digit_addition,...}.jsonl   GPT-3 raw files: context, completion
@@ -29,11 +33,17 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, TypeVar, Union
 
+from cel_lens.tasks.rows import RowError, Rows, build_examples, require
+
 __all__ = [
     "ENV_DATA_DIR",
     "FIXTURES_DIR",
     "OFFICIAL_SHA256",
     "DataNotFoundError",
+    "RowError",
+    "Rows",
+    "require",
+    "build_examples",
     "resolve_data_dir",
     "sha256_file",
     "read_jsonl",
@@ -99,18 +109,23 @@ def sha256_file(path: PathLike) -> str:
     return h.hexdigest()
 
 
-def read_jsonl(path: PathLike) -> list[dict[str, Any]]:
-    """Rows of a JSON Lines file (blank lines skipped); a malformed line names its file and line."""
-    rows = []
+def read_jsonl(path: PathLike) -> Rows:
+    """Rows of a JSON Lines file (blank lines skipped), with their line numbers (:class:`Rows`); a
+    malformed line names its file and line."""
+    rows, lines, i = [], [], 0
     with open(path, encoding="utf-8") as f:
-        for i, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{i}: not valid JSON ({err.msg})") from None
-    return rows
+        try:
+            for i, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as err:
+                    raise RowError(f"{path}:{i}: not valid JSON ({err.msg})") from None
+                lines.append(i)
+        except UnicodeDecodeError as err:
+            raise RowError(f"{path}:{i + 1}: not UTF-8 text ({err.reason})") from None
+    return Rows(rows, str(path), lines)
 
 
 def _is_fixture(relpath: str, sha256: str) -> bool:
@@ -187,7 +202,7 @@ def _hub_rows(
         "fingerprint": getattr(ds, "_fingerprint", None),
         "fixture": False,
     }
-    return [dict(r) for r in ds], record
+    return Rows((dict(r) for r in ds), f"{hub_id} {hub_split}"), record
 
 
 def fixture_data_dir(real_data_dir: Optional[PathLike] = None, dest: Optional[PathLike] = None) -> Path:
@@ -322,8 +337,8 @@ def train_val_splits(
     train_rows, train_src = load_rows(
         what=f"{label} train", data_dir=root, relpath=train_relpath, hub_id=hub_id, hub_split="train"
     )
-    val = [make_example(r, val_name, i) for i, r in enumerate(val_rows)]
-    train = [make_example(r, "train", i) for i, r in enumerate(train_rows)]
+    val = build_examples(val_rows, lambda r, i: make_example(r, val_name, i))
+    train = build_examples(train_rows, lambda r, i: make_example(r, "train", i))
     val_where = f"{label} validation ({val_src.get('path', hub_id)})"
     n_t = check_size(n_test, len(val), len(val), f"{label} D_test", val_where)
     test = seeded_sample(val, n_t, seed, f"{task}/test")

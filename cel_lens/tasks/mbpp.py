@@ -29,6 +29,9 @@ from typing import Any, Callable, Mapping, Optional
 from cel_lens.tasks.base import Example, Task
 from cel_lens.tasks.io import (
     PathLike,
+    RowError,
+    build_examples,
+    require,
     check_size,
     check_unique_ids,
     load_rows,
@@ -180,12 +183,26 @@ def _example(row: Mapping[str, Any], prefix: str) -> Example:
     )
 
 
+def _checked_row(row: Mapping[str, Any], index: int) -> Mapping[str, Any]:
+    """An MBPP row whose fields have the types the prompt and the judge need."""
+    require(row, "task_id", int)
+    require(row, "text", str)
+    require(row, "code", str)
+    tests = require(row, "test_list", list)
+    if not all(isinstance(t, str) for t in tests):
+        raise RowError(f"field 'test_list' must be a list of strings, got {tests!r:.80}")
+    require(row, "test_setup_code", str, optional=True)
+    require(row, "challenge_test_list", list, optional=True)
+    return row
+
+
 def _rows_by_split(data_dir: Optional[PathLike]) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, Any]]]:
     root = resolve_data_dir(data_dir)
     if root is not None:
         rows, record = load_rows(
             what="MBPP (full)", data_dir=root, relpath=RELPATH, hub_id=HUB_ID, hub_config="full", hub_split="train"
         )
+        rows = build_examples(rows, _checked_row)
         by_split: dict[str, list[dict[str, Any]]] = {name: [] for name in SPLIT_TASK_IDS}
         for row in rows:
             name = _split_of(int(row["task_id"]))
@@ -197,7 +214,7 @@ def _rows_by_split(data_dir: Optional[PathLike]) -> tuple[dict[str, list[dict[st
         rows, record = load_rows(
             what=f"MBPP {name}", data_dir=None, relpath=RELPATH, hub_id=HUB_ID, hub_config="full", hub_split=name
         )
-        by_split[name] = rows
+        by_split[name] = build_examples(rows, _checked_row)
         records.append(record)
     return by_split, records
 
