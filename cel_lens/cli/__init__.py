@@ -12,7 +12,7 @@ import sys
 from types import ModuleType
 from typing import Optional, Sequence
 
-from cel_lens.cli import demo, evaluate, models, organism, report, search, tasks, theory
+from cel_lens.cli import demo, evaluate, models, organism, report, search, table, tasks, theory
 from cel_lens.cli.common import Formatter
 
 __all__ = ["main", "build_parser", "COMMANDS"]
@@ -21,6 +21,7 @@ COMMANDS: dict[str, ModuleType] = {
     "models": models,
     "tasks": tasks,
     "search": search,
+    "table": table,
     "evaluate": evaluate,
     "report": report,
     "demo": demo,
