@@ -227,3 +227,40 @@ def test_killed_grid_resumes_and_its_table_equals_the_runs(planted_checkpoint, t
     intact, ablated = (side[h].double().mean().item() for h in sorted(side, key=len))
     assert cell["gain"] == pytest.approx(ablated - intact) and cell["heads"] == "L1H2"
     assert block["gain"][0][1] == cell["gain"] and block["gain"][0][0] == planted["planted_a"]["gain"]
+
+
+# ---------------------------------------------------------------------------------------------
+# another backend: its settings reach every search and every side-effect evaluation
+# ---------------------------------------------------------------------------------------------
+def test_backend_settings_reach_every_search_and_side_effect(organism_grid, tmp_path, monkeypatch):
+    import recording_backend
+
+    from cel_lens.backends.base import BACKENDS
+
+    monkeypatch.setitem(BACKENDS, "recording", "recording_backend:RecordingBackend")
+    recording_backend.CALLS.clear()
+    run = grid("organism", ["organism_a", "organism_b"], out=tmp_path, backend="recording", store_budget=2**20, **SMALL)
+    calls = recording_backend.CALLS
+    assert [(model, task) for model, task, _ in calls] == [("organism", "organism_a"), ("organism", "organism_b")] * 2
+    assert all(s.backend == "recording" and s.store_budget == 2**20 and not s.progress for _, _, s in calls)
+    assert "load model/organism" not in run.table["timings"]  # the backend loads the model, not the grid
+    local = {(r["model"], r["task"]): r for r in organism_grid[1].rows}
+    assert all(row == local[row["model"], row["task"]] for row in run.rows)
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_ray_grid_equals_the_local_grid(organism_grid, tmp_path):
+    """One pair on Ray actors (one Ray start costs minutes on a busy 2-core machine; the side
+    effects go through the same ``Backend.open``, checked above with a recording backend)."""
+    ray = pytest.importorskip("ray")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        run = grid("organism", ["organism_a"], out=tmp_path, backend="ray", workers=1, **SMALL)
+    finally:
+        ray.shutdown()
+    (row,) = run.rows
+    local = next(r for r in organism_grid[1].rows if r["task"] == "organism_a")
+    assert {**row, "p_holm": None} == {**local, "p_holm": None} and row["p_holm"] == row["p_value"]  # a family of one
+    assert "load model/organism" not in run.table["timings"]  # the actors load their own replicas
