@@ -37,12 +37,15 @@ def _stability(value: Any) -> str:
 
 def row_cells(row: Mapping[str, Any], *, short: bool = False) -> list[str]:
     """A grid row as the texts of :data:`ROW_HEADER`; a pair without a result shows its status
-    (and error) in place of Ŝ."""
+    (and error) in place of Ŝ. ``short``: the model without its organisation, Δ in bare points."""
     model = short_model(row["model"]) if short else str(row["model"])
     if row.get("status") != "ok":
         note = row.get("status", "not run") + (f": {row['error']}" if row.get("error") else "")
         return [model, row["task"], _int(row.get("n_dist")), _int(row.get("n_test")), "", "", "", "", "", note, ""]
-    delta = f"{pp(row['gain'])} [{pp(row['ci_low'])}, {pp(row['ci_high'])}]"
+    if short:  # the figure's table: points without their unit (the header says pp)
+        delta = f"{100 * row['gain']:+.2f} [{100 * row['ci_low']:+.2f}, {100 * row['ci_high']:+.2f}]"
+    else:
+        delta = f"{pp(row['gain'])} [{pp(row['ci_low'])}, {pp(row['ci_high'])}]"
     return [
         model, row["task"], _int(row["n_dist"]), _int(row["n_test"]), pp(row["test_acc_intact"], False),
         pp(row["test_acc_ablated"], False), delta, format_p(row["p_value"]), format_p(row.get("p_holm")),
@@ -65,12 +68,13 @@ def _heatmap(block: Mapping[str, Any], heads: Mapping[str, str]) -> Optional[go.
     return go.Heatmap(
         z=z,
         x=list(tasks),
-        y=[f"Ŝ({tasks[i]}) = {heads.get(tasks[i], '?')}" for i in rows],
+        y=[f"Ŝ({tasks[i]})" for i in rows],
+        customdata=[[heads.get(tasks[i], "?")] * len(tasks) for i in rows],
         text=[["n/a" if v is None else f"{100 * v:+.1f}" for v in r] for r in z],
         texttemplate="%{text}",
         textfont=dict(size=13),
         coloraxis="coloraxis",
-        hovertemplate="ablate %{y}<br>evaluate on %{x}<br>gain: %{z:+.1%}<extra></extra>",
+        hovertemplate="ablate %{y} = %{customdata}<br>evaluate on %{x}<br>gain: %{z:+.1%}<extra></extra>",
     )
 
 
@@ -103,13 +107,13 @@ def plot_grid_side_effects(table: Mapping[str, Any], *, title: Optional[str] = N
     models = [m for m in table["grid"]["models"] if _matrix_rows(table["side_effects"][m])]
     if not models:
         raise ValueError("the grid has no side-effect cell to draw (no finished pair)")
-    fig = make_subplots(rows=1, cols=len(models), subplot_titles=[short_model(m) for m in models], horizontal_spacing=0.25)
+    fig = make_subplots(rows=1, cols=len(models), subplot_titles=[short_model(m) for m in models], horizontal_spacing=0.12)
     top = _add_matrices(fig, table, models, 1)
     n = max(len(table["side_effects"][m]["tasks"]) for m in models)
     fig.update_layout(
-        width=max(520, 330 * len(models) + 120 * n * len(models)), height=150 + 70 * n, font=FONT,
-        template="plotly_white", coloraxis=_coloraxis(top), margin=dict(l=190, r=40, t=90, b=60),
-        title=dict(text=title or "Side effects: test gain (pp) of each task's Ŝ on every task of its model", x=0.01),
+        width=max(760, 260 + (120 + 110 * n) * len(models)), height=150 + 70 * n, font=FONT,
+        template="plotly_white", coloraxis=_coloraxis(top), margin=dict(l=130, r=40, t=90, b=60),
+        title=dict(text=title or "Side effects: test gain (pp) of each Ŝ on its model's tasks", x=0.01),
     )
     return fig
 
@@ -123,22 +127,23 @@ def plot_grid_summary(table: Mapping[str, Any], *, title: Optional[str] = None) 
     table_h, matrix_h = 60 + 30 * len(rows), 90 + 60 * n_tasks
     fig = make_subplots(
         rows=2, cols=len(models), specs=specs, row_heights=[table_h, matrix_h], vertical_spacing=0.08,
-        horizontal_spacing=0.25, subplot_titles=[""] + [short_model(m) if m else "" for m in models],
+        horizontal_spacing=0.12, subplot_titles=[""] + [short_model(m) if m else "" for m in models],
     )
     fig.add_trace(
         go.Table(
-            header=dict(values=list(ROW_HEADER), fill_color="#e9eef5", align="left", font=dict(size=12)),
+            header=dict(values=[h.replace("Δ (", "Δ pp (") for h in ROW_HEADER], fill_color="#e9eef5", align="left",
+                        font=dict(size=12)),
             cells=dict(values=[list(c) for c in zip(*rows)] if rows else [[]] * len(ROW_HEADER), align="left",
                        font=dict(size=12), height=26),
-            columnwidth=[110, 90, 60, 60, 60, 60, 170, 70, 60, 120, 60],
+            columnwidth=[110, 90, 55, 55, 60, 60, 185, 65, 60, 100, 60],
         ),
         row=1, col=1,
     )
     top = _add_matrices(fig, table, [m for m in models if m], 2) if models != [None] else 0.0
     holm = table["holm"]
     fig.update_layout(
-        width=1250, height=table_h + matrix_h + 170, font=FONT, template="plotly_white", coloraxis=_coloraxis(top),
-        margin=dict(l=190, r=40, t=80, b=40),
+        width=max(1250, 260 + 420 * len(models)), height=table_h + matrix_h + 170, font=FONT, template="plotly_white", coloraxis=_coloraxis(top),
+        margin=dict(l=130, r=40, t=80, b=40),
         title=dict(x=0.01, text=title or f"CEL grid: {len(rows)} model-task pairs; Holm-adjusted p ≤ {holm['alpha']:g} "
                    f"for {holm['rejected']} of {holm['family']}; below: side effects (pp) of each Ŝ on its model's tasks"),
     )

@@ -79,6 +79,15 @@ def test_a_grid_directory_refuses_other_search_options(tmp_path):
         GridState.open(make_plan("organism", "organism_a", tmp_path, options={"k": 3}))
 
 
+def test_cel_lens_grid_is_the_function():
+    import inspect
+
+    import cel_lens
+    import cel_lens.grids  # noqa: F401 - importing the package must not rebind the function
+
+    assert inspect.isfunction(cel_lens.grid) and cel_lens.grid is grid
+
+
 def test_selection_stability_is_read_from_the_result_or_missing():
     assert selection_stability({"heads": "L0H0"}) is None
     assert selection_stability({"selection_stability": 0.75}) == 0.75

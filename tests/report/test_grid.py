@@ -61,6 +61,7 @@ def test_rows_as_text(table):
                   "L1H0+L2H1", "50%"]
     assert failed[ROW_HEADER.index("Ŝ")] == "failed: RuntimeError: boom | x" and failed[4:9] == [""] * 5
     assert row_cells(table["rows"][0], short=True)[0] == "one" == short_model("org/one")
+    assert row_cells(table["rows"][0], short=True)[6] == "+4.50 [+2.50, +6.50]"
 
 
 def test_markdown_has_every_row_the_side_effects_and_the_time(table):
@@ -79,7 +80,7 @@ def test_side_effect_figure_holds_each_models_matrix(table):
     heat = [t for t in fig.data if isinstance(t, go.Heatmap)]
     assert len(heat) == 2
     assert [list(r) for r in heat[0].z] == [[0.045, -0.1], [0.02, 0.02]]
-    assert [list(r) for r in heat[1].z] == [[0.1, None]] and list(heat[1].y) == ["Ŝ(a) = L3H2"]
+    assert [list(r) for r in heat[1].z] == [[0.1, None]] and list(heat[1].y) == ["Ŝ(a)"]
     assert fig.layout.coloraxis.cmin == -0.1 and fig.layout.coloraxis.cmax == 0.1
     empty = dict(table, side_effects={m: dict(b, gain=[[None, None], [None, None]]) for m, b in table["side_effects"].items()})
     with pytest.raises(ValueError, match="no side-effect cell"):
@@ -89,7 +90,7 @@ def test_side_effect_figure_holds_each_models_matrix(table):
 def test_summary_figure_is_the_table_above_the_matrices(table):
     fig = plot_grid_summary(table)
     (tab,) = [t for t in fig.data if isinstance(t, go.Table)]
-    assert list(tab.header.values) == list(ROW_HEADER)
+    assert list(tab.header.values) == [h.replace("Δ (", "Δ pp (") for h in ROW_HEADER]
     assert [list(col) for col in tab.cells.values] == [list(c) for c in zip(*[row_cells(r, short=True) for r in table["rows"]])]
     assert sum(isinstance(t, go.Heatmap) for t in fig.data) == 2
 
