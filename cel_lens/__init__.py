@@ -43,6 +43,7 @@ _LAZY: dict[str, str] = {
     "run_search": "cel_lens.selection",
     "Result": "cel_lens.selection",
     "search": "cel_lens.pipeline",
+    "grid": "cel_lens.grids",
     "Run": "cel_lens.pipeline",
     "SearchConfig": "cel_lens.pipeline",
     "ExecutionSettings": "cel_lens.pipeline",
@@ -71,7 +72,7 @@ _LAZY: dict[str, str] = {
 
 _SUBMODULES = {
     "heads", "stats", "oracle", "progress", "model", "sandbox", "tasks", "evaluation", "scoring", "testing",
-    "selection", "runs", "backends", "pipeline", "report", "analysis", "organism", "theory", "cli",
+    "selection", "runs", "backends", "pipeline", "report", "analysis", "organism", "theory", "grids", "cli",
 }
 # old module paths, kept for one release (importing one warns)
 _DEPRECATED = {"models", "ablation", "store", "plots", "distributed", "organism_train", "demo", "export"}

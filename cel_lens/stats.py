@@ -258,3 +258,34 @@ def random_subset_null(
         gains.append((correct.to(torch.int64).sum(1) - base).to(torch.float64) / n)
     g = torch.cat(gains) if gains else torch.zeros(0, dtype=torch.float64)
     return NullDistribution(tuple(sets), g)
+
+
+# -- multiple comparisons ----------------------------------------------------------------------
+
+
+def holm_adjust(p_values: Union[ArrayLike, Sequence[float]]) -> np.ndarray:
+    """Holm–Bonferroni adjusted p-values, in the order given (a grid's McNemar p-values, one per
+    model-task pair).
+
+    Sorted ascending, the ``i``-th smallest of ``m`` p-values (``i = 1..m``) is adjusted to
+    ``max over j <= i of min(1, (m - j + 1) p_(j))``: rejecting every hypothesis whose adjusted p is
+    at most ``alpha`` controls the family-wise error rate at ``alpha`` under any dependence between
+    the tests, and is never less powerful than plain Bonferroni (``min(1, m p)``). NaN entries (a
+    pair without a result) are left out of the family and stay NaN.
+    """
+    p = np.asarray(p_values, dtype=np.float64).reshape(-1)
+    present = ~np.isnan(p)
+    if ((p[present] < 0) | (p[present] > 1)).any():
+        raise ValueError("p-values must lie in [0, 1]")
+    out = np.full(p.shape, np.nan)
+    idx = np.flatnonzero(present)
+    m = idx.size
+    if m == 0:
+        return out
+    order = idx[np.argsort(p[idx], kind="stable")]
+    scaled = np.minimum(1.0, (m - np.arange(m)) * p[order])
+    out[order] = np.maximum.accumulate(scaled)
+    return out
+
+
+__all__ += ["holm_adjust"]

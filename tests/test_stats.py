@@ -190,3 +190,38 @@ def test_random_subset_null_gains_and_fraction():
     assert null.fraction_at_least(0.15) == pytest.approx(
         sum(s == HeadSet.parse("L0H0") for s in null.head_sets) / 40
     )
+
+
+def test_holm_adjust_hand_worked():
+    """m = 4: sorted 0.005, 0.01, 0.03, 0.04 times 4, 3, 2, 1 = 0.02, 0.03, 0.06, 0.04; the running
+    maximum lifts the last to 0.06. NaN stays out of the family; adjusted values cap at 1."""
+    from cel_lens.stats import holm_adjust
+
+    np.testing.assert_allclose(holm_adjust([0.01, 0.04, 0.03, 0.005]), [0.03, 0.06, 0.06, 0.02])
+    out = holm_adjust([float("nan"), 0.5, 0.2])
+    assert math.isnan(out[0]) and out[1:].tolist() == pytest.approx([0.5, 0.4])
+    assert holm_adjust([0.6, 0.7]).tolist() == [1.0, 1.0]
+    assert holm_adjust([]).shape == (0,) and math.isnan(holm_adjust([float("nan")])[0])
+    with pytest.raises(ValueError):
+        holm_adjust([0.5, 1.5])
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_holm_adjust_matches_statsmodels_and_the_definition(seed):
+    """Against ``statsmodels.stats.multitest.multipletests(method="holm")`` and a direct loop over
+    the definition, on p-values with ties and exact zeros and ones."""
+    from cel_lens.stats import holm_adjust
+
+    rng = np.random.default_rng(seed)
+    p = np.round(rng.uniform(0, 0.2, size=12), 3)
+    p[:2] = [0.0, 1.0]
+    p[5] = p[6]
+    direct = np.empty_like(p)
+    order = np.argsort(p, kind="stable")
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(p) - rank) * p[i]))
+        direct[i] = running
+    np.testing.assert_allclose(holm_adjust(p), direct, rtol=0, atol=1e-15)
+    multitest = pytest.importorskip("statsmodels.stats.multitest")
+    np.testing.assert_allclose(holm_adjust(p), multitest.multipletests(p, method="holm")[1], rtol=0, atol=1e-12)

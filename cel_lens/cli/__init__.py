@@ -13,7 +13,7 @@ import sys
 from types import ModuleType
 from typing import Optional, Sequence
 
-from cel_lens.cli import demo, evaluate, export, models, organism, report, search, tasks, theory
+from cel_lens.cli import demo, evaluate, export, models, organism, report, search, table, tasks, theory
 from cel_lens.cli.common import Formatter, flag_message
 from cel_lens.config import OptionError
 
@@ -23,6 +23,7 @@ COMMANDS: dict[str, ModuleType] = {
     "models": models,
     "tasks": tasks,
     "search": search,
+    "table": table,
     "evaluate": evaluate,
     "report": report,
     "export": export,
