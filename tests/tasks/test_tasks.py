@@ -477,7 +477,7 @@ def test_offline_without_data_dir_fails_fast_with_the_same_advice() -> None:
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "ERR BoolQ validation not found: pass --data-dir DIR" in out.stdout
-    assert "boolq/dev.jsonl" in out.stdout and "google/boolq" in out.stdout
+    assert "boolq/dev.jsonl" in out.stdout and "aps/super_glue" in out.stdout
 
 
 @needs_data
