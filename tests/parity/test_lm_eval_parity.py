@@ -12,7 +12,9 @@ evaluates the same documents of its local copy of the data.
 lm-eval reads local files (``../shared/data``; the shipped fixtures for HellaSwag), through its
 stock configs with only the dataset (and MBPP's generation budget) changed. On lm-eval's side a head
 is ablated by zeroing its input columns of ``o_proj`` in the model ``HFLM`` loaded, which is what
-zeroing ``hook_z`` does.
+zeroing ``hook_z`` does. (Both sides sum per-token log-probabilities in float32: HellaSwag's sums are a
+few hundred nats, where float32's resolution is 3e-5 to 6e-5, so they agree to one or two units in
+the last place.)
 """
 
 from __future__ import annotations
