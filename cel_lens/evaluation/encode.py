@@ -13,6 +13,7 @@ from typing import Optional, Sequence
 
 
 from cel_lens.evaluation.batch import Encoded, EncodedBatch, build_batch
+from cel_lens.model.bos import bos_rule
 from cel_lens.model.forward import init_kv_cache
 from cel_lens.tasks.base import Example, Split
 
@@ -53,15 +54,15 @@ def _encode_text(tok, text: str) -> list[int]:
 
 
 def _prefix(model, text: str) -> list[int]:
-    """BOS when the model prepends one (TransformerLens' ``default_prepend_bos``) and the text
-    (e.g. a chat template) does not already start with it."""
-    tok = _tokenizer(model)
-    bos = getattr(tok, "bos_token_id", None)
-    if not getattr(model.cfg, "default_prepend_bos", True) or bos is None:
+    """BOS when the model's BOS rule asks for one (:func:`cel_lens.model.bos.bos_rule`; by default
+    where the checkpoint's tokenizer adds it itself, as lm-eval) and the text (e.g. a chat
+    template) does not already start with it (lm-eval's ``has_bos_prefix``)."""
+    rule = bos_rule(model)
+    if not rule["prepends_bos"]:
         return []
-    if tok.bos_token and text.startswith(tok.bos_token):
-        return []
-    return [int(bos)]
+    bos = int(rule["bos_token_id"])
+    written = _tokenizer(model).decode([bos])
+    return [] if written and text.startswith(written) else [bos]
 
 
 def encode_prompt(model, text: str) -> list[int]:

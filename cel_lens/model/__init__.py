@@ -6,12 +6,14 @@
   (:mod:`~cel_lens.model.ablation`): zero-ablation of head sets, many variants per pass;
 * :mod:`~cel_lens.model.forward`: passes that start or stop at any layer, key/value caches;
 * :mod:`~cel_lens.model.registry`: the paper's models; :mod:`~cel_lens.model.identity`: ids and
-  weight hashes for run manifests; :mod:`~cel_lens.model.native`: models without a Hugging Face form.
+  weight hashes for run manifests; :mod:`~cel_lens.model.native`: models without a Hugging Face form;
+  :mod:`~cel_lens.model.bos`: whether prompts start with BOS (the tokenizer's own rule, as lm-eval).
 
 This is the only package that imports ``transformer_lens``.
 """
 
 from cel_lens.model.ablation import ablate, ablation_hooks, hook_z_name, run_variants, variant_hooks
+from cel_lens.model.bos import BOS_RULES, bos_rule, set_bos_rule
 from cel_lens.model.forward import forward_resid, unembed
 from cel_lens.model.identity import model_id, model_manifest, weights_hash
 from cel_lens.model.kinds import is_bridge, model_shape, supports_resume
@@ -21,6 +23,9 @@ from cel_lens.model.registry import PAPER_MODELS, ModelSpec
 __all__ = [
     "load_model",
     "PROCESSING_DEFAULTS",
+    "BOS_RULES",
+    "bos_rule",
+    "set_bos_rule",
     "PAPER_MODELS",
     "ModelSpec",
     "ablate",

@@ -18,7 +18,7 @@ Local layout (all UTF-8 JSON Lines)::
 
     arithmetic/{two_digit_addition,...}.jsonl   GPT-3 raw files: context, completion
     mbpp/mbpp.jsonl                             all 974 problems (full config)
-    boolq/dev.jsonl, boolq/train.jsonl          question, answer (bool), passage[, title]
+    boolq/dev.jsonl, boolq/train.jsonl          question, title, answer (bool), passage (or SuperGLUE's)
     hellaswag/hellaswag_{train,val}.jsonl       rowanz's raw schema or the hub's (label int or str)
 """
 
@@ -323,19 +323,23 @@ def train_val_splits(
     n_test: Optional[int],
     n_dist_default: int,
     seed: int,
+    hub_config: Optional[str] = None,
 ) -> tuple[list[Any], list[Any], dict[str, Any]]:
     """D_dist sampled from a train split and D_test = the validation split (HellaSwag, BoolQ).
 
     D_test is the whole validation split (a seeded sample if ``n_test`` is smaller); D_dist is a
     seeded sample of ``n_dist`` (default ``n_dist_default``) train rows, never one equal to a
-    validation row. Returns both and the options to record (seed, sizes, sources).
+    validation row. Returns both and the options to record (seed, sizes, sources). ``hub_config``:
+    the hub dataset's configuration, if it has several.
     """
     root = resolve_data_dir(data_dir)
     val_rows, val_src = load_rows(
-        what=f"{label} validation", data_dir=root, relpath=val_relpath, hub_id=hub_id, hub_split="validation"
+        what=f"{label} validation", data_dir=root, relpath=val_relpath, hub_id=hub_id, hub_split="validation",
+        hub_config=hub_config,
     )
     train_rows, train_src = load_rows(
-        what=f"{label} train", data_dir=root, relpath=train_relpath, hub_id=hub_id, hub_split="train"
+        what=f"{label} train", data_dir=root, relpath=train_relpath, hub_id=hub_id, hub_split="train",
+        hub_config=hub_config,
     )
     val = build_examples(val_rows, lambda r, i: make_example(r, val_name, i))
     train = build_examples(train_rows, lambda r, i: make_example(r, "train", i))

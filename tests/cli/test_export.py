@@ -37,8 +37,10 @@ def test_export_and_verify_a_run(arithmetic_run, data_dir, tmp_path, capsys):
 
 
 def test_a_differing_decision_exits_1(arithmetic_run, data_dir, tmp_path, capsys):
-    """One recorded D_test decision flipped: verification names that example and fails."""
+    """One recorded D_test decision flipped (and its line re-checksummed, as if recorded so):
+    verification names that example and fails."""
     from cel_lens.runs import decode_bits, encode_bits
+    from cel_lens.runs.files import CHECK, encode_lines
 
     run = tmp_path / "run"
     shutil.copytree(arithmetic_run, run)
@@ -49,7 +51,7 @@ def test_a_differing_decision_exits_1(arithmetic_run, data_dir, tmp_path, capsys
             bits = decode_bits(line["bits"], line["n"])
             bits[3] = ~bits[3]
             line["bits"] = encode_bits(bits)
-    (run / "evaluations.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    (run / "evaluations.jsonl").write_bytes(encode_lines([{k: v for k, v in x.items() if k != CHECK} for x in lines]))
     code = main(["export", str(run), "--out", str(tmp_path / "o"), "--verify", "--data-dir", str(data_dir),
                  "--no-progress", "--json"])
     out = json.loads(capsys.readouterr().out)

@@ -79,7 +79,7 @@ def test_cli_tasks_lists_sources_and_local_files(data_dir: Path, capsys: pytest.
     assert main(["tasks", "--json", "--data-dir", str(SHARED)]) == 0
     out = json.loads(capsys.readouterr().out)
     rows = {r["task"]: r for r in out["tasks"]}
-    assert rows["boolq"]["hub"] == "google/boolq"
+    assert rows["boolq"]["hub"] == "aps/super_glue (boolq)"
     assert rows["boolq"]["local"] == {"boolq/train.jsonl": "missing", "boolq/dev.jsonl": "found"}
     assert set(rows["arithmetic"]["local"].values()) == {"found"}
     assert main(["tasks", "--data-dir", str(data_dir)]) == 0
@@ -317,12 +317,17 @@ def test_mbpp_crafted_train_test_overlap_is_an_error(tmp_path: Path) -> None:
 # BoolQ
 # ------------------------------------------------------------------------------------------------
 def test_boolq_prompt_format_by_hand() -> None:
-    ex = boolq.make_example({"question": "is the sky blue", "answer": True, "passage": "The sky is blue."}, "train", 7)
+    row = {"question": "is the sky blue", "title": "Sky", "answer": True, "passage": "The sky is blue."}
+    ex = boolq.make_example(row, "train", 7)
     assert ex.id == "boolq/train/7"
-    assert ex.prompt == "The sky is blue.\nQuestion: is the sky blue?\nAnswer:"
-    assert (ex.choices, ex.label) == ((" no", " yes"), 1)
-    no = boolq.make_example({"question": "q", "answer": False, "passage": "p", "title": "T"}, "validation", 0)
-    assert (no.label, no.meta["title"]) == (0, "T")
+    assert ex.prompt == "Sky -- The sky is blue.\nQuestion: is the sky blue?\nAnswer:"  # SuperGLUE's passage
+    assert (ex.choices, ex.label, ex.meta["title"]) == ((" no", " yes"), 1, "Sky")
+    glue = boolq.make_example({"question": "q", "passage": "T -- p", "idx": 0, "label": 0}, "validation", 0)
+    assert (glue.prompt, glue.label) == ("T -- p\nQuestion: q?\nAnswer:", 0)  # SuperGLUE rows as they are
+    bare = boolq.make_example({"question": "q", "answer": False, "passage": "p"}, "validation", 0)
+    assert (bare.prompt, bare.label, bare.meta["passage_titled"]) == ("p\nQuestion: q?\nAnswer:", 0, False)
+    with pytest.raises(ValueError, match="needs an answer"):
+        boolq.make_example({"question": "q", "passage": "p", "label": -1}, "test", 0)
 
 
 @needs_data
@@ -331,7 +336,14 @@ def test_boolq_real_validation_and_fixture_train(data_dir: Path) -> None:
     assert (len(t.dist), len(t.test)) == (30, 3270)
     assert t.kind == "multiple_choice" and t.metric == "acc"
     first = next(e for e in t.test if e.id == "boolq/validation/0")  # dev.jsonl's first row, by hand
-    assert first.prompt.startswith("All biomass goes through at least some of these steps")
+    assert first.prompt.startswith("Ethanol fuel -- All biomass goes through at least some of these steps")
+    # lm-eval's logged boolq sample (SuperGLUE's passage) for dev.jsonl row 8, as published
+    canada = next(e for e in t.test if e.id == "boolq/validation/8")
+    assert canada.prompt == (
+        "American entry into Canada by land -- Persons driving into Canada must have their vehicle's "
+        "registration document and proof of insurance.\nQuestion: can u drive in canada with us license?\nAnswer:"
+    )
+    assert t.options["rows_without_title"] == 30  # the synthetic train fixture has no titles
     assert first.prompt.endswith(
         "producing gasoline.\nQuestion: does ethanol take more energy make that produces?\nAnswer:"
     )
@@ -499,7 +511,7 @@ def test_offline_without_data_dir_fails_fast_with_the_same_advice() -> None:
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "ERR BoolQ validation not found: pass --data-dir DIR" in out.stdout
-    assert "boolq/dev.jsonl" in out.stdout and "google/boolq" in out.stdout
+    assert "boolq/dev.jsonl" in out.stdout and "aps/super_glue" in out.stdout
 
 
 @needs_data
