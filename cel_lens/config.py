@@ -21,6 +21,7 @@ __all__ = [
     "DEFAULT_N_NULL",
     "SCORERS",
     "STRATEGIES",
+    "BACKENDS",
     "DTYPE_ALIASES",
     "canonical_dtype",
     "OptionError",
@@ -44,6 +45,13 @@ SCORERS: tuple[str, ...] = ("exact", "attribution", "compressed")
 """Stage-1 scorers (:mod:`cel_lens.scoring`)."""
 STRATEGIES: tuple[str, ...] = ("exhaustive", "beam")
 """Stage-2 strategies (:mod:`cel_lens.selection.subsets`)."""
+
+BACKENDS: dict[str, str] = {
+    "local": "cel_lens.backends.local:LocalBackend",
+    "ray": "cel_lens.backends.ray:RayBackend",
+}
+"""Backend name -> ``"module:Class"`` (:func:`cel_lens.backends.get_backend` imports it when
+chosen, so an optional backend costs nothing until used)."""
 
 DTYPE_ALIASES: dict[str, str] = {
     "float32": "float32", "fp32": "float32", "float": "float32",
@@ -196,7 +204,7 @@ class ExecutionSettings:
         if self.store_budget is not None:
             _int("store_budget", self.store_budget, 0)
         _bool("progress", self.progress)
-        _choice("backend", self.backend, ("local", "ray"))
+        _choice("backend", self.backend, tuple(BACKENDS))
         if self.workers is not None:
             _int("workers", self.workers, 1)
         gpus = self.gpus_per_worker
