@@ -7,6 +7,7 @@ tensors) and never run a model; :func:`cel_lens.analysis.attention_patterns` rec
 
 from __future__ import annotations
 
+import html
 from dataclasses import dataclass
 from typing import Optional
 
@@ -98,9 +99,11 @@ def default_heads(patterns: AttentionPatterns, n_downstream: int) -> list[Head]:
 
 
 def token_label(token: str) -> str:
-    """A visible label for a token (spaces and newlines shown)."""
+    """A visible label for a token (spaces and newlines shown), HTML-escaped: plotly reads labels
+    as HTML, so a token such as ``<s>`` would otherwise be taken for a tag and swallow the text."""
     text = token.replace("\n", "⏎").replace("\t", "⇥").replace(" ", "·")
-    return text if len(text) <= 12 else text[:11] + "…"
+    text = text if len(text) <= 12 else text[:11] + "…"
+    return html.escape(text, quote=False)
 
 
 def _subplot_titles(patterns: AttentionPatterns, rows: list[Head]) -> list[str]:

@@ -61,7 +61,7 @@ def test_plot_attention_shows_ablated_and_most_changed_downstream_heads(tiny_mod
         assert np.allclose(np.asarray(diff.z, dtype=float), (pats.ablated - pats.intact)[h.layer, h.head].numpy())
     assert diff.zmid == 0
     xaxis = fig.layout.xaxis
-    assert list(xaxis.ticktext) == ["<|bos|>", "Question", ":", "·is", "·the", "·s", "k", "y", "·b", "l", "u", "e",
+    assert list(xaxis.ticktext) == ["&lt;|bos|&gt;", "Question", ":", "·is", "·the", "·s", "k", "y", "·b", "l", "u", "e",
                                     "?", "⏎", "Answer", ":", "·", "y", "es"]
 
 
