@@ -28,6 +28,7 @@ from torch import Tensor
 from cel_lens.heads import HeadSet, HeadsLike, masks_from_head_sets
 from cel_lens.model.forward import Hook, check_hooks, forward_resid, unembed
 from cel_lens.model.kinds import is_bridge, model_name, model_shape
+from cel_lens.model.processing import warn_if_processed
 
 __all__ = ["hook_z_name", "ablation_hooks", "ablate", "variant_hooks", "prompt_tokens", "run_variants"]
 
@@ -84,6 +85,7 @@ def ablate(model, heads: HeadsLike) -> Iterator:
     """
     n_layers, n_heads = model_shape(model)
     head_set = HeadSet.parse(heads).validate(n_layers, n_heads, model_name(model))
+    warn_if_processed(model, stacklevel=5)  # past the generator and contextlib's __enter__
     with model.hooks(fwd_hooks=check_hooks(model, ablation_hooks(head_set, n_heads=n_heads))):
         yield model
 
@@ -165,6 +167,7 @@ def run_variants(
     sets = [HeadSet.parse(s).validate(n_layers, n_heads, name) for s in head_sets]
     if not sets:
         raise ValueError("run_variants needs at least one head set")
+    warn_if_processed(model)
     masks = masks_from_head_sets(sets, n_layers, n_heads)
     n_variants, batch = len(sets), tokens.shape[0]
     first = min((s.first_layer for s in sets if s), default=n_layers)
