@@ -19,8 +19,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from cel_lens.tasks.base import Task
 
 __all__ = [
-    "Formatter", "print_json", "add_model_task_options", "allow_code_execution", "load_task_from_args",
-    "load_model_and_task", "DEFAULTS",
+    "Formatter", "print_json", "add_model_task_options", "allow_code_execution", "check_names_first",
+    "load_task_from_args", "load_model_and_task", "DEFAULTS",
 ]
 
 DEFAULTS = ExecutionSettings()
@@ -62,6 +62,23 @@ def allow_code_execution(args: argparse.Namespace) -> None:
         os.environ[ALLOW_ENV] = "1"
 
 
+def check_names_first(args: argparse.Namespace) -> None:
+    """Fail fast on an unknown task name, then on a model that cannot load (unknown name, not a
+    checkpoint, a hub model neither cached nor reachable), before the task's data is read or
+    anything is loaded; then, when the task may come from the hub and the hub cannot be reached,
+    turn offline mode on for this process, so the task's data error comes at once instead of after
+    the hub client's retries."""
+    from cel_lens.model.hub import check_model_name, hub_offline, hub_reachable
+    from cel_lens.tasks.registry import task_info
+
+    task_info(args.task)
+    check_model_name(args.model)
+    local_data = args.data_dir is not None or os.environ.get("CEL_LENS_DATA_DIR")
+    if not local_data and not hub_offline() and not hub_reachable():
+        os.environ["HF_HUB_OFFLINE"] = "1"
+        os.environ["HF_DATASETS_OFFLINE"] = "1"
+
+
 def load_task_from_args(args: argparse.Namespace) -> "Task":
     """The task the options name (cheap: a wrong name or data directory fails before a model loads)."""
     from cel_lens.tasks.registry import load_task
@@ -70,10 +87,12 @@ def load_task_from_args(args: argparse.Namespace) -> "Task":
 
 
 def load_model_and_task(args: argparse.Namespace) -> tuple[Any, "Task"]:
-    """The model and task the options name (the task first)."""
+    """The model and task the options name: the model's name checked first (cheaply), then the
+    task read, then the model loaded."""
     from cel_lens.model.load import load_model
 
     allow_code_execution(args)
+    check_names_first(args)
     task = load_task_from_args(args)
     model = load_model(args.model, device=args.device, dtype=args.dtype, loader=args.loader)
     return model, task

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from cel_lens.cli.common import DEFAULTS, Formatter, add_model_task_options, allow_code_execution, load_task_from_args, print_json
+from cel_lens.cli.common import (
+    DEFAULTS, Formatter, add_model_task_options, allow_code_execution, check_names_first, load_task_from_args, print_json,
+)
 from cel_lens.config import SCORERS, STRATEGIES, ExecutionSettings, SearchConfig
 
 __all__ = ["add", "run"]
@@ -63,6 +65,8 @@ def run(args: argparse.Namespace) -> int:
     ).validate()
     get_backend(settings.backend)  # e.g. Ray missing: fail before the task is read
     allow_code_execution(args)
+    if settings.backend == "local":  # Ray workers resolve the name where they run
+        check_names_first(args)
     task = load_task_from_args(args)
     result = search(args.model, task, config, out=args.out, settings=settings)
     if args.json:
