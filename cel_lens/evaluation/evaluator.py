@@ -39,6 +39,7 @@ from cel_lens.model.forward import forward_resid, param_device, unembed
 from cel_lens.model.kinds import model_name, model_shape
 from cel_lens.model.processing import warn_if_processed
 from cel_lens.tasks.base import Example, Split
+from cel_lens.threads import configure_threads
 
 __all__ = ["evaluate", "logprob_metric", "default_max_rows"]
 
@@ -78,6 +79,7 @@ def evaluate(
     if isinstance(head_sets, (str, Head, HeadSet)):
         head_sets = [head_sets]
     warn_if_processed(model)
+    configure_threads(model)  # one thread for a tiny model (cel_lens.threads)
     split = as_split(split)
     kind = split_kind(split)
     n_layers, n_heads = model_shape(model)
