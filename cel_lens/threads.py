@@ -70,12 +70,14 @@ def idle_cores() -> Optional[float]:
     return _usable_cores() * max(0.0, 1.0 - load / total)
 
 
-def param_count(model: Any) -> int:
-    """Number of parameters of ``model`` (counted once per model object)."""
+def param_count(model: Any) -> Optional[int]:
+    """Number of parameters of ``model`` (counted once per model object); ``None`` without any."""
     try:
         return _counts[model]
     except (KeyError, TypeError):
         pass
+    if not hasattr(model, "parameters"):
+        return None
     n = sum(p.numel() for p in model.parameters())
     try:
         _counts[model] = n

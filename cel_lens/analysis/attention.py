@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import plotly.graph_objects as go
 import torch
+from jaxtyping import Float, Int
 from torch import Tensor
 
 from cel_lens.evaluation.encode import encode_pair, encode_prompt, format_prompt
@@ -84,8 +85,8 @@ def example_tokens(model: Model, example: Any, include_target: bool = True, chat
 
 
 def direct_logit_effects(
-    model: Model, tokens: Tensor, heads: HeadSet, position: int, answer: Optional[int] = None, k: int = 8
-) -> tuple[list[int], Tensor]:
+    model: Model, tokens: Int[Tensor, "1 pos"], heads: HeadSet, position: int, answer: Optional[int] = None, k: int = 8
+) -> tuple[list[int], Float[Tensor, "head token"]]:
     """What ablating each head of ``heads`` does to the logits at ``position`` through the direct
     path alone: ``(token ids, effects [head, token])`` with ``effects[i, t]`` = logit of token t
     with head i's output removed from the final residual stream (final norm recomputed), minus the
