@@ -156,6 +156,7 @@ def test_gqa_ablates_one_query_head_not_its_kv_group(arch, loader, loaded, hf_re
     assert (logits - ref[arch, "L1H0+L1H1"]).abs().max() > 100 * ATOL
 
 
+@pytest.mark.filterwarnings("ignore::cel_lens.model.processing.ProcessedModelWarning")  # the case it names
 def test_fold_value_biases_would_break_exactness(tiny_checkpoints, hf_reference):
     """Why load_model refuses fold_value_biases: with Qwen2's v_proj bias folded into b_O, a
     zeroed hook_z leaves the bias part of the head alive."""

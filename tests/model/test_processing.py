@@ -16,6 +16,8 @@ from cel_lens.model.load import load_model
 from cel_lens.model.processing import ProcessedModelWarning, processing_problem, warn_if_processed
 from cel_lens.tasks.base import Example, Split
 
+pytestmark = pytest.mark.filterwarnings("ignore::cel_lens.model.processing.ProcessedModelWarning")  # checked by hand
+
 TOKENS = torch.randint(3, 300, (2, 10), generator=torch.Generator().manual_seed(0))
 
 
