@@ -20,6 +20,7 @@ from jaxtyping import Bool
 from torch import Tensor
 
 from cel_lens.heads import HeadSet, HeadsLike
+from cel_lens.progress import progress_bar
 
 __all__ = [
     "SPLITS",
@@ -108,10 +109,8 @@ def evaluate_chunked(
     each chunk as soon as it returns, so an interrupted stage loses at most one chunk)."""
     if chunk < 1:
         raise ValueError(f"chunk must be >= 1, got {chunk}")
-    from tqdm.auto import tqdm
-
     parts = []
-    with tqdm(total=len(head_sets), desc=f"{stage} ({split})", unit="set", disable=not progress) as bar:
+    with progress_bar(len(head_sets), progress, f"{stage} ({split})", unit="set") as bar:
         for start in range(0, len(head_sets), chunk):
             part = head_sets[start : start + chunk]
             parts.append(call_oracle(oracle, split, part, stage))

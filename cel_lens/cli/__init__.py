@@ -33,6 +33,9 @@ COMMANDS: dict[str, ModuleType] = {
 }
 """Subcommand name -> its module (``add`` and ``run``)."""
 
+COMPUTING = frozenset({"search", "evaluate", "demo", "theory", "organism"})
+"""Subcommands that run torch: their thread count is set first (:mod:`cel_lens.threads`)."""
+
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``cel-lens`` with every subcommand."""
@@ -54,6 +57,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        if args.command in COMPUTING:
+            from cel_lens.threads import configure_threads  # imports torch: after --help and argument errors
+
+            configure_threads(look_at_load=True)  # the idle cores: one on a busy machine (CEL_LENS_THREADS overrides)
         return int(COMMANDS[args.command].run(args) or 0)
     except KeyboardInterrupt:
         print("cel-lens: interrupted", file=sys.stderr)

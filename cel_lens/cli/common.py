@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "Formatter", "print_json", "json_stdout", "FLAGS", "flag_message", "add_model_task_options", "settings_from_args",
-    "allow_code_execution", "load_task_from_args", "load_model_and_task", "DEFAULTS",
+    "allow_code_execution", "check_names_first", "load_task_from_args", "load_model_and_task", "DEFAULTS",
 ]
 
 DEFAULTS = ExecutionSettings()
@@ -108,6 +108,23 @@ def settings_from_args(args: argparse.Namespace, **extra: Any) -> ExecutionSetti
     ).validate()
 
 
+def check_names_first(args: argparse.Namespace) -> None:
+    """Fail fast on an unknown task name, then on a model that cannot load (unknown name, not a
+    checkpoint, a hub model neither cached nor reachable), before the task's data is read or
+    anything is loaded; then, when the task may come from the hub and the hub cannot be reached,
+    turn offline mode on for this process, so the task's data error comes at once instead of after
+    the hub client's retries."""
+    from cel_lens.model.hub import check_model_name, hub_offline, hub_reachable
+    from cel_lens.tasks.registry import task_info
+
+    task_info(args.task)
+    check_model_name(args.model)
+    local_data = args.data_dir is not None or os.environ.get("CEL_LENS_DATA_DIR")
+    if not local_data and not hub_offline() and not hub_reachable():
+        os.environ["HF_HUB_OFFLINE"] = "1"
+        os.environ["HF_DATASETS_OFFLINE"] = "1"
+
+
 def load_task_from_args(args: argparse.Namespace) -> "Task":
     """The task the options name (cheap: a wrong name or data directory fails before a model loads)."""
     from cel_lens.tasks.registry import load_task
@@ -116,7 +133,8 @@ def load_task_from_args(args: argparse.Namespace) -> "Task":
 
 
 def load_model_and_task(args: argparse.Namespace) -> tuple[Any, "Task"]:
-    """The model and task the options name (options checked first, then the task, then the model)."""
+    """The model and task the options name: options checked first, then the model's name (cheaply),
+    then the task read, then the model loaded."""
     from cel_lens.model.load import load_model
 
     settings = settings_from_args(args)
@@ -124,6 +142,7 @@ def load_model_and_task(args: argparse.Namespace) -> tuple[Any, "Task"]:
     if split is not None:  # only the split evaluated needs examples
         check_split_sizes(**{f"n_{split}": getattr(args, f"n_{split}")})
     allow_code_execution(args)
+    check_names_first(args)
     task = load_task_from_args(args)
     if split is not None and len(task.split(split)) == 0:
         raise ValueError(f"task {task.name!r} has no {split} examples to evaluate")

@@ -9,6 +9,7 @@ from cel_lens.cli.common import (
     Formatter,
     add_model_task_options,
     allow_code_execution,
+    check_names_first,
     json_stdout,
     load_task_from_args,
     print_json,
@@ -74,6 +75,8 @@ def run(args: argparse.Namespace) -> int:
     check_split_sizes(args.n_dist, args.n_test)
     get_backend(settings.backend)  # e.g. Ray missing: fail before the task is read
     allow_code_execution(args)
+    if settings.backend == "local":  # Ray workers resolve the name where they run
+        check_names_first(args)
     task = check_task(load_task_from_args(args))
     with json_stdout(args.json):
         result = search(args.model, task, config, out=args.out, settings=settings)

@@ -34,10 +34,12 @@ from cel_lens.evaluation.generation import evaluate_generation
 from cel_lens.evaluation.result import EvalResult
 from cel_lens.evaluation.store import ActivationStore
 from cel_lens.evaluation.teacher_forced import score_batches
-from cel_lens.heads import HeadSet, HeadsLike
+from cel_lens.heads import Head, HeadSet, HeadsLike
 from cel_lens.model.forward import forward_resid, param_device, unembed
 from cel_lens.model.kinds import model_name, model_shape
+from cel_lens.model.processing import warn_if_processed
 from cel_lens.tasks.base import Example, Split
+from cel_lens.threads import configure_threads
 
 __all__ = ["evaluate", "logprob_metric", "default_max_rows"]
 
@@ -71,8 +73,13 @@ def evaluate(
     default :func:`default_max_rows`). ``chat_template`` wraps each prompt in the tokenizer's chat
     template (default: the split's ``options["chat_template"]`` if it has one, else off).
     ``max_new_tokens`` (generation) defaults to the task's own budget
-    (:attr:`~cel_lens.tasks.Split.max_new_tokens`).
+    (:attr:`~cel_lens.tasks.Split.max_new_tokens`). A single head set (``"L0H0+L1H2"``, a
+    :class:`~cel_lens.heads.Head` or :class:`~cel_lens.heads.HeadSet`) counts as a list of one.
     """
+    if isinstance(head_sets, (str, Head, HeadSet)):
+        head_sets = [head_sets]
+    warn_if_processed(model)
+    configure_threads(model)  # one thread for a tiny model (cel_lens.threads)
     split = as_split(split)
     kind = split_kind(split)
     n_layers, n_heads = model_shape(model)

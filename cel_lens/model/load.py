@@ -62,6 +62,7 @@ from cel_lens.model.hub import _check_checkpoint_dir, _is_hub_id, _looks_like_pa
 from cel_lens.model.identity import tag_source
 from cel_lens.model.kinds import is_bridge
 from cel_lens.model.native import is_native_checkpoint, load_native
+from cel_lens.model.processing import warn_if_processed
 from cel_lens.model.registry import BUILTIN_MODELS, tl_official_name
 
 __all__ = ["Loader", "PROCESSING_DEFAULTS", "load_model", "resolve_dtype", "resolve_device"]
@@ -216,10 +217,13 @@ def _resolve_source(
 
 
 def _pass_through(model: Any, device, dtype, processing: dict[str, bool]):
-    """A model object the user built: TransformerLens models as they are, HF models bridged."""
+    """A model object the user built: TransformerLens models as they are (with a warning when their
+    weights were processed so that ablation is inexact, :mod:`cel_lens.model.processing`), HF
+    models bridged."""
     from transformer_lens import HookedTransformer
 
     if isinstance(model, HookedTransformer) or is_bridge(model):
+        warn_if_processed(model, stacklevel=4)
         if device is not None:
             model = model.to(resolve_device(device))
         if dtype is not None:

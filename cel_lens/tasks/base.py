@@ -36,6 +36,32 @@ __all__ = [
 TaskKind = Literal["exact_match", "multiple_choice", "generation"]
 
 
+def _short(text: Optional[str], width: int = 60) -> str:
+    """``text`` on one line, cut to ``width`` characters (for summaries)."""
+    one = " ".join(str(text).split()) if text is not None else ""
+    return one if len(one) <= width else one[: width - 1] + "…"
+
+
+def _answer(e: "Example") -> str:
+    if e.target is not None:
+        return e.target
+    if e.choices and e.label is not None:
+        return f"{e.choices[e.label]} ({e.label + 1} of {len(e.choices)})"
+    return ""
+
+
+def _examples_html(examples: Sequence["Example"], n: int = 3) -> str:
+    """The first ``n`` examples as an HTML table (escaped, one line each)."""
+    import html
+
+    rows = "".join(
+        f"<tr><td>{html.escape(e.id)}</td><td style='text-align:left'>{html.escape(_short(e.prompt, 80))}</td>"
+        f"<td style='text-align:left'>{html.escape(_short(_answer(e), 40))}</td></tr>"
+        for e in list(examples)[:n]
+    )
+    return f"<table><tr><th>id</th><th>prompt</th><th>answer</th></tr>{rows}</table>" if rows else ""
+
+
 @dataclass(frozen=True)
 class Example:
     """One task example.
@@ -126,6 +152,17 @@ class Split(Sequence[Example]):
         """The first ``n`` examples (splits are already shuffled by their seed)."""
         return replace(self, examples=self.examples[:n])
 
+    def __repr__(self) -> str:
+        """One line: the split's name, task, size and protocol (not its examples)."""
+        owner = f" of {self.task!r}" if self.task else ""
+        return f"<Split {self.name!r}{owner}: {len(self)} examples, {self.kind or 'kind unset'}, {self.metric}>"
+
+    def _repr_html_(self) -> str:
+        """A short summary for notebooks: the one-line description and the first examples."""
+        import html
+
+        return f"<p><code>{html.escape(repr(self))}</code></p>{_examples_html(self.examples)}"
+
 
 @dataclass(frozen=True)
 class Task:
@@ -159,6 +196,25 @@ class Task:
         if name not in ("dist", "test"):
             raise ValueError(f"unknown split {name!r}: expected 'dist' or 'test'")
         return self.dist if name == "dist" else self.test
+
+    def __repr__(self) -> str:
+        """One line: name, protocol and split sizes (not the examples)."""
+        return f"<Task {self.name!r}: {self.kind}, {self.metric}, dist {len(self.dist)} / test {len(self.test)} examples>"
+
+    def _repr_html_(self) -> str:
+        """A short summary for notebooks: protocol, sizes, where the data came from, first examples."""
+        import html
+
+        sources = {k: v for k, v in self.options.items() if isinstance(v, (str, int, float, bool)) and k != "seed"}
+        seed = self.options.get("seed")
+        details = ", ".join(f"{k}={_short(str(v), 40)}" for k, v in list(sources.items())[:6])
+        return (
+            f"<p><b>Task {html.escape(self.name)}</b>: {self.kind}, metric {html.escape(self.metric)}; "
+            f"D_dist {len(self.dist)} / D_test {len(self.test)} examples (disjoint"
+            f"{'' if seed is None else f', seed {html.escape(str(seed))}'})</p>"
+            + (f"<p><small>{html.escape(details)}</small></p>" if details else "")
+            + _examples_html(self.dist)
+        )
 
 
 class SplitOverlapError(ValueError):

@@ -111,3 +111,33 @@ def test_search_resumes_after_sigkill(llama_dir, data_dir, tmp_path):
     a, b = json.loads(resumed.stdout), json.loads(fresh.stdout)
     a.pop("timings"), b.pop("timings")
     assert a == b
+
+
+@pytest.mark.parametrize("command", ["search", "evaluate"])
+def test_the_model_is_checked_before_the_task(command, capsys, tmp_path):
+    """A hub model that is not cached (offline here) fails first, in one line, before the task's
+    own data error (an empty data directory) and before anything loads."""
+    start = time.perf_counter()
+    code = main([command, "--model", "someone/not-downloaded", "--task", "arithmetic", "--data-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert "someone/not-downloaded is not in the local Hugging Face cache" in err
+    assert time.perf_counter() - start < 30
+
+
+def test_an_unreachable_hub_turns_the_task_offline(monkeypatch):
+    """No network and no offline mode: one bounded probe, then offline mode for this process, so a
+    task read from the hub fails at once instead of after the hub client's five retries."""
+    import argparse
+
+    from cel_lens.cli.common import check_names_first
+    from cel_lens.model import hub
+
+    monkeypatch.setattr(hub, "_hub_reachable", lambda endpoint, timeout=5.0: False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
+    monkeypatch.delenv("CEL_LENS_DATA_DIR", raising=False)
+    check_names_first(argparse.Namespace(model="organism", task="arithmetic", data_dir="somewhere"))
+    assert "HF_DATASETS_OFFLINE" not in os.environ  # local data: the hub is not asked
+    check_names_first(argparse.Namespace(model="organism", task="arithmetic", data_dir=None))
+    assert os.environ["HF_HUB_OFFLINE"] == "1" and os.environ["HF_DATASETS_OFFLINE"] == "1"

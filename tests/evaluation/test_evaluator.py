@@ -444,3 +444,13 @@ def test_bridge_matches_hooked_transformer(tiny_checkpoints, arithmetic_split, h
     masks[1, 1, 2] = True
     kw = dict(max_new_tokens=10, masks=masks, stop=[], stop_at_eos=False)
     assert greedy_generate(hooked, prompts, **kw) == greedy_generate(bridge, prompts, **kw)
+
+
+def test_a_single_head_set_string_is_one_variant(model, arithmetic_split):
+    """``evaluate(model, split, "L0H1")`` evaluates that head set, not the letters of the string."""
+    split = arithmetic_split.subset(4)
+    want = evaluate(model, split, ["L1H2+L2H0"], progress=False)
+    for single in ("L1H2+L2H0", HeadSet.parse("L1H2+L2H0")):
+        got = evaluate(model, split, single, progress=False)
+        assert got.head_sets == [HeadSet.parse("L1H2+L2H0")]
+        assert torch.equal(got.correct, want.correct) and torch.equal(got.scores, want.scores)
