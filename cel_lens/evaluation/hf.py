@@ -7,9 +7,10 @@ rules, one row per scored continuation) and decided by its rules
 multiple choice = argmax of summed log-likelihoods; generation = greedy decoding cut at the task's
 stop strings and judged by the split's judge), but every logit comes from ``transformers``.
 
-Two encoding settings live in cel_lens's TransformerLens models, not in a checkpoint: whether a BOS
-token is prepended (``prepend_bos``) and the context length prompts are cut to (``n_ctx``); they
-are given here (an export records them in ``cel_lens_export.json``).
+Two encoding settings are cel_lens's, not a checkpoint's: whether a BOS token is prepended
+(``prepend_bos``: the run's BOS rule, resolved, :mod:`cel_lens.model.bos`) and the context length
+prompts are cut to (``n_ctx``); they are given here (an export records them in
+``cel_lens_export.json``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from cel_lens.evaluation.encode import as_split, chat_choice, encode_split, pad_
 from cel_lens.evaluation.generation import _cut, _stops_hit, generation_prompts
 from cel_lens.evaluation.result import EvalResult
 from cel_lens.heads import HeadSet
+from cel_lens.model.bos import read_bos, set_bos_rule
 from cel_lens.model.convert import quiet
 from cel_lens.progress import progress_bar
 from cel_lens.tasks.base import Example, Split
@@ -57,7 +59,9 @@ def plain_model(hf: Any, tokenizer: Any, *, prepend_bos: bool, n_ctx: Optional[i
     """Wrap a loaded ``transformers`` model; ``n_ctx`` defaults to its ``max_position_embeddings``."""
     if n_ctx is None:
         n_ctx = int(getattr(hf.config, "max_position_embeddings", None) or getattr(tokenizer, "model_max_length", 2048))
-    return PlainModel(hf, tokenizer, SimpleNamespace(default_prepend_bos=bool(prepend_bos), n_ctx=int(n_ctx)))
+    model = PlainModel(hf, tokenizer, SimpleNamespace(default_prepend_bos=bool(prepend_bos), n_ctx=int(n_ctx)))
+    set_bos_rule(model, "always" if prepend_bos else "never", own=read_bos(tokenizer))
+    return model
 
 
 def load_plain_model(

@@ -7,10 +7,11 @@ directory from itself, ``"organism"`` from the shipped native checkpoint, and a 
 ``HookedTransformer`` with no checkpoint behind it (built in memory) is first written as a native
 checkpoint (:func:`~cel_lens.model.native.save_native`).
 
-It also says how cel_lens encoded prompts for the model (``prepend_bos``, ``n_ctx``: TransformerLens
-config values that the checkpoint itself does not hold), so that an evaluator outside cel_lens can
-reproduce its decisions: from the model when one is given, else derived from ``config.json`` the
-way :func:`~cel_lens.model.load_model` derives it, without loading weights.
+It also says how cel_lens encoded prompts for the model (``prepend_bos``: its BOS rule,
+:mod:`cel_lens.model.bos`, resolved; ``n_ctx``: a TransformerLens config value the checkpoint
+itself does not hold), so that an evaluator outside cel_lens can reproduce its decisions: from the
+model when one is given, else derived from the checkpoint's tokenizer and ``config.json`` the way
+:func:`~cel_lens.model.load_model` derives them, without loading weights.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Literal, Optional
 
+from cel_lens.model.bos import bos_rule, read_bos
 from cel_lens.model.convert import quiet
 from cel_lens.model.identity import source_info
 from cel_lens.model.kinds import is_bridge
@@ -53,28 +55,39 @@ class ExportSource:
 
 
 def encoding_settings(model: Any) -> dict[str, Any]:
-    """``prepend_bos`` and ``n_ctx`` of a loaded TransformerLens model (its ``cfg``)."""
-    cfg = model.cfg
-    return {"prepend_bos": bool(getattr(cfg, "default_prepend_bos", True)), "n_ctx": int(cfg.n_ctx), "from": "model"}
+    """``prepend_bos`` (the model's BOS rule, resolved) and ``n_ctx`` (its ``cfg``) of a loaded model."""
+    return {"prepend_bos": bool(bos_rule(model)["prepends_bos"]), "n_ctx": int(model.cfg.n_ctx), "from": "model"}
+
+
+def _tokenizer_prepends_bos(path: Path) -> bool:
+    """Whether the checkpoint's own tokenizer puts BOS first (the default BOS rule, ``"tokenizer"``)."""
+    from transformers import AutoTokenizer
+
+    folder = path / "tokenizer" if (path / "tokenizer").is_dir() else path
+    with quiet():
+        tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    return bool(read_bos(tokenizer)["tokenizer_adds_bos"])
 
 
 def encoding_defaults(path: Path, official: Optional[str] = None) -> dict[str, Any]:
     """``prepend_bos`` and ``n_ctx`` as :func:`~cel_lens.model.load_model` would set them for the
-    checkpoint at ``path``, from its config alone: TransformerLens's ``HookedTransformer`` config for
-    a name it supports (``official``), its ``TransformerBridge`` architecture adapter otherwise."""
+    checkpoint at ``path``, without loading weights: BOS by the default rule (the checkpoint's
+    tokenizer), ``n_ctx`` from TransformerLens's ``HookedTransformer`` config for a name it supports
+    (``official``), its ``TransformerBridge`` architecture adapter otherwise."""
+    prepend = _tokenizer_prepends_bos(path)
     if is_native_checkpoint(path):
         cfg = json.loads((path / "config.json").read_text(encoding="utf-8"))[NATIVE_KEY]
-        return {"prepend_bos": bool(cfg.get("default_prepend_bos", True)), "n_ctx": int(cfg["n_ctx"]), "from": "native config"}
+        return {"prepend_bos": prepend, "n_ctx": int(cfg["n_ctx"]), "from": "native config"}
     if official is not None:
         from transformer_lens import loading_from_pretrained as loading
 
         try:
             with quiet():
                 cfg = loading.get_pretrained_model_config(official)
-            return {"prepend_bos": bool(cfg.default_prepend_bos), "n_ctx": int(cfg.n_ctx), "from": "HookedTransformer config"}
+            return {"prepend_bos": prepend, "n_ctx": int(cfg.n_ctx), "from": "HookedTransformer config"}
         except Exception:  # e.g. offline without that config cached: fall back to the bridge's derivation
             pass
-    return _bridge_defaults(path)
+    return {**_bridge_defaults(path), "prepend_bos": prepend}
 
 
 def _bridge_defaults(path: Path) -> dict[str, Any]:

@@ -128,8 +128,10 @@ def export_model(run_or_heads: Any, out_dir: Union[str, os.PathLike], *, source:
         evaluation = dict(src.encoding)
         if record is not None:
             task_options = (record.manifest.get("task") or {}).get("options") or {}
-            evaluation.update(dtype=(record.manifest.get("model") or {}).get("dtype"),
-                              chat_template=bool(task_options.get("chat_template", False)))
+            model_entry = record.manifest.get("model") or {}
+            evaluation.update(dtype=model_entry.get("dtype"), chat_template=bool(task_options.get("chat_template", False)))
+            if "bos" in model_entry:  # the BOS rule the run's prompts were encoded with
+                evaluation.update(prepend_bos=bool(model_entry["bos"]["prepends_bos"]), bos=model_entry["bos"])
         provenance = {"source": src.as_dict(), "evaluation": evaluation, "run": _run_provenance(record) if record else None}
         return export_checkpoint(src.path, heads, out_dir, provenance=provenance)
 

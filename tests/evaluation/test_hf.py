@@ -10,6 +10,7 @@ import torch
 from cel_lens.evaluation import evaluate
 from cel_lens.evaluation.hf import evaluate_plain, load_plain_model
 from cel_lens.model import load_model
+from cel_lens.model.bos import bos_rule
 from cel_lens.tasks import Example, Split, load_task
 from cel_lens.testing import planted_task
 
@@ -24,7 +25,7 @@ def pair(tiny_checkpoints):
     def get(arch: str):
         if arch not in cache:
             hooked = load_model(tiny_checkpoints[arch], device="cpu", loader="hooked")
-            plain = load_plain_model(tiny_checkpoints[arch], prepend_bos=hooked.cfg.default_prepend_bos,
+            plain = load_plain_model(tiny_checkpoints[arch], prepend_bos=bos_rule(hooked)["prepends_bos"],
                                      n_ctx=hooked.cfg.n_ctx, device="cpu")
             cache[arch] = hooked, plain
         return cache[arch]
@@ -78,8 +79,8 @@ def test_generation_equals_cel_lens(pair):
 
 
 def test_prepend_bos_is_the_encoding_the_results_depend_on(pair, tiny_checkpoints, data_dir):
-    _, plain = pair("qwen2")
+    hooked, plain = pair("qwen2")
     split = load_task("boolq", n_dist=4, n_test=8, data_dir=data_dir).test
-    wrong = load_plain_model(tiny_checkpoints["qwen2"], prepend_bos=True, device="cpu")
+    wrong = load_plain_model(tiny_checkpoints["qwen2"], prepend_bos=not bos_rule(hooked)["prepends_bos"], device="cpu")
     a, b = evaluate_plain(plain, split), evaluate_plain(wrong, split)
     assert (a.extra["choice_ll"] - b.extra["choice_ll"]).abs().max() > 1e-3

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 import torch
+
+from cel_lens.model.bos import bos_rule
 import yaml
 
 from cel_lens.heads import HeadSet
@@ -249,7 +251,8 @@ def test_sources_loaded_models_and_memory_models(tiny_checkpoints, tiny_model, t
     loaded = load_model(tiny_checkpoints["qwen2"], device="cpu", loader="hooked")
     with export_source(loaded) as src:
         assert src.path == Path(tiny_checkpoints["qwen2"]).resolve() and src.kind == "hf"
-        assert src.encoding == {"prepend_bos": False, "n_ctx": loaded.cfg.n_ctx, "from": "model"}
+        prepends = bos_rule(loaded)["prepends_bos"]  # the rule cel_lens encodes this model's prompts with
+        assert src.encoding == {"prepend_bos": prepends, "n_ctx": loaded.cfg.n_ctx, "from": "model"}
     with export_source(tiny_model) as src:
         assert src.kind == "native"
         out = export_checkpoint(src.path, "L1H3", tmp_path / "memory")

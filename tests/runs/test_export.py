@@ -31,7 +31,8 @@ def test_export_of_a_run_reproduces_every_test_decision(qwen_run, data_dir, tmp_
     out = cel_lens.export_model(run, tmp_path / "out")
     record = json.loads((out / PROVENANCE_FILE).read_text())
     assert record["heads"] == run.result.heads and record["run"]["gain"] == run.result.gain
-    assert record["evaluation"]["prepend_bos"] is False and record["evaluation"]["dtype"] == "torch.float32"
+    used = run.manifest["model"]["bos"]["prepends_bos"]  # the BOS rule the run's prompts were encoded with
+    assert record["evaluation"]["prepend_bos"] is used and record["evaluation"]["dtype"] == "torch.float32"
     report = verify_export(out, run.path, data_dir=data_dir)
     assert report.ok and report.n == 24 and report.matches == 24, str(report)
     assert report.files_ok == report.files_checked == len(record["files"])
