@@ -52,7 +52,7 @@ def attribution_scores(model, split: Split, *, batch_size: int = 8, progress: bo
             hooks = [("blocks.0.hook_resid_pre", start_graph)]
             hooks += [(hook_z_name(layer), keep) for layer in range(n_layers)]
             with torch.enable_grad():
-                metric = logprob_metric(model, batch, fwd_hooks=hooks)
+                metric = logprob_metric(model, batch, fwd_hooks=hooks, metric=split.metric or "acc")
                 layers = sorted(saved)
                 grads = torch.autograd.grad(metric.sum(), [saved[layer] for layer in layers])
             for layer, grad in zip(layers, grads):
