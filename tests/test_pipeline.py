@@ -85,3 +85,29 @@ def test_default_run_dir_is_stable_and_config_specific(tiny_model, task):
 def test_search_rejects_bad_options(tiny_model, task, tmp_path):
     with pytest.raises(ValueError, match="scorer"):
         cl.search(tiny_model, task, scorer="psychic", out=tmp_path / "x")
+
+
+def test_split_seed_moves_the_splits_and_leaves_the_statistics_seed(tmp_path):
+    model = cl.load_model("organism")
+    common = dict(n_dist=80, n_test=80, k=1, n_null=3, n_boot=200, progress=False)
+    a = cl.search(model, "organism_a", out=tmp_path / "a", **common)
+    b = cl.search(model, "organism_a", out=tmp_path / "b", split_seed=1, **common)
+    c = cl.search(model, "organism_a", out=tmp_path / "c", seed=1, **common)
+    assert "split_seed" not in a.manifest["options"] and b.manifest["options"]["split_seed"] == 1
+    assert a.manifest["splits"] != b.manifest["splits"] == c.manifest["splits"]  # seed 1 splits both
+    assert b.result.seed == a.result.seed == 0 and c.result.seed == 1
+    assert b.manifest["task"]["options"]["seed"] == 1
+
+
+def test_pipeline_refuses_recorded_scores_not_computed_on_dist(tiny_model, task, tmp_path):
+    from cel_lens.oracle import TestSplitError
+
+    out = tmp_path / "run"
+    kw = dict(k=1, pool_size=3, n_null=2, scorer="compressed", n_masks=16, sparsity=0.2, progress=False)
+    cl.search(tiny_model, task, out=out, **kw)
+    lines = (out / "evaluations.jsonl").read_text().splitlines()
+    tampered = [x.replace('"split":"dist"', '"split":"test"') if '"event":"stage1_scores"' in x else x for x in lines]
+    assert tampered != lines
+    (out / "evaluations.jsonl").write_text("\n".join(tampered) + "\n")
+    with pytest.raises(TestSplitError, match="split 'test'"):
+        cl.search(tiny_model, task, out=out, **kw)

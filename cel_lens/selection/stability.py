@@ -40,7 +40,7 @@ def selection_stability(
     *,
     n_resamples: int = DEFAULT_N_STABILITY,
     seed: int = 0,
-    top: int = 5,
+    top: int = 50,
 ) -> dict[str, Any]:
     """How often each subset wins stage 2's selection on ``n_resamples`` bootstrap resamples of
     D_dist. ``correct[i]`` is ``subsets[i]``'s per-example D_dist correctness.
