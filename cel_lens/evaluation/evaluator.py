@@ -165,10 +165,19 @@ def logprob_metric(
     model, batch: EncodedBatch, fwd_hooks: Sequence = (), *, metric: str = "acc"
 ) -> Float[Tensor, " batch"]:
     """A differentiable per-example metric of what decides correctness, from one forward pass with
-    ``fwd_hooks`` active (e.g. attribution patching at ``hook_z``). Exact match: the summed log-prob
-    of the target's tokens. Multiple choice: :func:`choice_margin`, the smooth margin of the labelled
-    choice over the others, on the scale ``metric`` compares (``acc``: summed log-likelihoods,
-    ``acc_norm``: per character). Order: ``batch.example_index``."""
+    ``fwd_hooks`` active (e.g. attribution patching at ``hook_z``). Order: ``batch.example_index``.
+
+    Exact match: the summed log-prob of the target's tokens. Multiple choice: the log-probability of
+    the labelled choice under the model's own choice rule, ``log_softmax_j(s_j)[c] =
+    -softplus(-m)``, where ``s_j`` are the choices' scores on the scale ``metric`` compares (``acc``:
+    summed log-likelihoods, ``acc_norm``: per character) and ``m`` is :func:`choice_margin`. It is a
+    smooth version of ``min(margin, 0)``: its derivative is the margin's, weighted by
+    ``sigmoid(-m)`` (about 1 for an example answered wrong, 1/2 at the decision boundary, near 0 for
+    one answered right by a wide margin, which no small change flips), so it follows the examples
+    whose correctness an ablation can change, as accuracy does; the log-prob of the correct choice
+    alone ignores the other choices, and the plain margin counts every example alike.
+    """
     if batch.kind != "multiple_choice":
         return _summed_logprob(model, batch.answer, fwd_hooks)
-    return choice_margin(_summed_logprob(model, _choice_rows(batch), fwd_hooks), batch, metric)
+    margin = choice_margin(_summed_logprob(model, _choice_rows(batch), fwd_hooks), batch, metric)
+    return -torch.nn.functional.softplus(-margin)

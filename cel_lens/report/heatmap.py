@@ -149,6 +149,7 @@ def _add_ranked_subsets(
             text=[f"{w:.0%}" for w in won] if wins is not None else None,
             textposition="middle right",
             textfont=dict(size=10, color="#555555"),
+            cliponaxis=False,  # the best subset's label may run past the axis into the gap
             marker=dict(
                 size=[13 if sel else 8 for sel in is_sel],
                 color=[SELECTED_COLOUR if sel else OTHER_COLOUR for sel in is_sel],
