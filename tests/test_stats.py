@@ -222,7 +222,8 @@ def test_random_subset_null_gains_exclude_and_exhaustive():
     assert not pairs.exhaustive and len(set(pairs.head_sets)) == 6
     # the callable form and a given intact vector give the same null
     fn = lambda sets: oracle.evaluate("test", sets)  # noqa: E731
-    again = random_subset_null(fn, 3, 3, size=1, R=40, seed=0, exclude=[shat], intact=oracle.evaluate("test", [HeadSet()])[0])
+    intact = oracle.evaluate("test", [HeadSet()])[0]
+    again = random_subset_null(fn, 3, 3, size=1, R=40, seed=0, exclude=[shat], intact=intact)
     assert torch.equal(again.gains, null.gains)
     empty = random_subset_null(oracle, 3, 3, size=1, R=0, seed=0)
     assert empty.gains.shape == (0,) and empty.p_value(0.1) is None and empty.min_p is None

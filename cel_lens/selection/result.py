@@ -64,7 +64,8 @@ def _null_row(r: Mapping[str, Any]) -> str:
     min_p = null_min_p(R)
     if min_p is not None and min_p > alpha:
         return f"{spread}; too few sets for this null: its smallest possible p is 1/{R + 1} = {min_p:.3g} > α = {alpha:g}"
-    return f"{spread}; p = {format_p(null_p_value(null, float(r.get('gain', 0.0))))} (smallest possible {format_p(min_p)})"
+    p = null_p_value(null, float(r.get("gain", 0.0)))
+    return f"{spread}; p = {format_p(p)} (smallest possible {format_p(min_p)})"
 
 
 def _stability_row(r: Mapping[str, Any]) -> str:

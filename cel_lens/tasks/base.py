@@ -199,7 +199,9 @@ def check_disjoint(dist: Sequence[Example], test: Sequence[Example]) -> None:
             raise SplitOverlapError(f"discovery and test splits share {len(clashes)} example(s) by {what}: {shown}")
 
 
-def drop_same_text(pool: Sequence[Example], reference: Sequence[Example]) -> tuple[list[Example], list[tuple[str, str]]]:
+def drop_same_text(
+    pool: Sequence[Example], reference: Sequence[Example]
+) -> tuple[list[Example], list[tuple[str, str]]]:
     """``pool`` without the examples whose normalised problem text (:attr:`Example.dedup_key`)
     occurs in ``reference`` (the test split), and the ``(removed id, its twin's id)`` pairs."""
     twins = {e.dedup_key: e.id for e in reference}

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from cel_lens.heads import Head, HeadSet
+from cel_lens.heads import Head
 from cel_lens.scoring.compressed import default_n_masks
 from cel_lens.selection import candidate_pool
 from cel_lens.scoring import (

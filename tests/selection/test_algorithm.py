@@ -313,7 +313,8 @@ def test_no_null_writes_no_nan():
 
 
 def test_a_search_whose_best_ablation_hurts_warns():
-    oracle = SyntheticOracle(2, 2, n_dist=300, n_test=300, effects={f"L{l}H{h}": -0.05 for l in (0, 1) for h in (0, 1)})
+    harmful = {f"L{layer}H{head}": -0.05 for layer in (0, 1) for head in (0, 1)}
+    oracle = SyntheticOracle(2, 2, n_dist=300, n_test=300, effects=harmful)
     with pytest.warns(UserWarning, match="least harmful"):
         r = run_search(oracle, k=1, n_null=3, progress=False)
     assert r.dist_gain < 0 and "least harmful" in str(r)
