@@ -113,10 +113,17 @@ class SearchConfig:
     ``"exact"``, ``"attribution"`` or ``"compressed"``; ``strategy``: ``"exhaustive"`` (every subset
     of the pool up to ``k`` heads) or ``"beam"`` (``beam_width`` best sets grown per size);
     ``n_null``: random head sets in the null; ``n_boot``: bootstrap resamples; ``posthoc``: also
-    evaluate every stage-2 subset on D_test (for plots); ``seed``: splits, null and bootstrap;
-    ``n_masks``/``sparsity``: the compressed-sensing scorer's knockouts; ``store_dtype``: the
-    activation store's dtype (``"float16"`` halves its memory; resumed passes then differ within
-    half-precision rounding).
+    evaluate every stage-2 subset on D_test (for plots); ``seed``: the statistics' randomness (null,
+    bootstrap, selection stability, random pools) and, unless ``split_seed`` is given, the splits of
+    a task loaded by name; ``split_seed``: the splits alone (``None``: follow ``seed``, so a run made
+    before it existed keeps its identity), to check stability across splits without changing the
+    statistics; ``n_specificity``: random pools whose stage-2 winners S-hat's test gain is compared
+    with (0: off; each costs a stage 2 on D_dist); ``n_masks``/``sparsity``: the compressed-sensing
+    scorer's knockouts; ``store_dtype``: the activation store's dtype (``"float16"`` halves its
+    memory; resumed passes then differ within half-precision rounding).
+
+    The manifest records ``split_seed`` and ``n_specificity`` only when they are set (absent means
+    the default), so run directories made before these options existed resume unchanged.
     """
 
     k: int = DEFAULT_K
@@ -131,6 +138,13 @@ class SearchConfig:
     n_masks: Optional[int] = None
     sparsity: float = 0.05
     store_dtype: Optional[str] = None
+    split_seed: Optional[int] = None
+    n_specificity: int = 0
+
+    @property
+    def task_seed(self) -> int:
+        """The seed a task loaded by name is split with: ``split_seed``, else ``seed``."""
+        return self.seed if self.split_seed is None else self.split_seed
 
     def validate(self) -> "SearchConfig":
         """Raise ``ValueError`` naming the first option that cannot work; return ``self``."""
@@ -143,6 +157,9 @@ class SearchConfig:
         _int("n_boot", self.n_boot, 1)
         _bool("posthoc", self.posthoc)
         _int("seed", self.seed, 0)
+        if self.split_seed is not None:
+            _int("split_seed", self.split_seed, 0)
+        _int("n_specificity", self.n_specificity, 0)
         if self.n_masks is not None:
             _int("n_masks", self.n_masks, 1)
         if isinstance(self.sparsity, bool) or not isinstance(self.sparsity, numbers.Real) or not 0.0 < float(self.sparsity) < 1.0:
@@ -161,6 +178,8 @@ class SearchConfig:
             "beam_width": self.beam_width if self.strategy == "beam" else None,
             "n_masks": self.n_masks if compressed else None, "sparsity": self.sparsity if compressed else None,
             "posthoc": self.posthoc, "store_dtype": store_dtype,
+            **({"split_seed": self.split_seed} if self.split_seed is not None else {}),
+            **({"n_specificity": self.n_specificity} if self.n_specificity else {}),
         }
 
     def to_dict(self) -> dict[str, Any]:

@@ -25,6 +25,7 @@ import torch
 from cel_lens.backends.base import get_backend
 from cel_lens.config import ExecutionSettings, SearchConfig, check_split_sizes
 from cel_lens.model.load import resolve_dtype
+from cel_lens.oracle import DIST_SPLIT, Stage1Scores
 from cel_lens.runs.directory import RunDir
 from cel_lens.runs.manifest import build_manifest, default_run_dir
 from cel_lens.runs.recording import RecordingOracle
@@ -94,14 +95,20 @@ def check_task(task: Task) -> Task:
     return task
 
 
-def _stage1_scores(config: SearchConfig, oracle: RecordingOracle, run: RunDir, settings: ExecutionSettings):
+def _stage1_scores(
+    config: SearchConfig, oracle: RecordingOracle, run: RunDir, settings: ExecutionSettings
+) -> Optional[Stage1Scores]:
     """Scores of a non-exact scorer (``None`` for exact: the search computes them): read back from
-    the run directory when recorded (attribution scores are not bit-reproducible across machines)."""
+    the run directory when recorded (attribution scores are not bit-reproducible across machines),
+    with the split they were recorded with (records older than that field were all written by this
+    function, which scores D_dist only)."""
     if config.scorer == "exact":
         return None
     recorded = [e for e in run.events("stage1_scores") if e.get("scorer") == config.scorer]
     if recorded:
-        return torch.tensor(recorded[0]["scores"], dtype=torch.float64)
+        return Stage1Scores(
+            torch.tensor(recorded[0]["scores"], dtype=torch.float64), recorded[0].get("split", DIST_SPLIT), config.scorer
+        )
     return score_heads(
         config.scorer, oracle, batch_size=settings.batch_size, n_masks=config.n_masks,
         sparsity=config.sparsity, seed=config.seed, progress=settings.progress,
@@ -121,7 +128,8 @@ def search(
 
     ``model`` is a HookedTransformer/TransformerBridge, or a name/path for :func:`cel_lens.load_model`
     (loaded by the backend, with ``settings.device``/``dtype``); ``task`` a :class:`~cel_lens.Task`
-    or a task name (loaded with ``n_dist``, ``n_test``, ``data_dir`` and the config's ``seed``).
+    or a task name (loaded with ``n_dist``, ``n_test``, ``data_dir`` and the config's ``split_seed``,
+    which defaults to its ``seed``).
     ``config`` says what to compute (:class:`SearchConfig`), ``settings`` how
     (:class:`~cel_lens.backends.ExecutionSettings`); any of their fields may also be passed as a
     keyword (``search(model, task, k=2, batch_size=16)``).
@@ -136,7 +144,7 @@ def search(
     config, settings, task_options = _split_options(config, settings, options)
     backend = get_backend(settings.backend)
     if isinstance(task, str):
-        task = load_task(task, seed=config.seed, **task_options)
+        task = load_task(task, seed=config.task_seed, **task_options)
     elif task_options:
         raise TypeError(f"option(s) {', '.join(sorted(task_options))} apply only to a task given by name, not to a Task object")
     check_task(task)
@@ -151,7 +159,8 @@ def search(
         result = run_search(
             recording, k=config.k, pool_size=config.pool_size, scores=_stage1_scores(config, recording, run_dir, settings),
             scorer=config.scorer, strategy=config.strategy, beam_width=config.beam_width, n_null=config.n_null,
-            n_boot=config.n_boot, posthoc=config.posthoc, seed=config.seed, progress=settings.progress,
+            n_boot=config.n_boot, posthoc=config.posthoc, seed=config.seed, n_specificity=config.n_specificity,
+            progress=settings.progress,
         )
     finally:
         if run_dir is not None:

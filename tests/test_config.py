@@ -73,3 +73,23 @@ def test_split_sizes(n_dist, n_test, option):
     with pytest.raises(OptionError) as err:
         check_split_sizes(n_dist, n_test)
     assert err.value.option == option
+
+
+def test_split_seed_follows_seed_unless_given():
+    assert SearchConfig(seed=7).task_seed == 7
+    assert SearchConfig(seed=7, split_seed=2).task_seed == 2
+
+
+def test_split_seed_and_specificity_are_recorded_only_when_set():
+    """Run directories made before these options existed keep their identity."""
+    plain = SearchConfig().manifest_options()
+    assert "split_seed" not in plain and "n_specificity" not in plain
+    both = SearchConfig(split_seed=0, n_specificity=10).manifest_options()
+    assert both["split_seed"] == 0 and both["n_specificity"] == 10
+    assert {k: v for k, v in both.items() if k not in ("split_seed", "n_specificity")} == plain
+
+
+@pytest.mark.parametrize("field,value", [("split_seed", -1), ("split_seed", 1.5), ("n_specificity", -2)])
+def test_bad_split_seed_and_specificity_fail_before_any_work(field, value):
+    with pytest.raises(ValueError, match=field):
+        SearchConfig(**{field: value}).validate()

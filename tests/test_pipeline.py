@@ -156,3 +156,34 @@ def test_corrected_rerun_after_a_bad_option_runs(tiny_model, task, tmp_path):
         cl.search(tiny_model, task, k=1, pool_size=2, n_null=0, out=out, progress=False)
     assert not out.exists()
     assert cl.search(tiny_model, task, k=1, pool_size=2, n_null=2, out=out, progress=False).result.heads == PLANTED
+
+
+def test_split_seed_moves_the_splits_and_leaves_the_statistics_seed(tmp_path):
+    model = cl.load_model("organism")
+    common = dict(n_dist=80, n_test=80, k=1, n_null=3, n_boot=200, progress=False)
+    a = cl.search(model, "organism_a", out=tmp_path / "a", **common)
+    b = cl.search(model, "organism_a", out=tmp_path / "b", split_seed=1, **common)
+    c = cl.search(model, "organism_a", out=tmp_path / "c", seed=1, **common)
+    assert "split_seed" not in a.manifest["options"] and b.manifest["options"]["split_seed"] == 1
+    assert a.manifest["splits"] != b.manifest["splits"] == c.manifest["splits"]  # seed 1 splits both
+    assert b.result.seed == a.result.seed == 0 and c.result.seed == 1
+    assert b.manifest["task"]["options"]["seed"] == 1
+
+
+def test_pipeline_refuses_recorded_scores_not_computed_on_dist(tiny_model, task, tmp_path):
+    from cel_lens.oracle import TestSplitError
+
+    out = tmp_path / "run"
+    kw = dict(k=1, pool_size=3, n_null=2, scorer="compressed", n_masks=16, sparsity=0.2, progress=False)
+    cl.search(tiny_model, task, out=out, **kw)
+    import json
+
+    from cel_lens.runs.files import CHECK, encode_lines
+
+    lines = [json.loads(x) for x in (out / "evaluations.jsonl").read_text().splitlines()]
+    # a record whose stage-1 scores say another split (written with valid checksums, as by an older tool)
+    changed = [dict(x, split="test") if x.get("event") == "stage1_scores" else x for x in lines]
+    assert changed != lines
+    (out / "evaluations.jsonl").write_bytes(encode_lines([{k: v for k, v in x.items() if k != CHECK} for x in changed]))
+    with pytest.raises(TestSplitError, match="split 'test'"):
+        cl.search(tiny_model, task, out=out, **kw)

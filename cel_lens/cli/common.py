@@ -81,7 +81,8 @@ def add_model_task_options(p: argparse.ArgumentParser, *, model_required: bool =
     p.add_argument("--n-dist", type=int, default=None, help="discovery examples (default: the paper's size)")
     p.add_argument("--n-test", type=int, default=None, help="test examples (default: the paper's size)")
     p.add_argument("--data-dir", default=None, help="read task files from this directory instead of the hub")
-    p.add_argument("--seed", type=int, default=0, help="seed of the splits, the null and the bootstrap")
+    p.add_argument("--seed", type=int, default=0, help="seed of the statistics (null, bootstrap, stability) and the splits")
+    p.add_argument("--split-seed", type=int, default=None, help="seed of the splits alone (default: --seed)")
     p.add_argument("--device", default=DEFAULTS.device, help="torch device (default: cuda if available, else cpu)")
     p.add_argument("--dtype", default=DEFAULTS.dtype, help="model dtype, e.g. float32 or bfloat16")
     p.add_argument("--loader", choices=["auto", "hooked", "bridge"], default=DEFAULTS.loader,
@@ -129,7 +130,8 @@ def load_task_from_args(args: argparse.Namespace) -> "Task":
     """The task the options name (cheap: a wrong name or data directory fails before a model loads)."""
     from cel_lens.tasks.registry import load_task
 
-    return load_task(args.task, n_dist=args.n_dist, n_test=args.n_test, seed=args.seed, data_dir=args.data_dir)
+    seed = args.seed if getattr(args, "split_seed", None) is None else args.split_seed
+    return load_task(args.task, n_dist=args.n_dist, n_test=args.n_test, seed=seed, data_dir=args.data_dir)
 
 
 def load_model_and_task(args: argparse.Namespace) -> tuple[Any, "Task"]:

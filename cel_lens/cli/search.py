@@ -40,6 +40,8 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--beam-width", type=int, default=d.beam_width, help="beam width for --strategy beam")
     p.add_argument("--n-null", type=int, default=d.n_null, help="random head sets in the null")
     p.add_argument("--n-masks", type=int, default=d.n_masks, help="random masks for --scorer compressed")
+    p.add_argument("--n-specificity", type=int, default=d.n_specificity,
+                   help="random pools whose stage-2 winners S-hat's test gain is compared with (0: off)")
     p.add_argument("--no-store", action="store_true", help="no activation store: full forward passes")
     p.add_argument("--store-budget-mb", type=float, default=None, help="byte budget of the activation store")
     p.add_argument("--store-dtype", default=d.store_dtype, help="store the residual stream in this dtype (e.g. float16)")
@@ -64,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
     config = SearchConfig(
         k=args.k, pool_size=args.pool, scorer=args.scorer, strategy=args.strategy, beam_width=args.beam_width,
         n_null=args.n_null, seed=args.seed, n_masks=args.n_masks, store_dtype=args.store_dtype,
+        split_seed=args.split_seed, n_specificity=args.n_specificity,
     ).validate()
     budget = args.store_budget_mb
     if budget is not None and not 0 <= budget < float("inf"):

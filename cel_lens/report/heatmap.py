@@ -2,8 +2,9 @@
 
 One figure, three panels side by side: the stage-1 gains over layers x heads (diverging scale
 centred at zero; pool heads boxed, the selected heads starred), the evaluated subsets ranked by
-discovery accuracy (the selected one highlighted), and the selected subset's test gain with its 95%
-CI against the random-subset null band.
+discovery accuracy (the selected one highlighted; each labelled with how often stage 2 picks it on
+bootstrap resamples of D_dist, its selection stability; discovery numbers are selection-biased),
+and the selected subset's test gain with its 95% CI against the random-subset null band.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from cel_lens.report.style import (
 )
 from cel_lens.selection.result import format_p, pp
 
-__all__ = ["plot_gain_heatmap", "heatmap_title"]
+__all__ = ["plot_gain_heatmap", "heatmap_title", "stability_wins"]
 
 _STAR = dict(symbol="star", color=SELECTED_COLOUR, line=dict(width=1.5, color="black"))
 
@@ -121,29 +122,49 @@ def _add_marked_heads(
         )
 
 
+def stability_wins(r: Mapping[str, Any]) -> Optional[dict[str, float]]:
+    """How often each subset won stage 2 on bootstrap resamples of D_dist (canonical heads ->
+    fraction; subsets that never won are absent), or ``None`` when the result has no stability."""
+    st = r.get("selection_stability")
+    if not st:
+        return None
+    return {str(HeadSet.parse(w["heads"])): float(w["frequency"]) for w in st.get("wins", [])}
+
+
 def _add_ranked_subsets(
-    fig: go.Figure, ranked: list[dict[str, Any]], shown: list[dict[str, Any]], selected: HeadSet, intact: Any
+    fig: go.Figure, ranked: list[dict[str, Any]], shown: list[dict[str, Any]], selected: HeadSet, r: Mapping[str, Any]
 ) -> None:
-    """The shown subsets by discovery accuracy (rank in the label, the selected one starred) and
-    the intact model's discovery accuracy as a dashed line."""
+    """The shown subsets by discovery accuracy (rank in the label, the selected one starred, each
+    marked with its selection stability) and the intact model's discovery accuracy as a dashed line."""
     if not shown:
         return
     is_sel = [s["heads"] == str(selected) for s in shown]
+    wins = stability_wins(r)
+    won = [wins.get(s["heads"], 0.0) if wins is not None else float("nan") for s in shown]
     fig.add_trace(
         go.Scatter(
             x=[as_float(s.get("dist_acc")) for s in shown],
             y=[f"#{ranked.index(s) + 1} {s['heads']}" for s in shown],
-            mode="markers",
+            mode="markers+text" if wins is not None else "markers",
+            text=[f"{w:.0%}" for w in won] if wins is not None else None,
+            textposition="middle right",
+            textfont=dict(size=10, color="#555555"),
+            cliponaxis=False,  # the best subset's label may run past the axis into the gap
             marker=dict(
                 size=[13 if sel else 8 for sel in is_sel],
                 color=[SELECTED_COLOUR if sel else OTHER_COLOUR for sel in is_sel],
                 symbol=["star" if sel else "circle" for sel in is_sel],
                 line=dict(width=[1.5 if sel else 0 for sel in is_sel], color="black"),
             ),
-            customdata=[[s["heads"], as_float(s.get("dist_gain")), as_float(s.get("test_gain_posthoc"))] for s in shown],
+            customdata=[
+                [s["heads"], as_float(s.get("dist_gain")), as_float(s.get("test_gain_posthoc")), w]
+                for s, w in zip(shown, won)
+            ],
             hovertemplate=(
-                "%{customdata[0]}<br>discovery acc: %{x:.1%}<br>discovery gain: %{customdata[1]:+.1%}"
-                "<br>test gain (post hoc): %{customdata[2]:+.1%}<extra></extra>"
+                "%{customdata[0]}<br>discovery acc: %{x:.1%}<br>discovery gain: %{customdata[1]:+.1%} "
+                "(selection-biased)<br>test gain (post hoc): %{customdata[2]:+.1%}"
+                + ("<br>selected on %{customdata[3]:.0%} of bootstrap resamples of D_dist" if wins is not None else "")
+                + "<extra></extra>"
             ),
             name="subsets (discovery)",
             showlegend=False,
@@ -151,6 +172,7 @@ def _add_ranked_subsets(
             yaxis="y2",
         )
     )
+    intact = r.get("dist_acc_intact")
     if intact is not None:
         fig.add_shape(
             type="line", xref="x2", yref="y2 domain", x0=float(intact), x1=float(intact), y0=0, y1=1,
@@ -244,11 +266,18 @@ def heatmap_title(r: Mapping[str, Any], selected: HeadSet) -> str:
     )
 
 
+def _subset_heading(r: Mapping[str, Any], shown: int, total: int) -> str:
+    """The subset panel's heading: what is ranked, that it is selection-biased, what the % are."""
+    st = r.get("selection_stability")
+    wins = f"; % = selected on {st['n_resamples']} resamples of D_dist" if st else ""
+    return f"subsets by discovery accuracy (top {shown} of {total})<br><sup>selection-biased{wins}</sup>"
+
+
 def plot_gain_heatmap(obj: ResultLike, *, max_subsets: int = 20, title: Optional[str] = None) -> go.Figure:
     """Stage-1 gains as a layer x head heatmap (diverging, centred at zero; pool heads boxed, the
     selected heads starred), the evaluated subsets ranked by discovery accuracy (selected one
-    highlighted, top ``max_subsets`` shown) and the selected subset's test gain with its 95% CI
-    against the random-subset null band."""
+    highlighted, top ``max_subsets`` shown, each with its selection stability) and the selected
+    subset's test gain with its 95% CI against the random-subset null band."""
     r = result_dict(obj)
     scores = stage1_scores(r)
     scorer = str(r.get("scorer", "?"))
@@ -262,7 +291,7 @@ def plot_gain_heatmap(obj: ResultLike, *, max_subsets: int = 20, title: Optional
     fig = go.Figure()
     _add_scores(fig, scores, scorer, geo)
     _add_marked_heads(fig, scores, scorer, HeadSet.parse(r.get("pool") or []), selected, geo.marker_size)
-    _add_ranked_subsets(fig, ranked, shown, selected, r.get("dist_acc_intact"))
+    _add_ranked_subsets(fig, ranked, shown, selected, r)
     _add_test_gain(fig, r, selected)
     fig.update_layout(
         width=geo.width,
@@ -276,7 +305,7 @@ def plot_gain_heatmap(obj: ResultLike, *, max_subsets: int = 20, title: Optional
     )
     for text, (a, b) in (
         (f"stage-1 gains ({geo.n_layers} layers x {geo.n_heads} heads)", geo.d_heat),
-        (f"subsets by discovery accuracy (top {len(shown)} of {len(ranked)})", geo.d_sub),
+        (_subset_heading(r, len(shown), len(ranked)), geo.d_sub),
         ("Ŝ on test", geo.d_gain),
     ):
         fig.add_annotation(

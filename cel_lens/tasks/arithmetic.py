@@ -97,7 +97,7 @@ def load_arithmetic(
             target=require(row, "completion", str),
             meta={"config": cfg},
         )))
-    distinct = len({e.content_hash for e in pool})
+    distinct = len({e.dedup_key for e in pool})  # what sample_disjoint keeps: one row per problem text
     where = f"the arithmetic pool ({', '.join(configs)}; {distinct} distinct rows)"
     n_d = check_size(n_dist, N_DIST, distinct, "arithmetic D_dist", where)
     n_t = check_size(n_test, N_TEST, distinct - n_d, "arithmetic D_test", where + f" minus {n_d} for D_dist")

@@ -12,7 +12,10 @@ A task has a *kind* that fixes how it is scored (see :mod:`cel_lens.evaluation`)
   (an example may override the stop strings with ``meta["stop"]``); see :meth:`Split.stop_strings`.
 
 A :class:`Task` holds its discovery split ``dist`` (D_dist) and test split ``test`` (D_test),
-disjoint by content hash, checked whenever a task is built.
+disjoint by content hash and by normalised prompt text (:attr:`Example.dedup_key`: two problems
+worded the same are one problem, whatever their tests or answers), checked whenever a task is
+built. Loaders drop D_dist candidates that share a D_test problem's text (:func:`drop_same_text`)
+and record what they removed in ``Task.options["deduplication"]`` (:func:`dedup_record`).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import unicodedata
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator, Literal, Mapping, Optional, Sequence, overload
 
@@ -31,6 +35,9 @@ __all__ = [
     "SplitOverlapError",
     "check_disjoint",
     "sample_disjoint",
+    "normalise_text",
+    "drop_same_text",
+    "dedup_record",
 ]
 
 TaskKind = Literal["exact_match", "multiple_choice", "generation"]
@@ -69,7 +76,10 @@ class Example:
     ``id`` is stable across loads (e.g. ``"arithmetic/2da/17"``); ``prompt`` is the context fed to
     the model; ``target`` the exact-match continuation (with its leading space); ``choices`` and
     ``label`` the multiple-choice continuations and correct index; ``meta`` anything else the task
-    needs (the arithmetic config, MBPP's tests), excluded from equality and hashing.
+    needs (the arithmetic config, MBPP's tests), excluded from equality and hashing. A task whose
+    prompt wraps the problem in a template that differs per example (MBPP: few-shot prefix, then the
+    problem's text and its own tests) puts the bare problem statement in ``meta["text"]``: that is
+    what :attr:`dedup_key` compares.
     """
 
     id: str
@@ -85,6 +95,19 @@ class Example:
         rows with the same content collide, which is what the disjointness check must catch."""
         payload = json.dumps([self.prompt, self.target, list(self.choices), self.label], ensure_ascii=False)
         return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+    @property
+    def dedup_key(self) -> str:
+        """The normalised problem text (:func:`normalise_text` of ``meta["text"]`` if the task gives
+        one, else of the prompt): examples with the same key are the same problem, so they may not
+        sit in both splits."""
+        return normalise_text(self.meta.get("text") or self.prompt)
+
+
+def normalise_text(text: str) -> str:
+    """``text`` as compared for duplicates: Unicode NFKC, case-folded, runs of whitespace made one
+    space, stripped."""
+    return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
 
 
 @dataclass(frozen=True)
@@ -218,18 +241,40 @@ class Task:
 
 
 class SplitOverlapError(ValueError):
-    """D_dist and D_test share examples (by content hash)."""
+    """D_dist and D_test share examples (by content hash or by normalised prompt text)."""
 
 
 def check_disjoint(dist: Sequence[Example], test: Sequence[Example]) -> None:
-    """Raise :class:`SplitOverlapError` if any example content occurs in both splits."""
-    seen = {e.content_hash: e.id for e in dist}
-    clashes = [(seen[e.content_hash], e.id) for e in test if e.content_hash in seen]
-    if clashes:
-        shown = ", ".join(f"{a}={b}" for a, b in clashes[:5])
-        raise SplitOverlapError(
-            f"discovery and test splits share {len(clashes)} example(s) by content hash: {shown}"
-        )
+    """Raise :class:`SplitOverlapError` if any example content, or any normalised problem text
+    (:attr:`Example.dedup_key`), occurs in both splits."""
+    for what, key in (("content hash", lambda e: e.content_hash), ("normalised prompt text", lambda e: e.dedup_key)):
+        seen = {key(e): e.id for e in dist}
+        clashes = [(seen[key(e)], e.id) for e in test if key(e) in seen]
+        if clashes:
+            shown = ", ".join(f"{a}={b}" for a, b in clashes[:5])
+            raise SplitOverlapError(f"discovery and test splits share {len(clashes)} example(s) by {what}: {shown}")
+
+
+def drop_same_text(
+    pool: Sequence[Example], reference: Sequence[Example]
+) -> tuple[list[Example], list[tuple[str, str]]]:
+    """``pool`` without the examples whose normalised problem text (:attr:`Example.dedup_key`)
+    occurs in ``reference`` (the test split), and the ``(removed id, its twin's id)`` pairs."""
+    twins = {e.dedup_key: e.id for e in reference}
+    kept = [e for e in pool if e.dedup_key not in twins]
+    removed = [(e.id, twins[e.dedup_key]) for e in pool if e.dedup_key in twins]
+    return kept, removed
+
+
+def dedup_record(removed: Sequence[tuple[str, str]], limit: int = 50) -> dict[str, Any]:
+    """What ``Task.options["deduplication"]`` records: the key, how many examples were removed
+    and (up to ``limit``) which, each with the twin it duplicates. Loaders add it only when
+    something was removed, so tasks without duplicates keep the identity they had."""
+    return {
+        "key": "normalised prompt text (NFKC, case-folded, whitespace collapsed; MBPP: the problem text)",
+        "removed": len(removed),
+        "pairs": [list(pair) for pair in removed[:limit]],
+    }
 
 
 def sample_disjoint(
@@ -237,12 +282,13 @@ def sample_disjoint(
 ) -> tuple[list[Example], list[Example]]:
     """Seeded draw of two disjoint samples from one pool (e.g. Arithmetic's validation rows).
 
-    Duplicated contents in the pool are dropped first (keeping the first occurrence), so the two
-    samples are disjoint by content hash, not only by row.
+    Duplicated problems in the pool (same normalised prompt text, :attr:`Example.dedup_key`, which
+    covers equal contents) are dropped first, keeping the first occurrence, so the two samples are
+    disjoint by text, not only by row.
     """
     unique: dict[str, Example] = {}
     for e in pool:
-        unique.setdefault(e.content_hash, e)
+        unique.setdefault(e.dedup_key, e)
     rows = list(unique.values())
     if n_dist + n_test > len(rows):
         raise ValueError(f"asked for {n_dist} + {n_test} examples but the pool has {len(rows)} distinct rows")

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, TypeVar, Union
 
 from cel_lens.tasks.rows import RowError, Rows, build_examples, require
+from cel_lens.tasks.base import dedup_record, drop_same_text
 
 __all__ = [
     "ENV_DATA_DIR",
@@ -268,17 +269,25 @@ def sample_excluding(
     exclude: Iterable[str],
     what: str,
     source: str,
-) -> tuple[list[Any], int]:
+    *,
+    same_text_as: Sequence[Any] = (),
+) -> tuple[list[Any], int, list[tuple[str, str]]]:
     """Seeded sample of ``n`` examples (``default`` if None) from ``pool``, skipping any whose
-    content hash is in ``exclude`` (the test split), so that D_dist drawn from a training split is
-    disjoint from D_test by construction. Returns the sample and how many pool rows were skipped.
+    content hash is in ``exclude`` (the test split) and any worded like an example of
+    ``same_text_as`` (the test split again: same normalised prompt text,
+    :func:`~cel_lens.tasks.base.drop_same_text`), so that D_dist drawn from a training split is
+    disjoint from D_test by construction. Returns the sample, how many pool rows were equal to a
+    test row, and the ``(removed id, test twin id)`` pairs of the others left out.
     """
     banned = set(exclude)
     eligible = [e for e in pool if e.content_hash not in banned]
     skipped = len(pool) - len(eligible)
-    note = f" after leaving out {skipped} rows equal to test rows" if skipped else ""
+    eligible, same_text = drop_same_text(eligible, same_text_as)
+    left_out = [f"{skipped} rows equal to test rows"] * bool(skipped)
+    left_out += [f"{len(same_text)} worded like a test row"] * bool(same_text)
+    note = f" after leaving out {' and '.join(left_out)}" if left_out else ""
     n = check_size(n, default, len(eligible), what, source, note)
-    return seeded_sample(eligible, n, seed, salt), skipped
+    return seeded_sample(eligible, n, seed, salt), skipped, same_text
 
 
 def check_size(n: Optional[int], default: int, available: int, what: str, source: str, note: str = "") -> int:
@@ -329,8 +338,9 @@ def train_val_splits(
 
     D_test is the whole validation split (a seeded sample if ``n_test`` is smaller); D_dist is a
     seeded sample of ``n_dist`` (default ``n_dist_default``) train rows, never one equal to a
-    validation row. Returns both and the options to record (seed, sizes, sources). ``hub_config``:
-    the hub dataset's configuration, if it has several.
+    validation row, nor one with a validation row's normalised prompt text (those are recorded in
+    the options' ``deduplication`` entry when there are any). Returns both and the options to
+    record (seed, sizes, sources). ``hub_config``: the hub dataset's configuration, if it has several.
     """
     root = resolve_data_dir(data_dir)
     val_rows, val_src = load_rows(
@@ -348,8 +358,8 @@ def train_val_splits(
     test = seeded_sample(val, n_t, seed, f"{task}/test")
     train_where = f"{label} train ({train_src.get('path', hub_id)})"
     banned = (e.content_hash for e in val)
-    dist, skipped = sample_excluding(
-        train, n_dist, n_dist_default, seed, f"{task}/dist", banned, f"{label} D_dist", train_where
+    dist, skipped, same_text = sample_excluding(
+        train, n_dist, n_dist_default, seed, f"{task}/dist", banned, f"{label} D_dist", train_where, same_text_as=val
     )
     check_unique_ids([*dist, *test], task)
     options = {
@@ -359,4 +369,6 @@ def train_val_splits(
         "train_rows_equal_to_test": skipped,
         "sources": [val_src, train_src],
     }
+    if same_text:
+        options["deduplication"] = dedup_record(same_text)
     return dist, test, options

@@ -15,8 +15,11 @@ code in :mod:`cel_lens.sandbox`, which needs its opt-in) is chosen with
 (:func:`judge_fenced`, for chat-template runs): the first fenced code block if there is one, then
 ``test_setup_code``, then the asserts.
 
-Splits (paper, Table 3; ``full`` config, by task_id): D_dist = the 374 ``train`` problems
-(601-974), D_test = the 500 ``test`` problems (11-510). Smaller sizes are seeded samples.
+Splits (paper, Table 3; ``full`` config, by task_id): D_dist = the ``train`` problems (601-974)
+but those worded like a test problem, D_test = the 500 ``test`` problems (11-510). Three train
+problems repeat a test problem's text with other tests (602 = 217, 704 = 248, 872 = 216): they are
+left out of D_dist (371 problems) and listed in ``Task.options["deduplication"]``. Smaller sizes
+are seeded samples.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import builtins
 import re
 from typing import Any, Callable, Mapping, Optional
 
-from cel_lens.tasks.base import Example, Task
+from cel_lens.tasks.base import Example, Task, dedup_record, drop_same_text
 from cel_lens.tasks.io import (
     PathLike,
     RowError,
@@ -74,9 +77,9 @@ FEWSHOT_DELIMITER = "\n\n"  # lm-eval's default between shots and before the pro
 INFO: dict[str, Any] = {
     "kind": "generation",
     "metric": "pass@1",
-    "n_dist": 374,
+    "n_dist": 371,
     "n_test": 500,
-    "dist_from": "train (task_id 601-974)",
+    "dist_from": "train (task_id 601-974) minus 3 worded like a test problem",
     "test_from": "test (task_id 11-510)",
     "hub": f"{HUB_ID} (full)",
     "files": [RELPATH],
@@ -175,6 +178,7 @@ def _example(row: Mapping[str, Any], prefix: str) -> Example:
         prompt=prefix + format_problem(row["text"], row["test_list"]),
         meta={
             "task_id": int(row["task_id"]),
+            "text": row["text"],
             "test_list": tuple(row["test_list"]),
             "test_setup_code": row.get("test_setup_code") or "",
             "challenge_test_list": tuple(row.get("challenge_test_list") or ()),
@@ -228,8 +232,9 @@ def load_mbpp(
     judge: str = "lm-eval",
     **kw: Any,
 ) -> Task:
-    """MBPP with D_dist from ``train`` (default all 374) and D_test from ``test`` (default all 500),
-    3-shot prompts, judged by the judge named ``judge`` (see :data:`JUDGES`)."""
+    """MBPP with D_dist from ``train`` (default all 371 not worded like a test problem) and D_test
+    from ``test`` (default all 500), 3-shot prompts, judged by the judge named ``judge`` (see
+    :data:`JUDGES`)."""
     reject_options("mbpp", kw)
     if judge not in JUDGES:
         raise ValueError(f"mbpp: unknown judge {judge!r}; choose one of {', '.join(map(repr, JUDGES))}")
@@ -239,10 +244,13 @@ def load_mbpp(
     if missing:
         raise ValueError(f"MBPP few-shot problems (task_id {missing}) are missing from the prompt split")
     prefix = fewshot_prefix([shots_by_id[t] for t in FEWSHOT_TASK_IDS])
-    train = [_example(r, prefix) for r in sorted(by_split["train"], key=lambda r: int(r["task_id"]))]
     test_pool = [_example(r, prefix) for r in sorted(by_split["test"], key=lambda r: int(r["task_id"]))]
+    train, same_text = drop_same_text(
+        [_example(r, prefix) for r in sorted(by_split["train"], key=lambda r: int(r["task_id"]))], test_pool
+    )
     n_t = check_size(n_test, len(test_pool), len(test_pool), "MBPP D_test", "the MBPP test split (task_id 11-510)")
-    n_d = check_size(n_dist, len(train), len(train), "MBPP D_dist", "the MBPP train split (task_id 601-974)")
+    note = f" after leaving out {len(same_text)} worded like a test problem" if same_text else ""
+    n_d = check_size(n_dist, len(train), len(train), "MBPP D_dist", "the MBPP train split (task_id 601-974)", note)
     test = seeded_sample(test_pool, n_t, seed, "mbpp/test")
     dist = seeded_sample(train, n_d, seed, "mbpp/dist")
     check_unique_ids([*dist, *test], "mbpp")
@@ -267,5 +275,6 @@ def load_mbpp(
             "protocol": "lm-evaluation-harness mbpp: 3-shot (task_id 2-4), greedy until [DONE], "
             "pass@1 with the test_list asserts",
             "sources": sources,
+            **({"deduplication": dedup_record(same_text)} if same_text else {}),
         },
     )

@@ -290,9 +290,12 @@ def test_logprob_metric_is_the_answer_logprob_and_differentiable(model, arithmet
         model.zero_grad(set_to_none=True)
         for b, idx in enumerate(batch.example_index.tolist()):
             ex = split[idx]
-            answer = ex.target if split.kind == "exact_match" else ex.choices[ex.label]
-            ctx, cont = encode_pair(model, ex.prompt, answer)
-            assert metric[b].item() == pytest.approx(_naive_loglik(model, ctx, cont), abs=1e-4)
+            if split.kind == "exact_match":
+                want = _naive_loglik(model, *encode_pair(model, ex.prompt, ex.target))
+            else:  # multiple choice: log-probability of the labelled choice among the choices
+                lls = torch.tensor([_naive_loglik(model, *encode_pair(model, ex.prompt, c)) for c in ex.choices])
+                want = float(lls.log_softmax(0)[ex.label])
+            assert metric[b].item() == pytest.approx(want, abs=1e-4)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -67,3 +67,17 @@ def test_title_and_test_gain_use_the_one_result_formatter(hand):
     )
     gain = [t for t in fig.data if t.type == "scatter" and t.xaxis == "x3"][0]
     assert gain.x[0] == "+4.50 pp<br>[+1.00 pp,<br>+8.00 pp]"
+
+
+def test_subset_panel_shows_selection_stability_and_says_selection_biased(hand):
+    stability = {"n_resamples": 400, "selected": "L1H0+L2H1", "selected_frequency": 0.6,
+                 "wins": [{"heads": "L1H0+L2H1", "frequency": 0.6}, {"heads": "L2H1+L3H2", "frequency": 0.4}]}
+    fig = plot_gain_heatmap(dict(hand.make(), selection_stability=stability))
+    panel = [t for t in fig.data if t.type == "scatter" and t.xaxis == "x2"][0]
+    assert list(panel.text) == ["60%", "40%"] + ["0%"] * (len(hand.expected_rank) - 2)
+    assert "selection-biased" in panel.hovertemplate and "resamples of D_dist" in panel.hovertemplate
+    headings = [a.text for a in fig.layout.annotations if "subsets by discovery accuracy" in (a.text or "")]
+    assert len(headings) == 1 and "selection-biased" in headings[0] and "400 resamples" in headings[0]
+    # a result without stability (written before it existed): no numbers, still labelled biased
+    plain = [t for t in plot_gain_heatmap(hand.make()).data if t.type == "scatter" and t.xaxis == "x2"][0]
+    assert plain.text is None and "selection-biased" in plain.hovertemplate

@@ -4,7 +4,6 @@ file, leaves no temporary file and leaves the record readable."""
 
 from __future__ import annotations
 
-import base64
 import errno
 import json
 import os

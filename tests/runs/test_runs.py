@@ -4,19 +4,18 @@ oracle, resume after SIGKILL, and the proof that selection preceded the test spl
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
 import textwrap
 import time
 from collections import Counter
-from pathlib import Path
 
 import pytest
 import torch
 
 from cel_lens.heads import HeadSet
+from cel_lens.oracle import Stage1Scores
 from cel_lens.runs import (
     CachedOracle,
     RecordingOracle,
@@ -142,7 +141,10 @@ def test_search_run_records_everything_and_resumes_without_reevaluating(tmp_path
     bad_scores = torch.zeros(4, 4)
     bad_scores[3, 3] = 1.0
     with pytest.raises(RuntimeError, match="already selected"):
-        run_search(RecordingOracle(SyntheticOracle(**ORACLE), run), **{**SEARCH, "pool_size": 1}, scores=bad_scores)
+        run_search(
+            RecordingOracle(SyntheticOracle(**ORACLE), run), **{**SEARCH, "pool_size": 1},
+            scores=Stage1Scores(bad_scores, "dist", "given"),
+        )
 
 
 _CHILD = textwrap.dedent(

@@ -30,6 +30,7 @@ from cel_lens.tasks import (
     task_info,
 )
 from cel_lens.tasks import boolq, hellaswag, mbpp
+from cel_lens.tasks.base import drop_same_text
 from cel_lens.tasks.io import FIXTURES_DIR, OFFICIAL_SHA256, check_unique_ids, sha256_file
 from cel_lens.tasks.arithmetic import CONFIGS, format_context
 
@@ -69,7 +70,8 @@ def _raw_rows(path: Path) -> list[dict]:
 def test_registry_lists_the_four_tasks_with_paper_defaults() -> None:
     assert {"arithmetic", "mbpp", "hellaswag", "boolq"} <= set(available_tasks())
     sizes = {n: (task_info(n)["n_dist"], task_info(n)["n_test"]) for n in ("arithmetic", "mbpp", "hellaswag", "boolq")}
-    assert sizes == {"arithmetic": (2000, 1000), "mbpp": (374, 500), "hellaswag": (2000, 10042), "boolq": (2000, 3270)}
+    # MBPP: the paper's 374 train problems but 3 worded like a test problem
+    assert sizes == {"arithmetic": (2000, 1000), "mbpp": (371, 500), "hellaswag": (2000, 10042), "boolq": (2000, 3270)}
     assert task_info("hellaswag")["metric"] == "acc_norm" and task_info("mbpp")["metric"] == "pass@1"
 
 
@@ -182,8 +184,8 @@ EXPECTED_MBPP_11 = (
 
 @needs_data
 def test_mbpp_splits_are_the_official_task_id_ranges(mbpp_task: Task) -> None:
-    assert (len(mbpp_task.dist), len(mbpp_task.test)) == (374, 500)
-    assert {e.meta["task_id"] for e in mbpp_task.dist} == set(range(601, 975))
+    assert (len(mbpp_task.dist), len(mbpp_task.test)) == (371, 500)
+    assert {e.meta["task_id"] for e in mbpp_task.dist} == set(range(601, 975)) - {602, 704, 872}
     assert {e.meta["task_id"] for e in mbpp_task.test} == set(range(11, 511))
     assert mbpp_task.kind == "generation" and mbpp_task.metric == "pass@1"
     assert mbpp_task.judge is mbpp.judge and mbpp_task.test.judge is mbpp.judge
@@ -214,8 +216,8 @@ def test_mbpp_seeded_subsamples(data_dir: Path) -> None:
     c = load_task("mbpp", n_dist=20, n_test=10, seed=4, data_dir=data_dir)
     assert a.dist.ids == b.dist.ids and a.test.ids == b.test.ids and a.dist.ids != c.dist.ids
     assert all(601 <= e.meta["task_id"] <= 974 for e in a.dist) and all(11 <= e.meta["task_id"] <= 510 for e in a.test)
-    with pytest.raises(ValueError, match="has 374"):
-        load_task("mbpp", n_dist=375, data_dir=data_dir)
+    with pytest.raises(ValueError, match="has 371 after leaving out 3 worded like a test problem"):
+        load_task("mbpp", n_dist=372, data_dir=data_dir)
 
 
 def test_extract_code() -> None:
@@ -301,16 +303,40 @@ def test_mbpp_judges_differ_on_fences_and_setup_code(mbpp_task: Task, monkeypatc
     assert not mbpp.judge(ex367, ref_367)
 
 
-def test_mbpp_crafted_train_test_overlap_is_an_error(tmp_path: Path) -> None:
-    def row(task_id: int, text: str) -> dict:
+def test_mbpp_train_problems_worded_like_a_test_problem_are_left_out_and_recorded(tmp_path: Path) -> None:
+    def row(task_id: int, text: str, arg: int = 1) -> dict:
         return {"task_id": task_id, "text": text, "code": "pass", "test_setup_code": "",
-                "test_list": ["assert f(1) == 1", "assert f(2) == 2", "assert f(3) == 3"], "challenge_test_list": []}
+                "test_list": [f"assert f({arg}) == {arg}"] * 3, "challenge_test_list": []}
 
-    rows = [row(t, f"Shot {t}.") for t in (2, 3, 4)] + [row(11, "Same problem."), row(601, "Same problem.")]
+    rows = [row(t, f"Shot {t}.") for t in (2, 3, 4)] + [row(11, "Same problem."), row(12, "Other problem.")]
+    # 601 repeats 11 exactly; 602 repeats 12's text with other tests and other spacing and case
+    rows += [row(601, "Same problem."), row(602, "other  PROBLEM.", arg=2), row(603, "New problem.")]
     (tmp_path / "mbpp").mkdir()
     (tmp_path / "mbpp" / "mbpp.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    with pytest.raises(SplitOverlapError, match="mbpp/601=mbpp/11"):
-        load_task("mbpp", data_dir=tmp_path)
+    t = load_task("mbpp", data_dir=tmp_path)
+    assert t.dist.ids == ["mbpp/603"] and sorted(t.test.ids) == ["mbpp/11", "mbpp/12"]
+    dedup = t.options["deduplication"]
+    assert dedup["removed"] == 2 and dedup["pairs"] == [["mbpp/601", "mbpp/11"], ["mbpp/602", "mbpp/12"]]
+    with pytest.raises(ValueError, match="has 1 after leaving out 2 worded like a test problem"):
+        load_task("mbpp", n_dist=2, data_dir=tmp_path)
+
+
+@needs_data
+def test_mbpp_real_near_duplicates_are_the_three_known_twins(mbpp_task: Task) -> None:
+    pairs = mbpp_task.options["deduplication"]["pairs"]
+    assert sorted(map(tuple, pairs)) == [("mbpp/602", "mbpp/217"), ("mbpp/704", "mbpp/248"), ("mbpp/872", "mbpp/216")]
+    texts = {e.dedup_key for e in mbpp_task.test}
+    assert not any(e.dedup_key in texts for e in mbpp_task.dist)
+
+
+def test_same_text_across_splits_is_an_overlap_even_with_other_content() -> None:
+    a = Example(id="t/1", prompt="What is  2+2?", target=" 4")
+    b = Example(id="t/2", prompt="what is 2+2?", target=" four")
+    assert a.content_hash != b.content_hash and a.dedup_key == b.dedup_key == "what is 2+2?"
+    with pytest.raises(SplitOverlapError, match="normalised prompt text: t/1=t/2"):
+        Task(name="t", kind="exact_match", dist=[a], test=[b])
+    kept, removed = drop_same_text([a, Example(id="t/3", prompt="What is 3+3?")], [b])
+    assert [e.id for e in kept] == ["t/3"] and removed == [("t/1", "t/2")]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -376,8 +402,15 @@ def test_boolq_train_rows_equal_to_validation_never_enter_d_dist(tmp_path: Path)
     (tmp_path / "boolq" / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [*dev, *extra]))
     t = load_task("boolq", n_dist=2, data_dir=tmp_path)
     assert sorted(t.dist.ids) == ["boolq/train/3", "boolq/train/4"]
-    assert t.options["train_rows_equal_to_test"] == 3
+    assert t.options["train_rows_equal_to_test"] == 3 and "deduplication" not in t.options
     with pytest.raises(ValueError, match="has 2 after leaving out 3 rows equal to test rows"):
+        load_task("boolq", n_dist=3, data_dir=tmp_path)
+    # a train row asking a validation question of the same passage, with another answer: same text
+    twin = {"question": "IS 1 EVEN", "answer": True, "passage": "Number 1."}
+    (tmp_path / "boolq" / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [*dev, *extra, twin]))
+    t = load_task("boolq", n_dist=2, data_dir=tmp_path)
+    assert t.options["deduplication"]["pairs"] == [["boolq/train/5", "boolq/validation/1"]]
+    with pytest.raises(ValueError, match="leaving out 3 rows equal to test rows and 1 worded like a test row"):
         load_task("boolq", n_dist=3, data_dir=tmp_path)
 
 
