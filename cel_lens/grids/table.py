@@ -32,6 +32,8 @@ def selection_stability(result: Mapping[str, Any]) -> Optional[float]:
     """How often Ŝ wins stage 2 when D_dist is resampled, as recorded in ``result.json``; ``None``
     when the run does not record it. The one place that knows where the number is kept."""
     value = result.get("selection_stability")
+    if isinstance(value, Mapping):  # cel_lens.selection.stability: {"selected_frequency", ...}
+        value = value.get("selected_frequency")
     return float(value) if isinstance(value, numbers.Real) else None
 
 

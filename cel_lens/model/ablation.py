@@ -26,7 +26,8 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from cel_lens.heads import HeadSet, HeadsLike, masks_from_head_sets
-from cel_lens.model.forward import Hook, check_hooks, forward_resid, unembed
+from cel_lens.model.bos import prompt_ids
+from cel_lens.model.forward import Hook, check_hooks, forward_resid, param_device, unembed
 from cel_lens.model.kinds import is_bridge, model_name, model_shape
 from cel_lens.model.processing import warn_if_processed
 
@@ -118,18 +119,17 @@ def variant_hooks(masks: Bool[Tensor, "variant layer head"], batch: int) -> list
 
 
 def prompt_tokens(model, prompts: Union[str, Sequence[str]]) -> tuple[Int[Tensor, "batch pos"], Int[Tensor, "batch pos"]]:
-    """Token ids and attention mask of one prompt or a list of prompts, as ``model.to_tokens``
-    reads them: BOS first when the model prepends one (``cfg.default_prepend_bos``), unless the
-    text already starts with it; several prompts are padded on the right (mask 0 there)."""
+    """Token ids and attention mask of one prompt or a list of prompts, as cel_lens reads a prompt
+    (:func:`~cel_lens.model.bos.prompt_ids`: the model's BOS rule, then the text's tokens); several
+    prompts are padded on the right (mask 0 there)."""
     texts = [prompts] if isinstance(prompts, str) else list(prompts)
     if not texts or not all(isinstance(t, str) for t in texts):
         raise TypeError("expected token ids [batch, pos], a prompt string or a list of prompt strings")
     tok = getattr(model, "tokenizer", None)
     if tok is None:
         raise ValueError(f"{model_name(model)} has no tokenizer: pass token ids instead of strings")
-    bos = getattr(tok, "bos_token", None)
-    default = bool(getattr(model.cfg, "default_prepend_bos", True))
-    rows = [model.to_tokens(t, prepend_bos=default and not (bos and t.startswith(bos)))[0] for t in texts]
+    device = param_device(model)
+    rows = [torch.tensor(prompt_ids(model, t), dtype=torch.long, device=device) for t in texts]
     width = max(len(r) for r in rows)
     pad = next((int(v) for v in (tok.pad_token_id, tok.eos_token_id, 0) if v is not None), 0)
     tokens = torch.full((len(rows), width), pad, dtype=torch.long, device=rows[0].device)

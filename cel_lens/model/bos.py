@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
-__all__ = ["BOS_RULES", "check_bos_rule", "read_bos", "set_bos_rule", "bos_rule"]
+__all__ = ["BOS_RULES", "check_bos_rule", "read_bos", "set_bos_rule", "bos_rule", "bos_prefix", "prompt_ids"]
 
 BOS_RULES: tuple[str, ...] = ("tokenizer", "always", "never")
 """``"tokenizer"``: BOS where the checkpoint's tokenizer adds it (lm-eval's default);
@@ -89,3 +89,20 @@ def bos_rule(model: Any) -> dict[str, Any]:
     if record is None:
         return set_bos_rule(model)
     return dict(record)
+
+
+def bos_prefix(model: Any, text: str) -> list[int]:
+    """``[bos]`` when ``model``'s BOS rule prepends one and ``text`` (e.g. a chat template) does not
+    already start with it (lm-eval's ``has_bos_prefix``), else ``[]``."""
+    rule = bos_rule(model)
+    if not rule["prepends_bos"]:
+        return []
+    bos = int(rule["bos_token_id"])
+    written = model.tokenizer.decode([bos])
+    return [] if written and text.startswith(written) else [bos]
+
+
+def prompt_ids(model: Any, text: str) -> list[int]:
+    """Token ids of a prompt as cel_lens reads it: :func:`bos_prefix`, then the text's own tokens
+    (no other special tokens). The one encoding of a prompt for every caller."""
+    return bos_prefix(model, text) + list(model.tokenizer(text, add_special_tokens=False)["input_ids"])

@@ -91,6 +91,8 @@ def test_cel_lens_grid_is_the_function():
 def test_selection_stability_is_read_from_the_result_or_missing():
     assert selection_stability({"heads": "L0H0"}) is None
     assert selection_stability({"selection_stability": 0.75}) == 0.75
+    recorded = {"n_resamples": 1000, "selected": "L0H0", "selected_frequency": 0.8125, "wins": []}
+    assert selection_stability({"selection_stability": recorded}) == 0.8125  # as run_search writes it
 
 
 # ---------------------------------------------------------------------------------------------

@@ -223,15 +223,14 @@ def test_run_variants_needs_a_head_set(model):
 
 
 def test_run_variants_takes_prompt_strings(model):
-    """A prompt string reads as ``model("text")`` does (BOS included); a list is right padded; a
-    single head-set string is one variant."""
+    """A prompt string reads as the evaluator reads a prompt (the model's BOS rule); a list is
+    right padded; a single head-set string is one variant."""
     from cel_lens.evaluation.encode import encode_prompt
 
     text, other = "Question: What is 7 times 8?\nAnswer:", "Question: 2 plus 2?"
-    with torch.no_grad():
-        direct = model(text)[0]
     ids = torch.tensor([encode_prompt(model, text)])  # the evaluator's BOS rule
-    assert torch.equal(model.to_tokens(text).cpu(), ids)
+    with torch.no_grad():
+        direct = model(ids)[0]
     out = run_variants(model, text, ["intact", "L0H1"])
     assert out.shape == (2, 1, ids.shape[1], model.cfg.d_vocab)
     torch.testing.assert_close(out[0, 0], direct, atol=ATOL, rtol=0)
