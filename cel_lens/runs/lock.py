@@ -46,15 +46,23 @@ _HELD: dict[str, _Held] = {}
 _GUARD = threading.Lock()
 
 
-def lock_holder(directory: Path) -> str:
-    """Who holds ``directory``'s lock, as its holder wrote it (``"process 123 on host since ..."``)."""
-    try:
-        text = (directory / LOCK).read_text(encoding="utf-8").split()
-    except OSError:
-        return "another process"
-    if len(text) >= 3 and text[0].isdigit():
-        return f"process {text[0]} on {text[1]} (since {text[2]})"
-    return "another process"
+def lock_holder(directory: Path, *, patience: float = 1.0) -> str:
+    """Who holds ``directory``'s lock, as its holder wrote it (``"process 123 on host since ..."``).
+
+    A holder writes its name just after taking the lock, so a reader that lost the race by a few
+    milliseconds may find the file still empty: it looks again for up to ``patience`` seconds.
+    """
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            text = (directory / LOCK).read_text(encoding="utf-8").split()
+        except OSError:
+            text = []
+        if len(text) >= 3 and text[0].isdigit():
+            return f"process {text[0]} on {text[1]} (since {text[2]})"
+        if time.monotonic() >= deadline:
+            return "another process"
+        time.sleep(0.02)
 
 
 class DirectoryLock:
@@ -120,8 +128,9 @@ def acquire_lock(directory: Path, *, wait: float = 0.0) -> "DirectoryLock | None
     _try_flock(fd, wait, directory)
     stamp = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     try:
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()} {socket.gethostname()} {stamp}\n".encode(), 0)
+        line = f"{os.getpid()} {socket.gethostname()} {stamp}\n".encode()
+        os.pwrite(fd, line, 0)  # written before the cut, so a reader never sees an empty name
+        os.ftruncate(fd, len(line))
     except OSError:
         pass  # the holder's name is a courtesy; the lock itself holds
     with _GUARD:
