@@ -18,7 +18,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from cel_lens.heads import HeadSet
-from cel_lens.report.data import ResultLike, null_gains, ranked_subsets, result_dict, stage1_scores
+from cel_lens.report.data import ResultLike, is_unfinished, null_gains, ranked_subsets, result_dict, stage1_scores
 from cel_lens.report.head_grid import add_head_grid, cell_labels, head_axes, score_units
 from cel_lens.report.style import (
     FONT,
@@ -144,6 +144,16 @@ def _add_ranked_subsets(
         )
 
 
+def _placeholders(fig: go.Figure, r: Mapping[str, Any], geo: _Geometry, shown: list[dict[str, Any]]) -> None:
+    """Notes in the empty panels of an unfinished run: no subset yet, no test gain yet."""
+    for empty, (a, b), text in (
+        (not shown, geo.d_sub, "no subset evaluated yet"), (r.get("gain") is None, geo.d_gain, "not measured yet"),
+    ):
+        if empty:
+            fig.add_annotation(text=text, x=(a + b) / 2, y=0.65, xref="paper", yref="paper", showarrow=False,
+                               font=dict(size=12, color="#777777"), bgcolor="white")
+
+
 def _add_test_gain(fig: go.Figure, r: Mapping[str, Any], selected: HeadSet) -> None:
     """The selected subset's test gain with its CI as error bars, over the null's 95% band."""
     null = null_gains(r)
@@ -210,7 +220,11 @@ def _axes(r: Mapping[str, Any], geo: _Geometry, shown: list[dict[str, Any]]) -> 
 
 
 def heatmap_title(r: Mapping[str, Any], selected: HeadSet) -> str:
-    """The gain heatmap's default title: S-hat, its test accuracies, gain, CI and McNemar p."""
+    """The gain heatmap's default title: S-hat, its test accuracies, gain, CI and McNemar p (an
+    unfinished run: how far it got)."""
+    if is_unfinished(r):
+        progress = r.get("progress") or {}
+        return f"unfinished run ({r.get('state', 'unfinished')}): {progress.get('status', 'nothing recorded yet')}"
     return (
         f"Ŝ = {selected}: test accuracy {pp(r.get('test_acc_intact'), False)} -> "
         f"{pp(r.get('test_acc_ablated'), False)}, gain {pp(r.get('gain'))} "
@@ -227,10 +241,12 @@ def _subset_heading(r: Mapping[str, Any], shown: int, total: int) -> str:
 
 def plot_gain_heatmap(obj: ResultLike, *, max_subsets: int = 20, title: Optional[str] = None) -> go.Figure:
     """Stage-1 scores as a layer x head heatmap (diverging, centred at zero, in the scorer's units;
-    pool heads outlined, the selected heads in gold; values printed when the cells fit them), the evaluated subsets ranked by discovery accuracy (selected one
-    highlighted, top ``max_subsets`` shown, each with its selection stability) and the selected
-    subset's test gain with its 95% CI against the random-subset null band."""
-    r = result_dict(obj)
+    pool heads outlined, the selected heads in gold; values printed when the cells fit them), the
+    evaluated subsets ranked by discovery accuracy (selected one highlighted, top ``max_subsets`` shown, each with its selection stability) and the selected
+    subset's test gain with its 95% CI against the random-subset null band. An unfinished run (a
+    path or :func:`~cel_lens.runs.load_run` record) shows what its record holds so far: the heads
+    scored, the pool and the subsets evaluated, blank cells and panels for the rest."""
+    r = result_dict(obj, partial=True)
     scores = stage1_scores(r)
     scorer = str(r.get("scorer", "?"))
     selected = HeadSet.parse(r.get("heads"))
@@ -244,6 +260,7 @@ def plot_gain_heatmap(obj: ResultLike, *, max_subsets: int = 20, title: Optional
     _add_scores(fig, scores, scorer, HeadSet.parse(r.get("pool") or []), selected, geo)
     _add_ranked_subsets(fig, ranked, shown, selected, r)
     _add_test_gain(fig, r, selected)
+    _placeholders(fig, r, geo, shown)
     fig.update_layout(
         width=geo.width,
         height=geo.height,
