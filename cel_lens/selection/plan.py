@@ -170,10 +170,11 @@ def plan_search(
     sets, bound = stage2_sets(m, k, strategy, beam_width)
     new = sets - (m if scorer == "exact" else 0)  # exact: the pool's singles are stage 1's, answered from memory
     null = min(n_null, max(math.comb(n_total, j) - 1 for j in range(1, k + 1)))
+    most = min(k, m)
     stages = [
         StagePlan("intact", "dist", 1, n_dist),
         _stage1(scorer, n_total, n_dist, n_masks, sparsity),
-        StagePlan("stage 2", "dist", new, n_dist, bound, f"{sets:,} subsets of a pool of {m}, up to {min(k, m)} heads"),
+        StagePlan("stage 2", "dist", new, n_dist, bound, f"{sets:,} subsets of a pool of {m}, up to {most} head{'s' * (most != 1)}"),
     ]
     if n_specificity:
         stages.append(StagePlan("specificity", "dist", n_specificity * sets, n_dist, True, f"{n_specificity} random pools"))

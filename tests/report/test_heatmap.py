@@ -138,3 +138,19 @@ def test_small_grids_print_their_values_and_large_ones_do_not(hand):
     big = dict(hand.make(), scores=(rng.normal(0, 0.002, (28, 24))).tolist(), pool=[], subsets=hand.subsets[:1],
                heads="L1H0", n_layers=28, n_heads=24)
     assert _heat(plot_gain_heatmap(big)).text is None
+
+
+def test_an_unfinished_run_draws_what_it_recorded(hand):
+    """A run without result.json had no figure; its recorded stage-1 scores now make one."""
+    scores = [[v if (l, h) < (2, 0) else float("nan") for h, v in enumerate(row)] for l, row in enumerate(hand.scores)]
+    partial = dict(scores=scores, scorer="exact", pool=[], subsets=[], heads=None, n_layers=4, n_heads=3,
+                   finished=False, state="stopped", progress={"status": "stage 1: 6 of 12 heads scored"})
+    fig = plot_gain_heatmap(partial)
+    heat = _heat(fig)
+    assert heat.z[0][1] == -0.02 and heat.z[3][2] is None and heat.text[3][2] == ""
+    assert "not scored yet" in heat.customdata[3][2]
+    assert fig.layout.title.text == "unfinished run (stopped): stage 1: 6 of 12 heads scored"
+    notes = {a.text for a in fig.layout.annotations}
+    assert {"no subset evaluated yet", "not measured yet"} <= notes
+    empty = plot_gain_heatmap(dict(partial, scores=None))  # a scorer still running: the grid, blank
+    assert all(v is None for row in _heat(empty).z for v in row)
