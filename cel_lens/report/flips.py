@@ -93,6 +93,9 @@ class Flips:
         )
         return cls(**{**{k: v for k, v in d.items() if k != "examples"}, "examples": examples})
 
+    def __repr__(self) -> str:
+        return f"<Flips {self.summary()}; {len(self.examples)} shown>"
+
     def __str__(self) -> str:
         return format_flips(self)
 

@@ -101,6 +101,10 @@ class SearchPlan:
         out.append(("total", f"{self.units:,} head-set x example evaluations{left}", _duration(self.seconds())))
         return out
 
+    def __repr__(self) -> str:
+        estimate = f", about {_duration(self.seconds())[1:]}" if self.seconds_per_unit is not None else ""
+        return f"<SearchPlan {_layout(self.n_layers, self.n_heads)}: {len(self.stages)} steps, {self.units:,} units{estimate}>"
+
     def __str__(self) -> str:
         rows = self.rows()
         w0, w1 = max(len(r[0]) for r in rows), max(len(r[1]) for r in rows)
