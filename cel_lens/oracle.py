@@ -16,8 +16,9 @@ were computed on, so that a search can refuse scores that did not come from D_di
 from __future__ import annotations
 
 import inspect
+import time
 from dataclasses import dataclass
-from typing import Any, Optional, Protocol, Sequence, Union, runtime_checkable
+from typing import Any, Callable, Optional, Protocol, Sequence, Union, runtime_checkable
 
 import torch
 from jaxtyping import Bool, Float
@@ -188,7 +189,9 @@ class MemoOracle:
     :class:`TestSplitError`. :attr:`selected_before_test` says, from what happened, whether the
     current selection was fixed before any test read (a test read before it, allowed only with
     ``guard_test=False`` or found in a journal, makes it ``False``). Subclasses persist evaluations
-    by overriding :meth:`persist`.
+    by overriding :meth:`persist`. ``timer``, when set, is called as ``timer(head_sets, correct,
+    seconds)`` after every call that evaluates (not after answers from memory): how a search times
+    its first batch (:class:`cel_lens.selection.plan.BatchTimer`).
     """
 
     def __init__(self, oracle: Oracle, *, journal: Optional[Journal] = None, guard_test: bool = True) -> None:
@@ -204,6 +207,7 @@ class MemoOracle:
         self._selection: Optional[HeadSet] = None
         self._clean: Optional[bool] = None
         self._test_seen = False
+        self.timer: Optional[Callable[[list[HeadSet], Tensor, float], Any]] = None
         if journal is not None:
             self.note_selection()
 
@@ -229,6 +233,10 @@ class MemoOracle:
             )
         self._test_seen |= split == TEST_SPLIT
         self._cache[(split, heads)] = correct
+
+    def answered(self) -> int:
+        """Head-set x example evaluations held in memory (a run directory's, when resumed)."""
+        return sum(int(c.shape[0]) for c in self._cache.values())
 
     def is_recorded(self, split: str, head_set: HeadsLike) -> bool:
         """Whether ``head_set`` already has an answer on ``split``."""
@@ -259,7 +267,10 @@ class MemoOracle:
         self._check_test_allowed(split)
         missing = list(dict.fromkeys(s for s in sets if (split, s) not in self._cache))
         if missing:
+            start = time.perf_counter()
             correct = call_oracle(self.oracle, split, missing, stage or split)
+            if self.timer is not None:
+                self.timer(missing, correct, time.perf_counter() - start)
             for s, c in zip(missing, correct):
                 self.remember(split, s, c)
             self.persist(split, missing, correct, stage or split)

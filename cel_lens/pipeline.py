@@ -16,6 +16,7 @@ directory behind to refuse the corrected rerun.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Mapping, Optional, Union
@@ -25,33 +26,39 @@ import torch
 from cel_lens.backends.base import get_backend
 from cel_lens.config import ExecutionSettings, SearchConfig, check_split_sizes
 from cel_lens.model.load import resolve_dtype
-from cel_lens.oracle import DIST_SPLIT, Stage1Scores
+from cel_lens.heads import HeadSet
+from cel_lens.oracle import DIST_SPLIT, MemoOracle, Stage1Scores
 from cel_lens.runs.directory import RunDir
 from cel_lens.runs.manifest import build_manifest, default_run_dir
 from cel_lens.runs.recording import RecordingOracle
 from cel_lens.scoring import score_heads
 from cel_lens.selection.algorithm import run_search
-from cel_lens.selection.result import Result
+from cel_lens.selection.plan import BatchTimer, SearchPlan, plan_search
+from cel_lens.selection.result import Result, format_result
 from cel_lens.tasks.base import Task
-from cel_lens.tasks.registry import load_task
+from cel_lens.tasks.registry import SPLIT_NAMES, load_task, loaded_splits
 
-__all__ = ["SearchConfig", "ExecutionSettings", "TASK_OPTIONS", "Run", "check_task", "search"]
+__all__ = ["SearchConfig", "ExecutionSettings", "TASK_OPTIONS", "Run", "check_task", "search", "plan"]
 
-TASK_OPTIONS = ("n_dist", "n_test", "data_dir")
-"""Keyword arguments of :func:`search` that load a task given by name (with ``seed``)."""
+TASK_OPTIONS = ("n_dist", "n_test", "data_dir", "chat_template", "max_new_tokens")
+"""Keyword arguments of :func:`search` that load a task given by name (with ``seed``):
+``chat_template=True`` wraps prompts in the tokenizer's chat template (Instruct models),
+``max_new_tokens`` is a generation task's budget (MBPP)."""
 
 
 @dataclass
 class Run:
-    """A finished search: its run directory, :class:`~cel_lens.selection.Result` and manifest."""
+    """A finished search: its run directory, :class:`~cel_lens.selection.Result` and manifest, and
+    the :class:`~cel_lens.selection.plan.SearchPlan` it printed (timed by its first batch)."""
 
     path: Optional[Path]
     result: Result
     manifest: dict[str, Any]
     oracle: Optional[RecordingOracle] = field(default=None, repr=False)
+    plan: Optional[SearchPlan] = field(default=None, repr=False)
 
     def __str__(self) -> str:
-        return f"run {self.path}\n{self.result}"
+        return format_result(self.result, extra=[("run directory", str(self.path))])
 
     def _repr_html_(self) -> str:
         return f"<p>run <code>{self.path}</code></p>{self.result._repr_html_()}"
@@ -87,6 +94,11 @@ def check_task(task: Task) -> Task:
     discovery and test split); ``ValueError`` naming the split otherwise."""
     if not isinstance(task, Task):
         raise TypeError(f"task must be a Task or a task name, got {type(task).__name__}")
+    if loaded_splits(task) != SPLIT_NAMES:
+        raise ValueError(
+            f"task {task.name!r} was loaded with its {' and '.join(loaded_splits(task))} split only "
+            "(load_task(..., splits=...)); a search needs both: load it without splits="
+        )
     for name, option in (("dist", "n_dist"), ("test", "n_test")):
         if len(task.split(name)) == 0:
             raise ValueError(
@@ -113,6 +125,69 @@ def _stage1_scores(
         config.scorer, oracle, batch_size=settings.batch_size, n_masks=config.n_masks,
         sparsity=config.sparsity, seed=config.seed, progress=settings.progress,
     )
+
+
+def _plan_for(config: SearchConfig, n_layers: int, n_heads: int, task: Task) -> SearchPlan:
+    """The plan of ``config`` on a model of that layout and ``task``'s splits (raises when ``k``
+    exceeds the model's heads)."""
+    return plan_search(
+        n_layers, n_heads, len(task.dist), len(task.test), k=config.k, pool_size=config.pool_size,
+        scorer=config.scorer, strategy=config.strategy, beam_width=config.beam_width, n_null=config.n_null,
+        posthoc=config.posthoc, n_specificity=config.n_specificity, n_masks=config.n_masks, sparsity=config.sparsity,
+    )
+
+
+class _PlanReport:
+    """Prints the plan before stage 1 and the estimate after the first timed batch (on stderr, when
+    progress is shown); keeps the timed plan for :attr:`Run.plan`."""
+
+    def __init__(self, plan: SearchPlan, show: bool) -> None:
+        self.plan, self.show = plan, show
+
+    def start(self, recorded: int, finished: bool) -> None:
+        self.plan = replace(self.plan, recorded=recorded)
+        if self.show and not finished:
+            print(self.plan, file=sys.stderr, flush=True)
+
+    def timed(self, seconds_per_unit: float) -> None:
+        self.plan = self.plan.timed(seconds_per_unit)
+        if self.show:
+            print(self.plan.estimate_line(), file=sys.stderr, flush=True)
+
+
+def plan(
+    model: Any,
+    task: Union[Task, str],
+    config: Optional[SearchConfig] = None,
+    *,
+    settings: Optional[ExecutionSettings] = None,
+    calibrate: bool = True,
+    calibration_examples: int = 64,
+    **options: Any,
+) -> SearchPlan:
+    """What :func:`search` with the same arguments would evaluate, stage by stage, without
+    searching or writing anything. With ``calibrate`` (default) the intact model and one batch of
+    single-head ablations run on the first ``calibration_examples`` D_dist examples, and the plan
+    carries the time they took per head set per example (:meth:`SearchPlan.seconds`)."""
+    config, settings, task_options = _split_options(config, settings, options)
+    if isinstance(task, str):
+        task = load_task(task, seed=config.task_seed, **task_options)
+    check_task(task)
+    n = max(1, min(calibration_examples, len(task.dist)))
+    sample = replace(task, dist=task.dist.subset(n), test=task.test.subset(1)) if calibrate else task
+    oracle = get_backend(settings.backend).open(model, sample, replace(settings, progress=False))
+    try:
+        result = _plan_for(config, oracle.n_layers, oracle.n_heads, task)
+        if calibrate:
+            memo, timer = MemoOracle(oracle), BatchTimer()
+            memo.timer = timer
+            memo.evaluate(DIST_SPLIT, [HeadSet()], stage="intact")
+            heads = range(min(32, oracle.n_layers * oracle.n_heads))
+            memo.evaluate(DIST_SPLIT, [HeadSet([divmod(i, oracle.n_heads)]) for i in heads], stage="stage1")
+            result = result.timed(timer.seconds_per_unit)
+    finally:
+        oracle.close()
+    return result
 
 
 def search(
@@ -152,10 +227,13 @@ def search(
     oracle = backend.open(model, task, settings, store_dtype=store_dtype)
     run_dir: Optional[RunDir] = None
     try:
+        report = _PlanReport(_plan_for(config, oracle.n_layers, oracle.n_heads, task), settings.progress)
         manifest = build_manifest(oracle.model_manifest, task, config.manifest_options(settings.use_store))
         path = Path(out) if out is not None else default_run_dir(manifest)
         run_dir = RunDir.open(path, manifest, ignore=("versions", "cel_lens"))
         recording = RecordingOracle(oracle, run_dir)
+        recording.timer = BatchTimer(on_first=report.timed)
+        report.start(recording.answered(), run_dir.finished)
         result = run_search(
             recording, k=config.k, pool_size=config.pool_size, scores=_stage1_scores(config, recording, run_dir, settings),
             scorer=config.scorer, strategy=config.strategy, beam_width=config.beam_width, n_null=config.n_null,
@@ -166,4 +244,4 @@ def search(
         if run_dir is not None:
             run_dir.close()
         oracle.close()
-    return Run(path=path, result=result, manifest=manifest, oracle=recording)
+    return Run(path=path, result=result, manifest=manifest, oracle=recording, plan=report.plan)

@@ -187,3 +187,33 @@ def test_pipeline_refuses_recorded_scores_not_computed_on_dist(tiny_model, task,
     (out / "evaluations.jsonl").write_bytes(encode_lines([{k: v for k, v in x.items() if k != CHECK} for x in changed]))
     with pytest.raises(TestSplitError, match="split 'test'"):
         cl.search(tiny_model, task, out=out, **kw)
+
+
+def test_a_task_with_one_split_cannot_be_searched(data_dir):
+    one = cl.load_task("boolq", n_test=20, data_dir=data_dir, splits="test")
+    with pytest.raises(ValueError, match="loaded with its test split only"):
+        cl.pipeline.check_task(one)
+
+
+def test_search_prints_its_plan_before_stage_1_and_an_estimate_after_the_first_batch(tiny_model, task, tmp_path, capsys):
+    """The README's defaults took 979 s on a toy model with no word of what was coming."""
+    run = cl.search(tiny_model, task, k=2, pool_size=4, n_null=8, out=tmp_path / "run", progress=True)
+    err = capsys.readouterr().err
+    plan_at, estimate_at = err.index("search plan: 3 layers x 4 heads"), err.index("estimate from the first timed batch")
+    assert plan_at < estimate_at < err.index("stage2 (dist)")  # both before stage 2 runs
+    assert "stage 1 (exact)  12 head sets" in err and "total" in err
+    assert run.plan is not None and run.plan.seconds_per_unit > 0
+    n_dist, n_test = len(task.dist), len(task.test)
+    assert run.plan.stages[1].units == 12 * n_dist and run.plan.stages[-1].examples == n_test
+    again = cl.search(tiny_model, task, k=2, pool_size=4, n_null=8, out=tmp_path / "run", progress=True)
+    assert "search plan" not in capsys.readouterr().err and again.result == run.result  # finished: nothing to plan
+
+
+def test_plan_evaluates_a_sample_and_writes_nothing(tiny_model, task, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    plan = cl.pipeline.plan(tiny_model, task, k=2, pool_size=4, n_null=8, calibration_examples=8)
+    assert list(tmp_path.iterdir()) == []
+    assert plan.seconds_per_unit > 0 and plan.seconds() > 0
+    assert [s.head_sets for s in plan.stages][:3] == [1, 12, 6]  # intact, every head, C(4,2) pairs
+    with pytest.raises(ValueError, match="larger than the model's 12 heads"):
+        cl.pipeline.plan(tiny_model, task, k=13, pool_size=13, calibrate=False)

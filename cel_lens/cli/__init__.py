@@ -9,6 +9,7 @@ stdout carries the JSON alone.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from types import ModuleType
 from typing import Optional, Sequence
@@ -52,6 +53,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+SIGPIPE_EXIT = 141
+"""Exit code when the reader of stdout went away (``cel-lens report --json | head``): 128 + SIGPIPE,
+as a command killed by the signal reports it."""
+
+
+def _reader_gone() -> int:
+    """stdout's reader closed the pipe: send what is still buffered nowhere (so that Python's exit
+    flush does not fail again) and stop quietly, as ``cat`` or ``ls`` do."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # pragma: no cover - stdout without a file descriptor
+        pass
+    return SIGPIPE_EXIT
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of ``cel-lens``; returns the exit code."""
     parser = build_parser()
@@ -61,7 +79,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             from cel_lens.threads import configure_threads  # imports torch: after --help and argument errors
 
             configure_threads(look_at_load=True)  # the idle cores: one on a busy machine (CEL_LENS_THREADS overrides)
-        return int(COMMANDS[args.command].run(args) or 0)
+        code = int(COMMANDS[args.command].run(args) or 0)
+        sys.stdout.flush()  # a reader that went away shows here, not in the interpreter's exit
+        return code
+    except BrokenPipeError:
+        return _reader_gone()
     except KeyboardInterrupt:
         print("cel-lens: interrupted", file=sys.stderr)
         return 130

@@ -11,7 +11,7 @@ import json
 import os
 import sys
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from cel_lens.config import ExecutionSettings, OptionError, check_split_sizes
 
@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "Formatter", "print_json", "json_stdout", "FLAGS", "flag_message", "add_model_task_options", "settings_from_args",
-    "allow_code_execution", "check_names_first", "load_task_from_args", "load_model_and_task", "DEFAULTS",
+    "allow_code_execution", "check_names_first", "task_options_from_args", "load_task_from_args", "load_model_and_task", "DEFAULTS",
 ]
 
 DEFAULTS = ExecutionSettings()
@@ -28,7 +28,17 @@ DEFAULTS = ExecutionSettings()
 
 
 class Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Help text with defaults and the description's own line breaks."""
+    """Help text with defaults and the description's own line breaks.
+
+    A default is shown once: appended as ``(default: X)`` when it is a value, left out when the
+    help text says what the default is in words, or when there is none to show (``None``, or a
+    flag's ``False``)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "default" in text.lower() or action.default is None or action.default is False:
+            return text
+        return super()._get_help_string(action)
 
 
 def print_json(obj: object) -> None:
@@ -90,6 +100,10 @@ def add_model_task_options(p: argparse.ArgumentParser, *, model_required: bool =
     p.add_argument("--batch-size", type=int, default=DEFAULTS.batch_size, help="examples per forward pass")
     p.add_argument("--allow-code-execution", action="store_true",
                    help="let generation tasks (MBPP) run model-written code in the sandbox")
+    p.add_argument("--chat-template", action="store_true",
+                   help="wrap each prompt in the tokenizer's chat template (Instruct models; recorded in the run)")
+    p.add_argument("--max-new-tokens", type=int, default=None,
+                   help="tokens a generation task (MBPP) may generate (default: the task's, 256 for MBPP)")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
 
 
@@ -126,12 +140,35 @@ def check_names_first(args: argparse.Namespace) -> None:
         os.environ["HF_DATASETS_OFFLINE"] = "1"
 
 
-def load_task_from_args(args: argparse.Namespace) -> "Task":
-    """The task the options name (cheap: a wrong name or data directory fails before a model loads)."""
+def task_options_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The task options the flags set (``--chat-template``, ``--max-new-tokens``), checked against
+    what the task is: a generation budget for a task that does not generate is refused."""
+    from cel_lens.tasks.registry import task_info
+
+    options: dict[str, Any] = {}
+    if getattr(args, "chat_template", False):
+        options["chat_template"] = True
+    budget = getattr(args, "max_new_tokens", None)
+    if budget is not None:
+        kind = task_info(args.task).get("kind")
+        if kind != "generation":
+            raise OptionError("max_new_tokens", f"max_new_tokens applies to generation tasks (mbpp); {args.task} is {kind}")
+        if budget < 1:
+            raise OptionError("max_new_tokens", f"max_new_tokens must be >= 1, got {budget}")
+        options["max_new_tokens"] = budget
+    return options
+
+
+def load_task_from_args(args: argparse.Namespace, splits: Sequence[str] = ("dist", "test")) -> "Task":
+    """The task the options name (cheap: a wrong name or data directory fails before a model loads);
+    ``splits``: only those (an evaluation of one split reads only that split's files)."""
     from cel_lens.tasks.registry import load_task
 
     seed = args.seed if getattr(args, "split_seed", None) is None else args.split_seed
-    return load_task(args.task, n_dist=args.n_dist, n_test=args.n_test, seed=seed, data_dir=args.data_dir)
+    return load_task(
+        args.task, n_dist=args.n_dist, n_test=args.n_test, seed=seed, data_dir=args.data_dir, splits=tuple(splits),
+        **task_options_from_args(args),
+    )
 
 
 def load_model_and_task(args: argparse.Namespace) -> tuple[Any, "Task"]:
@@ -144,8 +181,9 @@ def load_model_and_task(args: argparse.Namespace) -> tuple[Any, "Task"]:
     if split is not None:  # only the split evaluated needs examples
         check_split_sizes(**{f"n_{split}": getattr(args, f"n_{split}")})
     allow_code_execution(args)
+    task_options_from_args(args)
     check_names_first(args)
-    task = load_task_from_args(args)
+    task = load_task_from_args(args, splits=(split,) if split is not None else ("dist", "test"))
     if split is not None and len(task.split(split)) == 0:
         raise ValueError(f"task {task.name!r} has no {split} examples to evaluate")
     model = load_model(args.model, device=settings.device, dtype=settings.dtype, loader=settings.loader)

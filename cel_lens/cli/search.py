@@ -15,9 +15,14 @@ from cel_lens.cli.common import (
     print_json,
     settings_from_args,
 )
-from cel_lens.config import SCORERS, STRATEGIES, OptionError, SearchConfig, check_split_sizes
+from cel_lens.config import QUICK, SCORERS, STRATEGIES, OptionError, SearchConfig, check_split_sizes
 
-__all__ = ["add", "run"]
+__all__ = ["add", "run", "apply_quick", "FLAG_OF"]
+
+FLAG_OF = {"n_dist": "--n-dist", "n_test": "--n-test", "k": "--k", "pool_size": "--pool", "n_null": "--n-null",
+           "n_boot": "--n-boot"}
+"""Option name -> the flag that sets it, for the options :data:`~cel_lens.config.QUICK` presets."""
+_ATTR = {"pool_size": "pool"}
 
 
 def add(sub: argparse._SubParsersAction) -> None:
@@ -33,12 +38,21 @@ def add(sub: argparse._SubParsersAction) -> None:
     )
     add_model_task_options(p)
     d = SearchConfig()
-    p.add_argument("--k", type=int, default=d.k, help="largest subset size")
-    p.add_argument("--pool", type=int, default=d.pool_size, help="candidate pool size (top heads by stage-1 score)")
+    quick = ", ".join(f"{FLAG_OF.get(k, k)} {v}" for k, v in QUICK.items())
+    p.add_argument("--quick", action="store_true",
+                   help=f"a first look in minutes: {quick} (options given explicitly still win)")
+    p.add_argument("--plan", action="store_true",
+                   help="print how many evaluations each stage runs and an estimate from one timed batch, then stop")
+    p.add_argument("--k", type=int, default=None, help=f"largest subset size (default: {d.k}; --quick: {QUICK['k']})")
+    p.add_argument("--pool", type=int, default=None,
+                   help=f"candidate pool size, top heads by stage-1 score (default: {d.pool_size}; --quick: {QUICK['pool_size']})")
     p.add_argument("--scorer", choices=SCORERS, default=d.scorer, help="stage-1 scorer")
     p.add_argument("--strategy", choices=STRATEGIES, default=d.strategy, help="stage-2 search")
     p.add_argument("--beam-width", type=int, default=d.beam_width, help="beam width for --strategy beam")
-    p.add_argument("--n-null", type=int, default=d.n_null, help="random head sets in the null")
+    p.add_argument("--n-null", type=int, default=None,
+                   help=f"random head sets in the null (default: {d.n_null}; --quick: {QUICK['n_null']})")
+    p.add_argument("--n-boot", type=int, default=None,
+                   help=f"paired bootstrap resamples (default: {d.n_boot}; --quick: {QUICK['n_boot']})")
     p.add_argument("--n-masks", type=int, default=d.n_masks, help="random masks for --scorer compressed")
     p.add_argument("--n-specificity", type=int, default=d.n_specificity,
                    help="random pools whose stage-2 winners S-hat's test gain is compared with (0: off)")
@@ -57,15 +71,27 @@ def add(sub: argparse._SubParsersAction) -> None:
                    help="GPUs per Ray actor (fractions share a GPU)")
 
 
+def apply_quick(args: argparse.Namespace) -> argparse.Namespace:
+    """Fill the preset options left unset: :data:`~cel_lens.config.QUICK` with ``--quick``, else
+    the defaults (``None`` split sizes: the task's own)."""
+    defaults = SearchConfig()
+    for name, value in QUICK.items():
+        attr = _ATTR.get(name, name)
+        if getattr(args, attr) is None:
+            setattr(args, attr, value if args.quick else getattr(defaults, name, None))
+    return args
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the search (the backend loads the model: locally here, or in each Ray actor). Every
     option is checked, then the task is read, before the model loads or anything is written."""
     from cel_lens.backends.base import get_backend
-    from cel_lens.pipeline import check_task, search
+    from cel_lens.pipeline import check_task, plan, search
 
+    apply_quick(args)
     config = SearchConfig(
         k=args.k, pool_size=args.pool, scorer=args.scorer, strategy=args.strategy, beam_width=args.beam_width,
-        n_null=args.n_null, seed=args.seed, n_masks=args.n_masks, store_dtype=args.store_dtype,
+        n_null=args.n_null, n_boot=args.n_boot, seed=args.seed, n_masks=args.n_masks, store_dtype=args.store_dtype,
         split_seed=args.split_seed, n_specificity=args.n_specificity,
     ).validate()
     budget = args.store_budget_mb
@@ -81,6 +107,14 @@ def run(args: argparse.Namespace) -> int:
     if settings.backend == "local":  # Ray workers resolve the name where they run
         check_names_first(args)
     task = check_task(load_task_from_args(args))
+    if args.plan:
+        with json_stdout(args.json):
+            found = plan(args.model, task, config, settings=settings)
+        if args.json:
+            print_json(found.to_dict())
+        else:
+            print(f"{found}\n{found.estimate_line()}")
+        return 0
     with json_stdout(args.json):
         result = search(args.model, task, config, out=args.out, settings=settings)
     if args.json:

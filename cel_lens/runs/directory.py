@@ -43,7 +43,10 @@ from cel_lens.runs.files import append_bytes, encode_lines, read_lines, write_js
 from cel_lens.runs.lock import LOCK, DirectoryLock, acquire_lock
 from cel_lens.runs.records import Evaluation
 
-__all__ = ["RunDir", "RunConfigError", "RunReadOnlyError", "manifest_diff", "MANIFEST", "EVALUATIONS", "RESULT"]
+__all__ = [
+    "RunDir", "RunConfigError", "RunReadOnlyError", "manifest_diff", "describe_manifest_diff", "MANIFEST", "EVALUATIONS",
+    "RESULT",
+]
 
 MANIFEST = "manifest.json"
 EVALUATIONS = "evaluations.jsonl"
@@ -77,6 +80,49 @@ def manifest_diff(old: Mapping[str, Any], new: Mapping[str, Any], prefix: str = 
         elif old[key] != new[key]:
             diffs.append(f"{name} ({old[key]!r} != {new[key]!r})")
     return diffs
+
+
+_ABSENT = object()
+
+
+def _diff_items(old: Mapping[str, Any], new: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any, Any]]:
+    """``(dotted name, old value, new value)`` of every differing leaf (:data:`_ABSENT` when missing)."""
+    items: list[tuple[str, Any, Any]] = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key, _ABSENT), new.get(key, _ABSENT)
+        if isinstance(a, Mapping) and isinstance(b, Mapping):
+            items.extend(_diff_items(a, b, f"{prefix}{key}."))
+        elif a != b:
+            items.append((f"{prefix}{key}", a, b))
+    return items
+
+
+def _is_digest(name: str, value: Any) -> bool:
+    return "sha256" in name or "hash" in name or (isinstance(value, str) and len(value) >= 32 and value.isalnum())
+
+
+def _shown(value: Any) -> str:
+    return "absent" if value is _ABSENT else repr(value)
+
+
+def describe_manifest_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """What differs between two manifests, for a person: options first (``options.k: 3 -> 2``),
+    then the task, splits and model; a split whose content hash differs is "the dist split holds
+    other examples", and other digests are named without their 64 hex digits."""
+    order = {"options": 0, "task": 1, "splits": 2, "model": 3}
+    items = sorted(_diff_items(old, new), key=lambda t: (order.get(t[0].split(".")[0], len(order)), t[0]))
+    lines, other_splits = [], []
+    for name, a, b in items:
+        parts = name.split(".")
+        if parts[0] == "splits" and parts[-1] == "content_sha256":
+            other_splits.append(parts[1])
+        elif _is_digest(name, a) or _is_digest(name, b):
+            lines.append(f"{name} differs")
+        else:
+            lines.append(f"{name}: {_shown(a)} -> {_shown(b)}")
+    if other_splits:
+        lines.append(f"the {' and '.join(other_splits)} split{'s hold' if len(other_splits) > 1 else ' holds'} other examples")
+    return lines
 
 
 def _now() -> str:
@@ -183,9 +229,10 @@ class RunDir:
                 {k: v for k, v in old.items() if k not in skip}, {k: v for k, v in new.items() if k not in skip}
             )
             if diffs:
+                kept = {k: v for k, v in old.items() if k not in skip}
                 raise RunConfigError(
                     f"run directory {self.path} was made with a different configuration: "
-                    + "; ".join(diffs)
+                    + "; ".join(describe_manifest_diff(kept, {k: v for k, v in new.items() if k not in skip}))
                     + " (use another output directory, or delete this one to start over)"
                 )
             return

@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["LOCK", "RunBusyError", "DirectoryLock", "acquire_lock", "lock_holder"]
+__all__ = ["LOCK", "RunBusyError", "DirectoryLock", "acquire_lock", "lock_holder", "held_by"]
 
 LOCK = ".lock"
 """Name of the lock file inside a run directory."""
@@ -63,6 +63,30 @@ def lock_holder(directory: Path, *, patience: float = 1.0) -> str:
         if time.monotonic() >= deadline:
             return "another process"
         time.sleep(0.02)
+
+
+def held_by(directory: Path) -> "str | None":
+    """Who holds ``directory``'s lock now (:func:`lock_holder`), or ``None`` when nobody does: a
+    shared ``flock`` on a read-only descriptor, taken and dropped at once, so a reader needs no
+    write access and never blocks a writer for longer than that. A lock file a killed search left
+    behind is not held (the kernel dropped its lock), and neither is a directory without one."""
+    key = os.path.realpath(directory)
+    with _GUARD:
+        if key in _HELD:
+            return f"this process ({os.getpid()})"
+    try:
+        fd = os.open(Path(directory) / LOCK, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return lock_holder(Path(directory))
+    except OSError:
+        return None
+    finally:
+        os.close(fd)  # closing drops the shared lock if it was taken
+    return None
 
 
 class DirectoryLock:

@@ -162,6 +162,15 @@ def _stability(memo: MemoOracle, subsets: list[SubsetScore], n_resamples: int, s
         return None
     bits = memo.evaluate(DIST_SPLIT, [s.heads for s in subsets], stage="stage2")
     return selection_stability(subsets, bits, n_resamples=n_resamples, seed=seed)
+
+
+def _record_start(memo: MemoOracle, **options: Any) -> None:
+    """The journal's ``search_started`` event: the options and the head layout (what a figure of an
+    unfinished run needs before any result exists)."""
+    if memo.journal is not None:
+        memo.journal.record_event("search_started", n_layers=memo.n_layers, n_heads=memo.n_heads, options=options)
+
+
 def run_search(
     oracle: Oracle,
     *,
@@ -192,16 +201,16 @@ def run_search(
     pass; 0 skips it); ``n_specificity`` > 0 reruns stage 2 on that many random pools
     (:mod:`cel_lens.selection.specificity`); ``chunk`` head sets go to the oracle per call.
     """
+    if k > pool_size:
+        raise ValueError(f"k={k} is larger than the pool ({pool_size} heads): every subset is drawn from the pool")
     memo = oracle if isinstance(oracle, MemoOracle) else MemoOracle(oracle)
     journal = memo.journal
     given = None if scores is None else discovery_scores(scores, memo.n_layers, memo.n_heads)
     name = scorer or (given.scorer if given is not None else "exact")
     beam = beam_width if strategy == "beam" else None
-    if journal is not None:
-        journal.record_event("search_started", options=dict(
-            k=k, pool_size=pool_size, scorer=name, strategy=strategy, beam_width=beam, n_null=n_null, n_boot=n_boot,
-            alpha=alpha, posthoc=posthoc, seed=seed, **({"n_specificity": n_specificity} if n_specificity else {}),
-        ))
+    _record_start(memo, k=k, pool_size=pool_size, scorer=name, strategy=strategy, beam_width=beam, n_null=n_null,
+                  n_boot=n_boot, alpha=alpha, posthoc=posthoc, seed=seed,
+                  **({"n_specificity": n_specificity} if n_specificity else {}))
     timings: dict[str, float] = {}
     with _timed(timings, "stage1_s"):
         intact, stage1_scores = stage1(memo, given, chunk=chunk, progress=progress)

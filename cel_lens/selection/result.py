@@ -1,8 +1,10 @@
 """The result of a search, and the one way it is written down.
 
 :class:`Result` is what ``result.json`` holds. :func:`result_rows` turns a result (or its dict) into
-labelled rows; ``str(result)``, ``cel-lens report``, the demo and the figures' captions all use it,
-so a run reads the same everywhere.
+labelled rows and :func:`format_result` into the one text block: ``str(result)`` is that block,
+and ``cel-lens report``, the demo and ``str(run)`` print the same block followed by their own rows
+(run directory, figures, the demo's side effect), aligned to the same column; the figures'
+captions use the same numbers (:func:`pp`, :func:`format_p`).
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import html
 import math
 from dataclasses import dataclass, field, fields
-from typing import Any, Mapping, Optional, Union
+from typing import Any, Mapping, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -21,7 +23,16 @@ from cel_lens.config import DEFAULT_N_NULL
 from cel_lens.heads import HeadSet
 from cel_lens.stats import null_min_p, null_p_value
 
-__all__ = ["DEFAULT_N_NULL", "Result", "result_rows", "format_result", "pp", "format_p", "nonpositive_gain_warning"]
+__all__ = [
+    "DEFAULT_N_NULL", "RESULT_TITLE", "LABEL_WIDTH", "Result", "result_rows", "format_result", "pp", "format_p",
+    "nonpositive_gain_warning",
+]
+
+RESULT_TITLE = "CEL search result"
+"""The first line of a result's text block."""
+LABEL_WIDTH = 24
+"""Width of the label column of every result block (labels are padded to it, so a block with more
+rows after it lines up with the bare result's)."""
 
 
 
@@ -95,6 +106,14 @@ def _specificity_row(r: Mapping[str, Any]) -> Optional[str]:
     return f"{head}; p = {format_p(sp['p_value'])} (smallest possible {format_p(sp['min_p'])})"
 
 
+def _pool_text(r: Mapping[str, Any]) -> str:
+    """The pool size, and that it is every head when the model has fewer heads than asked for."""
+    asked, pool = r.get("pool_size", "?"), r.get("pool") or []
+    if isinstance(asked, int) and pool and len(pool) < asked:
+        return f"{len(pool)} (every head; {asked} asked)"
+    return str(asked)
+
+
 def _top_subsets(r: Mapping[str, Any], n: int = 5) -> str:
     subsets = r.get("subsets") or []
     top = sorted(subsets, key=lambda s: (-s["dist_acc"], s["size"], -s.get("score_sum", 0.0)))[:n]
@@ -119,7 +138,7 @@ def result_rows(result: Union["Result", Mapping[str, Any]]) -> list[tuple[str, s
     if dist_gain is not None and float(dist_gain) <= 0:
         rows.append(("warning", nonpositive_gain_warning(float(dist_gain))))
     rows += [
-        ("search", f"k={r.get('k', '?')}, pool {r.get('pool_size', '?')} by {r.get('scorer', '?')}, "
+        ("search", f"k={r.get('k', '?')}, pool {_pool_text(r)} by {r.get('scorer', '?')}, "
                    f"{r.get('strategy', 'exhaustive')}, {len(r.get('subsets') or [])} subsets, seed {r.get('seed', '?')}"),
         (f"D_dist (n={r.get('n_dist', '?')})", f"intact {pp(r.get('dist_acc_intact'), False)} -> ablated "
                                                 f"{pp(r.get('dist_acc_ablated'), False)}, gain {pp(dist_gain)} "
@@ -138,11 +157,19 @@ def result_rows(result: Union["Result", Mapping[str, Any]]) -> list[tuple[str, s
     return rows
 
 
-def format_result(result: Union["Result", Mapping[str, Any]], indent: str = "") -> str:
-    """:func:`result_rows` as aligned text."""
-    rows = result_rows(result)
-    width = max(len(k) for k, _ in rows)
-    return "\n".join(f"{indent}{k:<{width}}  {v}" for k, v in rows)
+def format_result(
+    result: Union["Result", Mapping[str, Any]],
+    indent: str = "  ",
+    *,
+    title: Optional[str] = RESULT_TITLE,
+    extra: Sequence[tuple[str, str]] = (),
+) -> str:
+    """The result's text block: ``title``, then :func:`result_rows` and any ``extra`` rows, each
+    label padded to :data:`LABEL_WIDTH` after ``indent``. Every summary of a run is this block
+    (``str(result)`` with no extra rows), so they differ only in the rows they add at the end."""
+    rows = [*result_rows(result), *extra]
+    lines = [f"{indent}{k:<{LABEL_WIDTH}}  {v}" for k, v in rows]
+    return "\n".join(([title] if title else []) + lines)
 
 
 @dataclass
@@ -222,11 +249,11 @@ class Result:
         return cls(**{k: v for k, v in d.items() if k in names})
 
     def __str__(self) -> str:
-        return "CEL search result\n" + format_result(self.to_dict(), indent="  ")
+        return format_result(self.to_dict())
 
     def _repr_html_(self) -> str:
         body = "".join(
             f"<tr><th style='text-align:left'>{html.escape(k)}</th><td style='text-align:left'>{html.escape(v)}</td></tr>"
             for k, v in result_rows(self.to_dict())
         )
-        return f"<table><caption>CEL search result</caption>{body}</table>"
+        return f"<table><caption>{RESULT_TITLE}</caption>{body}</table>"

@@ -20,7 +20,7 @@ Ids are ``boolq/<train|validation>/<row index in the file>``.
 from __future__ import annotations
 
 import warnings
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 from cel_lens.tasks.base import Example, Task
 from cel_lens.tasks.io import PathLike, reject_options, require, train_val_splits
@@ -87,10 +87,11 @@ def load_boolq(
     seed: int = 0,
     data_dir: Optional[PathLike] = None,
     chat_template: bool = False,
+    splits: Sequence[str] = ("dist", "test"),
     **kw: Any,
 ) -> Task:
     """BoolQ with D_dist sampled from train (default 2,000) and D_test = validation (default all;
-    a smaller ``n_test`` is a seeded sample)."""
+    a smaller ``n_test`` is a seeded sample). ``splits=("test",)`` reads the validation file alone."""
     reject_options("boolq", kw)
     dist, test, opts = train_val_splits(
         task="boolq",
@@ -106,6 +107,7 @@ def load_boolq(
         n_test=n_test,
         n_dist_default=N_DIST,
         seed=seed,
+        splits=splits,
     )
     untitled = _untitled([*dist, *test])
     if untitled:

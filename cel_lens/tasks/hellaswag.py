@@ -17,7 +17,7 @@ rowanz's raw schema or the hub's (the two differ only in ``label``: int vs. str)
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 from cel_lens.tasks.base import Example, Task
 from cel_lens.tasks.io import PathLike, RowError, reject_options, require, train_val_splits
@@ -82,10 +82,11 @@ def load_hellaswag(
     seed: int = 0,
     data_dir: Optional[PathLike] = None,
     chat_template: bool = False,
+    splits: Sequence[str] = ("dist", "test"),
     **kw: Any,
 ) -> Task:
     """HellaSwag with D_dist sampled from train (default 2,000) and D_test = validation (default
-    all; a smaller ``n_test`` is a seeded sample)."""
+    all; a smaller ``n_test`` is a seeded sample). ``splits=("test",)`` reads the validation file alone."""
     reject_options("hellaswag", kw)
     dist, test, opts = train_val_splits(
         task="hellaswag",
@@ -100,6 +101,7 @@ def load_hellaswag(
         n_test=n_test,
         n_dist_default=N_DIST,
         seed=seed,
+        splits=splits,
     )
     return Task(
         name="hellaswag",

@@ -333,6 +333,7 @@ def train_val_splits(
     n_dist_default: int,
     seed: int,
     hub_config: Optional[str] = None,
+    splits: Sequence[str] = ("dist", "test"),
 ) -> tuple[list[Any], list[Any], dict[str, Any]]:
     """D_dist sampled from a train split and D_test = the validation split (HellaSwag, BoolQ).
 
@@ -341,21 +342,26 @@ def train_val_splits(
     validation row, nor one with a validation row's normalised prompt text (those are recorded in
     the options' ``deduplication`` entry when there are any). Returns both and the options to
     record (seed, sizes, sources). ``hub_config``: the hub dataset's configuration, if it has several.
+    ``splits=("test",)`` reads the validation rows alone and returns no D_dist (the
+    train file is not needed); the validation rows are read either way, since D_dist is defined by
+    what it must not share with them. D_test is the same whichever splits are asked for.
     """
     root = resolve_data_dir(data_dir)
     val_rows, val_src = load_rows(
         what=f"{label} validation", data_dir=root, relpath=val_relpath, hub_id=hub_id, hub_split="validation",
         hub_config=hub_config,
     )
+    val = build_examples(val_rows, lambda r, i: make_example(r, val_name, i))
+    val_where = f"{label} validation ({val_src.get('path', hub_id)})"
+    n_t = check_size(n_test, len(val), len(val), f"{label} D_test", val_where)
+    test = seeded_sample(val, n_t, seed, f"{task}/test")
+    if "dist" not in splits:
+        return [], test, {"seed": seed, "n_dist": 0, "n_test": n_t, "sources": [val_src], "splits": ["test"]}
     train_rows, train_src = load_rows(
         what=f"{label} train", data_dir=root, relpath=train_relpath, hub_id=hub_id, hub_split="train",
         hub_config=hub_config,
     )
-    val = build_examples(val_rows, lambda r, i: make_example(r, val_name, i))
     train = build_examples(train_rows, lambda r, i: make_example(r, "train", i))
-    val_where = f"{label} validation ({val_src.get('path', hub_id)})"
-    n_t = check_size(n_test, len(val), len(val), f"{label} D_test", val_where)
-    test = seeded_sample(val, n_t, seed, f"{task}/test")
     train_where = f"{label} train ({train_src.get('path', hub_id)})"
     banned = (e.content_hash for e in val)
     dist, skipped, same_text = sample_excluding(

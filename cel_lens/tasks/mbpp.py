@@ -230,14 +230,18 @@ def load_mbpp(
     data_dir: Optional[PathLike] = None,
     chat_template: bool = False,
     judge: str = "lm-eval",
+    max_new_tokens: int = MAX_NEW_TOKENS,
     **kw: Any,
 ) -> Task:
     """MBPP with D_dist from ``train`` (default all 371 not worded like a test problem) and D_test
     from ``test`` (default all 500), 3-shot prompts, judged by the judge named ``judge`` (see
-    :data:`JUDGES`)."""
+    :data:`JUDGES`), generating up to ``max_new_tokens`` tokens (default 256, lm-eval's; a run's
+    manifest records it)."""
     reject_options("mbpp", kw)
     if judge not in JUDGES:
         raise ValueError(f"mbpp: unknown judge {judge!r}; choose one of {', '.join(map(repr, JUDGES))}")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"mbpp: max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
     by_split, sources = _rows_by_split(data_dir)
     shots_by_id = {int(r["task_id"]): r for r in by_split.get("prompt", [])}
     missing = [t for t in FEWSHOT_TASK_IDS if t not in shots_by_id]
@@ -271,7 +275,7 @@ def load_mbpp(
             "num_fewshot": len(FEWSHOT_TASK_IDS),
             "fewshot_task_ids": list(FEWSHOT_TASK_IDS),
             "stop": list(STOP),
-            "max_new_tokens": MAX_NEW_TOKENS,
+            "max_new_tokens": max_new_tokens,
             "protocol": "lm-evaluation-harness mbpp: 3-shot (task_id 2-4), greedy until [DONE], "
             "pass@1 with the test_list asserts",
             "sources": sources,

@@ -25,6 +25,8 @@ OPTION_CASES = [
     (["--n-null", "0"], "--n-null must be >= 1, got 0 (the random-subset null needs at least one head set)"),
     (["--k", "0"], "--k must be >= 1, got 0"),
     (["--pool", "0"], "--pool must be >= 1, got 0"),
+    (["--k", "3", "--pool", "2"], "--k must be at most the pool size (2): every subset is drawn from the pool, so k=3 could never be reached"),
+    (["--max-new-tokens", "8"], "--max-new-tokens applies to generation tasks (mbpp); organism_a is exact_match"),
     (["--seed", "-1"], "--seed must be >= 0, got -1"),
     (["--batch-size", "0"], "--batch-size must be >= 1, got 0"),
     (["--beam-width", "0", "--strategy", "beam"], "--beam-width must be >= 1, got 0"),

@@ -574,3 +574,35 @@ def test_real_files_match_the_readme_checksums() -> None:
     for rel, digest in recorded.items():
         assert sha256_file(SHARED / rel) == digest, rel
         assert OFFICIAL_SHA256[rel] == digest, rel
+
+
+def _dev_only(tmp_path: Path, data_dir: Path) -> Path:
+    """A data directory with BoolQ's validation file and no train file (as ../shared/data has it)."""
+    root = tmp_path / "dev_only"
+    (root / "boolq").mkdir(parents=True)
+    (root / "boolq" / "dev.jsonl").symlink_to((data_dir / "boolq" / "dev.jsonl").resolve())
+    return root
+
+
+def test_one_split_loads_from_its_own_files_and_equals_the_full_load(tmp_path: Path, data_dir: Path) -> None:
+    """``evaluate --task boolq`` needed the train file to read the test split."""
+    root = _dev_only(tmp_path, data_dir)
+    with pytest.raises(FileNotFoundError, match="train"):
+        load_task("boolq", n_test=50, data_dir=root)
+    test_only = load_task("boolq", n_test=50, data_dir=root, splits="test")
+    full = load_task("boolq", n_dist=20, n_test=50, data_dir=data_dir)
+    assert test_only.test.content_hash == full.test.content_hash and test_only.test.ids == full.test.ids
+    assert len(test_only.dist) == 0 and test_only.options["splits"] == ["test"]
+    for name in ("arithmetic", "organism_a"):  # loaders without a splits option: loaded whole, then cut
+        one = load_task(name, n_dist=10, n_test=12, data_dir=data_dir, splits=("dist",))
+        assert len(one.test) == 0 and one.dist.ids == load_task(name, n_dist=10, n_test=12, data_dir=data_dir).dist.ids
+    with pytest.raises(ValueError, match="splits must name"):
+        load_task("boolq", data_dir=root, splits=("train",))
+
+
+def test_mbpp_generation_budget_is_an_option(data_dir: Path) -> None:
+    task = load_task("mbpp", n_dist=3, n_test=3, data_dir=data_dir, max_new_tokens=32)
+    assert task.options["max_new_tokens"] == 32 and task.test.max_new_tokens == 32
+    assert load_task("mbpp", n_dist=3, n_test=3, data_dir=data_dir).test.max_new_tokens == mbpp.MAX_NEW_TOKENS
+    with pytest.raises(ValueError, match="max_new_tokens must be an integer >= 1"):
+        load_task("mbpp", n_dist=3, n_test=3, data_dir=data_dir, max_new_tokens=0)
