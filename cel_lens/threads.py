@@ -17,14 +17,15 @@ are respected as they are.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import weakref
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import torch
 
-__all__ = ["ENV", "TINY_PARAMS", "choose_threads", "configure_threads", "idle_cores", "param_count"]
+__all__ = ["ENV", "TINY_PARAMS", "choose_threads", "configure_threads", "idle_cores", "param_count", "single_thread"]
 
 ENV = "CEL_LENS_THREADS"
 """Environment variable that pins torch's thread count (an integer >= 1, or ``auto``)."""
@@ -121,3 +122,15 @@ def configure_threads(model: Any = None, *, look_at_load: bool = False) -> int:
         torch.set_num_threads(n)
     _last_set = n
     return n
+
+
+@contextlib.contextmanager
+def single_thread() -> Iterator[None]:
+    """Run the block on one torch thread (tiny tensors: the thread pool is pure overhead and extra
+    threads only contend), then restore the thread count."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(n)

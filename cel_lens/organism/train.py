@@ -13,11 +13,10 @@ training runs single-threaded and restores the thread count afterwards.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import time
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 import einops
 import torch
@@ -28,6 +27,7 @@ from torch import Tensor
 from cel_lens.organism.ground_truth import fit_feature_coefficients
 from cel_lens.organism.model import build_model
 from cel_lens.tasks.organism import BOS, TOKEN_ID, VOCAB, OrganismBatch, OrganismConfig, sample_prompts
+from cel_lens.threads import single_thread
 
 if TYPE_CHECKING:  # pragma: no cover
     from cel_lens.model.types import HookedTransformer
@@ -54,18 +54,6 @@ PARAM_NAMES: tuple[str, ...] = (
 )
 _DATA_SALT = 1_000_000
 _PROBE_SEED = 424_242
-
-
-@contextlib.contextmanager
-def single_thread() -> Iterator[None]:
-    """Run the block on one torch thread (tiny tensors: the thread pool is pure overhead), then
-    restore the thread count."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(n)
 
 
 def init_parameters(seeds: Sequence[int], config: OrganismConfig) -> dict[str, Tensor]:

@@ -7,12 +7,10 @@ quantities Theorems 4.2 and 4.3 talk about (winning heads, single-head ablation 
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 import numpy as np
-import torch
 from jaxtyping import Float
 from torch import Tensor
 
@@ -56,17 +54,6 @@ def run_seeds(
     config = dict(seeds=seeds, alpha=alpha, a=a, b=b, c=c, eta=eta, seed=seed)
     return TheoryRun(config=config, g=g, result=res, escape_times=times, predicted_winner=pred,
                      measured_winner=measured_winners(res.contributions))
-
-
-@contextmanager
-def single_thread() -> Iterator[None]:
-    """Run torch on one thread: these tensors are small, and extra threads only contend."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(n)
 
 
 def measured_winners(cont: Float[Tensor, "seed head feature"]) -> np.ndarray:

@@ -6,10 +6,11 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from cel_lens.theory.experiment import run_seeds, single_thread
+from cel_lens.theory.experiment import run_seeds
 from cel_lens.theory.rows import ablation_rows, escape_time_rows, optimum_rows, sweep_rows, winner_rows
 from cel_lens.theory.table import SECTION_ORDER, TheoryTable
 from cel_lens.theory.training import default_steps
+from cel_lens.threads import single_thread
 
 
 def theory_table(
