@@ -53,15 +53,15 @@ class TaskCache:
         return self._problems.get(name)
 
     def get(self, name: str) -> Task:
-        """The task, loaded with the plan's split sizes, data directory and seed."""
+        """The task, loaded with the plan's split sizes, data directory, seed, chat-template choice
+        and (for generation tasks) generation budget."""
         if name not in self._tasks:
-            opts = self.plan.task_options
+            opts = {k: v for k, v in self.plan.task_options.items() if v is not None}
+            if task_info(name).get("kind") != "generation":
+                opts.pop("max_new_tokens", None)  # a budget for the grid's generation tasks only
             t0 = time.perf_counter()
             try:
-                self._tasks[name] = load_task(
-                    name, n_dist=opts.get("n_dist"), n_test=opts.get("n_test"), seed=self.plan.config.seed,
-                    data_dir=opts.get("data_dir"),
-                )
+                self._tasks[name] = load_task(name, seed=self.plan.config.task_seed, **opts)
             finally:
                 self.state.add_time(f"load task/{name}", time.perf_counter() - t0)
         return self._tasks[name]

@@ -47,7 +47,23 @@ def test_plan_presets_and_per_model_tasks(tmp_path):
     assert plan.pair_dir(Pair("Qwen/Qwen2.5-3B-Instruct", "boolq")) == tmp_path / "Qwen-Qwen2.5-3B-Instruct__boolq"
     plan = make_plan(["organism", "organism"], {"organism": "organism_a,organism_b"}, tmp_path, options={"k": 2})
     assert plan.models == ("organism",) and plan.tasks["organism"] == ("organism_a", "organism_b")
-    assert plan.config.k == 2 and plan.task_options == {"n_dist": None, "n_test": None, "data_dir": None}
+    assert plan.config.k == 2 and plan.task_options == {"n_dist": None, "n_test": None, "data_dir": None,
+                                                      "chat_template": None, "max_new_tokens": None}
+
+
+def test_tasks_load_with_every_task_option_of_the_grid(tmp_path, monkeypatch):
+    """The grid's tasks get what a search would: the split seed, the chat-template choice, and the
+    generation budget where the task generates (before: chat_template and split_seed were dropped)."""
+    from cel_lens.grids import resources
+
+    calls = {}
+    monkeypatch.setattr(resources, "load_task", lambda name, **kw: calls.setdefault(name, kw))
+    options = {"k": 2, "seed": 3, "split_seed": 7, "chat_template": True, "max_new_tokens": 64, "n_dist": 10}
+    plan = make_plan("organism", "organism_a,mbpp", tmp_path, options=options)
+    cache = resources.TaskCache(plan, GridState.open(plan))
+    cache.get("organism_a"), cache.get("mbpp")
+    assert calls["organism_a"] == {"seed": 7, "chat_template": True, "n_dist": 10}
+    assert calls["mbpp"] == {"seed": 7, "chat_template": True, "n_dist": 10, "max_new_tokens": 64}
 
 
 @pytest.mark.parametrize(
