@@ -43,10 +43,11 @@ class EncodedBatch:
     examples to their index in the split. Two layouts hold the model inputs:
 
     * ``"rows"``: :class:`TeacherForced` ``rows``, one right-padded sequence per row;
-    * ``"shared"`` (multiple choice): each prompt once, left padded (``context_tokens``), and each
+    * ``"shared"`` (multiple choice): each prompt once, right padded (``context_tokens``), and each
       choice's tokens but its last as a right-padded continuation (``cont_tokens``, zero width when
-      every choice is one token). ``targets[r, 0]`` is scored at the prompt's last position and
-      ``targets[r, j]`` at continuation position ``j - 1``.
+      every choice is one token) that follows its prompt's last real token. ``targets[r, 0]`` is
+      scored at the prompt's last position (``context_last``) and ``targets[r, j]`` at continuation
+      position ``j - 1``.
 
     ``answer`` holds one :class:`TeacherForced` row per example for the correct continuation (the
     target, or the labelled choice): what :func:`logprob_metric` differentiates.
@@ -73,6 +74,28 @@ class EncodedBatch:
         return "rows" if self.rows is not None else "shared"
 
     @property
+    def context_last(self) -> Int[Tensor, " example"]:
+        """Position of each prompt's last real token (``"shared"`` layout)."""
+        assert self.context_mask is not None
+        return self.context_mask.sum(-1) - 1
+
+    @property
+    def padded_tokens(self) -> int:
+        """Positions one intact pass over the batch computes (padding included)."""
+        if self.rows is not None:
+            return int(self.rows.tokens.numel())
+        assert self.context_tokens is not None and self.cont_tokens is not None
+        return int(self.context_tokens.numel() + self.cont_tokens.numel())
+
+    @property
+    def real_tokens(self) -> int:
+        """Positions of real tokens among :attr:`padded_tokens`."""
+        if self.rows is not None:
+            return int(self.rows.attention_mask.sum())
+        assert self.context_mask is not None and self.cont_mask is not None
+        return int(self.context_mask.sum() + self.cont_mask.sum())
+
+    @property
     def n_examples(self) -> int:
         """Examples in the batch."""
         return int(self.example_index.shape[0])
@@ -92,6 +115,7 @@ class EncodedBatch:
 
 
 def teacher_forced_rows(pairs: Sequence[tuple[list[int], list[int]]], pad: int) -> TeacherForced:
+    """Right-padded rows ``context + continuation[:-1]`` of (context, continuation) id pairs."""
     n = len(pairs)
     seqs = [ctx + cont[:-1] for ctx, cont in pairs]
     width = max(len(s) for s in seqs)
@@ -113,6 +137,8 @@ def teacher_forced_rows(pairs: Sequence[tuple[list[int], list[int]]], pad: int) 
 def build_batch(
     kind: str, index: list[int], encoded: list[tuple[list[int], list[list[int]], int, list[int]]], pad: int, shared: bool
 ) -> EncodedBatch:
+    """The :class:`EncodedBatch` of encoded examples (``index``: their positions in the split), in
+    the ``"shared"`` layout when ``shared`` (multiple choice), else ``"rows"``."""
     row_example, row_choice, chars, pairs = [], [], [], []
     for b, (ctx, conts, _, lens) in enumerate(encoded):
         for c, cont in enumerate(conts):
@@ -140,8 +166,8 @@ def build_batch(
     context = torch.full((n, width), pad, dtype=torch.long)
     context_mask = torch.zeros((n, width), dtype=torch.long)
     for b, (ctx, *_) in enumerate(encoded):
-        context[b, width - len(ctx) :] = torch.tensor(ctx)
-        context_mask[b, width - len(ctx) :] = 1
+        context[b, : len(ctx)] = torch.tensor(ctx)
+        context_mask[b, : len(ctx)] = 1
     cont_tokens = torch.full((r, k - 1), pad, dtype=torch.long)
     cont_mask = torch.zeros((r, k - 1), dtype=torch.long)
     targets = torch.zeros((r, k), dtype=torch.long)

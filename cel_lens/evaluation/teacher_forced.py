@@ -1,7 +1,8 @@
 """Teacher-forced forward passes of encoded batches under many ablation variants at once.
 
 The inputs are repeated variant-major along the batch and a ``[V, L, H]`` mask zeroes ``hook_z``
-(:func:`cel_lens.model.variant_hooks`), in chunks of at most ``max_rows`` rows. The intact model
+(:func:`cel_lens.model.variant_hooks`), as many variants per forward pass as ``max_tokens`` padded
+positions allow (and ``max_rows`` rows, when given). The intact model
 runs once per batch; every ablated variant resumes from the intact residual stream entering its
 first ablated layer (kept from that intact pass, or read from an
 :class:`~cel_lens.evaluation.store.ActivationStore`), so layers below it are never recomputed. Only
@@ -24,7 +25,7 @@ from cel_lens.model.forward import forward_resid, forward_resid_cached, init_kv_
 from cel_lens.model.kinds import model_shape, supports_resume
 from cel_lens.progress import progress_bar
 
-__all__ = ["batch_pass", "intact_mask", "score_batches", "chunks"]
+__all__ = ["batch_pass", "intact_mask", "score_batches", "chunks", "variants_per_pass"]
 
 _VECTOR_BUDGET = 1 << 25  # logits elements unembedded at once (128 MiB in float32)
 
@@ -60,13 +61,13 @@ def _rows_vectors(
     capture: Sequence[int] = (),
     sink: Optional[dict] = None,
 ) -> Float[Tensor, "variant row k d_model"]:
+    """Residual vectors at each row's scored positions. Rows are right padded, so causal attention
+    alone keeps every pad out of every real position: no attention mask is needed."""
     n_var, n_rows = masks.shape[0], rows.tokens.shape[0]
     device = param_device(model)
     x = _input(model, rows.tokens, sources[0] if sources else None, start, n_var)
     hooks = variant_hooks(masks, n_rows) + _capture_hooks(capture, sink if sink is not None else {}, 0)
-    resid = forward_resid(
-        model, x, start_at_layer=start, fwd_hooks=hooks, attention_mask=_repeat(rows.attention_mask, n_var, device)
-    )
+    resid = forward_resid(model, x, start_at_layer=start, fwd_hooks=hooks)
     resid = einops.rearrange(resid, "(v r) p d -> v r p d", v=n_var)
     idx = einops.repeat(rows.positions.to(device), "r k -> v r k d", v=n_var, d=resid.shape[-1])
     return resid.gather(2, idx)
@@ -81,6 +82,8 @@ def _shared_vectors(
     capture: Sequence[int] = (),
     sink: Optional[dict] = None,
 ) -> Float[Tensor, "variant row k d_model"]:
+    """Residual vectors at each row's scored positions: every prompt once (right padded), then
+    each choice's continuation after its prompt's key/value cache (an index of the prompt's rows)."""
     assert batch.context_tokens is not None and batch.context_mask is not None
     assert batch.cont_tokens is not None and batch.cont_mask is not None
     sink = sink if sink is not None else {}
@@ -100,7 +103,8 @@ def _shared_vectors(
         fwd_hooks=variant_hooks(masks, n_ex) + _capture_hooks(capture, sink, 0),
     )
     row_example = batch.row_example.to(device)
-    last = einops.rearrange(ctx[:, -1], "(v b) d -> v b d", v=n_var)[:, row_example]  # [v, row, d]
+    last = ctx[torch.arange(n_var * n_ex, device=device), _repeat(batch.context_last, n_var, device)]
+    last = einops.rearrange(last, "(v b) d -> v b d", v=n_var)[:, row_example]  # [v, row, d]
     if width == 0:
         return last[:, :, None]
     idx = (torch.arange(n_var, device=device)[:, None] * n_ex + row_example[None]).flatten()
@@ -199,13 +203,25 @@ def chunks(items: list[int], size: int) -> Iterable[list[int]]:
         yield items[i : i + size]
 
 
+def variants_per_pass(batch: EncodedBatch, max_tokens: Optional[int], max_rows: Optional[int] = None) -> int:
+    """How many variants of ``batch`` one forward pass holds: ``max_tokens`` padded positions and
+    ``max_rows`` rows (each bound only when given; at least one of them must be), at least one."""
+    if not max_tokens and not max_rows:
+        raise ValueError("a forward pass needs a bound: max_tokens or max_rows")
+    per = max(1, int(max_tokens) // max(1, batch.padded_tokens)) if max_tokens else 1 << 30
+    if max_rows:
+        per = min(per, max(1, int(max_rows) // max(1, batch.n_rows, batch.n_examples)))
+    return per
+
+
 def score_batches(
     model,
     batches: Sequence[EncodedBatch],
     sets: Sequence[HeadSet],
     *,
     store=None,
-    max_rows: int,
+    max_tokens: Optional[int] = None,
+    max_rows: Optional[int] = None,
     progress: bool,
     desc: str,
 ) -> tuple[Float[Tensor, "variant row"], Bool[Tensor, "variant row"]]:
@@ -236,7 +252,7 @@ def score_batches(
                 i_lp, i_greedy = batch_pass(model, batch, intact_mask(n_layers, n_heads), 0, None, capture, sink)
                 lp[intact, rows] = i_lp
                 greedy[intact, rows] = i_greedy
-        per_chunk = max(1, max_rows // max(1, batch.n_rows, batch.n_examples))
+        per_chunk = variants_per_pass(batch, max_tokens, max_rows)
         for start, members in groups.items():
             if start == 0:
                 sources = None
