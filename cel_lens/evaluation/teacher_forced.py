@@ -67,10 +67,9 @@ def _rows_vectors(
     device = param_device(model)
     x = _input(model, rows.tokens, sources[0] if sources else None, start, n_var)
     hooks = variant_hooks(masks, n_rows) + _capture_hooks(capture, sink if sink is not None else {}, 0)
-    resid = forward_resid(model, x, start_at_layer=start, fwd_hooks=hooks)
-    resid = einops.rearrange(resid, "(v r) p d -> v r p d", v=n_var)
-    idx = einops.repeat(rows.positions.to(device), "r k -> v r k d", v=n_var, d=resid.shape[-1])
-    return resid.gather(2, idx)
+    keep = _repeat(rows.positions, n_var, device)
+    resid = forward_resid(model, x, start_at_layer=start, fwd_hooks=hooks, keep=keep)
+    return einops.rearrange(resid, "(v r) k d -> v r k d", v=n_var)
 
 
 def _shared_vectors(
@@ -94,17 +93,17 @@ def _shared_vectors(
     cache = init_kv_cache(model, n_var * n_ex) if width > 0 else None
     if width > 0 and cache is None:
         raise ValueError("this batch was encoded with shared contexts, which needs a key/value cache")
-    ctx = forward_resid_cached(
+    last = forward_resid_cached(
         model,
         _input(model, batch.context_tokens, sources[0] if sources else None, start, n_var),
         cache,
         attention_mask=ctx_mask,
         start_at_layer=start,
         fwd_hooks=variant_hooks(masks, n_ex) + _capture_hooks(capture, sink, 0),
+        keep=_repeat(batch.context_last[:, None], n_var, device),
     )
     row_example = batch.row_example.to(device)
-    last = ctx[torch.arange(n_var * n_ex, device=device), _repeat(batch.context_last, n_var, device)]
-    last = einops.rearrange(last, "(v b) d -> v b d", v=n_var)[:, row_example]  # [v, row, d]
+    last = einops.rearrange(last[:, 0], "(v b) d -> v b d", v=n_var)[:, row_example]  # [v, row, d]
     if width == 0:
         return last[:, :, None]
     idx = (torch.arange(n_var, device=device)[:, None] * n_ex + row_example[None]).flatten()

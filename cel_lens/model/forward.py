@@ -68,12 +68,16 @@ def forward_resid(
     stop_at_layer: Optional[int] = None,
     fwd_hooks: Sequence[Hook] = (),
     attention_mask: Optional[Int[Tensor, "batch pos"]] = None,
+    keep: Optional[Int[Tensor, "batch k"]] = None,
 ) -> Float[Tensor, "batch pos d_model"]:
     """Residual stream after blocks ``[start_at_layer, stop_at_layer)`` (all remaining blocks when
     ``stop_at_layer`` is None), before the final norm.
 
     ``x`` is tokens when ``start_at_layer == 0`` and the residual stream entering
     ``start_at_layer`` (``resid_pre``) otherwise: this is how a pass resumes from a cache.
+    ``keep`` (``[batch, k]`` position indices) returns only those positions, ``[batch, k, d_model]``;
+    on a stack the last block then runs its queries and MLP only there
+    (:meth:`~cel_lens.model.stack.Stack.run`).
     """
     n_layers = model.cfg.n_layers
     stop = n_layers if stop_at_layer is None else stop_at_layer
@@ -81,23 +85,30 @@ def forward_resid(
         raise ValueError(f"need 0 <= start_at_layer ({start_at_layer}) <= stop_at_layer ({stop}) <= {n_layers}")
     if x.is_floating_point():
         if start_at_layer >= stop:
-            return x
+            return _kept(x, keep)
     elif start_at_layer != 0:
         raise ValueError("a pass that resumes at a later layer takes the residual stream, not tokens")
     hooks = check_hooks(model, fwd_hooks)
     stack = _stack(model, hooks)
     if stack is not None:
         with model.hooks(fwd_hooks=hooks):
-            return stack.run(x, start_at_layer, stop, attention_mask)
+            return stack.run(x, start_at_layer, stop, attention_mask, keep=None if keep is None else keep.to(x.device))
     if is_bridge(model):
-        return _bridge_forward_resid(model, x, start_at_layer, stop, hooks, attention_mask)
+        return _kept(_bridge_forward_resid(model, x, start_at_layer, stop, hooks, attention_mask), keep)
     kwargs = {"stop_at_layer": stop}
     if attention_mask is not None:
         kwargs["attention_mask"] = attention_mask
     if x.is_floating_point():
         kwargs["start_at_layer"] = start_at_layer
     with model.hooks(fwd_hooks=hooks):
-        return model(x, **kwargs)
+        return _kept(model(x, **kwargs), keep)
+
+
+def _kept(resid: Tensor, keep: Optional[Tensor]) -> Tensor:
+    """``resid`` at positions ``keep`` per row (all of it when ``keep`` is None)."""
+    if keep is None:
+        return resid
+    return resid.gather(1, keep.to(resid.device)[..., None].expand(-1, -1, resid.shape[-1]))
 
 
 def _stack(model, hooks: Sequence[Hook]):
@@ -242,8 +253,10 @@ def forward_resid_cached(
     attention_mask: Int[Tensor, "batch past_and_new"],
     start_at_layer: int = 0,
     fwd_hooks: Sequence[Hook] = (),
+    keep: Optional[Int[Tensor, "batch k"]] = None,
 ) -> Float[Tensor, "batch new d_model"]:
-    """Residual stream after the last block for ``x``, appended to a key/value ``cache``.
+    """Residual stream after the last block for ``x``, appended to a key/value ``cache``
+    (``keep``: only those new positions, as in :func:`forward_resid`).
 
     ``attention_mask`` covers the cached positions *and* the new ones (1 = real token), so padding
     on either side gets the right rotary positions and pad keys are never attended. ``x`` is tokens
@@ -253,7 +266,7 @@ def forward_resid_cached(
     """
     if cache is None:
         return forward_resid(
-            model, x, start_at_layer=start_at_layer, fwd_hooks=fwd_hooks, attention_mask=attention_mask
+            model, x, start_at_layer=start_at_layer, fwd_hooks=fwd_hooks, attention_mask=attention_mask, keep=keep
         )
     if not x.is_floating_point() and start_at_layer != 0:
         raise ValueError("a pass that resumes at a later layer takes the residual stream, not tokens")
@@ -267,18 +280,18 @@ def forward_resid_cached(
                 "its key/value cache cannot serve it"
             )
         with model.hooks(fwd_hooks=hooks):
-            return stack.run(x, start_at_layer, n_layers, attention_mask, cache)
+            return stack.run(x, start_at_layer, n_layers, attention_mask, cache, keep=None if keep is None else keep.to(x.device))
     with model.hooks(fwd_hooks=hooks):
         if x.is_floating_point():
-            return model(
+            return _kept(model(
                 x, start_at_layer=start_at_layer, stop_at_layer=n_layers, past_kv_cache=cache,
                 attention_mask=attention_mask,
-            )
+            ), keep)
         new = x.shape[1]
         resid, _, shortformer, full_mask = model.input_to_embed(
             x, attention_mask=attention_mask[:, -new:], past_kv_cache=cache
         )
-        return model(
+        return _kept(model(
             resid, start_at_layer=0, stop_at_layer=n_layers, past_kv_cache=cache,
             attention_mask=attention_mask, shortformer_pos_embed=shortformer,
-        )
+        ), keep)

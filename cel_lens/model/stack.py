@@ -63,7 +63,7 @@ class _Layer:
     ln1: Callable[[Tensor], Tensor]
     ln2: Optional[Callable[[Tensor], Tensor]]  # None: attention-only
     mlp: Optional[Callable[[Tensor], Tensor]]
-    qkv: Callable[[Tensor], tuple[Tensor, Tensor, Tensor]]  # [b, s, d] -> [b, s, h|kv, d_head] x 3
+    qkv: Callable[[Tensor, Optional[Tensor]], tuple[Tensor, Tensor, Tensor]]  # queries (at kept positions), keys, values
     out: Callable[[Tensor], Tensor]  # [b, s, h * d_head] -> [b, s, d]
     rope: bool
     hook_resid_pre: torch.nn.Module
@@ -165,39 +165,72 @@ class Stack:
         stop: int,
         attention_mask: Optional[Int[Tensor, "batch past_and_new"]] = None,
         cache: Optional[StackCache] = None,
-    ) -> Float[Tensor, "batch new d_model"]:
+        keep: Optional[Int[Tensor, "batch k"]] = None,
+    ) -> Float[Tensor, "batch new_or_k d_model"]:
         """Residual stream after layers ``[start, stop)``: ``x`` is tokens (``start == 0``) or the
         residual stream entering ``start``. ``attention_mask`` (1 = real token) covers the cached
-        positions and the new ones; ``cache`` receives the new keys and values of each layer run."""
+        positions and the new ones; ``cache`` receives the new keys and values of each layer run.
+
+        ``keep`` (indices among the new positions, per row) asks for only those positions: the last
+        layer then computes keys and values everywhere (later positions' attention, and the cache,
+        need them) but queries, attention output and MLP only there, and ``[batch, k, d_model]`` is
+        returned. That layer's ``hook_z`` and MLP hooks see only the kept positions."""
         resid = self.embed(x) if not x.is_floating_point() else x
         batch, new = resid.shape[:2]
         past = cache.past(start) if cache is not None else 0
         positions, mask, causal = _attention_plan(attention_mask, batch, past, new, resid.device)
-        cos = sin = None
+        rope: Optional[tuple[Tensor, Tensor]] = None
+        if keep is not None and start >= stop:
+            return resid.gather(1, keep[..., None].expand(-1, -1, resid.shape[-1]))
         for layer in range(start, stop):
             spec = self.layers[layer]
             resid = spec.hook_resid_pre(resid)
             if cache is not None and cache.past(layer) != past:
                 raise ValueError(f"cache holds {cache.past(layer)} positions at layer {layer}, {past} at layer {start}")
-            q, k, v = spec.qkv(spec.ln1(resid))
+            if spec.rope and rope is None:
+                rope = self.rotary(resid, positions)
+            last = keep is not None and layer == stop - 1
+            h = spec.ln1(resid)
+            if last:
+                assert keep is not None
+                q, k, v = spec.qkv(h, keep)
+                q_rope = None if rope is None else tuple(t.gather(1, keep[..., None].expand(-1, -1, t.shape[-1])) for t in rope)
+                resid = resid.gather(1, keep[..., None].expand(-1, -1, resid.shape[-1]))
+                q_mask = _kept_mask(attention_mask, keep, batch, past, new, resid.device)
+            else:
+                q, k, v = spec.qkv(h, None)
+                q_rope, q_mask = rope, mask
             q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
             if spec.rope:
-                if cos is None:
-                    cos, sin = self.rotary(resid, positions)
-                q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+                assert rope is not None and q_rope is not None
+                q, k = _rotate(q, *q_rope), _rotate(k, *rope)
             if cache is not None:
                 k, v = cache.append(layer, k, v)
             z = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, is_causal=causal, scale=self.scale, enable_gqa=self.n_kv != self.n_heads
+                q, k, v, attn_mask=q_mask, is_causal=causal and not last, scale=self.scale,
+                enable_gqa=self.n_kv != self.n_heads,
             ).transpose(1, 2)
+            n_q = z.shape[1]
             if spec.z_flat:
-                z = spec.hook_z(z.reshape(batch, new, -1))
+                z = spec.hook_z(z.reshape(batch, n_q, -1))
             else:
-                z = spec.hook_z(z).reshape(batch, new, -1)
+                z = spec.hook_z(z).reshape(batch, n_q, -1)
             resid = resid + spec.out(z)
             if spec.mlp is not None:
                 resid = resid + spec.mlp(spec.ln2(resid))
         return resid
+
+
+def _kept_mask(
+    attention_mask: Optional[Tensor], keep: Tensor, batch: int, past: int, new: int, device: torch.device
+) -> Bool[Tensor, "batch 1 k keys"]:
+    """Attention mask of queries at the kept positions: every real key up to the query's own."""
+    keys = torch.arange(past + new, device=device)
+    allowed = keys[None, None, :] <= (past + keep.to(device))[:, :, None]
+    if attention_mask is not None:
+        allowed = allowed & attention_mask.to(device).bool()[:, None, :]
+    allowed[torch.arange(batch, device=device)[:, None], torch.arange(keep.shape[1], device=device)[None, :], past + keep] = True
+    return allowed[:, None]
 
 
 def _attention_plan(
@@ -316,19 +349,25 @@ def _hooked_stack(model) -> Optional[Stack]:
         return None
     n_heads, d_head = int(cfg.n_heads), int(cfg.d_head)
     n_kv = int(getattr(cfg, "n_key_value_heads", None) or n_heads)
+    sizes = (n_heads * d_head, n_kv * d_head, n_kv * d_head)
     layers = []
     for l, block in enumerate(model.blocks):
         a = block.attn
         with torch.inference_mode(False), torch.no_grad():
             packed = _pack_qkv(a)
         w_o, b_o = a.W_O, a.b_O
-        sizes = (n_heads * d_head, n_kv * d_head, n_kv * d_head)
 
-        def qkv(x: Tensor, a=a, packed=packed, sizes=sizes) -> tuple[Tensor, Tensor, Tensor]:
+        def qkv(x: Tensor, keep: Optional[Tensor], a=a, packed=packed) -> tuple[Tensor, Tensor, Tensor]:
             w, b = _pack_qkv(a) if torch.is_grad_enabled() and a.W_Q.requires_grad else packed
-            q, k, v = torch.addmm(b, x.reshape(-1, x.shape[-1]), w).split(sizes, dim=-1)
             s = x.shape[:2]
-            return q.view(*s, n_heads, d_head), k.view(*s, n_kv, d_head), v.view(*s, n_kv, d_head)
+            if keep is None:
+                q, k, v = torch.addmm(b, x.reshape(-1, x.shape[-1]), w).split(sizes, dim=-1)
+                return q.view(*s, n_heads, d_head), k.view(*s, n_kv, d_head), v.view(*s, n_kv, d_head)
+            n_q = sizes[0]
+            xq = x.gather(1, keep[..., None].expand(-1, -1, x.shape[-1]))
+            q = torch.addmm(b[:n_q], xq.reshape(-1, x.shape[-1]), w[:, :n_q]).view(*keep.shape, n_heads, d_head)
+            k, v = torch.addmm(b[n_q:], x.reshape(-1, x.shape[-1]), w[:, n_q:]).split(sizes[1:], dim=-1)
+            return q, k.view(*s, n_kv, d_head), v.view(*s, n_kv, d_head)
 
         def out(z: Tensor, w_o=w_o, b_o=b_o) -> Tensor:
             return torch.matmul(z, w_o.reshape(-1, w_o.shape[-1])) + b_o
@@ -408,9 +447,10 @@ def _bridge_stack(model) -> Optional[Stack]:
         lin = [getattr(hf_attn, n).original_component for n in ("q_proj", "k_proj", "v_proj")]
         head_dim = int(hf_attn.head_dim)
 
-        def qkv(x: Tensor, lin=lin, head_dim=head_dim) -> tuple[Tensor, Tensor, Tensor]:
-            s = x.shape[:2]
-            return tuple(m(x).view(*s, -1, head_dim) for m in lin)  # type: ignore[return-value]
+        def qkv(x: Tensor, keep: Optional[Tensor], lin=lin, head_dim=head_dim) -> tuple[Tensor, Tensor, Tensor]:
+            xq = x if keep is None else x.gather(1, keep[..., None].expand(-1, -1, x.shape[-1]))
+            q = lin[0](xq).view(*xq.shape[:2], -1, head_dim)
+            return q, lin[1](x).view(*x.shape[:2], -1, head_dim), lin[2](x).view(*x.shape[:2], -1, head_dim)
 
         layers.append(
             _Layer(
