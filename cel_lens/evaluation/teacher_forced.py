@@ -41,10 +41,10 @@ def _capture_hooks(layers: Iterable[int], sink: dict, part: int) -> list:
     return hooks
 
 
-def _input(model, tokens: Tensor, source: Optional[Tensor], start: int, n_var: int) -> Tensor:
+def _input(model, tokens: Tensor, source: Optional[Tensor], start: int) -> Tensor:
+    """The batch's input: tokens from layer 0, else the stored residual stream entering ``start``."""
     p = next(model.parameters())
-    x = tokens.to(p.device) if start == 0 else source.to(device=p.device, dtype=p.dtype)  # type: ignore[union-attr]
-    return x if n_var == 1 else einops.repeat(x, "r ... -> (v r) ...", v=n_var)
+    return tokens.to(p.device) if start == 0 else source.to(device=p.device, dtype=p.dtype)  # type: ignore[union-attr]
 
 
 def _repeat(t: Tensor, n_var: int, device) -> Tensor:
@@ -63,12 +63,10 @@ def _rows_vectors(
 ) -> Float[Tensor, "variant row k d_model"]:
     """Residual vectors at each row's scored positions. Rows are right padded, so causal attention
     alone keeps every pad out of every real position: no attention mask is needed."""
-    n_var, n_rows = masks.shape[0], rows.tokens.shape[0]
-    device = param_device(model)
-    x = _input(model, rows.tokens, sources[0] if sources else None, start, n_var)
-    hooks = variant_hooks(masks, n_rows) + _capture_hooks(capture, sink if sink is not None else {}, 0)
-    keep = _repeat(rows.positions, n_var, device)
-    resid = forward_resid(model, x, start_at_layer=start, fwd_hooks=hooks, keep=keep)
+    n_var = masks.shape[0]
+    x = _input(model, rows.tokens, sources[0] if sources else None, start)
+    hooks = _capture_hooks(capture, sink if sink is not None else {}, 0)
+    resid = forward_resid(model, x, start_at_layer=start, fwd_hooks=hooks, keep=rows.positions, variants=masks)
     return einops.rearrange(resid, "(v r) k d -> v r k d", v=n_var)
 
 
@@ -95,12 +93,13 @@ def _shared_vectors(
         raise ValueError("this batch was encoded with shared contexts, which needs a key/value cache")
     last = forward_resid_cached(
         model,
-        _input(model, batch.context_tokens, sources[0] if sources else None, start, n_var),
+        _input(model, batch.context_tokens, sources[0] if sources else None, start),
         cache,
-        attention_mask=ctx_mask,
+        attention_mask=batch.context_mask.to(device),
         start_at_layer=start,
-        fwd_hooks=variant_hooks(masks, n_ex) + _capture_hooks(capture, sink, 0),
-        keep=_repeat(batch.context_last[:, None], n_var, device),
+        fwd_hooks=_capture_hooks(capture, sink, 0),
+        keep=batch.context_last[:, None].to(device),
+        variants=masks,
     )
     row_example = batch.row_example.to(device)
     last = einops.rearrange(last[:, 0], "(v b) d -> v b d", v=n_var)[:, row_example]  # [v, row, d]
@@ -109,7 +108,7 @@ def _shared_vectors(
     idx = (torch.arange(n_var, device=device)[:, None] * n_ex + row_example[None]).flatten()
     cont = forward_resid_cached(
         model,
-        _input(model, batch.cont_tokens, sources[1] if sources else None, start, n_var),
+        _repeat(_input(model, batch.cont_tokens, sources[1] if sources else None, start), n_var, device),
         select_kv_cache(cache, idx),
         attention_mask=torch.cat([ctx_mask[idx], _repeat(batch.cont_mask, n_var, device)], dim=1),
         start_at_layer=start,

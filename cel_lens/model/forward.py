@@ -20,14 +20,16 @@ TransformerLens's for other HookedTransformers.
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence
+import contextlib
+from typing import Callable, Iterator, Optional, Sequence
 
+import einops
 import torch
-from jaxtyping import Float, Int
+from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from cel_lens.model.kinds import is_bridge, model_name
-from cel_lens.model.stack import StackCache, stack_for
+from cel_lens.model.stack import StackCache, stack_for, zero_heads
 
 __all__ = [
     "Hook",
@@ -69,6 +71,7 @@ def forward_resid(
     fwd_hooks: Sequence[Hook] = (),
     attention_mask: Optional[Int[Tensor, "batch pos"]] = None,
     keep: Optional[Int[Tensor, "batch k"]] = None,
+    variants: Optional[Bool[Tensor, "variant layer head"]] = None,
 ) -> Float[Tensor, "batch pos d_model"]:
     """Residual stream after blocks ``[start_at_layer, stop_at_layer)`` (all remaining blocks when
     ``stop_at_layer`` is None), before the final norm.
@@ -77,22 +80,24 @@ def forward_resid(
     ``start_at_layer`` (``resid_pre``) otherwise: this is how a pass resumes from a cache.
     ``keep`` (``[batch, k]`` position indices) returns only those positions, ``[batch, k, d_model]``;
     on a stack the last block then runs its queries and MLP only there
-    (:meth:`~cel_lens.model.stack.Stack.run`).
+    (:meth:`~cel_lens.model.stack.Stack.run`). ``variants`` (``[V, layers, heads]``, True = ablated)
+    runs V head ablations of the batch and returns ``V x batch`` rows, variant-major; on a stack the
+    rows stay shared up to the first ablated layer.
     """
     n_layers = model.cfg.n_layers
     stop = n_layers if stop_at_layer is None else stop_at_layer
     if not 0 <= start_at_layer <= stop <= n_layers:
         raise ValueError(f"need 0 <= start_at_layer ({start_at_layer}) <= stop_at_layer ({stop}) <= {n_layers}")
-    if x.is_floating_point():
-        if start_at_layer >= stop:
-            return _kept(x, keep)
-    elif start_at_layer != 0:
+    if not x.is_floating_point() and start_at_layer != 0:
         raise ValueError("a pass that resumes at a later layer takes the residual stream, not tokens")
     hooks = check_hooks(model, fwd_hooks)
     stack = _stack(model, hooks)
     if stack is not None:
-        with model.hooks(fwd_hooks=hooks):
-            return stack.run(x, start_at_layer, stop, attention_mask, keep=None if keep is None else keep.to(x.device))
+        with _local_hooks(model, hooks):
+            return stack.run(x, start_at_layer, stop, attention_mask, keep=_on(keep, x), variants=variants)
+    x, attention_mask, keep, hooks = _split_variants(x, attention_mask, keep, hooks, variants)
+    if x.is_floating_point() and start_at_layer >= stop:
+        return _kept(x, keep)
     if is_bridge(model):
         return _kept(_bridge_forward_resid(model, x, start_at_layer, stop, hooks, attention_mask), keep)
     kwargs = {"stop_at_layer": stop}
@@ -102,6 +107,53 @@ def forward_resid(
         kwargs["start_at_layer"] = start_at_layer
     with model.hooks(fwd_hooks=hooks):
         return _kept(model(x, **kwargs), keep)
+
+
+def _on(t: Optional[Tensor], like: Tensor) -> Optional[Tensor]:
+    return None if t is None else t.to(like.device)
+
+
+def _split_variants(x, attention_mask, keep, hooks: list[Hook], variants: Optional[Tensor]):
+    """Without a stack: the inputs repeated variant-major and hooks zeroing each variant's heads."""
+    if variants is None:
+        return x, attention_mask, keep, hooks
+    n_var, batch = int(variants.shape[0]), x.shape[0]
+
+    def rep(t: Optional[Tensor]) -> Optional[Tensor]:
+        return None if t is None else einops.repeat(t, "b ... -> (v b) ...", v=n_var)
+
+    extra = []
+    for layer in range(variants.shape[1]):
+        if bool(variants[:, layer].any()):
+            rows = einops.repeat(~variants[:, layer], "v h -> (v b) h", b=batch)
+
+            def hook(z: Tensor, hook=None, rows=rows) -> Tensor:  # noqa: ANN001 - TL hook signature
+                return zero_heads(z, rows.to(z.device))
+
+            extra.append((f"blocks.{layer}.attn.hook_z", hook))
+    return rep(x), rep(attention_mask), rep(keep), hooks + extra
+
+
+@contextlib.contextmanager
+def _local_hooks(model, hooks: Sequence[Hook]) -> Iterator[None]:
+    """``model.hooks(fwd_hooks=hooks)`` without its sweep over every hook point on exit: only the
+    points given get their hooks of this level removed."""
+    if not hooks:
+        yield
+        return
+    model.context_level += 1
+    level = model.context_level
+    points = []
+    try:
+        for name, fn in hooks:
+            point = model.hook_dict[name]
+            point.add_hook(fn, dir="fwd", level=level)
+            points.append(point)
+        yield
+    finally:
+        for point in points:
+            point.remove_hooks("fwd", level=level)
+        model.context_level -= 1
 
 
 def _kept(resid: Tensor, keep: Optional[Tensor]) -> Tensor:
@@ -254,9 +306,11 @@ def forward_resid_cached(
     start_at_layer: int = 0,
     fwd_hooks: Sequence[Hook] = (),
     keep: Optional[Int[Tensor, "batch k"]] = None,
+    variants: Optional[Bool[Tensor, "variant layer head"]] = None,
 ) -> Float[Tensor, "batch new d_model"]:
     """Residual stream after the last block for ``x``, appended to a key/value ``cache``
-    (``keep``: only those new positions, as in :func:`forward_resid`).
+    (``keep`` and ``variants`` as in :func:`forward_resid`; the cache then holds ``V x batch``
+    rows).
 
     ``attention_mask`` covers the cached positions *and* the new ones (1 = real token), so padding
     on either side gets the right rotary positions and pad keys are never attended. ``x`` is tokens
@@ -266,7 +320,8 @@ def forward_resid_cached(
     """
     if cache is None:
         return forward_resid(
-            model, x, start_at_layer=start_at_layer, fwd_hooks=fwd_hooks, attention_mask=attention_mask, keep=keep
+            model, x, start_at_layer=start_at_layer, fwd_hooks=fwd_hooks, attention_mask=attention_mask, keep=keep,
+            variants=variants,
         )
     if not x.is_floating_point() and start_at_layer != 0:
         raise ValueError("a pass that resumes at a later layer takes the residual stream, not tokens")
@@ -279,8 +334,9 @@ def forward_resid_cached(
                 "this pass has hooks the fused-attention stack does not fire (or fused attention is off): "
                 "its key/value cache cannot serve it"
             )
-        with model.hooks(fwd_hooks=hooks):
-            return stack.run(x, start_at_layer, n_layers, attention_mask, cache, keep=None if keep is None else keep.to(x.device))
+        with _local_hooks(model, hooks):
+            return stack.run(x, start_at_layer, n_layers, attention_mask, cache, keep=_on(keep, x), variants=variants)
+    x, attention_mask, keep, hooks = _split_variants(x, attention_mask, keep, hooks, variants)
     with model.hooks(fwd_hooks=hooks):
         if x.is_floating_point():
             return _kept(model(

@@ -30,12 +30,13 @@ import contextlib
 from dataclasses import dataclass
 from typing import Callable, Iterator, Optional, Sequence
 
+import einops
 import torch
 import torch.nn.functional as F
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-__all__ = ["Stack", "StackCache", "stack_for", "fused_attention", "fused_attention_enabled"]
+__all__ = ["Stack", "StackCache", "stack_for", "fused_attention", "fused_attention_enabled", "zero_heads"]
 
 _ENABLED = [True]
 _BRIDGE_TYPES = ("llama", "qwen2", "mistral", "smollm3")
@@ -115,16 +116,41 @@ class StackCache:
         return out
 
 
+def _rotary_tables(cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
+    """``cos`` and a signed ``sin`` (``[b, 1, s, rot]``) for :func:`_rotate`: rotate-half's sign
+    folded into the table once per pass."""
+    half = sin.shape[-1] // 2
+    signed = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
+    return cos[:, None], signed[:, None]
+
+
 def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """Rotary embedding of ``x`` (``[b, h, s, d]``) on its first ``cos.shape[-1]`` dimensions,
-    rotate-half convention (Llama, GPT-NeoX); ``cos``/``sin`` are ``[b, s, rot]``."""
+    """Rotary embedding of ``x`` (``[b, h, s, d]``) on its first ``rot`` dimensions, rotate-half
+    convention (Llama, GPT-NeoX): ``x cos + rotate_half(x) sin`` (tables from :func:`_rotary_tables`)."""
     rot = cos.shape[-1]
-    cos, sin = cos[:, None], sin[:, None]
     part = x[..., :rot] if rot < x.shape[-1] else x
-    half = rot // 2
-    flipped = torch.cat((-part[..., half:], part[..., :half]), dim=-1)
-    rotated = part * cos + flipped * sin
+    rotated = torch.addcmul(part * cos, part.roll(rot // 2, dims=-1), sin)
     return torch.cat((rotated, x[..., rot:]), dim=-1) if rot < x.shape[-1] else rotated
+
+
+def zero_heads(z: Float[Tensor, "row pos head d_head"], keep: Bool[Tensor, "row head"]) -> Tensor:
+    """``z`` with the heads where ``keep`` is False zeroed, per row."""
+    return torch.where(keep[:, None, :, None], z, torch.zeros((), dtype=z.dtype, device=z.device))
+
+
+class _Rows:
+    """What a pass knows per row (positions, masks, rotary tables, kept positions); repeated
+    variant-major when the pass splits into its variants."""
+
+    def __init__(self, **tensors: Optional[Tensor]) -> None:
+        self.__dict__.update(tensors)
+
+    def repeat(self, n: int) -> None:
+        for name, t in list(self.__dict__.items()):
+            if isinstance(t, Tensor):
+                setattr(self, name, t.repeat(n, *([1] * (t.ndim - 1))))
+            elif isinstance(t, tuple):
+                setattr(self, name, tuple(u.repeat(n, *([1] * (u.ndim - 1))) for u in t))
 
 
 class Stack:
@@ -166,59 +192,92 @@ class Stack:
         attention_mask: Optional[Int[Tensor, "batch past_and_new"]] = None,
         cache: Optional[StackCache] = None,
         keep: Optional[Int[Tensor, "batch k"]] = None,
-    ) -> Float[Tensor, "batch new_or_k d_model"]:
+        variants: Optional[Bool[Tensor, "variant layer head"]] = None,
+    ) -> Float[Tensor, "rows new_or_k d_model"]:
         """Residual stream after layers ``[start, stop)``: ``x`` is tokens (``start == 0``) or the
         residual stream entering ``start``. ``attention_mask`` (1 = real token) covers the cached
         positions and the new ones; ``cache`` receives the new keys and values of each layer run.
 
         ``keep`` (indices among the new positions, per row) asks for only those positions: the last
         layer then computes keys and values everywhere (later positions' attention, and the cache,
-        need them) but queries, attention output and MLP only there, and ``[batch, k, d_model]`` is
-        returned. That layer's ``hook_z`` and MLP hooks see only the kept positions."""
+        need them) but queries, attention output and MLP only there, and ``[rows, k, d_model]`` is
+        returned. That layer's ``hook_z`` and MLP hooks see only the kept positions.
+
+        ``variants`` (``[V, layers, heads]``, True = ablated) runs V ablations of the batch: the
+        rows stay shared up to the first layer any variant ablates, whose attention runs once;
+        there the batch splits into ``V x batch`` rows (variant-major) and each variant's heads are
+        zeroed in ``z``. With a ``cache`` the batch splits before the first layer."""
         resid = self.embed(x) if not x.is_floating_point() else x
         batch, new = resid.shape[:2]
         past = cache.past(start) if cache is not None else 0
         positions, mask, causal = _attention_plan(attention_mask, batch, past, new, resid.device)
-        rope: Optional[tuple[Tensor, Tensor]] = None
-        if keep is not None and start >= stop:
-            return resid.gather(1, keep[..., None].expand(-1, -1, resid.shape[-1]))
+        n_var = 1 if variants is None else int(variants.shape[0])
+        split_at = stop
+        if variants is not None:
+            split_at = next((l for l in range(start, stop) if bool(variants[:, l].any())), stop)
+        rows = _Rows(positions=positions, mask=mask, keep=keep, attention_mask=attention_mask, rope=None)
+        keep_heads = None
+        if n_var > 1 and (cache is not None or split_at >= stop):
+            resid, split_at = resid.repeat(n_var, 1, 1), -1
+            rows.repeat(n_var)
+        if variants is not None:
+            keep_heads = einops.repeat(~variants.to(resid.device), "v l h -> (v b) l h", b=batch)
         for layer in range(start, stop):
             spec = self.layers[layer]
             resid = spec.hook_resid_pre(resid)
             if cache is not None and cache.past(layer) != past:
                 raise ValueError(f"cache holds {cache.past(layer)} positions at layer {layer}, {past} at layer {start}")
-            if spec.rope and rope is None:
-                rope = self.rotary(resid, positions)
-            last = keep is not None and layer == stop - 1
-            h = spec.ln1(resid)
-            if last:
-                assert keep is not None
-                q, k, v = spec.qkv(h, keep)
-                q_rope = None if rope is None else tuple(t.gather(1, keep[..., None].expand(-1, -1, t.shape[-1])) for t in rope)
-                resid = resid.gather(1, keep[..., None].expand(-1, -1, resid.shape[-1]))
-                q_mask = _kept_mask(attention_mask, keep, batch, past, new, resid.device)
-            else:
-                q, k, v = spec.qkv(h, None)
-                q_rope, q_mask = rope, mask
-            q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-            if spec.rope:
-                assert rope is not None and q_rope is not None
-                q, k = _rotate(q, *q_rope), _rotate(k, *rope)
-            if cache is not None:
-                k, v = cache.append(layer, k, v)
-            z = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=q_mask, is_causal=causal and not last, scale=self.scale,
-                enable_gqa=self.n_kv != self.n_heads,
-            ).transpose(1, 2)
-            n_q = z.shape[1]
+            if spec.rope and rows.rope is None:
+                rows.rope = _rotary_tables(*self.rotary(resid, rows.positions))
+            last = rows.keep is not None and layer == stop - 1
+            z, resid = self._attend(spec, resid, rows, cache, layer, past, new, causal, last)
+            if layer == split_at:
+                z = einops.repeat(z, "b p h d -> (v b) p h d", v=n_var)
+                resid = einops.repeat(resid, "b p d -> (v b) p d", v=n_var)
+                rows.repeat(n_var)
+            if keep_heads is not None and split_at <= layer and bool(variants[:, layer].any()):
+                z = zero_heads(z, keep_heads[:, layer])
+            n_rows, n_q = z.shape[:2]
             if spec.z_flat:
-                z = spec.hook_z(z.reshape(batch, n_q, -1))
+                z = spec.hook_z(z.reshape(n_rows, n_q, -1))
             else:
-                z = spec.hook_z(z).reshape(batch, n_q, -1)
+                z = spec.hook_z(z).reshape(n_rows, n_q, -1)
             resid = resid + spec.out(z)
             if spec.mlp is not None:
                 resid = resid + spec.mlp(spec.ln2(resid))
+        if start >= stop and rows.keep is not None:
+            resid = resid.gather(1, rows.keep[..., None].expand(-1, -1, resid.shape[-1]))
         return resid
+
+    def _attend(
+        self, spec: _Layer, resid: Tensor, rows: _Rows, cache: Optional[StackCache], layer: int, past: int, new: int,
+        causal: bool, last: bool,
+    ) -> tuple[Tensor, Tensor]:
+        """One layer's attention output per head (``[rows, positions, heads, d_head]``) and the
+        residual stream it adds to (only the kept positions, on the last layer of a ``keep`` pass)."""
+        h = spec.ln1(resid)
+        keep = rows.keep if last else None
+        q, k, v = spec.qkv(h, keep)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        mask = rows.mask
+        if keep is not None:
+            resid = resid.gather(1, keep[..., None].expand(-1, -1, resid.shape[-1]))
+            mask = _kept_mask(rows.attention_mask, keep, resid.shape[0], past, new, resid.device)
+        if spec.rope:
+            cos, sin = rows.rope
+            if keep is not None:
+                idx = keep[:, None, :, None].expand(-1, 1, -1, cos.shape[-1])
+                q = _rotate(q, cos.gather(2, idx), sin.gather(2, idx))
+            else:
+                q = _rotate(q, cos, sin)
+            k = _rotate(k, cos, sin)
+        if cache is not None:
+            k, v = cache.append(layer, k, v)
+        z = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, is_causal=causal and keep is None, scale=self.scale,
+            enable_gqa=self.n_kv != self.n_heads,
+        )
+        return z.transpose(1, 2), resid
 
 
 def _kept_mask(

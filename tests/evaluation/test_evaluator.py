@@ -14,7 +14,7 @@ import torch
 from cel_lens.evaluation import EvalResult, encode_pair, encode_split, evaluate, greedy_generate, logprob_metric
 from cel_lens.evaluation.choices import aggregate
 from cel_lens.evaluation.teacher_forced import score_batches
-from cel_lens.model import ablate
+from cel_lens.model import ablate, fused_attention
 from cel_lens.heads import HeadSet
 from cel_lens.tasks import Example, Split
 
@@ -167,7 +167,8 @@ def test_variants_in_one_call_equal_separate_calls(model, arithmetic_split):
 
 
 def test_intact_pass_runs_once_and_layers_below_are_not_recomputed(model, arithmetic_split):
-    """Rows through each block: the intact pass once; variants only from their first ablated layer."""
+    """Rows through each block: the intact pass once; variants only from their first ablated layer,
+    and variants that start at the same layer share its input rows (they split inside that layer)."""
     rows_seen = {layer: 0 for layer in range(3)}
 
     def counter(layer):
@@ -184,6 +185,15 @@ def test_intact_pass_runs_once_and_layers_below_are_not_recomputed(model, arithm
     finally:
         model.reset_hooks(including_permanent=True)
     n = len(arithmetic_split)
+    assert rows_seen == {0: n, 1: 2 * n, 2: 3 * n}
+    with fused_attention(False):  # the model's own forward: every variant's rows through its blocks
+        for layer in range(3):
+            rows_seen[layer] = 0
+            model.blocks[layer].hook_resid_pre.add_hook(counter(layer), is_permanent=True)
+        try:
+            evaluate(model, arithmetic_split, sets, batch_size=8, progress=False)
+        finally:
+            model.reset_hooks(including_permanent=True)
     assert rows_seen == {0: n, 1: 2 * n, 2: 5 * n}
 
 
