@@ -1,7 +1,9 @@
 """Batched greedy generation under ablation, and the judged evaluation of generation tasks.
 
-Prompts are left padded with the matching attention mask (rotary positions count real tokens only)
-and decoded with a key/value cache (full recomputation for models without one); each row carries
+Prompts are right padded with the matching attention mask (causal attention alone keeps the pads
+out of the prompt pass; generated tokens follow each row's last real token, at its next rotary
+position, and never attend its pads) and decoded with a key/value cache (full recomputation for
+models without one); each row carries
 its own ablation mask, applied on every token, prompt and generated. Finished rows leave the batch
 (once a quarter of it has finished). Completions are cut at the task's stop strings and judged by
 ``split.judge``.
@@ -47,15 +49,17 @@ def _cut(text: str, stops: Sequence[str]) -> str:
     return text
 
 
-def _left_padded(prompts: Sequence[Sequence[int]], pad: int, device) -> tuple[Tensor, Tensor]:
-    """Tokens and attention mask of ``prompts``, left padded to the longest."""
+def _right_padded(prompts: Sequence[Sequence[int]], pad: int, device) -> tuple[Tensor, Tensor, Tensor]:
+    """Tokens and attention mask of ``prompts``, right padded to the longest, and the position of
+    each prompt's last token."""
     width = max(len(q) for q in prompts)
     tokens = torch.full((len(prompts), width), pad, dtype=torch.long)
     attn = torch.zeros((len(prompts), width), dtype=torch.long)
     for i, q in enumerate(prompts):
-        tokens[i, width - len(q) :] = torch.tensor(list(q), dtype=torch.long)
-        attn[i, width - len(q) :] = 1
-    return tokens.to(device), attn.to(device)
+        tokens[i, : len(q)] = torch.tensor(list(q), dtype=torch.long)
+        attn[i, : len(q)] = 1
+    last = torch.tensor([len(q) - 1 for q in prompts], dtype=torch.long)[:, None]
+    return tokens.to(device), attn.to(device), last.to(device)
 
 
 def _per_row_stops(stop, n: int) -> list[list[str]]:
@@ -73,8 +77,8 @@ def greedy_generate(
 ) -> list[list[int]]:
     """Greedy continuations (token ids, without the EOS) of token-id ``prompts`` in one batch.
 
-    Prompts are left padded with the matching attention mask (rotary positions count real tokens
-    only) and decoded with a key/value cache (full recomputation for models without one). ``masks``
+    Prompts are right padded with the matching attention mask (see the module docstring) and
+    decoded with a key/value cache (full recomputation for models without one). ``masks``
     (``[row, layer, head]``, ``True`` = ablated) zero ``hook_z`` of each row on every token, prompt
     and generated. A row stops at EOS or once its decoded text contains one of its stop sequences
     (``stop``: one list for all rows, or one list per row); finished rows leave the batch.
@@ -87,14 +91,15 @@ def greedy_generate(
         masks = torch.zeros(n, n_layers, n_heads, dtype=torch.bool)
     if masks.shape[0] != n:
         raise ValueError(f"masks has {masks.shape[0]} rows for {n} prompts")
-    tokens, attn = _left_padded(prompts, pad_id(model), param_device(model))
+    tokens, attn, last = _right_padded(prompts, pad_id(model), param_device(model))
     cache = init_kv_cache(model, n)
+    hooks = variant_hooks(masks, 1)
     with torch.inference_mode():
         if cache is not None:
-            resid = forward_resid_cached(model, tokens, cache, attention_mask=attn, fwd_hooks=variant_hooks(masks, 1))
+            resid = forward_resid_cached(model, tokens, cache, attention_mask=attn, fwd_hooks=hooks, keep=last)
         else:
-            resid = forward_resid(model, tokens, fwd_hooks=variant_hooks(masks, 1), attention_mask=attn)
-        return _decode(model, resid[:, -1], cache, tokens, attn, masks, _per_row_stops(stop, n), stop_at_eos, max_new_tokens)
+            resid = forward_resid(model, tokens, fwd_hooks=hooks, attention_mask=attn, keep=last)
+        return _decode(model, resid[:, 0], cache, tokens, attn, masks, _per_row_stops(stop, n), stop_at_eos, max_new_tokens)
 
 
 def _decode(
@@ -169,10 +174,10 @@ def generate_variants(
     """Greedy continuations of every prompt under every variant: ``[variant][prompt]`` token ids,
     equal to :func:`greedy_generate` of each (prompt, mask) alone.
 
-    Variants run ``max_rows // len(prompts)`` at a time (default: all), ordered by their first
-    ablated layer. With a stack key/value cache the prompts' intact pass runs once and each chunk
-    of variants resumes it at its lowest first ablated layer (see the module docstring); otherwise
-    each chunk runs :func:`greedy_generate`. ``stop``: one list of stop strings per prompt."""
+    Variants run ``max_rows // len(prompts)`` at a time (default: all). With a stack key/value cache
+    the prompts' intact pass runs once and each chunk of variants, all with the same first ablated
+    layer, resumes it there (see the module docstring); otherwise each chunk runs
+    :func:`greedy_generate`. ``stop``: one list of stop strings per prompt."""
     n_var, n = masks.shape[0], len(prompts)
     n_layers = masks.shape[1]
     out: list[list[list[int]]] = [[[] for _ in range(n)] for _ in range(n_var)]
@@ -180,13 +185,16 @@ def generate_variants(
         return out
     stops = [list(s) for s in stop] if stop else [[] for _ in range(n)]
     first = [int(m.any(-1).nonzero()[0, 0]) if bool(m.any()) else n_layers for m in masks]
-    order = sorted(range(n_var), key=lambda v: first[v])
     per_chunk = max(1, (max_rows or n_var * n) // n)
-    tokens, attn = _left_padded(prompts, pad_id(model), param_device(model))
+    tokens, attn, last = _right_padded(prompts, pad_id(model), param_device(model))
     probe = init_kv_cache(model, n)
+    shared = isinstance(probe, StackCache)
+    groups: dict[int, list[int]] = {}
+    for v in sorted(range(n_var), key=lambda v: first[v]):
+        groups.setdefault(first[v] if shared else 0, []).append(v)
     with torch.inference_mode():
-        prefix = _intact_prompts(model, tokens, attn, sorted(set(first))) if isinstance(probe, StackCache) else None
-        for chunk in chunks(order, per_chunk):
+        prefix = _intact_prompts(model, tokens, attn, last, sorted(groups)) if shared else None
+        for chunk in (c for members in groups.values() for c in chunks(members, per_chunk)):
             row_masks = masks[chunk].repeat_interleave(n, dim=0)
             row_stops = [stops[i] for _ in chunk for i in range(n)]
             if prefix is None:
@@ -202,9 +210,9 @@ def generate_variants(
     return out
 
 
-def _intact_prompts(model, tokens: Tensor, attn: Tensor, starts: Sequence[int]) -> dict:
+def _intact_prompts(model, tokens: Tensor, attn: Tensor, last: Tensor, starts: Sequence[int]) -> dict:
     """The intact prompt pass: its cache (every layer), the residual stream entering each layer of
-    ``starts``, and the final residual stream."""
+    ``starts``, and the final residual stream at each prompt's last token."""
     cache = init_kv_cache(model, tokens.shape[0])
     sink: dict[int, Tensor] = {}
     n_layers = model_shape(model)[0]
@@ -212,8 +220,8 @@ def _intact_prompts(model, tokens: Tensor, attn: Tensor, starts: Sequence[int]) 
     for layer in starts:
         if 0 < layer < n_layers:
             hooks.append((f"blocks.{layer}.hook_resid_pre", lambda x, hook=None, layer=layer: sink.__setitem__(layer, x)))
-    final = forward_resid_cached(model, tokens, cache, attention_mask=attn, fwd_hooks=hooks)
-    return {"cache": cache, "resid": sink, "final": final, "tokens": tokens, "attn": attn}
+    final = forward_resid_cached(model, tokens, cache, attention_mask=attn, fwd_hooks=hooks, keep=last)
+    return {"cache": cache, "resid": sink, "final": final[:, 0], "tokens": tokens, "attn": attn, "last": last}
 
 
 def _resumed_generate(
@@ -221,7 +229,7 @@ def _resumed_generate(
     max_new_tokens: int,
 ) -> list[list[int]]:
     """Generation for one chunk of variants (rows variant-major) from the intact prompt pass: the
-    cache of the layers below the chunk's lowest first ablated layer is indexed, not recomputed."""
+    cache of the layers below the chunk's first ablated layer is indexed, not recomputed."""
     n_layers = model_shape(model)[0]
     tokens, attn = prefix["tokens"], prefix["attn"]
     n, v = tokens.shape[0], len(chunk)
@@ -230,13 +238,13 @@ def _resumed_generate(
     cache = select_kv_cache(prefix["cache"], index, layers=range(start) if start < n_layers else None)
     rep_attn = attn[index]
     if start >= n_layers:
-        last = prefix["final"][:, -1][index]
+        last = prefix["final"][index]
     else:
         x = tokens[index] if start == 0 else einops.repeat(prefix["resid"][start], "b p d -> (v b) p d", v=v)
-        resid = forward_resid_cached(
-            model, x, cache, attention_mask=rep_attn, start_at_layer=start, fwd_hooks=variant_hooks(row_masks, 1)
-        )
-        last = resid[:, -1]
+        last = forward_resid_cached(
+            model, x, cache, attention_mask=rep_attn, start_at_layer=start, fwd_hooks=variant_hooks(row_masks, 1),
+            keep=prefix["last"][index],
+        )[:, 0]
     return _decode(model, last, cache, tokens[index], rep_attn, row_masks, row_stops, stop_at_eos, max_new_tokens)
 
 

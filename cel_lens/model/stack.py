@@ -429,7 +429,7 @@ def _hooked_stack(model) -> Optional[Stack]:
             return q, k.view(*s, n_kv, d_head), v.view(*s, n_kv, d_head)
 
         def out(z: Tensor, w_o=w_o, b_o=b_o) -> Tensor:
-            return torch.matmul(z, w_o.reshape(-1, w_o.shape[-1])) + b_o
+            return torch.addmm(b_o, z.reshape(-1, z.shape[-1]), w_o.reshape(-1, w_o.shape[-1])).view(*z.shape[:-1], -1)
 
         attn_only = bool(cfg.attn_only)
         layers.append(
@@ -470,9 +470,10 @@ def _hooked_mlp(mlp: torch.nn.Module) -> Callable[[Tensor], Tensor]:
         return mlp
 
     def gated(x: Tensor) -> Tensor:
-        pre = mlp.hook_pre(torch.matmul(x, mlp.W_gate))
-        post = mlp.hook_post(mlp.act_fn(pre) * mlp.hook_pre_linear(torch.matmul(x, mlp.W_in)) + mlp.b_in)
-        return torch.matmul(post, mlp.W_out) + mlp.b_out
+        flat = x.reshape(-1, x.shape[-1])
+        pre = mlp.hook_pre(torch.matmul(flat, mlp.W_gate))
+        post = mlp.hook_post(torch.addcmul(mlp.b_in, mlp.act_fn(pre), mlp.hook_pre_linear(torch.matmul(flat, mlp.W_in))))
+        return torch.addmm(mlp.b_out, post, mlp.W_out).view(*x.shape[:-1], -1)
 
     return _HookedMLP(mlp, gated)
 
