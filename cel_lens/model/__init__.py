@@ -19,7 +19,7 @@ from cel_lens.model.identity import model_id, model_manifest, weights_hash
 from cel_lens.model.kinds import is_bridge, model_shape, supports_resume
 from cel_lens.model.load import PROCESSING_DEFAULTS, load_model
 from cel_lens.model.registry import PAPER_MODELS, ModelSpec
-from cel_lens.model.stack import fused_attention
+from cel_lens.model.stack_build import fused_attention
 
 __all__ = [
     "load_model",

@@ -29,7 +29,8 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from cel_lens.model.kinds import is_bridge, model_name
-from cel_lens.model.stack import StackCache, stack_for, zero_heads
+from cel_lens.model.stack import StackCache, zero_heads
+from cel_lens.model.stack_build import stack_for
 
 __all__ = [
     "Hook",

@@ -15,7 +15,8 @@ import torch
 from cel_lens.heads import masks_from_head_sets
 from cel_lens.model import ablation_hooks, forward_resid, fused_attention, load_model, supports_resume, unembed, variant_hooks
 from cel_lens.model.forward import forward_resid_cached, init_kv_cache
-from cel_lens.model.stack import StackCache, stack_for
+from cel_lens.model.stack import StackCache
+from cel_lens.model.stack_build import stack_for
 
 ATOL = 1e-4
 ARCHS = ["llama", "qwen2", "smollm3"]
