@@ -357,7 +357,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     w = build_workload(args.quick, log)
     only = set(args.only.split(",")) if args.only else {"arith", "boolq", "hellaswag", "mbpp"}
     loops = {}
-    for key in ("arith", "boolq"):
+    try:
+        import lm_eval  # noqa: F401
+    except ImportError:
+        log("lm-eval not installed (pip install 'cel_lens[bench]'): its loop is left out")
+        only_loops: tuple[str, ...] = ()
+    else:
+        only_loops = ("arith", "boolq")
+    for key in only_loops:
         if key in only:
             loops[key] = lm_eval_case(w, key, 2 if args.quick else 3, 1, log)
     rows = []
