@@ -10,12 +10,14 @@ Three protocols, chosen by the split's ``kind`` (lm-evaluation-harness conventio
   prompt (:mod:`~cel_lens.evaluation.choices`). The prompt is run once per example: its last
   position scores every choice's first token, and the remaining choice tokens run as continuations
   of a key/value cache of the prompt (one-token choices, as BoolQ's, need no second pass at all).
-  Models without a TransformerLens cache fall back to one row per choice.
+  Models without a key/value cache (the fused-attention stack's or TransformerLens's) fall back to
+  one row per choice.
 * ``generation`` (MBPP): batched greedy decoding (:mod:`~cel_lens.evaluation.generation`), judged
   by ``split.judge``.
 
 Teacher-forced protocols run many variants per forward pass and resume ablated passes from the
-intact residual stream (:mod:`~cel_lens.evaluation.teacher_forced`).
+intact residual stream (:mod:`~cel_lens.evaluation.teacher_forced`), in length-sorted batches of a
+token budget (:func:`~cel_lens.evaluation.encode.encode_split`).
 """
 
 from __future__ import annotations
