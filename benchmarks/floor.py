@@ -5,7 +5,8 @@ the layers from the head's own layer on: ``(1 + N (L+1) / (2L))`` intact passes.
 that pass from ``transformers`` itself, with PyTorch's fused attention, on the token ids cel_lens
 scores (:func:`cel_lens.evaluation.encode_pair`), sorted by length and cut into buckets of a token
 budget with at most 10 % padding; unembedding only the scored positions; for multiple choice with
-multi-token endings, each context once and its endings after a key/value cache. Several budgets are
+multi-token endings, each context once and its endings (grouped by length) after a key/value cache.
+Several budgets are
 timed (one example per batch, i.e. no padding at all, and larger buckets) and the fastest counts.
 
 For generation the floor is ``transformers``' ``generate`` with its key/value cache (greedy, the
@@ -14,6 +15,7 @@ prompts one at a time, stopping at EOS), timed intact and scaled by ``N + 1``.
 
 from __future__ import annotations
 
+import copy
 import time
 from typing import Any, Callable, Optional, Sequence
 
@@ -87,7 +89,8 @@ def _rows_pass(hf, encoded, max_tokens: int, pad: int) -> None:
 
 
 def _shared_pass(hf, encoded, max_tokens: int, pad: int) -> None:
-    """Each context once (right padded), then its continuations after a key/value cache of it."""
+    """Each context once (right padded), then its continuations after a key/value cache of it, in
+    groups of like length."""
     from transformers import DynamicCache
 
     lengths = [len(ctx) for ctx, _ in encoded]
@@ -103,24 +106,28 @@ def _shared_pass(hf, encoded, max_tokens: int, pad: int) -> None:
         last = hidden[torch.arange(len(idx)), mask.sum(-1) - 1]
         conts = [(r, c) for r, i in enumerate(idx) for c in encoded[i][1]]
         _score(hf, last[torch.tensor([r for r, _ in conts])], torch.tensor([c[0] for _, c in conts]))
-        k = max(len(c) for _, c in conts) - 1
-        if k == 0:
-            continue
-        rows = torch.tensor([r for r, _ in conts])
-        cache.batch_select_indices(rows)
-        ct = torch.full((len(conts), k), pad, dtype=torch.long)
-        cm = torch.zeros((len(conts), k), dtype=torch.long)
-        for j, (_, c) in enumerate(conts):
-            ct[j, : len(c) - 1] = torch.tensor(c[:-1])
-            cm[j, : len(c) - 1] = 1
-        full = torch.cat([mask[rows], cm], dim=1)
-        positions = (full.cumsum(-1) - 1).clamp_min(0)[:, width:]
-        out = hf.model(input_ids=ct, attention_mask=full, position_ids=positions, cache=cache, use_cache=True)
-        sel = cm.bool()
-        nxt = torch.zeros_like(ct)
-        for j, (_, c) in enumerate(conts):
-            nxt[j, : len(c) - 1] = torch.tensor(c[1:])
-        _score(hf, out.last_hidden_state[sel], nxt[sel])
+        lengths = [len(c) - 1 for _, c in conts]
+        for group in buckets(lengths, 1 << 30):  # endings of like length together (<= 10 % padding)
+            group = [j for j in group if lengths[j] > 0]
+            if not group:
+                continue
+            k = lengths[group[0]]
+            rows = torch.tensor([conts[j][0] for j in group])
+            sub = copy.deepcopy(cache)
+            sub.batch_select_indices(rows)
+            ct = torch.full((len(group), k), pad, dtype=torch.long)
+            cm = torch.zeros((len(group), k), dtype=torch.long)
+            nxt = torch.zeros_like(ct)
+            for r, j in enumerate(group):
+                c = conts[j][1]
+                ct[r, : len(c) - 1] = torch.tensor(c[:-1])
+                cm[r, : len(c) - 1] = 1
+                nxt[r, : len(c) - 1] = torch.tensor(c[1:])
+            full = torch.cat([mask[rows], cm], dim=1)
+            positions = (full.cumsum(-1) - 1).clamp_min(0)[:, width:]
+            out = hf.model(input_ids=ct, attention_mask=full, position_ids=positions, cache=sub, use_cache=True)
+            sel = cm.bool()
+            _score(hf, out.last_hidden_state[sel], nxt[sel])
 
 
 def hf_pass_seconds(

@@ -35,7 +35,7 @@ def print_rows(rec: dict[str, Any]) -> None:
 
 def _summary(rec: dict[str, Any]) -> list[str]:
     out = [
-        "| model type | task | \\|D_dist\\| | positions real / padded | cel_lens scan, CPU s (wall) | floor, CPU s "
+        "| model type | task | \\|D_dist\\| | positions real / computed | cel_lens scan, CPU s (wall) | floor, CPU s "
         "| efficiency vs floor | efficiency vs own pass | lm-eval loop, CPU s | vs lm-eval | TL loop, CPU s | vs TL loop "
         "| decisions identical |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
@@ -49,7 +49,7 @@ def _summary(rec: dict[str, Any]) -> list[str]:
         if "lmeval_heads" in r:
             checked.append(f"lm-eval {r['lmeval_heads']} heads")
         out.append(
-            f"| {KINDS[r['kind']]} | {r['task_label']} | {r['n_dist']} | {r['tokens_real']} / {r['tokens_padded']} "
+            f"| {KINDS[r['kind']]} | {r['task_label']} | {r['n_dist']} | {r['tokens_real']} / {r.get('tokens_computed', r.get('tokens_padded'))} "
             f"| {r['cel_cpu_s']:.1f} ({r['cel_wall_s']:.1f}) | {r['floor_cpu_s']:.1f} | **{r['efficiency_hf']:.2f}** "
             f"| {r['efficiency_own']:.2f} | {lm} | **{_x(r.get('ratio_lmeval'))}** | {tl} | {_x(r.get('ratio_naive'))} "
             f"| {'yes' if r['identical'] else 'NO'} (+ intact; {', '.join(checked) or 'no loop'}) |"

@@ -51,8 +51,27 @@ STORE_BUDGET = 256 * 2**20
 BATCH = 8
 
 
+class _Recording:
+    """An oracle wrapper that keeps every per-example result it returns (the scan's decisions,
+    for comparison with the loops, without evaluating again)."""
+
+    def __init__(self, oracle) -> None:
+        self.oracle, self.n_layers, self.n_heads = oracle, oracle.n_layers, oracle.n_heads
+        self.seen: dict[str, torch.Tensor] = {}
+
+    def evaluate(self, split: str, head_sets, *, stage: str = "") -> torch.Tensor:
+        out = self.oracle.evaluate(split, head_sets, stage=stage)
+        for s, row in zip(head_sets, out):
+            self.seen[str(s)] = row
+        return out
+
+    def store(self, split: str):
+        return self.oracle.store(split)
+
+
 def cel_scan(model, task, heads: Optional[Sequence[tuple[int, int]]] = None, budget: Optional[int] = STORE_BUDGET):
-    """cel_lens's stage-1 exact scan on ``task``'s D_dist: ``(gains in heads order, oracle)``.
+    """cel_lens's stage-1 exact scan on ``task``'s D_dist: ``(gains in heads order, oracle)``; the
+    oracle records every per-example result (``oracle.seen``, by head set).
 
     All heads: :func:`cel_lens.scoring.exact_scores` over a :class:`cel_lens.backends.LocalOracle`
     (the public path). A subset: the same two oracle calls exact_scores makes, on those heads."""
@@ -60,7 +79,7 @@ def cel_scan(model, task, heads: Optional[Sequence[tuple[int, int]]] = None, bud
     from cel_lens.heads import Head, HeadSet
     from cel_lens.scoring import exact_scores
 
-    oracle = LocalOracle(model, task, batch_size=BATCH, store_budget=budget, progress=False)
+    oracle = _Recording(LocalOracle(model, task, batch_size=BATCH, store_budget=budget, progress=False))
     if heads is None:
         return exact_scores(oracle).flatten(), oracle
     intact = oracle.evaluate("dist", [HeadSet()])[0]
@@ -96,10 +115,11 @@ def _decisions(cel_correct: torch.Tensor, loop: dict[str, Any], H: int, name: st
 
 
 def _all_decisions(oracle, L: int, H: int) -> torch.Tensor:
+    """The scan's per-example decisions: intact, then every head layer-major."""
     from cel_lens.heads import Head, HeadSet
 
     sets = [HeadSet()] + [HeadSet([Head(l, h)]) for l in range(L) for h in range(H)]
-    return oracle.evaluate("dist", sets)
+    return torch.stack([oracle.seen[str(s)] for s in sets])
 
 
 def run_case(w: dict[str, Any], kind: str, task_key: str, reps: int, loops: dict[str, Any], log) -> dict[str, Any]:
@@ -154,7 +174,7 @@ def run_case(w: dict[str, Any], kind: str, task_key: str, reps: int, loops: dict
         "floor_cpu_s": hf["pass_cpu_s"] * floor_factor(L, N), "own_pass_cpu_s": own,
         "own_floor_cpu_s": own * floor_factor(L, N), "variants_per_forward": repeat,
         "tokens_real": sum(b.real_tokens for b in store.batches),
-        "tokens_padded": sum(b.padded_tokens for b in store.batches), "n_batches": len(store.batches),
+        "tokens_computed": sum(b.computed_tokens for b in store.batches), "n_batches": len(store.batches),
         "layout": store.batches[0].layout, "store_bytes": store.bytes_used, "store_layers": list(store.stored_layers),
         "intact_acc": float(cel_correct[0].float().mean()), "gains_min": float(gains.min()),
         "gains_max": float(gains.max()), "gains_distinct": len(set(gains.tolist())),

@@ -9,7 +9,10 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-__all__ = ["TeacherForced", "EncodedBatch", "teacher_forced_rows", "build_batch"]
+__all__ = ["TeacherForced", "EncodedBatch", "teacher_forced_rows", "build_batch", "length_groups", "MAX_PADDING"]
+
+MAX_PADDING = 0.1
+"""Largest share of a batch's (or a continuation group's) positions that may be padding."""
 
 Encoded = tuple[list[int], list[list[int]], int, list[int]]
 """One encoded example: context ids, continuation ids per choice, label, choice lengths in characters."""
@@ -88,6 +91,16 @@ class EncodedBatch:
         return int(self.context_tokens.numel() + self.cont_tokens.numel())
 
     @property
+    def computed_tokens(self) -> int:
+        """Positions one intact pass computes: :attr:`padded_tokens`, less the continuation padding
+        that running continuations in groups of like length (:func:`length_groups`) skips."""
+        if self.rows is not None:
+            return self.padded_tokens
+        assert self.context_tokens is not None and self.cont_mask is not None
+        lengths = self.cont_mask.sum(1).tolist()
+        return int(self.context_tokens.numel()) + sum(len(g) * int(lengths[g[0]]) for g in length_groups(lengths))
+
+    @property
     def real_tokens(self) -> int:
         """Positions of real tokens among :attr:`padded_tokens`."""
         if self.rows is not None:
@@ -112,6 +125,26 @@ class EncodedBatch:
             return [(*self.rows.tokens.shape, d_model)]
         assert self.context_tokens is not None and self.cont_tokens is not None
         return [(*self.context_tokens.shape, d_model), (*self.cont_tokens.shape, d_model)]
+
+
+def length_groups(lengths: Sequence[int]) -> list[list[int]]:
+    """Indices of the non-zero ``lengths``, longest first, cut into groups padded at most
+    :data:`MAX_PADDING` (a group closes before the row that would
+    push it over)."""
+    order = [i for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]) if lengths[i] > 0]
+    groups: list[list[int]] = []
+    real = 0
+    for i in order:
+        if groups:
+            cur = groups[-1]
+            padded = lengths[cur[0]] * (len(cur) + 1)
+            if padded - real - lengths[i] <= MAX_PADDING * padded:
+                cur.append(i)
+                real += lengths[i]
+                continue
+        groups.append([i])
+        real = lengths[i]
+    return groups
 
 
 def teacher_forced_rows(pairs: Sequence[tuple[list[int], list[int]]], pad: int) -> TeacherForced:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 
-from cel_lens.evaluation.batch import Encoded, EncodedBatch, build_batch
+from cel_lens.evaluation.batch import MAX_PADDING, Encoded, EncodedBatch, build_batch, length_groups
 from cel_lens.model.forward import init_kv_cache
 from cel_lens.tasks.base import Example, Split
 
@@ -32,9 +32,6 @@ __all__ = [
     "MAX_PADDING",
     "TOKENS_PER_EXAMPLE",
 ]
-
-MAX_PADDING = 0.1
-"""Largest share of a batch's positions that may be padding (unless one example fills the batch)."""
 
 TOKENS_PER_EXAMPLE = 512
 """Padded positions of one forward pass per example of ``batch_size``, unless ``max_tokens`` is given."""
@@ -186,8 +183,8 @@ def cut_batches(
 ) -> list[list[int]]:
     """Cut ``order`` (indices of ``encoded``, longest first) into consecutive batches: a batch
     closes before the example that would make it exceed ``batch_size`` examples, ``max_tokens``
-    padded positions or :data:`MAX_PADDING` padding (positions as
-    :attr:`~cel_lens.evaluation.batch.EncodedBatch.padded_tokens` counts them). Depends only on the examples from a batch's
+    computed positions or :data:`MAX_PADDING` padding (positions as
+    :attr:`~cel_lens.evaluation.batch.EncodedBatch.computed_tokens` counts them). Depends only on the examples from a batch's
     start on, so a run of whole batches re-cuts the same way."""
     batches: list[list[int]] = []
     current: list[int] = []
@@ -206,31 +203,36 @@ def cut_batches(
 
 
 class _Cost:
-    """Padded and real positions of a growing batch (see :func:`batch_cost`), updated per example."""
+    """Positions a growing batch computes and holds real tokens (as
+    :attr:`~cel_lens.evaluation.batch.EncodedBatch.computed_tokens` counts them), per example added."""
 
     def __init__(self, shared: bool) -> None:
         self.shared = shared
-        self.n_ex = self.n_rows = self.width = self.cont = self.real = 0
+        self.n_ex = self.width = self.real = 0
+        self.rows: list[int] = []  # rows layout: row lengths; shared: continuation lengths
 
-    def _after(self, ex: Encoded) -> tuple[int, int, int, int, int]:
+    def _after(self, ex: Encoded) -> tuple[int, int, list[int], int]:
         ctx, conts = ex[0], ex[1]
         if self.shared:
+            rows = self.rows + [len(c) - 1 for c in conts]
             width = max(self.width, len(ctx))
-            cont = max([self.cont] + [len(c) - 1 for c in conts])
             real = self.real + len(ctx) + sum(len(c) - 1 for c in conts)
         else:
-            width = max([self.width] + [len(ctx) + len(c) - 1 for c in conts])
-            cont = 0
+            rows = self.rows + [len(ctx) + len(c) - 1 for c in conts]
+            width = max(rows)
             real = self.real + sum(len(ctx) + len(c) - 1 for c in conts)
-        return self.n_ex + 1, self.n_rows + len(conts), width, cont, real
+        return self.n_ex + 1, width, rows, real
 
     def with_example(self, ex: Encoded) -> tuple[int, int]:
-        n_ex, n_rows, width, cont, real = self._after(ex)
-        padded = n_ex * width + n_rows * cont if self.shared else n_rows * width
+        n_ex, width, rows, real = self._after(ex)
+        if self.shared:
+            padded = n_ex * width + sum(len(g) * rows[g[0]] for g in length_groups(rows))
+        else:
+            padded = len(rows) * width
         return padded, real
 
     def add(self, ex: Encoded) -> None:
-        self.n_ex, self.n_rows, self.width, self.cont, self.real = self._after(ex)
+        self.n_ex, self.width, self.rows, self.real = self._after(ex)
 
 
 def encode_split(

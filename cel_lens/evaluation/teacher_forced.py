@@ -18,7 +18,7 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from cel_lens.evaluation.batch import EncodedBatch, TeacherForced
+from cel_lens.evaluation.batch import EncodedBatch, TeacherForced, length_groups
 from cel_lens.heads import HeadSet, masks_from_head_sets
 from cel_lens.model.ablation import variant_hooks
 from cel_lens.model.forward import forward_resid, forward_resid_cached, init_kv_cache, param_device, select_kv_cache, unembed
@@ -80,11 +80,12 @@ def _shared_vectors(
     sink: Optional[dict] = None,
 ) -> Float[Tensor, "variant row k d_model"]:
     """Residual vectors at each row's scored positions: every prompt once (right padded), then
-    each choice's continuation after its prompt's key/value cache (an index of the prompt's rows)."""
+    each choice's continuation after its prompt's key/value cache (an index of the prompt's rows,
+    :func:`_continuations`)."""
     assert batch.context_tokens is not None and batch.context_mask is not None
     assert batch.cont_tokens is not None and batch.cont_mask is not None
     sink = sink if sink is not None else {}
-    n_var, n_ex, n_rows = masks.shape[0], batch.n_examples, batch.n_rows
+    n_var, n_ex = masks.shape[0], batch.n_examples
     width = batch.cont_tokens.shape[1]
     device = param_device(model)
     ctx_mask = _repeat(batch.context_mask, n_var, device)
@@ -105,17 +106,39 @@ def _shared_vectors(
     last = einops.rearrange(last[:, 0], "(v b) d -> v b d", v=n_var)[:, row_example]  # [v, row, d]
     if width == 0:
         return last[:, :, None]
-    idx = (torch.arange(n_var, device=device)[:, None] * n_ex + row_example[None]).flatten()
-    cont = forward_resid_cached(
-        model,
-        _repeat(_input(model, batch.cont_tokens, sources[1] if sources else None, start), n_var, device),
-        select_kv_cache(cache, idx),
-        attention_mask=torch.cat([ctx_mask[idx], _repeat(batch.cont_mask, n_var, device)], dim=1),
-        start_at_layer=start,
-        fwd_hooks=variant_hooks(masks, n_rows) + _capture_hooks(capture, sink, 1),
-    )
-    cont = einops.rearrange(cont, "(v r) p d -> v r p d", v=n_var)
+    cont = _continuations(model, batch, masks, start, sources, capture, sink, cache, ctx_mask)
     return torch.cat([last[:, :, None], cont], dim=2)
+
+
+def _continuations(model, batch, masks, start, sources, capture, sink, cache, ctx_mask) -> Tensor:
+    """Every choice's continuation after its prompt's cache, ``[variant, row, width, d_model]``:
+    rows in groups of like length (at most a tenth padding each), one pass per group."""
+    n_var, n_ex, n_rows = masks.shape[0], batch.n_examples, batch.n_rows
+    device = param_device(model)
+    row_example = batch.row_example.to(device)
+    lengths = batch.cont_mask.sum(1).tolist()
+    width = batch.cont_tokens.shape[1]
+    dtype = next(model.parameters()).dtype
+    out = torch.zeros(n_var, n_rows, width, int(model.cfg.d_model), device=device, dtype=dtype)
+    for group in length_groups(lengths):
+        g = torch.tensor(group, device=device)
+        w = int(lengths[group[0]])
+        idx = (torch.arange(n_var, device=device)[:, None] * n_ex + row_example[g][None]).flatten()
+        source = sources[1][g.to(sources[1].device), :w] if sources else None
+        part: dict = {}
+        resid = forward_resid_cached(
+            model,
+            _repeat(_input(model, batch.cont_tokens[g.cpu(), :w], source, start), n_var, device),
+            select_kv_cache(cache, idx),
+            attention_mask=torch.cat([ctx_mask[idx], _repeat(batch.cont_mask[g.cpu(), :w], n_var, device)], dim=1),
+            start_at_layer=start,
+            fwd_hooks=variant_hooks(masks, len(group)) + _capture_hooks(capture, part, 1),
+        )
+        out[:, g, :w] = einops.rearrange(resid, "(v r) p d -> v r p d", v=n_var)
+        for key, value in part.items():
+            full = sink.setdefault(key, value.new_zeros(n_rows, width, value.shape[-1]))
+            full[g.to(full.device), :w] = value
+    return out
 
 
 def _score_vectors(
@@ -206,7 +229,7 @@ def variants_per_pass(batch: EncodedBatch, max_tokens: Optional[int], max_rows: 
     ``max_rows`` rows (each bound only when given; at least one of them must be), at least one."""
     if not max_tokens and not max_rows:
         raise ValueError("a forward pass needs a bound: max_tokens or max_rows")
-    per = max(1, int(max_tokens) // max(1, batch.padded_tokens)) if max_tokens else 1 << 30
+    per = max(1, int(max_tokens) // max(1, batch.computed_tokens)) if max_tokens else 1 << 30
     if max_rows:
         per = min(per, max(1, int(max_rows) // max(1, batch.n_rows, batch.n_examples)))
     return per

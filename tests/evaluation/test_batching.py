@@ -65,9 +65,9 @@ def test_batches_are_sorted_budgeted_and_padded_at_most_a_tenth(models, name):
         budget = max_tokens or 512 * batch_size
         for b in batches:
             assert b.n_examples <= batch_size
+            assert b.computed_tokens - b.real_tokens <= MAX_PADDING * b.computed_tokens
             if b.n_examples > 1:
-                assert b.padded_tokens <= budget
-                assert b.padded_tokens - b.real_tokens <= MAX_PADDING * b.padded_tokens
+                assert b.computed_tokens <= budget
         # a run of whole batches re-cuts the same way (what the Ray backend's shards rely on)
         run = batches[1:3]
         sub = Split("dist", tuple(split.examples[i] for b in run for i in b.example_index.tolist()),
@@ -102,6 +102,16 @@ def test_shared_contexts_equal_one_row_per_choice(models, kind):
         rows = evaluate(model, split, SETS, batch_size=4, progress=False)
     assert torch.equal(shared.correct, rows.correct)
     torch.testing.assert_close(shared.extra["choice_ll"], rows.extra["choice_ll"], atol=1e-4, rtol=1e-5, equal_nan=True)
+
+
+def test_length_groups_hand_computed():
+    from cel_lens.evaluation.batch import length_groups
+
+    # longest first, zero-length rows left out, a group closes before a tenth of padding
+    assert length_groups([3, 10, 0, 9, 10, 2]) == [[1, 4, 3], [0], [5]]
+    assert length_groups([10, 9, 9, 10]) == [[0, 3, 1, 2]]
+    assert length_groups([5, 1]) == [[0], [1]]
+    assert length_groups([0, 0]) == []
 
 
 def _prompts(model) -> list[list[int]]:
