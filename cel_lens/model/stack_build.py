@@ -1,7 +1,7 @@
 """Building a model's :class:`~cel_lens.model.stack.Stack`, and when passes may use it.
 
 :func:`stack_for` returns the stack of a HookedTransformer or TransformerBridge (built once and
-kept on the model; a HookedTransformer's is rebuilt when its attention weights change) when
+kept beside the model; a HookedTransformer's is rebuilt when its attention weights change) when
 fused attention is on (:func:`fused_attention`) and every hook of the pass is one the stack fires;
 ``None`` otherwise, and the pass runs the model's own forward.
 """
@@ -9,6 +9,7 @@ fused attention is on (:func:`fused_attention`) and every hook of the pass is on
 from __future__ import annotations
 
 import contextlib
+import weakref
 from typing import Callable, Iterator, Optional, Sequence
 
 import torch
@@ -19,6 +20,9 @@ from cel_lens.model.stack import Stack, _Layer
 __all__ = ["stack_for", "fused_attention", "fused_attention_enabled"]
 
 _ENABLED = [True]
+_STACKS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+"""Each model's stack, with the key it was built for; kept beside the model (a model pickles and
+moves between processes without it) and dropped with it (a stack holds no reference to its model)."""
 _BRIDGE_TYPES = ("llama", "qwen2", "mistral", "smollm3")
 
 
@@ -63,11 +67,11 @@ def _cached_stack(model) -> Optional[Stack]:
         build = _bridge_stack
     else:
         return None
-    held = model.__dict__.get("_cel_lens_stack")
+    held = _STACKS.get(model)
     if held is not None and held[0] == key:
         return held[1]
     stack = build(model)
-    model.__dict__["_cel_lens_stack"] = (key, stack)
+    _STACKS[model] = (key, stack)
     return stack
 
 
@@ -163,8 +167,10 @@ def _hooked_stack(model) -> Optional[Stack]:
         cos, sin = tables.rotary_cos[positions], tables.rotary_sin[positions]
         return cos.to(x.dtype), sin.to(x.dtype)
 
+    embed_module, hook_embed = model.embed, model.hook_embed
+
     def embed(tokens: Tensor) -> Tensor:
-        return model.hook_embed(model.embed(tokens))
+        return hook_embed(embed_module(tokens))
 
     scale = 1.0 / float(a.attn_scale) if cfg.use_attn_scale else 1.0
     return _finish(model, layers, [model.embed, model.hook_embed], embed=embed, rotary=rotary,
