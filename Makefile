@@ -7,7 +7,7 @@ TORCH_SPEC ?= torch==2.13.0
 export HF_HUB_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 
-.PHONY: install demo test test-fast bench bench-quick clean
+.PHONY: install demo test test-fast bench bench-quick render-notebooks clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -40,6 +40,11 @@ bench: install
 bench-quick: install
 	$(PY) -c "import lm_eval" 2>/dev/null || $(PY) -m pip install -q -e ".[bench]"
 	$(PY) -m benchmarks.run --quick
+
+# Execute every notebook and write its HTML render (figures kept as PNGs) to figures/notebooks/.
+render-notebooks: install
+	$(VENV)/bin/jupyter nbconvert --to html --execute --ExecutePreprocessor.timeout=1200 \
+	  --ExecutePreprocessor.kernel_name=python3 --output-dir figures/notebooks notebooks/*.ipynb
 
 clean:
 	rm -rf $(VENV) runs

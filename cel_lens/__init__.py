@@ -43,6 +43,9 @@ _LAZY: dict[str, str] = {
     "run_search": "cel_lens.selection",
     "Result": "cel_lens.selection",
     "search": "cel_lens.pipeline",
+    "plan": "cel_lens.pipeline",
+    "QUICK": "cel_lens.config",
+    "grid": "cel_lens.grids",
     "Run": "cel_lens.pipeline",
     "SearchConfig": "cel_lens.pipeline",
     "ExecutionSettings": "cel_lens.pipeline",
@@ -50,6 +53,9 @@ _LAZY: dict[str, str] = {
     "RecordingOracle": "cel_lens.runs",
     "CachedOracle": "cel_lens.runs",
     "load_run": "cel_lens.runs",
+    "RunRecord": "cel_lens.runs",
+    "export_model": "cel_lens.runs.export",
+    "verify_export": "cel_lens.runs.export",
     "RayOracle": "cel_lens.backends.ray",
     "SyntheticOracle": "cel_lens.testing",
     # statistics
@@ -59,9 +65,13 @@ _LAZY: dict[str, str] = {
     "plot_gain_heatmap": "cel_lens.report",
     "plot_discovery_vs_test": "cel_lens.report",
     "plot_side_effects": "cel_lens.report",
+    "plot_flips": "cel_lens.report",
+    "plot_compare": "cel_lens.report",
+    "compare_runs": "cel_lens.report",
     "plot_attention": "cel_lens.analysis",
     "attention_patterns": "cel_lens.analysis",
     "side_effect_matrix": "cel_lens.analysis",
+    "flipped_examples": "cel_lens.analysis",
     # theory and the model organism
     "theory_table": "cel_lens.theory",
     "load_organism": "cel_lens.organism",
@@ -69,7 +79,7 @@ _LAZY: dict[str, str] = {
 
 _SUBMODULES = {
     "heads", "stats", "oracle", "progress", "model", "sandbox", "tasks", "evaluation", "scoring", "testing",
-    "selection", "runs", "backends", "pipeline", "report", "analysis", "organism", "theory", "cli",
+    "selection", "runs", "backends", "pipeline", "report", "analysis", "organism", "theory", "grids", "cli",
 }
 # old module paths, kept for one release (importing one warns)
 _DEPRECATED = {"models", "ablation", "store", "plots", "distributed", "organism_train", "demo", "export"}

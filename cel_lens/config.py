@@ -21,8 +21,12 @@ __all__ = [
     "DEFAULT_N_NULL",
     "SCORERS",
     "STRATEGIES",
+    "BACKENDS",
     "DTYPE_ALIASES",
+    "QUICK",
     "canonical_dtype",
+    "OptionError",
+    "check_split_sizes",
     "SearchConfig",
     "ExecutionSettings",
 ]
@@ -38,10 +42,24 @@ DEFAULT_POOL_SIZE = 12
 DEFAULT_N_NULL = 100
 """Random head sets in the null (one test-split evaluation each)."""
 
+QUICK: dict[str, int] = {"n_dist": 200, "n_test": 200, "k": 2, "pool_size": 6, "n_null": 20, "n_boot": 1000}
+"""The ``--quick`` preset, for a first look in minutes (``search(model, "arithmetic", **QUICK)``):
+200 examples a split (confidence intervals about 2.2 times as wide as with 1,000), subsets of at
+most 2 of the 6 best heads (6 + 15 = 21 joint ablations instead of 298), a null of 20 sets (its
+smallest p, 1/21, still below 0.05) and 1,000 bootstrap resamples. Any option given explicitly
+wins over the preset."""
+
 SCORERS: tuple[str, ...] = ("exact", "attribution", "compressed")
 """Stage-1 scorers (:mod:`cel_lens.scoring`)."""
 STRATEGIES: tuple[str, ...] = ("exhaustive", "beam")
 """Stage-2 strategies (:mod:`cel_lens.selection.subsets`)."""
+
+BACKENDS: dict[str, str] = {
+    "local": "cel_lens.backends.local:LocalBackend",
+    "ray": "cel_lens.backends.ray:RayBackend",
+}
+"""Backend name -> ``"module:Class"`` (:func:`cel_lens.backends.get_backend` imports it when
+chosen, so an optional backend costs nothing until used)."""
 
 DTYPE_ALIASES: dict[str, str] = {
     "float32": "float32", "fp32": "float32", "float": "float32",
@@ -52,26 +70,47 @@ DTYPE_ALIASES: dict[str, str] = {
 """Accepted dtype names -> the canonical ``torch`` attribute name."""
 
 
-def canonical_dtype(name: Any) -> str:
+class OptionError(ValueError):
+    """An option that cannot work: ``option`` is its field name (the CLI names its flag instead)."""
+
+    def __init__(self, option: str, message: str) -> None:
+        super().__init__(message)
+        self.option = option
+
+
+def canonical_dtype(name: Any, option: str = "dtype") -> str:
     """The canonical name of a dtype given by name (``"bf16"``, ``"torch.float16"``) or as a
-    ``torch.dtype``; ``ValueError`` naming the accepted ones otherwise."""
+    ``torch.dtype``; :class:`OptionError` (a ``ValueError``) naming the accepted ones otherwise."""
     key = str(name).lower().removeprefix("torch.")
     if key not in DTYPE_ALIASES:
-        raise ValueError(f"unknown dtype {name!r}: expected one of {', '.join(sorted(DTYPE_ALIASES))}")
+        raise OptionError(option, f"unknown dtype {name!r}: expected one of {', '.join(sorted(DTYPE_ALIASES))}")
     return DTYPE_ALIASES[key]
 
 
-def _int(name: str, value: Any, low: int, high: Optional[int] = None) -> None:
+def _int(name: str, value: Any, low: int, high: Optional[int] = None, why: str = "") -> None:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ValueError(f"{name} must be an integer, got {value!r}")
+        raise OptionError(name, f"{name} must be an integer, got {value!r}")
     if value < low or (high is not None and value > high):
         bound = f">= {low}" if high is None else f"in {low}..{high}"
-        raise ValueError(f"{name} must be {bound}, got {value}")
+        raise OptionError(name, f"{name} must be {bound}, got {value}{why}")
+
+
+def _bool(name: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise OptionError(name, f"{name} must be True or False, got {value!r}")
 
 
 def _choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
     if value not in choices:
-        raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(choices)}")
+        raise OptionError(name, f"unknown {name} {value!r}; choose one of {', '.join(choices)}")
+
+
+def check_split_sizes(n_dist: Any = None, n_test: Any = None) -> None:
+    """A search needs at least one discovery and one test example: ``n_dist``/``n_test`` are
+    ``None`` (the task's default) or integers >= 1."""
+    for name, value in (("n_dist", n_dist), ("n_test", n_test)):
+        if value is not None:
+            _int(name, value, 1, why=" (the split would be empty)")
 
 
 @dataclass(frozen=True)
@@ -82,10 +121,17 @@ class SearchConfig:
     ``"exact"``, ``"attribution"`` or ``"compressed"``; ``strategy``: ``"exhaustive"`` (every subset
     of the pool up to ``k`` heads) or ``"beam"`` (``beam_width`` best sets grown per size);
     ``n_null``: random head sets in the null; ``n_boot``: bootstrap resamples; ``posthoc``: also
-    evaluate every stage-2 subset on D_test (for plots); ``seed``: splits, null and bootstrap;
-    ``n_masks``/``sparsity``: the compressed-sensing scorer's knockouts; ``store_dtype``: the
-    activation store's dtype (``"float16"`` halves its memory; resumed passes then differ within
-    half-precision rounding).
+    evaluate every stage-2 subset on D_test (for plots); ``seed``: the statistics' randomness (null,
+    bootstrap, selection stability, random pools) and, unless ``split_seed`` is given, the splits of
+    a task loaded by name; ``split_seed``: the splits alone (``None``: follow ``seed``, so a run made
+    before it existed keeps its identity), to check stability across splits without changing the
+    statistics; ``n_specificity``: random pools whose stage-2 winners S-hat's test gain is compared
+    with (0: off; each costs a stage 2 on D_dist); ``n_masks``/``sparsity``: the compressed-sensing
+    scorer's knockouts; ``store_dtype``: the activation store's dtype (``"float16"`` halves its
+    memory; resumed passes then differ within half-precision rounding).
+
+    The manifest records ``split_seed`` and ``n_specificity`` only when they are set (absent means
+    the default), so run directories made before these options existed resume unchanged.
     """
 
     k: int = DEFAULT_K
@@ -100,23 +146,39 @@ class SearchConfig:
     n_masks: Optional[int] = None
     sparsity: float = 0.05
     store_dtype: Optional[str] = None
+    split_seed: Optional[int] = None
+    n_specificity: int = 0
+
+    @property
+    def task_seed(self) -> int:
+        """The seed a task loaded by name is split with: ``split_seed``, else ``seed``."""
+        return self.seed if self.split_seed is None else self.split_seed
 
     def validate(self) -> "SearchConfig":
         """Raise ``ValueError`` naming the first option that cannot work; return ``self``."""
         _int("k", self.k, 1)
         _int("pool_size", self.pool_size, 1)
+        if self.k > self.pool_size:
+            raise OptionError(
+                "k", f"k must be at most the pool size ({self.pool_size}): every subset is drawn from the pool, "
+                f"so k={self.k} could never be reached"
+            )
         _choice("scorer", self.scorer, SCORERS)
         _choice("strategy", self.strategy, STRATEGIES)
         _int("beam_width", self.beam_width, 1)
-        _int("n_null", self.n_null, 0)
+        _int("n_null", self.n_null, 1, why=" (the random-subset null needs at least one head set)")
         _int("n_boot", self.n_boot, 1)
+        _bool("posthoc", self.posthoc)
         _int("seed", self.seed, 0)
+        if self.split_seed is not None:
+            _int("split_seed", self.split_seed, 0)
+        _int("n_specificity", self.n_specificity, 0)
         if self.n_masks is not None:
             _int("n_masks", self.n_masks, 1)
-        if not isinstance(self.sparsity, numbers.Real) or not 0.0 < float(self.sparsity) < 1.0:
-            raise ValueError(f"sparsity must lie in (0, 1), got {self.sparsity!r}")
+        if isinstance(self.sparsity, bool) or not isinstance(self.sparsity, numbers.Real) or not 0.0 < float(self.sparsity) < 1.0:
+            raise OptionError("sparsity", f"sparsity must lie in (0, 1), got {self.sparsity!r}")
         if self.store_dtype is not None:
-            canonical_dtype(self.store_dtype)
+            canonical_dtype(self.store_dtype, "store_dtype")
         return self
 
     def manifest_options(self, use_store: bool = True) -> dict[str, Any]:
@@ -129,6 +191,8 @@ class SearchConfig:
             "beam_width": self.beam_width if self.strategy == "beam" else None,
             "n_masks": self.n_masks if compressed else None, "sparsity": self.sparsity if compressed else None,
             "posthoc": self.posthoc, "store_dtype": store_dtype,
+            **({"split_seed": self.split_seed} if self.split_seed is not None else {}),
+            **({"n_specificity": self.n_specificity} if self.n_specificity else {}),
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -162,16 +226,22 @@ class ExecutionSettings:
 
     def validate(self) -> "ExecutionSettings":
         """Raise ``ValueError`` naming the first setting that cannot work; return ``self``."""
+        if self.device is not None and not isinstance(self.device, str):
+            raise OptionError("device", f"device must be a name such as 'cpu' or 'cuda:0', got {self.device!r}")
         if self.dtype is not None:
             canonical_dtype(self.dtype)
         _choice("loader", self.loader, ("auto", "hooked", "bridge"))
         _int("batch_size", self.batch_size, 1)
+        _bool("use_store", self.use_store)
         if self.store_budget is not None:
             _int("store_budget", self.store_budget, 0)
+        _bool("progress", self.progress)
+        _choice("backend", self.backend, tuple(BACKENDS))
         if self.workers is not None:
             _int("workers", self.workers, 1)
-        if not isinstance(self.gpus_per_worker, numbers.Real) or self.gpus_per_worker < 0:
-            raise ValueError(f"gpus_per_worker must be >= 0, got {self.gpus_per_worker!r}")
+        gpus = self.gpus_per_worker
+        if isinstance(gpus, bool) or not isinstance(gpus, numbers.Real) or not 0 <= gpus < float("inf"):
+            raise OptionError("gpus_per_worker", f"gpus_per_worker must be a number >= 0, got {gpus!r}")
         return self
 
     def to_dict(self) -> dict[str, Any]:

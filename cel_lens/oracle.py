@@ -5,34 +5,45 @@ An *oracle* answers one question: "which examples of split ``"dist"`` (D_dist) o
 the test statistics (:mod:`cel_lens.scoring`, :mod:`cel_lens.selection`) see nothing else, so the
 same search runs over a local model, Ray actors or a synthetic oracle with planted effects.
 
-:class:`MemoOracle` wraps any oracle so that no head set is evaluated twice on one split; with a
-*journal* (a run directory, see :mod:`cel_lens.runs`) it is also where the test-split guard lives:
-D_test is not read before a selection has been recorded.
+:class:`MemoOracle` wraps any oracle so that no head set is evaluated twice on one split, and it is
+where the test-split guard lives, with or without a *journal* (a run directory, see
+:mod:`cel_lens.runs`): D_test is not read before the search has fixed its selection
+(:meth:`MemoOracle.fix_selection`), and the oracle knows from what happened whether the selection
+was fixed before any test read. :class:`Stage1Scores` carries stage-1 scores with the split they
+were computed on, so that a search can refuse scores that did not come from D_dist.
 """
 
 from __future__ import annotations
 
 import inspect
-from typing import Any, Optional, Protocol, Sequence, runtime_checkable
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Protocol, Sequence, Union, runtime_checkable
 
 import torch
-from jaxtyping import Bool
+from jaxtyping import Bool, Float
 from torch import Tensor
 
 from cel_lens.heads import HeadSet, HeadsLike
+from cel_lens.progress import progress_bar
 
 __all__ = [
     "SPLITS",
+    "DIST_SPLIT",
     "TEST_SPLIT",
     "Oracle",
     "Journal",
     "MemoOracle",
+    "Stage1Scores",
+    "TestSplitError",
+    "discovery_scores",
     "call_oracle",
     "evaluate_chunked",
 ]
 
 SPLITS: tuple[str, ...] = ("dist", "test")
 """The two splits an oracle knows: D_dist (discovery) and D_test (held out)."""
+DIST_SPLIT = "dist"
 TEST_SPLIT = "test"
 
 
@@ -108,10 +119,8 @@ def evaluate_chunked(
     each chunk as soon as it returns, so an interrupted stage loses at most one chunk)."""
     if chunk < 1:
         raise ValueError(f"chunk must be >= 1, got {chunk}")
-    from tqdm.auto import tqdm
-
     parts = []
-    with tqdm(total=len(head_sets), desc=f"{stage} ({split})", unit="set", disable=not progress) as bar:
+    with progress_bar(len(head_sets), progress, f"{stage} ({split})", unit="set") as bar:
         for start in range(0, len(head_sets), chunk):
             part = head_sets[start : start + chunk]
             parts.append(call_oracle(oracle, split, part, stage))
@@ -121,14 +130,68 @@ def evaluate_chunked(
     return torch.cat(parts)
 
 
-class MemoOracle:
-    """An oracle that evaluates each head set at most once per split and remembers the answer.
+class TestSplitError(RuntimeError):
+    """The test split would be read before the selection is fixed, or would inform it."""
 
-    ``hits`` and ``misses`` count head sets answered from memory and evaluated. ``journal`` is
-    where a search records its events (``None``: in memory only); with a journal and ``guard_test``
-    (default), evaluating the ``"test"`` split before the journal holds a ``selected`` event raises
-    ``RuntimeError``: D_test is read only after S-hat is fixed. Subclasses persist evaluations by
-    overriding :meth:`persist`.
+    __test__ = False  # not a pytest test class
+
+
+@dataclass(frozen=True)
+class Stage1Scores:
+    """Stage-1 scores and where they came from: ``values`` ``[layer, head]`` (float64, CPU), the
+    ``split`` they were computed on (``"dist"`` for every built-in scorer) and the ``scorer``'s name.
+
+    A search takes scores in this form only and refuses any not computed on D_dist
+    (:func:`discovery_scores`): a bare tensor does not say which split it saw."""
+
+    values: Float[Tensor, "layer head"]
+    split: str
+    scorer: str
+
+    def __post_init__(self) -> None:
+        values = torch.as_tensor(self.values).detach().to(torch.float64).cpu()
+        if values.ndim != 2:
+            raise ValueError(f"stage-1 scores must be [layer, head], got shape {tuple(values.shape)}")
+        object.__setattr__(self, "values", values)
+
+    def record(self) -> dict[str, Any]:
+        """The JSON form a run directory records (``stage1_scores`` event)."""
+        return {"scorer": self.scorer, "split": self.split, "scores": self.values.tolist()}
+
+
+def discovery_scores(scores: Union[Stage1Scores, Tensor, Any], n_layers: int, n_heads: int) -> Stage1Scores:
+    """``scores`` checked for use in a search: :class:`Stage1Scores` computed on D_dist, with the
+    oracle's ``[n_layers, n_heads]`` shape. Scores from any other split, or a bare tensor (whose
+    split is unknown), raise :class:`TestSplitError`: selection must not see D_test."""
+    if not isinstance(scores, Stage1Scores):
+        raise TestSplitError(
+            f"stage-1 scores given as a bare {type(scores).__name__} do not say which split they were computed on; "
+            "pass Stage1Scores(values, split='dist', scorer=...) (cel_lens.scoring.score_heads returns one)"
+        )
+    if scores.split != DIST_SPLIT:
+        raise TestSplitError(
+            f"stage-1 scores ({scores.scorer}) were computed on split {scores.split!r}; a search selects on "
+            f"D_dist only ('{DIST_SPLIT}'), so scores from any other split are refused"
+        )
+    if tuple(scores.values.shape) != (n_layers, n_heads):
+        raise ValueError(f"scores have shape {tuple(scores.values.shape)}, the oracle has [{n_layers}, {n_heads}] heads")
+    return scores
+
+
+class MemoOracle:
+    """An oracle that evaluates each head set at most once per split, remembers the answer, and
+    guards the test split.
+
+    ``hits`` and ``misses`` count head sets answered from memory and evaluated. The guard holds
+    with or without a ``journal`` (where a search records its events; ``None``: in memory only):
+    with ``guard_test`` (default) evaluating the ``"test"`` split before a selection is fixed
+    (:meth:`fix_selection`, or a ``selected`` event already in the journal) raises
+    :class:`TestSplitError`. :attr:`selected_before_test` says, from what happened, whether the
+    current selection was fixed before any test read (a test read before it, allowed only with
+    ``guard_test=False`` or found in a journal, makes it ``False``). Subclasses persist evaluations
+    by overriding :meth:`persist`. ``timer``, when set, is called as ``timer(head_sets, correct,
+    seconds)`` after every call that evaluates (not after answers from memory): how a search times
+    its first batch (:class:`cel_lens.selection.plan.BatchTimer`).
     """
 
     def __init__(self, oracle: Oracle, *, journal: Optional[Journal] = None, guard_test: bool = True) -> None:
@@ -136,23 +199,44 @@ class MemoOracle:
         self.journal = journal
         self.n_layers: int = oracle.n_layers
         self.n_heads: int = oracle.n_heads
-        self.guard_test = guard_test and journal is not None
+        self.guard_test = guard_test
         self.hits = 0
         self.misses = 0
         self._cache: dict[tuple[str, HeadSet], Tensor] = {}
         self._n: dict[str, int] = {}
-        self._selected = journal is not None and journal.selection() is not None
+        self._selection: Optional[HeadSet] = None
+        self._clean: Optional[bool] = None
+        self._test_seen = False
+        self.timer: Optional[Callable[[list[HeadSet], Tensor, float], Any]] = None
+        if journal is not None:
+            self.note_selection()
+
+    @property
+    def selection(self) -> Optional[HeadSet]:
+        """The fixed selection (S-hat), or ``None`` before one is fixed."""
+        return self._selection
+
+    @property
+    def selected_before_test(self) -> Optional[bool]:
+        """Whether the current selection was fixed before the test split was first read through
+        this oracle (or its journal); ``None`` while nothing is selected."""
+        return self._clean
 
     def remember(self, split: str, heads: HeadSet, correct: Tensor) -> None:
         """Keep ``correct`` as the answer for ``heads`` on ``split`` (all answers of a split must
-        have the same number of examples)."""
+        have the same number of examples). A test answer counts as a read of the test split."""
         n = self._n.setdefault(split, int(correct.shape[0]))
         if int(correct.shape[0]) != n:
             raise ValueError(
                 f"split {split!r}: evaluation of {heads} has {correct.shape[0]} examples, "
                 f"earlier ones {n} (the split changed under this run directory)"
             )
+        self._test_seen |= split == TEST_SPLIT
         self._cache[(split, heads)] = correct
+
+    def answered(self) -> int:
+        """Head-set x example evaluations held in memory (a run directory's, when resumed)."""
+        return sum(int(c.shape[0]) for c in self._cache.values())
 
     def is_recorded(self, split: str, head_set: HeadsLike) -> bool:
         """Whether ``head_set`` already has an answer on ``split``."""
@@ -162,13 +246,17 @@ class MemoOracle:
         """Persist freshly evaluated head sets (nothing to do in memory; run directories append them)."""
 
     def _check_test_allowed(self, split: str) -> None:
-        if split == TEST_SPLIT and self.guard_test and not self._selected:
-            self.note_selection()
-            if not self._selected:
-                raise RuntimeError(
-                    "the test split was requested before a selection was recorded in "
-                    f"{getattr(self.journal, 'path', self.journal)}; record the 'selected' event first"
-                )
+        if split != TEST_SPLIT:
+            return
+        if self._selection is None and self.journal is not None:
+            self.note_selection()  # recorded by another process meanwhile
+        if self._selection is None and self.guard_test:
+            where = f"in {getattr(self.journal, 'path', self.journal)}" if self.journal is not None else "by this search"
+            raise TestSplitError(
+                f"the test split was requested before a selection was fixed {where}; "
+                "D_test is read only after S-hat is fixed (MemoOracle.fix_selection)"
+            )
+        self._test_seen = True
 
     def evaluate(
         self, split: str, head_sets: Sequence[HeadsLike], *, stage: str = ""
@@ -179,7 +267,10 @@ class MemoOracle:
         self._check_test_allowed(split)
         missing = list(dict.fromkeys(s for s in sets if (split, s) not in self._cache))
         if missing:
+            start = time.perf_counter()
             correct = call_oracle(self.oracle, split, missing, stage or split)
+            if self.timer is not None:
+                self.timer(missing, correct, time.perf_counter() - start)
             for s, c in zip(missing, correct):
                 self.remember(split, s, c)
             self.persist(split, missing, correct, stage or split)
@@ -190,11 +281,40 @@ class MemoOracle:
         return torch.stack([self._cache[(split, s)] for s in sets])
 
     def attribution_scores(self, batch_size: int) -> Tensor:
-        """The wrapped oracle's attribution scores (gradients need the model; nothing to remember)."""
+        """The wrapped oracle's attribution scores on D_dist (gradients need the model; nothing to remember)."""
         if not hasattr(self.oracle, "attribution_scores"):
             raise ValueError(f"{type(self.oracle).__name__} cannot compute attribution scores (it has no model)")
         return self.oracle.attribution_scores(batch_size)
 
+    def fix_selection(self, heads: HeadsLike, **data: Any) -> bool:
+        """Fix S-hat before the test split is read; returns :attr:`selected_before_test`.
+
+        With a journal a ``selected`` event (with ``data`` and the flag) is appended, or, when one
+        is recorded already, checked: a run's selection cannot change once D_test may have been read.
+        In memory a new selection replaces the old one, and is marked as made after the test split
+        was read if it was."""
+        hs = HeadSet.parse(heads)
+        prev = self.journal.selection() if self.journal is not None else None
+        if prev is not None and HeadSet.parse(prev.get("heads")) != hs:
+            raise RuntimeError(
+                f"{getattr(self.journal, 'path', 'the run')} already selected {prev.get('heads')} before reading the "
+                f"test split, but this search selects {hs}; a selection cannot change once D_test was read "
+                "(did the scores or options change?)"
+            )
+        if prev is not None:
+            self.note_selection()
+        elif self._selection != hs:
+            self._selection, self._clean = hs, not self._test_seen
+            if self.journal is not None:
+                self.journal.record_event("selected", heads=str(hs), selected_before_test=self._clean, **data)
+        return bool(self._clean)
+
     def note_selection(self) -> None:
-        """Tell the oracle that a ``selected`` event has just been recorded."""
-        self._selected = self.journal is None or self.journal.selection() is not None
+        """Adopt the journal's ``selected`` event, if it has one (recorded by this or another process)."""
+        sel = self.journal.selection() if self.journal is not None else None
+        if sel is None:
+            return
+        hs = HeadSet.parse(sel.get("heads"))
+        if self._selection != hs:
+            # records written before the flag existed: the guard held for run directories
+            self._selection, self._clean = hs, bool(sel.get("selected_before_test", True))

@@ -8,12 +8,15 @@ The same call after a crash resumes and reaches the same result.
 
 What a search computes is a :class:`~cel_lens.config.SearchConfig` (the manifest records it, and a
 run directory refuses a different one); how it runs is :class:`~cel_lens.config.ExecutionSettings`
-(device, batch size, store, progress, backend), which never changes a result. Both are checked
-before anything is loaded.
+(device, batch size, store, progress, backend), which never changes a result. Every option is
+checked before anything is loaded, the task (non-empty splits) before the model is, and nothing is
+written to the run directory before all of that and the model have loaded: a bad input leaves no
+directory behind to refuse the corrected rerun.
 """
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Mapping, Optional, Union
@@ -21,34 +24,41 @@ from typing import Any, Mapping, Optional, Union
 import torch
 
 from cel_lens.backends.base import get_backend
-from cel_lens.config import ExecutionSettings, SearchConfig
+from cel_lens.config import ExecutionSettings, SearchConfig, check_split_sizes
 from cel_lens.model.load import resolve_dtype
+from cel_lens.heads import HeadSet
+from cel_lens.oracle import DIST_SPLIT, MemoOracle, Stage1Scores
 from cel_lens.runs.directory import RunDir
 from cel_lens.runs.manifest import build_manifest, default_run_dir
 from cel_lens.runs.recording import RecordingOracle
 from cel_lens.scoring import score_heads
 from cel_lens.selection.algorithm import run_search
-from cel_lens.selection.result import Result
+from cel_lens.selection.plan import BatchTimer, SearchPlan, plan_search
+from cel_lens.selection.result import Result, format_result
 from cel_lens.tasks.base import Task
-from cel_lens.tasks.registry import load_task
+from cel_lens.tasks.registry import SPLIT_NAMES, load_task, loaded_splits
 
-__all__ = ["SearchConfig", "ExecutionSettings", "TASK_OPTIONS", "Run", "search"]
+__all__ = ["SearchConfig", "ExecutionSettings", "TASK_OPTIONS", "Run", "check_task", "search", "plan"]
 
-TASK_OPTIONS = ("n_dist", "n_test", "data_dir")
-"""Keyword arguments of :func:`search` that load a task given by name (with ``seed``)."""
+TASK_OPTIONS = ("n_dist", "n_test", "data_dir", "chat_template", "max_new_tokens")
+"""Keyword arguments of :func:`search` that load a task given by name (with ``seed``):
+``chat_template=True`` wraps prompts in the tokenizer's chat template (Instruct models),
+``max_new_tokens`` is a generation task's budget (MBPP)."""
 
 
 @dataclass
 class Run:
-    """A finished search: its run directory, :class:`~cel_lens.selection.Result` and manifest."""
+    """A finished search: its run directory, :class:`~cel_lens.selection.Result` and manifest, and
+    the :class:`~cel_lens.selection.plan.SearchPlan` it printed (timed by its first batch)."""
 
     path: Optional[Path]
     result: Result
     manifest: dict[str, Any]
     oracle: Optional[RecordingOracle] = field(default=None, repr=False)
+    plan: Optional[SearchPlan] = field(default=None, repr=False)
 
     def __str__(self) -> str:
-        return f"run {self.path}\n{self.result}"
+        return format_result(self.result, extra=[("run directory", str(self.path))])
 
     def _repr_html_(self) -> str:
         return f"<p>run <code>{self.path}</code></p>{self.result._repr_html_()}"
@@ -66,25 +76,118 @@ def _split_options(
             f"search() got unknown option(s) {', '.join(unknown)}; options are "
             f"{', '.join(sorted(config_names | settings_names | set(TASK_OPTIONS)))}"
         )
+    for name, kind in (("config", SearchConfig), ("settings", ExecutionSettings)):
+        given = config if name == "config" else settings
+        if given is not None and not isinstance(given, kind):
+            raise TypeError(f"search() {name} must be a {kind.__name__}, got {type(given).__name__}")
     if isinstance(options.get("store_dtype"), torch.dtype):
         options = {**options, "store_dtype": str(options["store_dtype"]).removeprefix("torch.")}
     config = replace(config or SearchConfig(), **{k: v for k, v in options.items() if k in config_names})
     settings = replace(settings or ExecutionSettings(), **{k: v for k, v in options.items() if k in settings_names})
-    return config.validate(), settings.validate(), {k: v for k, v in options.items() if k in TASK_OPTIONS}
+    task_options = {k: v for k, v in options.items() if k in TASK_OPTIONS}
+    check_split_sizes(task_options.get("n_dist"), task_options.get("n_test"))
+    return config.validate(), settings.validate(), task_options
 
 
-def _stage1_scores(config: SearchConfig, oracle: RecordingOracle, run: RunDir, settings: ExecutionSettings):
+def check_task(task: Task) -> Task:
+    """``task`` if a search can run on it (a :class:`~cel_lens.tasks.Task` with a non-empty
+    discovery and test split); ``ValueError`` naming the split otherwise."""
+    if not isinstance(task, Task):
+        raise TypeError(f"task must be a Task or a task name, got {type(task).__name__}")
+    if loaded_splits(task) != SPLIT_NAMES:
+        raise ValueError(
+            f"task {task.name!r} was loaded with its {' and '.join(loaded_splits(task))} split only "
+            "(load_task(..., splits=...)); a search needs both: load it without splits="
+        )
+    for name, option in (("dist", "n_dist"), ("test", "n_test")):
+        if len(task.split(name)) == 0:
+            raise ValueError(
+                f"task {task.name!r} has an empty {name} split ({option}=0); a search needs at least one example in each split"
+            )
+    return task
+
+
+def _stage1_scores(
+    config: SearchConfig, oracle: RecordingOracle, run: RunDir, settings: ExecutionSettings
+) -> Optional[Stage1Scores]:
     """Scores of a non-exact scorer (``None`` for exact: the search computes them): read back from
-    the run directory when recorded (attribution scores are not bit-reproducible across machines)."""
+    the run directory when recorded (attribution scores are not bit-reproducible across machines),
+    with the split they were recorded with (records older than that field were all written by this
+    function, which scores D_dist only)."""
     if config.scorer == "exact":
         return None
     recorded = [e for e in run.events("stage1_scores") if e.get("scorer") == config.scorer]
     if recorded:
-        return torch.tensor(recorded[0]["scores"], dtype=torch.float64)
+        return Stage1Scores(
+            torch.tensor(recorded[0]["scores"], dtype=torch.float64), recorded[0].get("split", DIST_SPLIT), config.scorer
+        )
     return score_heads(
         config.scorer, oracle, batch_size=settings.batch_size, n_masks=config.n_masks,
         sparsity=config.sparsity, seed=config.seed, progress=settings.progress,
     )
+
+
+def _plan_for(config: SearchConfig, n_layers: int, n_heads: int, task: Task) -> SearchPlan:
+    """The plan of ``config`` on a model of that layout and ``task``'s splits (raises when ``k``
+    exceeds the model's heads)."""
+    return plan_search(
+        n_layers, n_heads, len(task.dist), len(task.test), k=config.k, pool_size=config.pool_size,
+        scorer=config.scorer, strategy=config.strategy, beam_width=config.beam_width, n_null=config.n_null,
+        posthoc=config.posthoc, n_specificity=config.n_specificity, n_masks=config.n_masks, sparsity=config.sparsity,
+    )
+
+
+class _PlanReport:
+    """Prints the plan before stage 1 and the estimate after the first timed batch (on stderr, when
+    progress is shown); keeps the timed plan for :attr:`Run.plan`."""
+
+    def __init__(self, plan: SearchPlan, show: bool) -> None:
+        self.plan, self.show = plan, show
+
+    def start(self, recorded: int, finished: bool) -> None:
+        self.plan = replace(self.plan, recorded=recorded)
+        if self.show and not finished:
+            print(self.plan, file=sys.stderr, flush=True)
+
+    def timed(self, seconds_per_unit: float) -> None:
+        self.plan = self.plan.timed(seconds_per_unit)
+        if self.show:
+            print(self.plan.estimate_line(), file=sys.stderr, flush=True)
+
+
+def plan(
+    model: Any,
+    task: Union[Task, str],
+    config: Optional[SearchConfig] = None,
+    *,
+    settings: Optional[ExecutionSettings] = None,
+    calibrate: bool = True,
+    calibration_examples: int = 64,
+    **options: Any,
+) -> SearchPlan:
+    """What :func:`search` with the same arguments would evaluate, stage by stage, without
+    searching or writing anything. With ``calibrate`` (default) the intact model and one batch of
+    single-head ablations run on the first ``calibration_examples`` D_dist examples, and the plan
+    carries the time they took per head set per example (:meth:`SearchPlan.seconds`)."""
+    config, settings, task_options = _split_options(config, settings, options)
+    if isinstance(task, str):
+        task = load_task(task, seed=config.task_seed, **task_options)
+    check_task(task)
+    n = max(1, min(calibration_examples, len(task.dist)))
+    sample = replace(task, dist=task.dist.subset(n), test=task.test.subset(1)) if calibrate else task
+    oracle = get_backend(settings.backend).open(model, sample, replace(settings, progress=False))
+    try:
+        result = _plan_for(config, oracle.n_layers, oracle.n_heads, task)
+        if calibrate:
+            memo, timer = MemoOracle(oracle), BatchTimer()
+            memo.timer = timer
+            memo.evaluate(DIST_SPLIT, [HeadSet()], stage="intact")
+            heads = range(min(32, oracle.n_layers * oracle.n_heads))
+            memo.evaluate(DIST_SPLIT, [HeadSet([divmod(i, oracle.n_heads)]) for i in heads], stage="stage1")
+            result = result.timed(timer.seconds_per_unit)
+    finally:
+        oracle.close()
+    return result
 
 
 def search(
@@ -100,7 +203,8 @@ def search(
 
     ``model`` is a HookedTransformer/TransformerBridge, or a name/path for :func:`cel_lens.load_model`
     (loaded by the backend, with ``settings.device``/``dtype``); ``task`` a :class:`~cel_lens.Task`
-    or a task name (loaded with ``n_dist``, ``n_test``, ``data_dir`` and the config's ``seed``).
+    or a task name (loaded with ``n_dist``, ``n_test``, ``data_dir`` and the config's ``split_seed``,
+    which defaults to its ``seed``).
     ``config`` says what to compute (:class:`SearchConfig`), ``settings`` how
     (:class:`~cel_lens.backends.ExecutionSettings`); any of their fields may also be passed as a
     keyword (``search(model, task, k=2, batch_size=16)``).
@@ -115,19 +219,29 @@ def search(
     config, settings, task_options = _split_options(config, settings, options)
     backend = get_backend(settings.backend)
     if isinstance(task, str):
-        task = load_task(task, seed=config.seed, **task_options)
+        task = load_task(task, seed=config.task_seed, **task_options)
+    elif task_options:
+        raise TypeError(f"option(s) {', '.join(sorted(task_options))} apply only to a task given by name, not to a Task object")
+    check_task(task)
     store_dtype = None if config.store_dtype is None else resolve_dtype(config.store_dtype)
     oracle = backend.open(model, task, settings, store_dtype=store_dtype)
+    run_dir: Optional[RunDir] = None
     try:
+        report = _PlanReport(_plan_for(config, oracle.n_layers, oracle.n_heads, task), settings.progress)
         manifest = build_manifest(oracle.model_manifest, task, config.manifest_options(settings.use_store))
         path = Path(out) if out is not None else default_run_dir(manifest)
         run_dir = RunDir.open(path, manifest, ignore=("versions", "cel_lens"))
         recording = RecordingOracle(oracle, run_dir)
+        recording.timer = BatchTimer(on_first=report.timed)
+        report.start(recording.answered(), run_dir.finished)
         result = run_search(
             recording, k=config.k, pool_size=config.pool_size, scores=_stage1_scores(config, recording, run_dir, settings),
             scorer=config.scorer, strategy=config.strategy, beam_width=config.beam_width, n_null=config.n_null,
-            n_boot=config.n_boot, posthoc=config.posthoc, seed=config.seed, progress=settings.progress,
+            n_boot=config.n_boot, posthoc=config.posthoc, seed=config.seed, n_specificity=config.n_specificity,
+            progress=settings.progress,
         )
     finally:
+        if run_dir is not None:
+            run_dir.close()
         oracle.close()
-    return Run(path=path, result=result, manifest=manifest, oracle=recording)
+    return Run(path=path, result=result, manifest=manifest, oracle=recording, plan=report.plan)

@@ -9,25 +9,29 @@ variance that an unpaired comparison would carry.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Callable, Literal, Sequence, Union
+from typing import Any, Callable, Iterable, Literal, Optional, Sequence, Union
 
 import numpy as np
 import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
-from cel_lens.heads import Head, HeadSet
+from cel_lens.heads import Head, HeadSet, HeadsLike
 
 __all__ = [
     "paired_bootstrap_ci",
     "mcnemar_exact",
     "accuracy_interval",
     "wilson_interval",
+    "count_head_sets",
     "random_head_sets",
     "random_subset_null",
+    "null_p_value",
+    "null_min_p",
     "null_fraction",
     "NullDistribution",
 ]
@@ -175,47 +179,110 @@ def wilson_interval(successes: int, n: int, alpha: float = 0.05) -> tuple[float,
 
 # -- random-subset null ------------------------------------------------------------------------
 
+#: Below this many eligible head sets the null's draw enumerates them all and samples indices
+#: (exact and fast); above it, it draws sets and rejects repeats (rare when sets far outnumber R).
+_ENUMERATE_LIMIT = 200_000
 
-def random_head_sets(n_layers: int, n_heads: int, size: int, R: int, seed: int) -> list[HeadSet]:
-    """``R`` head sets of ``size`` distinct heads each, drawn uniformly from all ``n_layers*n_heads``
-    heads (independently across draws, so two draws may coincide). Deterministic given ``seed``."""
-    total = n_layers * n_heads
+
+def _check_null_args(total: int, size: int, R: int) -> None:
     if not 0 <= size <= total:
         raise ValueError(f"size must lie in 0..{total}, got {size}")
     if R < 0:
         raise ValueError(f"R must be >= 0, got {R}")
+
+
+def _excluded(exclude: Iterable[HeadsLike], size: int) -> set[HeadSet]:
+    return {hs for hs in (HeadSet.parse(e) for e in exclude) if len(hs) == size}
+
+
+def count_head_sets(n_layers: int, n_heads: int, size: int, exclude: Iterable[HeadsLike] = ()) -> int:
+    """How many distinct sets of ``size`` heads a model has, leaving out those in ``exclude``."""
+    total = n_layers * n_heads
+    _check_null_args(total, size, 0)
+    return math.comb(total, size) - len(_excluded(exclude, size))
+
+
+def random_head_sets(
+    n_layers: int, n_heads: int, size: int, R: int, seed: int, *, exclude: Iterable[HeadsLike] = ()
+) -> list[HeadSet]:
+    """``R`` *distinct* head sets of ``size`` distinct heads each, drawn uniformly without
+    replacement from all sets of the model's ``n_layers*n_heads`` heads except those in ``exclude``
+    (the selected set: it is not a random competitor of itself). When at most ``R`` such sets exist,
+    all of them, in canonical order (the null is then exact). Deterministic given ``seed``."""
+    total = n_layers * n_heads
+    _check_null_args(total, size, R)
+    banned = _excluded(exclude, size)
+    eligible = math.comb(total, size) - len(banned)
+    heads = [Head(i // n_heads, i % n_heads) for i in range(total)]
+    if eligible <= R or eligible <= _ENUMERATE_LIMIT:
+        every = [hs for hs in (HeadSet(c) for c in itertools.combinations(heads, size)) if hs not in banned]
+        if eligible <= R:
+            return every
+        pick = np.random.default_rng(seed).choice(eligible, size=R, replace=False)
+        return [every[int(i)] for i in pick]
     rng = np.random.default_rng(seed)
-    sets = []
-    for _ in range(R):
-        flat = rng.choice(total, size=size, replace=False)
-        sets.append(HeadSet(Head(int(i) // n_heads, int(i) % n_heads) for i in flat))
+    seen: set[HeadSet] = set()
+    sets: list[HeadSet] = []
+    while len(sets) < R:
+        hs = HeadSet(heads[int(i)] for i in rng.choice(total, size=size, replace=False))
+        if hs not in seen and hs not in banned:
+            seen.add(hs)
+            sets.append(hs)
     return sets
+
+
+def null_p_value(null_gains: Union[ArrayLike, Sequence[float]], observed: float) -> Optional[float]:
+    """Monte Carlo (or, for an exhaustive null, exact) p-value ``(1 + b) / (1 + R)``, where ``b`` of
+    the ``R`` null gains are at least ``observed``: valid when the selected set's gain is exchangeable
+    with the random sets' under the null (it was chosen without the test split). ``None`` when
+    ``R = 0``. Its smallest possible value is ``1 / (1 + R)`` (:func:`null_min_p`)."""
+    g = _as_vector(null_gains, "null_gains") if len(null_gains) else np.zeros(0)
+    if g.shape[0] == 0:
+        return None
+    # compare with a tolerance: gains are differences of k/n accuracies, equal values must tie
+    b = int((g >= observed - 1e-12).sum())
+    return (1 + b) / (1 + g.shape[0])
+
+
+def null_min_p(R: int) -> Optional[float]:
+    """The smallest p-value a null of ``R`` sets can give, ``1 / (1 + R)`` (``None`` for ``R = 0``)."""
+    return 1.0 / (1 + R) if R > 0 else None
 
 
 @dataclass(frozen=True)
 class NullDistribution:
-    """Gains of random head sets: ``gains[r] = acc(head_sets[r]) - acc(intact)`` on one split."""
+    """Gains of random head sets: ``gains[r] = acc(head_sets[r]) - acc(intact)`` on one split.
+
+    ``exhaustive``: the sets are every eligible set (the null is exact, not sampled)."""
 
     head_sets: tuple[HeadSet, ...]
     gains: Float[Tensor, " R"]
+    exhaustive: bool = False
 
     def fraction_at_least(self, observed: float) -> float:
         """Fraction of the null gains ``>= observed`` (see :func:`null_fraction`)."""
         return null_fraction(self.gains, observed)
 
+    def p_value(self, observed: float) -> Optional[float]:
+        """``(1 + b) / (1 + R)`` (:func:`null_p_value`)."""
+        return null_p_value(self.gains, observed)
+
+    @property
+    def min_p(self) -> Optional[float]:
+        """The smallest p-value this null can give, ``1 / (1 + R)``."""
+        return null_min_p(len(self.head_sets))
+
 
 def null_fraction(null_gains: Union[ArrayLike, Sequence[float]], observed: float) -> float:
-    """Fraction of random-subset gains at least as large as the observed gain.
+    """Fraction of random-subset gains at least as large as the observed gain (``nan`` for an
+    empty null).
 
-    Meaning: how often a random head set of the same size does as well as the selected one on the
-    test split. It is *not* corrected for selection on discovery (the selected set was chosen
-    among many; the random sets were not), and as a Monte Carlo p-value it can be 0 — report it
-    with ``R`` (``(1 + count) / (1 + R)`` is the conservative version). ``nan`` for an empty null.
+    Descriptive only: as a p-value it can be 0 and ignores that a null of ``R`` sets cannot show
+    anything below ``1 / (1 + R)``; use :func:`null_p_value` for the test.
     """
     g = _as_vector(null_gains, "null_gains") if len(null_gains) else np.zeros(0)
     if g.shape[0] == 0:
         return float("nan")
-    # compare with a tolerance: gains are differences of k/n accuracies, equal values must tie
     return float((g >= observed - 1e-12).mean())
 
 
@@ -230,11 +297,13 @@ def random_subset_null(
     R: int,
     seed: int,
     *,
+    exclude: Iterable[HeadsLike] = (),
     split: str = "test",
     intact: Bool[Tensor, " example"] | None = None,
     chunk: int = 32,
 ) -> NullDistribution:
-    """Gains of ``R`` random head sets of ``size`` heads (see :func:`random_head_sets`) on ``split``.
+    """Gains of ``R`` random head sets of ``size`` heads (see :func:`random_head_sets`: distinct,
+    none in ``exclude``, every eligible set when at most ``R`` exist) on ``split``.
 
     ``oracle`` is an evaluation oracle (its ``evaluate(split, head_sets)`` is used) or a callable
     ``head_sets -> Bool[variant, example]``. ``intact`` is the intact model's correctness on that
@@ -247,14 +316,48 @@ def random_subset_null(
         fn = oracle
     else:
         raise TypeError("oracle must have .evaluate(split, head_sets) or be callable(head_sets)")
+    exclude = list(exclude)
+    sets = random_head_sets(n_layers, n_heads, size, R, seed, exclude=exclude)
+    exhaustive = len(sets) == count_head_sets(n_layers, n_heads, size, exclude)
+    if not sets:
+        return NullDistribution((), torch.zeros(0, dtype=torch.float64), exhaustive)
     if intact is None:
         intact = fn([HeadSet()])[0]
     base, n = int(intact.sum()), int(intact.shape[0])
-    sets = random_head_sets(n_layers, n_heads, size, R, seed)
-    gains = []
-    for start in range(0, len(sets), chunk):
-        correct = fn(sets[start : start + chunk])
+    gains, step = [], max(chunk, 1)
+    for start in range(0, len(sets), step):
+        correct = fn(sets[start : start + step])
         # (count - count) / n: exact integers, one rounding, so equal gains compare equal
         gains.append((correct.to(torch.int64).sum(1) - base).to(torch.float64) / n)
-    g = torch.cat(gains) if gains else torch.zeros(0, dtype=torch.float64)
-    return NullDistribution(tuple(sets), g)
+    return NullDistribution(tuple(sets), torch.cat(gains), exhaustive)
+
+
+# -- multiple comparisons ----------------------------------------------------------------------
+
+
+def holm_adjust(p_values: Union[ArrayLike, Sequence[float]]) -> np.ndarray:
+    """Holm–Bonferroni adjusted p-values, in the order given (a grid's McNemar p-values, one per
+    model-task pair).
+
+    Sorted ascending, the ``i``-th smallest of ``m`` p-values (``i = 1..m``) is adjusted to
+    ``max over j <= i of min(1, (m - j + 1) p_(j))``: rejecting every hypothesis whose adjusted p is
+    at most ``alpha`` controls the family-wise error rate at ``alpha`` under any dependence between
+    the tests, and is never less powerful than plain Bonferroni (``min(1, m p)``). NaN entries (a
+    pair without a result) are left out of the family and stay NaN.
+    """
+    p = np.asarray(p_values, dtype=np.float64).reshape(-1)
+    present = ~np.isnan(p)
+    if ((p[present] < 0) | (p[present] > 1)).any():
+        raise ValueError("p-values must lie in [0, 1]")
+    out = np.full(p.shape, np.nan)
+    idx = np.flatnonzero(present)
+    m = idx.size
+    if m == 0:
+        return out
+    order = idx[np.argsort(p[idx], kind="stable")]
+    scaled = np.minimum(1.0, (m - np.arange(m)) * p[order])
+    out[order] = np.maximum.accumulate(scaled)
+    return out
+
+
+__all__ += ["holm_adjust"]

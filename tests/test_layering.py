@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "cel_lens"
 
 LAYERS: dict[str, int] = {
-    "version": 0, "config": 0, "heads": 0, "progress": 0,
+    "version": 0, "config": 0, "heads": 0, "progress": 0, "threads": 0,
     "stats": 1, "oracle": 1,
     "model": 2, "sandbox": 2,
     "tasks": 3,
@@ -32,7 +32,7 @@ LAYERS: dict[str, int] = {
     "backends": 8,
     "pipeline": 9,
     "report": 10,
-    "analysis": 11, "organism": 11, "theory": 11,
+    "analysis": 11, "organism": 11, "theory": 11, "grids": 11,
     "cli": 12,
 }
 """Package (or top-level module) -> layer; imports go to lower layers only."""

@@ -1,5 +1,6 @@
 """The notebooks run top to bottom offline (executed with nbclient, as a reader would), show their
-figures, and are committed with outputs cleared."""
+figures, keep them when exported to HTML (``jupyter nbconvert --to html``), and are committed with
+outputs cleared."""
 
 from __future__ import annotations
 
@@ -13,12 +14,12 @@ nbclient = pytest.importorskip("nbclient")
 NOTEBOOK_DIR = Path(__file__).resolve().parent.parent / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
 # figures each notebook must display (plotly outputs), at least
-MIN_FIGURES = {"01_quickstart": 3, "02_theory": 3, "03_attention_patterns": 4}
+MIN_FIGURES = {"01_quickstart": 3, "02_theory": 3, "03_attention_patterns": 5, "04_exploring_a_run": 4}
 # modules a notebook is written against (the quickstart runs on the built-in model organism)
-NEEDS = {"01_quickstart": ("cel_lens.organism",)}
+NEEDS = {"01_quickstart": ("cel_lens.organism",), "04_exploring_a_run": ("cel_lens.organism",)}
 
 
-def test_the_three_notebooks_exist_with_cleared_outputs():
+def test_the_notebooks_exist_with_cleared_outputs():
     assert {p.stem for p in NOTEBOOKS} >= set(MIN_FIGURES)
     for path in NOTEBOOKS:
         nb = nbformat.read(path, as_version=4)
@@ -31,10 +32,10 @@ def test_the_three_notebooks_exist_with_cleared_outputs():
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_executes(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    # the kernel inherits this environment: offline, and figures as plotly JSON (no browser needed)
+    # the kernel inherits this environment: offline; the notebooks choose their own plotly renderer
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    monkeypatch.setenv("PLOTLY_RENDERER", "plotly_mimetype")
+    monkeypatch.delenv("PLOTLY_RENDERER", raising=False)
     for module in NEEDS.get(path.stem, ()):
         pytest.importorskip(module, reason=f"{path.name} needs {module}, which is not in this tree yet")
     nb = nbformat.read(path, as_version=4)
@@ -48,3 +49,15 @@ def test_notebook_executes(path: Path, tmp_path: Path, monkeypatch: pytest.Monke
     assert len(figures) >= MIN_FIGURES.get(path.stem, 1), f"{path.name}: {len(figures)} figures shown"
     for fig in figures:
         assert fig["data"]["application/vnd.plotly.v1+json"]["data"], f"{path.name}: an empty figure"
+        # a copy an exported page keeps: a PNG (a browser renders it here) or plotly's HTML
+        assert {"image/png", "text/html"} & set(fig["data"]), f"{path.name}: a figure only a live front end draws"
+    exported = _export_html(nb)
+    kept = exported.count('src="data:image/png;base64') + exported.count('class="plotly-graph-div"')
+    assert kept >= MIN_FIGURES.get(path.stem, 1), f"{path.name}: {kept} figures in the exported HTML"
+
+
+def _export_html(nb) -> str:
+    """The executed notebook as ``jupyter nbconvert --to html`` writes it."""
+    nbconvert = pytest.importorskip("nbconvert")
+    body, _ = nbconvert.HTMLExporter().from_notebook_node(nb)
+    return body

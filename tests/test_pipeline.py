@@ -85,3 +85,135 @@ def test_default_run_dir_is_stable_and_config_specific(tiny_model, task):
 def test_search_rejects_bad_options(tiny_model, task, tmp_path):
     with pytest.raises(ValueError, match="scorer"):
         cl.search(tiny_model, task, scorer="psychic", out=tmp_path / "x")
+
+
+class _NeverOpened:
+    """A backend standing in for the real one: validation must fail before it is opened."""
+
+    name = "never"
+
+    def open(self, *args, **kwargs):
+        raise AssertionError("the backend was opened: the model would have been loaded before the check")
+
+
+API_CASES = [
+    (dict(k=0), "k must be >= 1, got 0"),
+    (dict(k=1.5), "k must be an integer, got 1.5"),
+    (dict(pool_size=0), "pool_size must be >= 1, got 0"),
+    (dict(n_null=0), "n_null must be >= 1, got 0 (the random-subset null needs at least one head set)"),
+    (dict(seed=-1), "seed must be >= 0, got -1"),
+    (dict(batch_size=0), "batch_size must be >= 1, got 0"),
+    (dict(n_masks=0, scorer="compressed"), "n_masks must be >= 1, got 0"),
+    (dict(store_dtype="float17"), "unknown dtype 'float17'"),
+    (dict(dtype="float17"), "unknown dtype 'float17'"),
+    (dict(scorer="psychic"), "unknown scorer 'psychic'"),
+    (dict(posthoc="no"), "posthoc must be True or False, got 'no'"),
+    (dict(backend="spark"), "unknown backend 'spark'"),
+    (dict(bogus=1), "search() got unknown option(s) bogus"),
+    (dict(n_dist=5), "option(s) n_dist apply only to a task given by name, not to a Task object"),
+    (dict(empty="dist"), "task 'planted' has an empty dist split (n_dist=0)"),
+    (dict(empty="test"), "task 'planted' has an empty test split (n_test=0)"),
+    (dict(task="arithmetic", n_dist=0), "n_dist must be >= 1, got 0 (the split would be empty)"),
+    (dict(task="arithmetic", n_test=-1), "n_test must be >= 1, got -1 (the split would be empty)"),
+    (dict(task="arithmetic", data_dir="bad-row"), "two_digit_addition.jsonl:2: missing field 'completion'"),
+]
+
+
+@pytest.mark.parametrize("kwargs, message", API_CASES, ids=[c[1][:40] for c in API_CASES])
+def test_every_bad_input_fails_before_the_model_loads_and_writes_nothing(
+    tiny_model, task, tmp_path, monkeypatch, data_dir, kwargs, message
+):
+    import dataclasses
+    import shutil
+
+    from cel_lens import pipeline
+
+    monkeypatch.setattr(pipeline, "get_backend", lambda name: _NeverOpened())
+    monkeypatch.chdir(tmp_path)  # where the default run directory (./runs/...) would go
+    kwargs = dict(kwargs)
+    the_task = kwargs.pop("task", task)
+    if "empty" in kwargs:
+        split = kwargs.pop("empty")
+        the_task = dataclasses.replace(task, **{split: task.split(split)[:0]})
+    if kwargs.get("data_dir") == "bad-row":
+        root = tmp_path / "data"
+        shutil.copytree(data_dir / "arithmetic", root / "arithmetic")
+        path = root / "arithmetic" / "two_digit_addition.jsonl"
+        lines = path.read_text().splitlines()
+        path.unlink()
+        path.write_text("\n".join([lines[0], '{"context": "Q: What is 1 plus 2?"}', *lines[2:]]) + "\n")
+        kwargs["data_dir"] = str(root)
+    before = sorted(tmp_path.rglob("*"))
+    with pytest.raises((ValueError, TypeError)) as err:
+        cl.search(tiny_model, the_task, out=tmp_path / "run", progress=False, **kwargs)
+    assert message in str(err.value) and "\n" not in str(err.value)
+    assert sorted(tmp_path.rglob("*")) == before  # no run directory, not even an empty one
+
+
+def test_corrected_rerun_after_a_bad_option_runs(tiny_model, task, tmp_path):
+    out = tmp_path / "run"
+    with pytest.raises(ValueError, match="n_null must be >= 1"):
+        cl.search(tiny_model, task, k=1, pool_size=2, n_null=0, out=out, progress=False)
+    assert not out.exists()
+    assert cl.search(tiny_model, task, k=1, pool_size=2, n_null=2, out=out, progress=False).result.heads == PLANTED
+
+
+def test_split_seed_moves_the_splits_and_leaves_the_statistics_seed(tmp_path):
+    model = cl.load_model("organism")
+    common = dict(n_dist=80, n_test=80, k=1, n_null=3, n_boot=200, progress=False)
+    a = cl.search(model, "organism_a", out=tmp_path / "a", **common)
+    b = cl.search(model, "organism_a", out=tmp_path / "b", split_seed=1, **common)
+    c = cl.search(model, "organism_a", out=tmp_path / "c", seed=1, **common)
+    assert "split_seed" not in a.manifest["options"] and b.manifest["options"]["split_seed"] == 1
+    assert a.manifest["splits"] != b.manifest["splits"] == c.manifest["splits"]  # seed 1 splits both
+    assert b.result.seed == a.result.seed == 0 and c.result.seed == 1
+    assert b.manifest["task"]["options"]["seed"] == 1
+
+
+def test_pipeline_refuses_recorded_scores_not_computed_on_dist(tiny_model, task, tmp_path):
+    from cel_lens.oracle import TestSplitError
+
+    out = tmp_path / "run"
+    kw = dict(k=1, pool_size=3, n_null=2, scorer="compressed", n_masks=16, sparsity=0.2, progress=False)
+    cl.search(tiny_model, task, out=out, **kw)
+    import json
+
+    from cel_lens.runs.files import CHECK, encode_lines
+
+    lines = [json.loads(x) for x in (out / "evaluations.jsonl").read_text().splitlines()]
+    # a record whose stage-1 scores say another split (written with valid checksums, as by an older tool)
+    changed = [dict(x, split="test") if x.get("event") == "stage1_scores" else x for x in lines]
+    assert changed != lines
+    (out / "evaluations.jsonl").write_bytes(encode_lines([{k: v for k, v in x.items() if k != CHECK} for x in changed]))
+    with pytest.raises(TestSplitError, match="split 'test'"):
+        cl.search(tiny_model, task, out=out, **kw)
+
+
+def test_a_task_with_one_split_cannot_be_searched(data_dir):
+    one = cl.load_task("boolq", n_test=20, data_dir=data_dir, splits="test")
+    with pytest.raises(ValueError, match="loaded with its test split only"):
+        cl.pipeline.check_task(one)
+
+
+def test_search_prints_its_plan_before_stage_1_and_an_estimate_after_the_first_batch(tiny_model, task, tmp_path, capsys):
+    """The README's defaults took 979 s on a toy model with no word of what was coming."""
+    run = cl.search(tiny_model, task, k=2, pool_size=4, n_null=8, out=tmp_path / "run", progress=True)
+    err = capsys.readouterr().err
+    plan_at, estimate_at = err.index("search plan: 3 layers x 4 heads"), err.index("estimate from the first timed batch")
+    assert plan_at < estimate_at < err.index("stage2 (dist)")  # both before stage 2 runs
+    assert "stage 1 (exact)  12 head sets" in err and "total" in err
+    assert run.plan is not None and run.plan.seconds_per_unit > 0
+    n_dist, n_test = len(task.dist), len(task.test)
+    assert run.plan.stages[1].units == 12 * n_dist and run.plan.stages[-1].examples == n_test
+    again = cl.search(tiny_model, task, k=2, pool_size=4, n_null=8, out=tmp_path / "run", progress=True)
+    assert "search plan" not in capsys.readouterr().err and again.result == run.result  # finished: nothing to plan
+
+
+def test_plan_evaluates_a_sample_and_writes_nothing(tiny_model, task, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    plan = cl.pipeline.plan(tiny_model, task, k=2, pool_size=4, n_null=8, calibration_examples=8)
+    assert list(tmp_path.iterdir()) == []
+    assert plan.seconds_per_unit > 0 and plan.seconds() > 0
+    assert [s.head_sets for s in plan.stages][:3] == [1, 12, 6]  # intact, every head, C(4,2) pairs
+    with pytest.raises(ValueError, match="larger than the model's 12 heads"):
+        cl.pipeline.plan(tiny_model, task, k=13, pool_size=13, calibrate=False)

@@ -4,6 +4,7 @@ single-accuracy intervals against scipy, and the random-subset null."""
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -12,10 +13,14 @@ from scipy import stats as st
 
 from cel_lens.heads import HeadSet
 from cel_lens.testing import SyntheticOracle
+from cel_lens.selection import run_search
 from cel_lens.stats import (
     accuracy_interval,
+    count_head_sets,
     mcnemar_exact,
     null_fraction,
+    null_min_p,
+    null_p_value,
     paired_bootstrap_ci,
     random_head_sets,
     random_subset_null,
@@ -155,38 +160,138 @@ def test_wilson_interval_hand_computed():
 # -- null ---------------------------------------------------------------------------------------
 
 
-def test_random_head_sets():
-    sets = random_head_sets(4, 3, 2, 500, seed=0)
-    assert len(sets) == 500 and all(len(s) == 2 for s in sets)
-    assert all(h.layer < 4 and h.head < 3 for s in sets for h in s)
-    assert sets == random_head_sets(4, 3, 2, 500, seed=0)
-    assert sets != random_head_sets(4, 3, 2, 500, seed=1)
-    # roughly uniform: each of 12 heads appears in ~ 500 * 2 / 12 = 83 sets
-    counts = np.zeros(12)
-    for s in sets:
-        for h in s:
-            counts[h.layer * 3 + h.head] += 1
-    assert counts.min() > 50 and counts.max() < 120
+def test_random_head_sets_are_distinct_exclude_and_enumerate():
+    # 12 heads, pairs: 66 sets, 65 eligible without S-hat; R = 500 asks for more, so all of them
+    shat = HeadSet.parse("L0H0+L1H1")
+    every = random_head_sets(4, 3, 2, 500, seed=0, exclude=[shat])
+    assert len(every) == len(set(every)) == 65 == count_head_sets(4, 3, 2, exclude=[shat])
+    assert shat not in every and all(len(s) == 2 for s in every)
+    assert every == sorted(every, key=lambda s: s.heads)  # canonical order: seed-independent
+    # fewer than exist: distinct draws, seeded
+    some = random_head_sets(4, 3, 2, 40, seed=0, exclude=[shat])
+    assert len(some) == len(set(some)) == 40 and shat not in some
+    assert some == random_head_sets(4, 3, 2, 40, seed=0, exclude=[shat])
+    assert some != random_head_sets(4, 3, 2, 40, seed=1, exclude=[shat])
     with pytest.raises(ValueError):
         random_head_sets(2, 2, 5, 1, seed=0)
+    with pytest.raises(ValueError):
+        random_head_sets(2, 2, 1, -1, seed=0)
 
 
-def test_random_subset_null_gains_and_fraction():
+@pytest.mark.parametrize("n_layers,n_heads,size,R", [(6, 4, 3, 1500), (28, 24, 3, 20000)])
+def test_random_head_sets_are_uniform(n_layers, n_heads, size, R):
+    """Both draws (index sampling of an enumeration of 2,024 triples; rejection sampling of 50.4M):
+    every head appears about R * size / N times, within 5 binomial standard deviations."""
+    total = n_layers * n_heads
+    sets = random_head_sets(n_layers, n_heads, size, R, seed=3)
+    assert len(set(sets)) == R
+    counts = np.zeros(total)
+    for s in sets:
+        for h in s:
+            counts[h.layer * n_heads + h.head] += 1
+    mean = R * size / total
+    sd = math.sqrt(R * (size / total) * (1 - size / total))
+    assert np.abs(counts - mean).max() < 5 * sd
+
+
+def test_null_p_value_and_its_minimum_hand_computed():
+    # b = 2 of R = 4 gains reach 0.1: (1 + 2) / (1 + 4)
+    assert null_p_value([0.1, 0.0, -0.1, 0.2], 0.1) == pytest.approx(0.6)
+    assert null_p_value([0.1, 0.0, -0.1, 0.2], 0.5) == pytest.approx(0.2) == null_min_p(4)
+    assert null_p_value([], 0.1) is None and null_min_p(0) is None
+    assert null_fraction([0.1, 0.0, -0.1, 0.2], 0.1) == 0.5  # the descriptive fraction stays
+    # equal gains tie whatever the float rounding of k/n
+    assert null_p_value([0.1 + 0.2 - 0.3], 0.0) == pytest.approx(1.0)
+
+
+def test_random_subset_null_gains_exclude_and_exhaustive():
     oracle = SyntheticOracle(3, 3, n_test=500, effects={"L0H0": 0.2, "L1H1": -0.1})
-    null = random_subset_null(oracle, 3, 3, size=1, R=40, seed=0)
-    assert len(null.head_sets) == 40 and null.gains.shape == (40,)
+    shat = HeadSet.parse("L0H0")
+    null = random_subset_null(oracle, 3, 3, size=1, R=40, seed=0, exclude=[shat])
+    # 9 heads: the 8 singles other than S-hat, every one of them, exactly
+    assert null.exhaustive and len(null.head_sets) == 8 and shat not in null.head_sets
+    assert null.min_p == pytest.approx(1 / 9)
     intact = oracle.evaluate("test", [HeadSet()])[0].double().mean()
     for s, g in zip(null.head_sets, null.gains):
         acc = oracle.evaluate("test", [s])[0].double().mean()
         assert float(g) == pytest.approx(float(acc - intact), abs=1e-12)
-        if s == HeadSet.parse("L0H0"):
-            assert g > 0.15
+    gain = float(oracle.evaluate("test", [shat])[0].double().mean() - intact)
+    assert null.p_value(gain) == pytest.approx(1 / 9)  # nothing else reaches +20 pp
+    # sampled: 6 of the 36 pairs, distinct
+    pairs = random_subset_null(oracle, 3, 3, size=2, R=6, seed=0)
+    assert not pairs.exhaustive and len(set(pairs.head_sets)) == 6
     # the callable form and a given intact vector give the same null
     fn = lambda sets: oracle.evaluate("test", sets)  # noqa: E731
-    again = random_subset_null(fn, 3, 3, size=1, R=40, seed=0, intact=oracle.evaluate("test", [HeadSet()])[0])
+    intact = oracle.evaluate("test", [HeadSet()])[0]
+    again = random_subset_null(fn, 3, 3, size=1, R=40, seed=0, exclude=[shat], intact=intact)
     assert torch.equal(again.gains, null.gains)
-    assert null_fraction([0.1, 0.0, -0.1, 0.2], 0.1) == 0.5
-    assert null_fraction([], 0.1) != null_fraction([], 0.1)  # nan
-    assert null.fraction_at_least(0.15) == pytest.approx(
-        sum(s == HeadSet.parse("L0H0") for s in null.head_sets) / 40
-    )
+    empty = random_subset_null(oracle, 3, 3, size=1, R=0, seed=0)
+    assert empty.gains.shape == (0,) and empty.p_value(0.1) is None and empty.min_p is None
+
+
+def test_null_on_a_four_head_model_can_say_nothing_at_5_percent():
+    """The organism's shape: 4 heads, |S-hat| = 1. Only 3 other sets exist, so the smallest
+    achievable p is 1/4, whatever R is asked for."""
+    oracle = SyntheticOracle(1, 4, n_test=400, effects={"L0H0": 0.15})
+    null = random_subset_null(oracle, 1, 4, size=1, R=100, seed=0, exclude=["L0H0"])
+    assert null.exhaustive and len(null.head_sets) == 3
+    assert null.min_p == 0.25 and null.p_value(0.15) == 0.25
+
+
+@pytest.mark.slow  # ~60 s: 200 searches over 672 heads
+def test_null_p_values_are_uniform_when_no_head_has_an_effect():
+    """Calibration: on a 28x24-head synthetic model where no head has any effect (each head set's
+    test answers differ only by independent 10% label noise), the null's p-value of the subset the
+    search selects on D_dist is uniform: its empirical CDF stays within the 99% Kolmogorov band of
+    the uniform, and P(p <= alpha) is within 3 binomial SDs of alpha (ties only make it smaller)."""
+    ps = []
+    for seed in range(200):
+        oracle = SyntheticOracle(28, 24, n_dist=500, n_test=500, noise=0.1, seed=seed)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # no head helps: the selected subset's discovery gain may be <= 0
+            r = run_search(oracle, k=1, pool_size=12, n_null=99, n_boot=1, posthoc=False, n_stability=0,
+                           seed=seed, progress=False)
+        ps.append(r.null_p)
+    ps = np.sort(np.array(ps))
+    n = len(ps)
+    ecdf_gap = np.max(np.abs(np.arange(1, n + 1) / n - ps))
+    assert ecdf_gap < 1.63 / math.sqrt(n), ecdf_gap  # 99% Kolmogorov critical value
+    for alpha in (0.05, 0.1, 0.25, 0.5):
+        rate = float((ps <= alpha).mean())
+        assert rate <= alpha + 3 * math.sqrt(alpha * (1 - alpha) / n), (alpha, rate)
+        assert rate >= alpha - 4 * math.sqrt(alpha * (1 - alpha) / n), (alpha, rate)
+
+
+def test_holm_adjust_hand_worked():
+    """m = 4: sorted 0.005, 0.01, 0.03, 0.04 times 4, 3, 2, 1 = 0.02, 0.03, 0.06, 0.04; the running
+    maximum lifts the last to 0.06. NaN stays out of the family; adjusted values cap at 1."""
+    from cel_lens.stats import holm_adjust
+
+    np.testing.assert_allclose(holm_adjust([0.01, 0.04, 0.03, 0.005]), [0.03, 0.06, 0.06, 0.02])
+    out = holm_adjust([float("nan"), 0.5, 0.2])
+    assert math.isnan(out[0]) and out[1:].tolist() == pytest.approx([0.5, 0.4])
+    assert holm_adjust([0.6, 0.7]).tolist() == [1.0, 1.0]
+    assert holm_adjust([]).shape == (0,) and math.isnan(holm_adjust([float("nan")])[0])
+    with pytest.raises(ValueError):
+        holm_adjust([0.5, 1.5])
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_holm_adjust_matches_statsmodels_and_the_definition(seed):
+    """Against ``statsmodels.stats.multitest.multipletests(method="holm")`` and a direct loop over
+    the definition, on p-values with ties and exact zeros and ones."""
+    from cel_lens.stats import holm_adjust
+
+    rng = np.random.default_rng(seed)
+    p = np.round(rng.uniform(0, 0.2, size=12), 3)
+    p[:2] = [0.0, 1.0]
+    p[5] = p[6]
+    direct = np.empty_like(p)
+    order = np.argsort(p, kind="stable")
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(p) - rank) * p[i]))
+        direct[i] = running
+    np.testing.assert_allclose(holm_adjust(p), direct, rtol=0, atol=1e-15)
+    multitest = pytest.importorskip("statsmodels.stats.multitest")
+    np.testing.assert_allclose(holm_adjust(p), multitest.multipletests(p, method="holm")[1], rtol=0, atol=1e-12)

@@ -11,11 +11,13 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import plotly.graph_objects as go
 import torch
+from jaxtyping import Float, Int
 from torch import Tensor
 
 from cel_lens.evaluation.encode import encode_pair, encode_prompt, format_prompt
 from cel_lens.heads import HeadSet, HeadsLike
 from cel_lens.model.ablation import ablation_hooks
+from cel_lens.model.forward import forward_resid, unembed
 from cel_lens.model.kinds import model_shape
 from cel_lens.report.attention import AttentionPatterns
 from cel_lens.report.attention import plot_attention as plot_patterns
@@ -23,7 +25,7 @@ from cel_lens.report.attention import plot_attention as plot_patterns
 if TYPE_CHECKING:
     from cel_lens.model.types import Model
 
-__all__ = ["example_tokens", "attention_patterns", "plot_attention"]
+__all__ = ["example_tokens", "direct_logit_effects", "attention_patterns", "plot_attention"]
 
 
 def _pattern_name(layer: int) -> str:
@@ -31,15 +33,15 @@ def _pattern_name(layer: int) -> str:
     return f"blocks.{layer}.attn.hook_pattern"
 
 
-def example_tokens(model: Model, example: Any, include_target: bool = True, chat_template: bool = False) -> Tensor:
-    """Token ids ``[1, pos]`` of an example as the evaluator feeds it: BOS and the prompt (in the chat
-    template when asked), then the target (exact match) or the correct choice (multiple choice,
-    when ``include_target``), split as :func:`~cel_lens.evaluation.encode.encode_pair` does. A string
-    is tokenized as the model does; token ids are taken as they are."""
+def _encode(model: Model, example: Any, include_target: bool, chat_template: bool) -> tuple[list[int], int, Optional[int]]:
+    """``(token ids, answer position, first answer token or None)`` of an example: the answer
+    position is the one whose logits predict the answer (the last prompt token)."""
     if isinstance(example, str):
-        return model.to_tokens(example)
+        tokens = model.to_tokens(example, truncate=False)[0].tolist()
+        return tokens, len(tokens) - 1, None
     if isinstance(example, Tensor):
-        return example.reshape(1, -1)
+        tokens = example.reshape(-1).tolist()
+        return tokens, len(tokens) - 1, None
     prompt = getattr(example, "prompt", None)
     if prompt is None:
         raise TypeError(f"expected an Example, a string or token ids, got {type(example).__name__}")
@@ -48,13 +50,72 @@ def example_tokens(model: Model, example: Any, include_target: bool = True, chat
     choices, label = getattr(example, "choices", ()), getattr(example, "label", None)
     if continuation is None and choices and label is not None:
         continuation = choices[label]
-    if include_target and continuation:
-        ctx, cont = encode_pair(model, context, continuation)
-        ids = ctx + cont
-    else:
+    if not continuation:
         ids = encode_prompt(model, context)
+        return ids, len(ids) - 1, None
+    ctx, cont = encode_pair(model, context, continuation)
+    n_ctx = getattr(model.cfg, "n_ctx", None)
+    if include_target and n_ctx is not None and len(ctx) + len(cont) > n_ctx:
+        cont_fed = cont[:-1]  # the last answer token is only predicted, never read (as the evaluator feeds it)
+        return ctx + cont_fed, len(ctx) - 1, cont[0]
+    return (ctx + cont if include_target else ctx), len(ctx) - 1, cont[0]
+
+
+def _checked_tensor(model: Model, ids: list[int]) -> Tensor:
+    """``ids`` as a ``[1, pos]`` tensor on the model's device; one line if it exceeds the context."""
+    n_ctx = getattr(model.cfg, "n_ctx", None)
+    if n_ctx is not None and len(ids) > n_ctx:
+        raise ValueError(
+            f"the example is {len(ids)} tokens, longer than the model's {n_ctx}-token context: "
+            "pass a shorter example (or include_target=False)"
+        )
     device = next(iter(model.parameters())).device if hasattr(model, "parameters") else "cpu"
     return torch.tensor([ids], dtype=torch.long, device=device)
+
+
+def example_tokens(model: Model, example: Any, include_target: bool = True, chat_template: bool = False) -> Tensor:
+    """Token ids ``[1, pos]`` of an example as the evaluator feeds it: BOS and the prompt (in the chat
+    template when asked), then the target (exact match) or the correct choice (multiple choice,
+    when ``include_target``), split as :func:`~cel_lens.evaluation.encode.encode_pair` does. The
+    answer's last token is left out when the whole would not fit the model's context (the
+    evaluator never feeds it either: it is only predicted). A string is tokenized as the model
+    does; token ids are taken as they are. Longer than the context: ``ValueError``."""
+    ids, _, _ = _encode(model, example, include_target, chat_template)
+    return _checked_tensor(model, ids)
+
+
+def direct_logit_effects(
+    model: Model, tokens: Int[Tensor, "1 pos"], heads: HeadSet, position: int, answer: Optional[int] = None, k: int = 8
+) -> tuple[list[int], Float[Tensor, "head token"]]:
+    """What ablating each head of ``heads`` does to the logits at ``position`` through the direct
+    path alone: ``(token ids, effects [head, token])`` with ``effects[i, t]`` = logit of token t
+    with head i's output removed from the final residual stream (final norm recomputed), minus the
+    intact logit. Tokens: ``answer`` (when given), the ``k`` tokens the heads move most and the
+    three likeliest intact tokens. A head's output is read as the change of its layer's attention
+    output when that head alone is zeroed, so no weight layout is assumed."""
+    n_heads = model_shape(model)[1]
+    with torch.no_grad():
+        final = forward_resid(model, tokens)[0, position]
+        outs = []
+        for h in heads:
+            name = f"blocks.{h.layer}.hook_attn_out"
+            store: dict[str, Tensor] = {}
+
+            def save(t: Tensor, hook, key: str) -> None:  # noqa: ANN001 - TL hook signature
+                store[key] = t[0, position].detach()
+
+            for key, extra in (("intact", []), ("ablated", ablation_hooks(HeadSet([h]), n_heads=n_heads))):
+                with model.hooks(fwd_hooks=[*extra, (name, lambda t, hook, key=key: save(t, hook, key))]):
+                    model(tokens)
+            outs.append(store["intact"] - store["ablated"])
+        head_out = torch.stack(outs)  # [head, d_model]
+        intact = unembed(model, final[None]).float()[0]
+        without = unembed(model, final[None] - head_out).float()
+        effects = (without - intact).cpu()
+    ranked = effects.abs().amax(0).argsort(descending=True)[:k].tolist()
+    likely = intact.argsort(descending=True)[:3].cpu().tolist()
+    ids = list(dict.fromkeys(([answer] if answer is not None else []) + likely + ranked))
+    return ids, effects[:, ids]
 
 
 def attention_patterns(
@@ -66,11 +127,13 @@ def attention_patterns(
     chat_template: bool = False,
 ) -> AttentionPatterns:
     """Run ``example`` through ``model`` intact and with ``ablate`` zero-ablated, and record every
-    layer's attention pattern. ``example`` is an ``Example`` (its prompt plus target or correct
-    choice, tokenized as the evaluator does), a string, or token ids."""
+    layer's attention pattern, and each ablated head's direct effect on the answer logits
+    (:func:`direct_logit_effects`). ``example`` is an ``Example`` (its prompt plus target or
+    correct choice, tokenized as the evaluator does), a string, or token ids."""
     n_layers, n_heads = model_shape(model)
     heads = HeadSet.parse(ablate).validate(n_layers, n_heads)
-    tokens = example_tokens(model, example, include_target, chat_template)
+    ids, position, answer = _encode(model, example, include_target, chat_template)
+    tokens = _checked_tensor(model, ids)
     str_tokens = [str(t) for t in model.to_str_tokens(tokens[0])]
     names = [_pattern_name(l) for l in range(n_layers)]
     hook_dict = getattr(model, "hook_dict", {})
@@ -93,7 +156,14 @@ def attention_patterns(
 
     intact = run([])
     ablated = run(ablation_hooks(heads, n_heads=n_heads)) if heads else intact.clone()
-    return AttentionPatterns(str_tokens, heads, intact, ablated)
+    if not heads:
+        return AttentionPatterns(str_tokens, heads, intact, ablated)
+    effect_ids, effects = direct_logit_effects(model, tokens, heads, position, answer)
+    return AttentionPatterns(
+        str_tokens, heads, intact, ablated, logit_position=position,
+        logit_tokens=[str(t) for t in model.to_str_tokens(torch.tensor(effect_ids))], logit_token_ids=effect_ids,
+        direct_effect=effects, answer_index=0 if answer is not None else None,
+    )
 
 
 def plot_attention(

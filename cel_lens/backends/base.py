@@ -17,7 +17,7 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
-from cel_lens.config import ExecutionSettings
+from cel_lens.config import BACKENDS, ExecutionSettings, OptionError
 from cel_lens.heads import HeadSet
 from cel_lens.tasks.base import Task
 
@@ -60,17 +60,10 @@ class Backend(Protocol):
         ...
 
 
-BACKENDS: dict[str, str] = {
-    "local": "cel_lens.backends.local:LocalBackend",
-    "ray": "cel_lens.backends.ray:RayBackend",
-}
-"""Backend name -> ``"module:Class"``."""
-
-
 def get_backend(name: str) -> Backend:
     """The backend called ``name`` (``ValueError`` for an unknown one; the Ray backend raises
     :class:`~cel_lens.backends.ray.RayUnavailableError` when Ray is not installed)."""
     if name not in BACKENDS:
-        raise ValueError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
+        raise OptionError("backend", f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
     module, cls = BACKENDS[name].split(":")
     return getattr(importlib.import_module(module), cls)()

@@ -9,18 +9,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from typing import Any
+import sys
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
-from typing import TYPE_CHECKING
-
-from cel_lens.config import ExecutionSettings
+from cel_lens.config import ExecutionSettings, OptionError, check_split_sizes
 
 if TYPE_CHECKING:  # pragma: no cover
     from cel_lens.tasks.base import Task
 
 __all__ = [
-    "Formatter", "print_json", "add_model_task_options", "allow_code_execution", "load_task_from_args",
-    "load_model_and_task", "DEFAULTS",
+    "Formatter", "print_json", "json_stdout", "FLAGS", "flag_message", "add_model_task_options", "settings_from_args",
+    "allow_code_execution", "check_names_first", "task_options_from_args", "load_task_from_args", "load_model_and_task", "DEFAULTS",
 ]
 
 DEFAULTS = ExecutionSettings()
@@ -28,12 +28,60 @@ DEFAULTS = ExecutionSettings()
 
 
 class Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Help text with defaults and the description's own line breaks."""
+    """Help text with defaults and the description's own line breaks.
+
+    A default is shown once: appended as ``(default: X)`` when it is a value, left out when the
+    help text says what the default is in words, or when there is none to show (``None``, or a
+    flag's ``False``)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "default" in text.lower() or action.default is None or action.default is False:
+            return text
+        return super()._get_help_string(action)
 
 
 def print_json(obj: object) -> None:
     """Print ``obj`` as indented JSON (non-JSON values as their ``str``)."""
     print(json.dumps(obj, indent=2, default=str))
+
+
+@contextmanager
+def json_stdout(enabled: bool = True) -> Iterator[None]:
+    """While the block runs, whatever would reach stdout goes to stderr instead: Python prints and,
+    at the file-descriptor level, C libraries, subprocesses and Ray's forwarded worker output. So
+    under ``--json`` stdout carries the JSON printed after the block, and nothing else."""
+    if not enabled:
+        yield
+        return
+    sys.stdout.flush()
+    saved_fd, saved_stdout = os.dup(1), sys.stdout
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved_fd, 1)
+        os.close(saved_fd)
+        sys.stdout = saved_stdout
+
+
+FLAGS: dict[str, str] = {
+    "pool_size": "--pool",
+    "store_budget": "--store-budget-mb",
+    "ray_address": "--address",
+    "use_store": "--no-store",
+    "progress": "--no-progress",
+}
+"""Option field name -> its command-line flag, where the two differ (else ``--`` + dashed name)."""
+
+
+def flag_message(err: OptionError) -> str:
+    """``err``'s message naming the command-line flag instead of the field (``--pool must be >= 1``)."""
+    flag = FLAGS.get(err.option, "--" + err.option.replace("_", "-"))
+    msg = str(err)
+    return flag + msg[len(err.option):] if msg.startswith(err.option + " ") else f"{flag}: {msg}"
 
 
 def add_model_task_options(p: argparse.ArgumentParser, *, model_required: bool = True) -> None:
@@ -43,7 +91,8 @@ def add_model_task_options(p: argparse.ArgumentParser, *, model_required: bool =
     p.add_argument("--n-dist", type=int, default=None, help="discovery examples (default: the paper's size)")
     p.add_argument("--n-test", type=int, default=None, help="test examples (default: the paper's size)")
     p.add_argument("--data-dir", default=None, help="read task files from this directory instead of the hub")
-    p.add_argument("--seed", type=int, default=0, help="seed of the splits, the null and the bootstrap")
+    p.add_argument("--seed", type=int, default=0, help="seed of the statistics (null, bootstrap, stability) and the splits")
+    p.add_argument("--split-seed", type=int, default=None, help="seed of the splits alone (default: --seed)")
     p.add_argument("--device", default=DEFAULTS.device, help="torch device (default: cuda if available, else cpu)")
     p.add_argument("--dtype", default=DEFAULTS.dtype, help="model dtype, e.g. float32 or bfloat16")
     p.add_argument("--loader", choices=["auto", "hooked", "bridge"], default=DEFAULTS.loader,
@@ -51,6 +100,10 @@ def add_model_task_options(p: argparse.ArgumentParser, *, model_required: bool =
     p.add_argument("--batch-size", type=int, default=DEFAULTS.batch_size, help="examples per forward pass")
     p.add_argument("--allow-code-execution", action="store_true",
                    help="let generation tasks (MBPP) run model-written code in the sandbox")
+    p.add_argument("--chat-template", action="store_true",
+                   help="wrap each prompt in the tokenizer's chat template (Instruct models; recorded in the run)")
+    p.add_argument("--max-new-tokens", type=int, default=None,
+                   help="tokens a generation task (MBPP) may generate (default: the task's, 256 for MBPP)")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
 
 
@@ -62,18 +115,76 @@ def allow_code_execution(args: argparse.Namespace) -> None:
         os.environ[ALLOW_ENV] = "1"
 
 
-def load_task_from_args(args: argparse.Namespace) -> "Task":
-    """The task the options name (cheap: a wrong name or data directory fails before a model loads)."""
+def settings_from_args(args: argparse.Namespace, **extra: Any) -> ExecutionSettings:
+    """The checked :class:`~cel_lens.config.ExecutionSettings` of the model options (and ``extra``)."""
+    return ExecutionSettings(
+        device=args.device, dtype=args.dtype, loader=args.loader, batch_size=args.batch_size,
+        progress=not args.no_progress, **extra,
+    ).validate()
+
+
+def check_names_first(args: argparse.Namespace) -> None:
+    """Fail fast on an unknown task name, then on a model that cannot load (unknown name, not a
+    checkpoint, a hub model neither cached nor reachable), before the task's data is read or
+    anything is loaded; then, when the task may come from the hub and the hub cannot be reached,
+    turn offline mode on for this process, so the task's data error comes at once instead of after
+    the hub client's retries."""
+    from cel_lens.model.hub import check_model_name, hub_offline, hub_reachable
+    from cel_lens.tasks.registry import task_info
+
+    task_info(args.task)
+    check_model_name(args.model)
+    local_data = args.data_dir is not None or os.environ.get("CEL_LENS_DATA_DIR")
+    if not local_data and not hub_offline() and not hub_reachable():
+        os.environ["HF_HUB_OFFLINE"] = "1"
+        os.environ["HF_DATASETS_OFFLINE"] = "1"
+
+
+def task_options_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The task options the flags set (``--chat-template``, ``--max-new-tokens``), checked against
+    what the task is: a generation budget for a task that does not generate is refused."""
+    from cel_lens.tasks.registry import task_info
+
+    options: dict[str, Any] = {}
+    if getattr(args, "chat_template", False):
+        options["chat_template"] = True
+    budget = getattr(args, "max_new_tokens", None)
+    if budget is not None:
+        kind = task_info(args.task).get("kind")
+        if kind != "generation":
+            raise OptionError("max_new_tokens", f"max_new_tokens applies to generation tasks (mbpp); {args.task} is {kind}")
+        if budget < 1:
+            raise OptionError("max_new_tokens", f"max_new_tokens must be >= 1, got {budget}")
+        options["max_new_tokens"] = budget
+    return options
+
+
+def load_task_from_args(args: argparse.Namespace, splits: Sequence[str] = ("dist", "test")) -> "Task":
+    """The task the options name (cheap: a wrong name or data directory fails before a model loads);
+    ``splits``: only those (an evaluation of one split reads only that split's files)."""
     from cel_lens.tasks.registry import load_task
 
-    return load_task(args.task, n_dist=args.n_dist, n_test=args.n_test, seed=args.seed, data_dir=args.data_dir)
+    seed = args.seed if getattr(args, "split_seed", None) is None else args.split_seed
+    return load_task(
+        args.task, n_dist=args.n_dist, n_test=args.n_test, seed=seed, data_dir=args.data_dir, splits=tuple(splits),
+        **task_options_from_args(args),
+    )
 
 
 def load_model_and_task(args: argparse.Namespace) -> tuple[Any, "Task"]:
-    """The model and task the options name (the task first)."""
+    """The model and task the options name: options checked first, then the model's name (cheaply),
+    then the task read, then the model loaded."""
     from cel_lens.model.load import load_model
 
+    settings = settings_from_args(args)
+    split = getattr(args, "split", None)
+    if split is not None:  # only the split evaluated needs examples
+        check_split_sizes(**{f"n_{split}": getattr(args, f"n_{split}")})
     allow_code_execution(args)
-    task = load_task_from_args(args)
-    model = load_model(args.model, device=args.device, dtype=args.dtype, loader=args.loader)
+    task_options_from_args(args)
+    check_names_first(args)
+    task = load_task_from_args(args, splits=(split,) if split is not None else ("dist", "test"))
+    if split is not None and len(task.split(split)) == 0:
+        raise ValueError(f"task {task.name!r} has no {split} examples to evaluate")
+    model = load_model(args.model, device=settings.device, dtype=settings.dtype, loader=settings.loader)
     return model, task

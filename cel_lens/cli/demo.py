@@ -20,7 +20,8 @@ def add(sub: argparse._SubParsersAction) -> None:
         "held-out gain on task A with its CI, p-value and null, and the effect of the same ablation on "
         "task B. Needs no network and no GPU.",
     )
-    p.add_argument("--out", default="runs/demo", help="run directory")
+    p.add_argument("--out", default=None, help="run directory (default: runs/demo, or runs/demo__n_dist-1000 and so "
+                   "on for other options, so each set of options has its own)")
     p.add_argument("--n-dist", type=int, default=None, help="discovery examples (default: the task's)")
     p.add_argument("--n-test", type=int, default=None, help="test examples (default: the task's)")
     p.add_argument("--seed", type=int, default=0, help="seed of the splits, the null and the bootstrap")

@@ -30,7 +30,8 @@ def run(args: argparse.Namespace) -> int:
     heads = HeadSet.parse(args.heads)
     sets = [HeadSet()] + ([heads] if heads else [])
     res = evaluate(model, task.split(args.split), sets, batch_size=args.batch_size, progress=not args.no_progress)
-    out: dict = {"task": task.name, "split": args.split, "n": len(res.ids), "metric": task.metric}
+    out: dict = {"task": task.name, "split": args.split, "n": len(res.ids), "metric": task.metric,
+                 "chat_template": bool(res.chat_template)}
     for name, row in zip(("intact", "ablated"), res.correct):
         lo, hi = accuracy_interval(row)
         out[name] = {"heads": str(sets[0 if name == "intact" else 1]), "accuracy": float(row.double().mean()), "ci": [lo, hi]}
@@ -42,7 +43,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(out)
         return 0
-    print(f"{task.name} / {args.split} (n={out['n']}, {task.metric})")
+    chat = ", chat template" if res.chat_template else ""
+    print(f"{task.name} / {args.split} (n={out['n']}, {task.metric}{chat})")
     for name in ("intact", "ablated"):
         if name in out:
             r = out[name]

@@ -15,6 +15,7 @@ from typing import Optional, Sequence
 
 
 from cel_lens.evaluation.batch import MAX_PADDING, Encoded, EncodedBatch, build_batch, length_groups
+from cel_lens.model.bos import bos_prefix, prompt_ids
 from cel_lens.model.forward import init_kv_cache
 from cel_lens.tasks.base import Example, Split
 
@@ -66,22 +67,12 @@ def _encode_text(tok, text: str) -> list[int]:
     return list(tok(text, add_special_tokens=False)["input_ids"])
 
 
-def _prefix(model, text: str) -> list[int]:
-    """BOS when the model prepends one (TransformerLens' ``default_prepend_bos``) and the text
-    (e.g. a chat template) does not already start with it."""
-    tok = _tokenizer(model)
-    bos = getattr(tok, "bos_token_id", None)
-    if not getattr(model.cfg, "default_prepend_bos", True) or bos is None:
-        return []
-    if tok.bos_token and text.startswith(tok.bos_token):
-        return []
-    return [int(bos)]
-
-
 def encode_prompt(model, text: str) -> list[int]:
-    """Token ids of a prompt as the model reads it: BOS when the model prepends one (see
-    :func:`_prefix`), then the text's tokens (no other special tokens)."""
-    return _prefix(model, text) + _encode_text(_tokenizer(model), text)
+    """Token ids of a prompt as the model reads it: BOS when the model's BOS rule prepends one
+    (:func:`cel_lens.model.bos.bos_prefix`; by default where the checkpoint's tokenizer adds it
+    itself, as lm-eval), then the text's tokens (no other special tokens)."""
+    _tokenizer(model)  # one clear error for a model without a tokenizer
+    return prompt_ids(model, text)
 
 
 def as_split(split: Split | Sequence[Example]) -> Split:
@@ -104,7 +95,7 @@ def encode_pair(model, context: str, continuation: str) -> tuple[list[int], list
     whole = _encode_text(tok, context + continuation)
     ctx = _encode_text(tok, context)
     cont = whole[len(ctx):]
-    ctx = _prefix(model, context) + ctx
+    ctx = bos_prefix(model, context) + ctx
     if not ctx:  # lm-eval scores an empty context after the end-of-text token
         fallback = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
         ctx = [int(fallback)]

@@ -29,19 +29,21 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from cel_lens.evaluation.batch import EncodedBatch
+from cel_lens.evaluation.batch import EncodedBatch, TeacherForced, teacher_forced_rows
 from cel_lens.evaluation.choices import aggregate
 from cel_lens.evaluation.encode import as_split, chat_choice, default_max_tokens, encode_split, split_kind
 from cel_lens.evaluation.generation import evaluate_generation
 from cel_lens.evaluation.result import EvalResult
 from cel_lens.evaluation.store import ActivationStore
 from cel_lens.evaluation.teacher_forced import score_batches
-from cel_lens.heads import HeadSet, HeadsLike
+from cel_lens.heads import Head, HeadSet, HeadsLike
 from cel_lens.model.forward import forward_resid, param_device, unembed
 from cel_lens.model.kinds import model_name, model_shape
+from cel_lens.model.processing import warn_if_processed
 from cel_lens.tasks.base import Example, Split
+from cel_lens.threads import configure_threads
 
-__all__ = ["evaluate", "logprob_metric", "default_max_rows"]
+__all__ = ["evaluate", "logprob_metric", "choice_margin", "default_max_rows"]
 
 ROWS_PER_EXAMPLE = 16
 """Rows (variants x sequences) of one forward pass per example of a batch, unless ``max_rows`` is given."""
@@ -76,8 +78,13 @@ def evaluate(
     :func:`default_max_rows`). ``chat_template`` wraps each prompt in the tokenizer's chat
     template (default: the split's ``options["chat_template"]`` if it has one, else off).
     ``max_new_tokens`` (generation) defaults to the task's own budget
-    (:attr:`~cel_lens.tasks.Split.max_new_tokens`).
+    (:attr:`~cel_lens.tasks.Split.max_new_tokens`). A single head set (``"L0H0+L1H2"``, a
+    :class:`~cel_lens.heads.Head` or :class:`~cel_lens.heads.HeadSet`) counts as a list of one.
     """
+    if isinstance(head_sets, (str, Head, HeadSet)):
+        head_sets = [head_sets]
+    warn_if_processed(model)
+    configure_threads(model)  # one thread for a tiny model (cel_lens.threads)
     split = as_split(split)
     kind = split_kind(split)
     n_layers, n_heads = model_shape(model)
@@ -121,18 +128,69 @@ def evaluate(
     return EvalResult(correct=correct, scores=scores, extra=extra, **common)
 
 
-def logprob_metric(model, batch: EncodedBatch, fwd_hooks: Sequence = ()) -> Float[Tensor, " batch"]:
-    """Differentiable log-prob of each example's correct answer (exact match: the target's tokens;
-    multiple choice: the labelled choice's tokens), summed over its tokens, in one forward pass
-    over ``batch.answer`` with ``fwd_hooks`` active (e.g. attribution patching at ``hook_z``).
-    Order: ``batch.example_index``."""
-    answer = batch.answer.to(param_device(model))
-    resid = forward_resid(model, answer.tokens, fwd_hooks=fwd_hooks, attention_mask=answer.attention_mask)
-    idx = einops.repeat(answer.positions, "b k -> b k d", d=resid.shape[-1])
-    picked = resid.gather(1, idx)[answer.target_mask]  # [n, d]: real target positions only
+def _summed_logprob(model, rows: TeacherForced, fwd_hooks: Sequence) -> Float[Tensor, " row"]:
+    """Differentiable summed log-prob of each row's target tokens, one forward pass over ``rows``."""
+    rows = rows.to(param_device(model))
+    resid = forward_resid(model, rows.tokens, fwd_hooks=fwd_hooks, attention_mask=rows.attention_mask)
+    idx = einops.repeat(rows.positions, "b k -> b k d", d=resid.shape[-1])
+    picked = resid.gather(1, idx)[rows.target_mask]  # [n, d]: real target positions only
     logits = unembed(model, picked).float()
-    tgt = answer.targets[answer.target_mask]
+    tgt = rows.targets[rows.target_mask]
     lp = logits.gather(-1, tgt[:, None])[:, 0] - logits.logsumexp(-1)
-    out = torch.zeros(answer.target_mask.shape, dtype=lp.dtype, device=lp.device)
-    out = out.masked_scatter(answer.target_mask, lp)
+    out = torch.zeros(rows.target_mask.shape, dtype=lp.dtype, device=lp.device)
+    out = out.masked_scatter(rows.target_mask, lp)
     return out.sum(-1)
+
+
+def _choice_rows(batch: EncodedBatch) -> TeacherForced:
+    """Every choice as one right-padded row ``prompt + choice[:-1]``: the ``"rows"`` layout as it
+    is, the ``"shared"`` layout's prompt and continuation put back together (pads are masked)."""
+    if batch.rows is not None:
+        return batch.rows
+    assert batch.context_tokens is not None and batch.context_mask is not None
+    pairs = []
+    for r in range(batch.n_rows):
+        e = int(batch.row_example[r])
+        context = batch.context_tokens[e][batch.context_mask[e].bool()].tolist()
+        pairs.append((context, batch.targets[r][batch.target_mask[r]].tolist()))
+    return teacher_forced_rows(pairs, pad=0)
+
+
+def choice_margin(
+    row_ll: Float[Tensor, " row"], batch: EncodedBatch, metric: str = "acc"
+) -> Float[Tensor, " example"]:
+    """The smooth margin of each example's correct choice: ``s_c - logsumexp_{j != c} s_j``, where
+    ``s_j`` is choice ``j``'s summed log-likelihood (``acc``) or that divided by its length in
+    characters (``acc_norm``, lm-eval's rule). It is positive only if the correct choice wins, and it
+    differs from the hard margin ``s_c - max_{j != c} s_j`` by at most ``log(choices - 1)``.
+    Examples with a single choice get 0 (nothing to decide). Order: ``batch.example_index``."""
+    s = row_ll / batch.choice_chars.to(row_ll.device).clamp_min(1.0) if metric == "acc_norm" else row_ll
+    n_choices = int(batch.row_choice.max()) + 1 if batch.n_rows else 1
+    table = torch.full((batch.n_examples, n_choices), float("-inf"), dtype=s.dtype, device=s.device)
+    table = table.index_put((batch.row_example.to(s.device), batch.row_choice.to(s.device)), s)
+    labels = batch.labels.to(s.device)[:, None]
+    gold = table.gather(1, labels)[:, 0]
+    others = torch.logsumexp(table.scatter(1, labels, float("-inf")), dim=1)
+    return torch.where(torch.isfinite(others), gold - others, torch.zeros_like(gold))
+
+
+def logprob_metric(
+    model, batch: EncodedBatch, fwd_hooks: Sequence = (), *, metric: str = "acc"
+) -> Float[Tensor, " batch"]:
+    """A differentiable per-example metric of what decides correctness, from one forward pass with
+    ``fwd_hooks`` active (e.g. attribution patching at ``hook_z``). Order: ``batch.example_index``.
+
+    Exact match: the summed log-prob of the target's tokens. Multiple choice: the log-probability of
+    the labelled choice under the model's own choice rule, ``log_softmax_j(s_j)[c] =
+    -softplus(-m)``, where ``s_j`` are the choices' scores on the scale ``metric`` compares (``acc``:
+    summed log-likelihoods, ``acc_norm``: per character) and ``m`` is :func:`choice_margin`. It is a
+    smooth version of ``min(margin, 0)``: its derivative is the margin's, weighted by
+    ``sigmoid(-m)`` (about 1 for an example answered wrong, 1/2 at the decision boundary, near 0 for
+    one answered right by a wide margin, which no small change flips), so it follows the examples
+    whose correctness an ablation can change, as accuracy does; the log-prob of the correct choice
+    alone ignores the other choices, and the plain margin counts every example alike.
+    """
+    if batch.kind != "multiple_choice":
+        return _summed_logprob(model, batch.answer, fwd_hooks)
+    margin = choice_margin(_summed_logprob(model, _choice_rows(batch), fwd_hooks), batch, metric)
+    return -torch.nn.functional.softplus(-margin)

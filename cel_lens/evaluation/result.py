@@ -46,6 +46,35 @@ class EvalResult:
             return torch.full((self.correct.shape[0],), float("nan"))
         return self.correct.float().mean(dim=1)
 
+    def __repr__(self) -> str:
+        """One line: what was evaluated and each head set's accuracy (not the per-example tensors)."""
+        where = "/".join(p for p in (self.task, self.split) if p) or "examples"
+        accs = ", ".join(f"{s}: {a:.3f}" for s, a in zip(self.head_sets[:4], self.accuracy.tolist()))
+        more = f", ... ({len(self.head_sets)} head sets)" if len(self.head_sets) > 4 else ""
+        return f"<EvalResult {where}, {len(self.ids)} examples, {self.metric}: {accs}{more}>"
+
+    def _repr_html_(self) -> str:
+        """A table for notebooks: each head set's accuracy, correct count and change from the
+        first row (the intact model when it was evaluated)."""
+        import html
+
+        n = len(self.ids)
+        acc = self.accuracy.tolist()
+        right = self.correct.sum(1).tolist() if n else [0] * len(acc)
+        rows = "".join(
+            f"<tr><td>{html.escape(str(s))}</td><td>{a:.4f}</td><td>{c} / {n}</td>"
+            f"<td>{'' if i == 0 else f'{100 * (a - acc[0]):+.1f} pp'}</td></tr>"
+            for i, (s, a, c) in enumerate(zip(self.head_sets[:20], acc, right))
+        )
+        more = f"<p><small>... and {len(self.head_sets) - 20} more head sets</small></p>" if len(self.head_sets) > 20 else ""
+        where = html.escape("/".join(p for p in (self.task, self.split) if p) or "examples")
+        return (
+            f"<p><b>EvalResult</b> {where}: {n} examples, {html.escape(self.kind)}, metric {html.escape(self.metric)}"
+            f"{', chat template' if self.chat_template else ''}</p>"
+            f"<table><tr><th>head set</th><th>{html.escape(self.metric)}</th><th>correct</th>"
+            f"<th>vs {html.escape(str(self.head_sets[0])) if self.head_sets else ''}</th></tr>{rows}</table>{more}"
+        )
+
     def index(self, head_set: HeadsLike) -> int:
         """Row of ``head_set`` in this result (``ValueError`` if it was not evaluated)."""
         target = HeadSet.parse(head_set)

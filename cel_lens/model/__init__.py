@@ -8,12 +8,14 @@
   the fused-attention :mod:`~cel_lens.model.stack` where a model has one (:func:`fused_attention`
   turns it off);
 * :mod:`~cel_lens.model.registry`: the paper's models; :mod:`~cel_lens.model.identity`: ids and
-  weight hashes for run manifests; :mod:`~cel_lens.model.native`: models without a Hugging Face form.
+  weight hashes for run manifests; :mod:`~cel_lens.model.native`: models without a Hugging Face form;
+  :mod:`~cel_lens.model.bos`: whether prompts start with BOS (the tokenizer's own rule, as lm-eval).
 
 This is the only package that imports ``transformer_lens``.
 """
 
 from cel_lens.model.ablation import ablate, ablation_hooks, hook_z_name, run_variants, variant_hooks
+from cel_lens.model.bos import BOS_RULES, bos_rule, set_bos_rule
 from cel_lens.model.forward import forward_resid, unembed
 from cel_lens.model.identity import model_id, model_manifest, weights_hash
 from cel_lens.model.kinds import is_bridge, model_shape, supports_resume
@@ -24,6 +26,9 @@ from cel_lens.model.stack_build import fused_attention
 __all__ = [
     "load_model",
     "PROCESSING_DEFAULTS",
+    "BOS_RULES",
+    "bos_rule",
+    "set_bos_rule",
     "PAPER_MODELS",
     "ModelSpec",
     "ablate",

@@ -18,7 +18,7 @@ Both TransformerLens model types work: ``HookedTransformer`` and ``TransformerBr
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Iterator, Optional, Sequence
+from typing import Iterator, Optional, Sequence, Union
 
 import einops
 import torch
@@ -26,10 +26,12 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from cel_lens.heads import HeadSet, HeadsLike, masks_from_head_sets
-from cel_lens.model.forward import Hook, check_hooks, forward_resid, unembed
+from cel_lens.model.bos import prompt_ids
+from cel_lens.model.forward import Hook, check_hooks, forward_resid, param_device, unembed
 from cel_lens.model.kinds import is_bridge, model_name, model_shape
+from cel_lens.model.processing import warn_if_processed
 
-__all__ = ["hook_z_name", "ablation_hooks", "ablate", "variant_hooks", "run_variants"]
+__all__ = ["hook_z_name", "ablation_hooks", "ablate", "variant_hooks", "prompt_tokens", "run_variants"]
 
 
 def hook_z_name(layer: int) -> str:
@@ -84,6 +86,7 @@ def ablate(model, heads: HeadsLike) -> Iterator:
     """
     n_layers, n_heads = model_shape(model)
     head_set = HeadSet.parse(heads).validate(n_layers, n_heads, model_name(model))
+    warn_if_processed(model, stacklevel=5)  # past the generator and contextlib's __enter__
     with model.hooks(fwd_hooks=check_hooks(model, ablation_hooks(head_set, n_heads=n_heads))):
         yield model
 
@@ -115,9 +118,31 @@ def variant_hooks(masks: Bool[Tensor, "variant layer head"], batch: int) -> list
     return hooks
 
 
+def prompt_tokens(model, prompts: Union[str, Sequence[str]]) -> tuple[Int[Tensor, "batch pos"], Int[Tensor, "batch pos"]]:
+    """Token ids and attention mask of one prompt or a list of prompts, as cel_lens reads a prompt
+    (:func:`~cel_lens.model.bos.prompt_ids`: the model's BOS rule, then the text's tokens); several
+    prompts are padded on the right (mask 0 there)."""
+    texts = [prompts] if isinstance(prompts, str) else list(prompts)
+    if not texts or not all(isinstance(t, str) for t in texts):
+        raise TypeError("expected token ids [batch, pos], a prompt string or a list of prompt strings")
+    tok = getattr(model, "tokenizer", None)
+    if tok is None:
+        raise ValueError(f"{model_name(model)} has no tokenizer: pass token ids instead of strings")
+    device = param_device(model)
+    rows = [torch.tensor(prompt_ids(model, t), dtype=torch.long, device=device) for t in texts]
+    width = max(len(r) for r in rows)
+    pad = next((int(v) for v in (tok.pad_token_id, tok.eos_token_id, 0) if v is not None), 0)
+    tokens = torch.full((len(rows), width), pad, dtype=torch.long, device=rows[0].device)
+    mask = torch.zeros((len(rows), width), dtype=torch.long, device=rows[0].device)
+    for i, r in enumerate(rows):
+        tokens[i, : len(r)] = r
+        mask[i, : len(r)] = 1
+    return tokens, mask
+
+
 def run_variants(
     model,
-    tokens: Int[Tensor, "batch pos"],
+    tokens: Union[Int[Tensor, "batch pos"], str, Sequence[str]],
     head_sets: Sequence[HeadsLike],
     *,
     positions: Optional[Int[Tensor, "batch k"]] = None,
@@ -127,13 +152,22 @@ def run_variants(
 
     ``positions`` (``[batch, k]`` indices) unembeds only those positions, giving
     ``[V, batch, k, vocab]``. Passes resume at the lowest layer any variant ablates: the
-    layers below are computed once, not V times.
+    layers below are computed once, not V times. ``tokens`` may be a prompt string or a list of
+    them (:func:`prompt_tokens`: as ``model("text")`` reads it; a list is right padded). A single
+    head set (``"L0H1+L2H0"``) counts as a list of one.
     """
+    if isinstance(head_sets, (str, HeadSet)):
+        head_sets = [head_sets]
+    if not isinstance(tokens, Tensor):
+        tokens, mask = prompt_tokens(model, tokens)
+        if attention_mask is None and not bool(mask.all()):
+            attention_mask = mask
     n_layers, n_heads = model_shape(model)
     name = model_name(model)
     sets = [HeadSet.parse(s).validate(n_layers, n_heads, name) for s in head_sets]
     if not sets:
         raise ValueError("run_variants needs at least one head set")
+    warn_if_processed(model)
     masks = masks_from_head_sets(sets, n_layers, n_heads)
     n_variants, batch = len(sets), tokens.shape[0]
     first = min((s.first_layer for s in sets if s), default=n_layers)

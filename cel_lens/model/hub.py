@@ -8,17 +8,23 @@ offline without a cached copy, unreachable hub, a directory that is not a checkp
 
 from __future__ import annotations
 
+import os
 import socket
+import time
 from pathlib import Path
 from typing import Optional, Union
 from urllib.parse import urlparse
 
-__all__ = ["resolve_checkpoint"]
+from cel_lens.model.registry import BUILTIN_MODELS, tl_official_name
+
+__all__ = ["resolve_checkpoint", "check_model_name", "hub_endpoint", "hub_offline", "hub_reachable"]
 
 # Files a model needs from the hub: configs, tokenizer files, safetensors weights.
 _HUB_PATTERNS = ["*.json", "*.safetensors", "*.model", "*.txt", "*.tiktoken", "*.jinja"]
 _WEIGHT_GLOBS = ("*.safetensors", "pytorch_model*.bin", "model*.bin", "*.safetensors.index.json")
 _HUB_TIMEOUT_S = 5.0
+_REACH_TTL_S = 60.0
+_reach_memo: dict[tuple[str, int], tuple[float, bool]] = {}
 
 
 def _looks_like_path(text: str) -> bool:
@@ -45,15 +51,118 @@ def _check_checkpoint_dir(path: Path) -> Path:
 
 
 def _hub_reachable(endpoint: str, timeout: float = _HUB_TIMEOUT_S) -> bool:
-    """Whether a TCP connection to the hub endpoint opens within ``timeout`` seconds."""
+    """Whether a TCP connection to the hub endpoint opens within ``timeout`` seconds (one probe,
+    no retries; the answer is remembered for a minute, so a check and the load that follows it
+    wait at most once)."""
     url = urlparse(endpoint)
     host = url.hostname or endpoint
     port = url.port or (443 if url.scheme != "http" else 80)
+    seen = _reach_memo.get((host, port))
+    if seen is not None and time.monotonic() - seen[0] < _REACH_TTL_S:
+        return seen[1]
     try:
         with socket.create_connection((host, port), timeout=timeout):
-            return True
+            ok = True
     except OSError:
-        return False
+        ok = False
+    _reach_memo[host, port] = (time.monotonic(), ok)
+    return ok
+
+
+def hub_endpoint() -> str:
+    """The Hugging Face hub's address (``HF_ENDPOINT``, else huggingface.co), read without importing
+    ``huggingface_hub`` (its offline switch is fixed when it is first imported)."""
+    return os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+
+
+def hub_offline() -> bool:
+    """Whether offline mode is on (``HF_HUB_OFFLINE``), read as ``huggingface_hub`` reads it."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in {"1", "ON", "YES", "TRUE"}
+
+
+def hub_reachable() -> bool:
+    """Whether the hub answers a TCP connection (one bounded probe, remembered for a minute)."""
+    return _hub_reachable(hub_endpoint())
+
+
+def _offline_error(repo_id: str, cache: str) -> RuntimeError:
+    return RuntimeError(
+        f"{repo_id} is not in the local Hugging Face cache ({cache}) and offline mode is on "
+        "(HF_HUB_OFFLINE=1 or local_files_only=True): download it once with network access "
+        f"(`hf download {repo_id}`) or pass a local checkpoint directory"
+    )
+
+
+def _unreachable_error(repo_id: str, endpoint: str, cache: str) -> RuntimeError:
+    return RuntimeError(
+        f"cannot reach {endpoint} to download {repo_id}, and it is not in the local cache "
+        f"({cache}): connect to the network, or pass a local checkpoint directory"
+    )
+
+
+def _cached(repo_id: str, revision: Optional[str]) -> Optional[Path]:
+    """The cached checkpoint directory of ``repo_id``, or ``None`` (no network)."""
+    from huggingface_hub import snapshot_download
+
+    try:
+        return _check_checkpoint_dir(
+            Path(snapshot_download(repo_id, local_files_only=True, revision=revision, allow_patterns=_HUB_PATTERNS))
+        )
+    except (OSError, ValueError):  # not (fully) cached
+        return None
+
+
+def _cached_any_case(repo_id: str, revision: Optional[str]) -> bool:
+    """Whether ``repo_id`` is cached under this spelling or another capitalisation (hub ids are
+    case-insensitive; TransformerLens maps ``qwen/qwen2.5-3b`` to ``Qwen/Qwen2.5-3B``)."""
+    from huggingface_hub import constants
+
+    if _cached(repo_id, revision) is not None:
+        return True
+    want = "models--" + repo_id.replace("/", "--").lower()
+    root = Path(constants.HF_HUB_CACHE)
+    names = [p.name for p in root.iterdir()] if root.is_dir() else []
+    return any(
+        _cached(n[len("models--"):].replace("--", "/", 1), revision) is not None for n in names if n.lower() == want
+    )
+
+
+def check_model_name(
+    name_or_path: Union[str, os.PathLike], *, local_files_only: Optional[bool] = None, revision: Optional[str] = None
+) -> None:
+    """Fail fast, in one line, on a model name :func:`cel_lens.model.load_model` could not load,
+    without loading or downloading anything: an unknown name, a directory that is not a
+    checkpoint, a hub model that is neither cached nor downloadable (offline, or the hub cannot be
+    reached: one bounded probe, no retries). Names TransformerLens knows are looked up in its
+    alias table (importing it); hub ids (``owner/name``) and paths are not."""
+    text = os.fspath(name_or_path).strip()
+    if not text:
+        raise ValueError("empty model name")
+    if isinstance(name_or_path, str) and text in BUILTIN_MODELS:
+        return
+    path = Path(text).expanduser()
+    if path.exists() or _looks_like_path(text) or isinstance(name_or_path, os.PathLike):
+        _check_checkpoint_dir(path)
+        return
+    if _is_hub_id(text):
+        hub_id = text
+        if _cached_any_case(text, revision):
+            return
+    else:
+        hub_id = tl_official_name(text)
+        if hub_id is None:
+            raise ValueError(
+                f"unknown model {text!r}: not a local checkpoint directory, not a name TransformerLens knows, "
+                "and not a Hugging Face hub id (owner/name); `cel-lens models` lists the paper's models"
+            )
+        if _cached(hub_id, revision) is not None:
+            return
+    from huggingface_hub import constants
+
+    if bool(local_files_only) or bool(constants.HF_HUB_OFFLINE):
+        raise _offline_error(hub_id, constants.HF_HUB_CACHE)
+    if not _hub_reachable(constants.ENDPOINT):
+        raise _unreachable_error(hub_id, constants.ENDPOINT, constants.HF_HUB_CACHE)
 
 
 def resolve_checkpoint(
@@ -81,16 +190,9 @@ def resolve_checkpoint(
         pass
     offline = bool(local_files_only) or bool(constants.HF_HUB_OFFLINE)
     if offline:
-        raise RuntimeError(
-            f"{repo_id} is not in the local Hugging Face cache ({constants.HF_HUB_CACHE}) and offline mode is on "
-            "(HF_HUB_OFFLINE=1 or local_files_only=True): download it once with network access "
-            f"(`hf download {repo_id}`) or pass a local checkpoint directory"
-        )
+        raise _offline_error(repo_id, constants.HF_HUB_CACHE)
     if not _hub_reachable(constants.ENDPOINT):
-        raise RuntimeError(
-            f"cannot reach {constants.ENDPOINT} to download {repo_id}, and it is not in the local cache "
-            f"({constants.HF_HUB_CACHE}): connect to the network, or pass a local checkpoint directory"
-        )
+        raise _unreachable_error(repo_id, constants.ENDPOINT, constants.HF_HUB_CACHE)
     try:
         return _check_checkpoint_dir(Path(snapshot_download(repo_id, token=token, etag_timeout=_HUB_TIMEOUT_S, **kwargs)))
     except GatedRepoError as err:

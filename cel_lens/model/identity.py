@@ -7,6 +7,8 @@ from typing import Any, Optional
 
 import torch
 
+from cel_lens.model.bos import bos_rule
+
 __all__ = ["model_id", "weights_hash", "model_manifest", "tag_source", "source_info", "param_dtype"]
 
 
@@ -65,6 +67,12 @@ def param_dtype(model: torch.nn.Module) -> torch.dtype:
 
 
 def model_manifest(model: torch.nn.Module) -> dict[str, Any]:
-    """The manifest's ``model`` entry: id, weights hash and dtype (a Ray worker computes it for its
-    replica, so the driver of a distributed search needs no copy of the model)."""
-    return {"id": model_id(model), "weights_sha256": weights_hash(model), "dtype": str(param_dtype(model))}
+    """The manifest's ``model`` entry: id, weights hash, dtype and BOS rule (:mod:`cel_lens.model.bos`:
+    the rule and what it resolved to, since it changes every token id). A Ray worker computes it for
+    its replica, so the driver of a distributed search needs no copy of the model."""
+    return {
+        "id": model_id(model),
+        "weights_sha256": weights_hash(model),
+        "dtype": str(param_dtype(model)),
+        "bos": bos_rule(model),
+    }

@@ -56,11 +56,13 @@ from typing import Any, Literal, Optional, Union
 import torch
 
 from cel_lens.config import canonical_dtype
+from cel_lens.model.bos import check_bos_rule, read_bos, set_bos_rule
 from cel_lens.model.convert import bridge_from_hf, hooked_from_hf, load_hf, load_tokenizer
 from cel_lens.model.hub import _check_checkpoint_dir, _is_hub_id, _looks_like_path, resolve_checkpoint
 from cel_lens.model.identity import tag_source
 from cel_lens.model.kinds import is_bridge
 from cel_lens.model.native import is_native_checkpoint, load_native
+from cel_lens.model.processing import warn_if_processed
 from cel_lens.model.registry import BUILTIN_MODELS, tl_official_name
 
 __all__ = ["Loader", "PROCESSING_DEFAULTS", "load_model", "resolve_dtype", "resolve_device"]
@@ -122,6 +124,7 @@ def load_model(
     center_unembed: Optional[bool] = None,
     fold_value_biases: Optional[bool] = None,
     refactor_factored_attn_matrices: Optional[bool] = None,
+    bos: Optional[str] = None,
     **tl_kwargs: Any,
 ):
     """Load a model for exact ``hook_z`` head ablation (see the module docstring).
@@ -132,6 +135,9 @@ def load_model(
     object (returned as is, moved to ``device``/``dtype`` when given). ``loader``: ``"auto"``
     (HookedTransformer for names TransformerLens supports, TransformerBridge otherwise),
     ``"hooked"`` or ``"bridge"``. ``device`` defaults to CUDA when available, ``dtype`` to float32.
+    ``bos``: whether prompts start with BOS (:mod:`cel_lens.model.bos`): ``"tokenizer"`` (the
+    default: where the checkpoint's tokenizer adds it, as lm-eval), ``"always"`` or ``"never"``;
+    a model object keeps its rule unless ``bos`` is given.
     Remaining keyword arguments go to ``HookedTransformer.from_pretrained`` /
     ``TransformerBridge.boot_transformers`` (e.g. ``n_ctx``).
     """
@@ -149,14 +155,19 @@ def load_model(
     if loader not in ("auto", "hooked", "bridge"):
         raise ValueError(f"unknown loader {loader!r}: expected 'auto', 'hooked' or 'bridge'")
     processing = _processing(flags)
+    rule = check_bos_rule("tokenizer" if bos is None else bos)
 
     if not isinstance(name_or_path, (str, os.PathLike)):
-        return _pass_through(name_or_path, device, dtype, processing)
+        model = _pass_through(name_or_path, device, dtype, processing)
+        if bos is not None:
+            set_bos_rule(model, rule)
+        return model
     torch_dtype = resolve_dtype(dtype)
     dev = resolve_device(device)
     source, source_id, official = _resolve_source(
         name_or_path, token=token, local_files_only=local_files_only, revision=revision
     )
+    own = None  # the checkpoint tokenizer's BOS behaviour, read before TransformerLens wraps it
     if is_native_checkpoint(source):
         if loader == "bridge":
             raise ValueError(f"{source_id} is a TransformerLens-native checkpoint: it loads only as a HookedTransformer")
@@ -164,12 +175,14 @@ def load_model(
     else:
         chosen = loader if loader != "auto" else ("hooked" if official is not None else "bridge")
         hf_model, tokenizer = load_hf(source, torch_dtype, trust_remote_code)
+        own = read_bos(tokenizer)
         if chosen == "hooked":
             model = hooked_from_hf(source, hf_model, tokenizer, official, dev, torch_dtype, processing, tl_kwargs)
             del hf_model
         else:
             model = bridge_from_hf(source_id, hf_model, tokenizer, dev, torch_dtype, processing, tl_kwargs)
     tag_source(model, source_id, chosen, processing)
+    set_bos_rule(model, rule, own)
     model.eval()
     return model
 
@@ -204,10 +217,13 @@ def _resolve_source(
 
 
 def _pass_through(model: Any, device, dtype, processing: dict[str, bool]):
-    """A model object the user built: TransformerLens models as they are, HF models bridged."""
+    """A model object the user built: TransformerLens models as they are (with a warning when their
+    weights were processed so that ablation is inexact, :mod:`cel_lens.model.processing`), HF
+    models bridged."""
     from transformer_lens import HookedTransformer
 
     if isinstance(model, HookedTransformer) or is_bridge(model):
+        warn_if_processed(model, stacklevel=4)
         if device is not None:
             model = model.to(resolve_device(device))
         if dtype is not None:

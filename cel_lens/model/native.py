@@ -5,11 +5,17 @@ entry: the ``HookedTransformerConfig`` fields that define the architecture, plus
 writer wants to keep, e.g. the model organism's training config), ``model.safetensors``
 (TransformerLens parameter names) and ``tokenizer/``. :func:`cel_lens.model.load_model` loads one
 like any checkpoint directory; :func:`save_native` writes one.
+
+Such a model has learned positions for ``n_ctx`` tokens only (the organism: 12, exactly its
+prompt), and TransformerLens's ``generate`` does not check that: a 13th position is an
+``IndexError`` deep in the positional embedding. :func:`bound_generate` makes the model's
+``generate`` refuse, in one line, what does not fit.
 """
 
 from __future__ import annotations
 
 import json
+import types
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Union
@@ -22,7 +28,7 @@ from cel_lens.model.convert import load_tokenizer
 if TYPE_CHECKING:  # pragma: no cover
     from transformer_lens import HookedTransformer
 
-__all__ = ["NATIVE_KEY", "build_hooked", "save_native", "load_native", "is_native_checkpoint"]
+__all__ = ["NATIVE_KEY", "build_hooked", "bound_generate", "save_native", "load_native", "is_native_checkpoint"]
 
 NATIVE_KEY = "hooked_transformer"
 """The ``config.json`` entry that marks a native checkpoint."""
@@ -65,6 +71,39 @@ def build_hooked(
         full.update({k: v.to(full[k].dtype) for k, v in state.items()})
         model.load_state_dict(full)  # tensors are copied onto the model's device (cfg.device)
     model.eval()
+    return bound_generate(model)
+
+
+def _input_length(model: "HookedTransformer", value: Any, prepend_bos: Optional[bool]) -> int:
+    """Tokens ``generate`` feeds for ``value`` (a string, strings, or token ids / embeddings)."""
+    if isinstance(value, Tensor):
+        return int(value.shape[1] if value.ndim >= 2 else value.shape[0])
+    texts = [value] if isinstance(value, str) else list(value)
+    return max(int(model.to_tokens(t, prepend_bos=prepend_bos, truncate=False).shape[1]) for t in texts)
+
+
+def _bounded_generate(self: "HookedTransformer", input: Any = "", max_new_tokens: int = 10, *args: Any, **kwargs: Any) -> Any:  # noqa: A002
+    """TransformerLens's ``HookedTransformer.generate``, after checking that the input and
+    ``max_new_tokens`` fit the model's ``n_ctx`` learned positions (:func:`bound_generate`)."""
+    n_ctx = int(self.cfg.n_ctx)
+    n = _input_length(self, input, kwargs.get("prepend_bos"))
+    if n + max(int(max_new_tokens), 1) - 1 > n_ctx:
+        room = n_ctx - n + 1
+        raise ValueError(
+            f"generate: {n} input tokens and {max_new_tokens} new ones need {n + max_new_tokens - 1} positions, "
+            f"but this model has learned positions for {n_ctx} (n_ctx): "
+            + (f"ask for at most {room} new token(s)" if room >= 1 else "shorten the input")
+        )
+    return type(self).generate(self, input, max_new_tokens, *args, **kwargs)
+
+
+def bound_generate(model: "HookedTransformer") -> "HookedTransformer":
+    """``model`` with a ``generate`` that refuses, before any forward pass, an input plus
+    ``max_new_tokens`` that would need more than its ``n_ctx`` learned positions (the last new
+    token is predicted, never fed, so ``input + max_new_tokens - 1`` positions must fit).
+    Models with rotary or other unbounded positions are returned unchanged."""
+    if getattr(model.cfg, "positional_embedding_type", None) == "standard":
+        model.generate = types.MethodType(_bounded_generate, model)  # a bound method: deepcopy rebinds it
     return model
 
 

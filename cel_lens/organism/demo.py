@@ -22,11 +22,23 @@ from cel_lens.stats import mcnemar_exact, paired_bootstrap_ci
 from cel_lens.tasks.organism import ORGANISM_TASK, SIDE_TASK
 from cel_lens.tasks.registry import load_task
 
-__all__ = ["run_demo"]
+__all__ = ["run_demo", "demo_dir", "DEMO_ROOT"]
+
+DEMO_ROOT = Path("runs") / "demo"
+"""The demo's run directory with its default options."""
+
+
+def demo_dir(n_dist: Optional[int] = None, n_test: Optional[int] = None, seed: int = 0) -> Path:
+    """Where the demo writes a run with these options: :data:`DEMO_ROOT` for the defaults, else
+    ``runs/demo__n_dist-1000__seed-3`` (each option that differs from its default), so a demo
+    with other options never runs into the default demo's directory."""
+    parts = [f"{name}-{value}" for name, value in (("n_dist", n_dist), ("n_test", n_test)) if value is not None]
+    parts += [f"seed-{seed}"] if seed != 0 else []
+    return DEMO_ROOT if not parts else DEMO_ROOT.with_name("__".join([DEMO_ROOT.name, *parts]))
 
 
 def run_demo(
-    out: Union[str, Path] = "runs/demo",
+    out: Union[str, Path, None] = None,
     *,
     n_dist: Optional[int] = None,
     n_test: Optional[int] = None,
@@ -38,8 +50,10 @@ def run_demo(
     """Run the demo; returns ``result.json``'s keys plus ``task_B_*`` (intact, ablated, gain, CI,
     p-value of the selected ablation on task B's test split), ``run_dir`` and ``figures``.
 
-    ``figures="default"`` writes them to ``OUT/figures``; ``None`` skips them.
+    ``out`` defaults to :func:`demo_dir` of the options; ``figures="default"`` writes them to
+    ``OUT/figures``; ``None`` skips them.
     """
+    out = demo_dir(n_dist, n_test, seed) if out is None else out
     model = load_organism()
     task_a = load_task(ORGANISM_TASK, n_dist=n_dist, n_test=n_test, seed=seed)
     task_b = load_task(SIDE_TASK, n_dist=n_dist, n_test=n_test, seed=seed)
@@ -75,19 +89,18 @@ def run_demo(
 
 
 def _describe(s: dict[str, Any]) -> str:
-    """The demo's report: the search result as everywhere else (:func:`format_result`), then the
-    ground truth and the side effect on task B."""
-    lines = [
-        f"cel_lens demo: model organism, task {s['task']}",
-        format_result(s, indent="  "),
-        f"  ground truth (weights)  {s['ground_truth_heads']}",
-        f"  side effect on {s['side_task']}  intact {pp(s['task_B_acc_intact'], False)} -> ablated "
-        f"{pp(s['task_B_acc_ablated'], False)}, gain {pp(s['task_B_gain'])} "
-        f"[{pp(s['task_B_ci_low'])}, {pp(s['task_B_ci_high'])}], McNemar p {format_p(s['task_B_p_value'])}",
-        f"  run directory  {s['run_dir']}",
+    """The demo's report: the search result's block as everywhere else (:func:`format_result`), with
+    the ground truth, the side effect on task B and where the run and its figures are as its last rows."""
+    extra = [
+        ("task", f"{s['task']} (model organism)"),
+        ("ground truth (weights)", s["ground_truth_heads"]),
+        (f"side effect ({s['side_task']})", f"intact {pp(s['task_B_acc_intact'], False)} -> ablated "
+         f"{pp(s['task_B_acc_ablated'], False)}, gain {pp(s['task_B_gain'])} "
+         f"[{pp(s['task_B_ci_low'])}, {pp(s['task_B_ci_high'])}], McNemar p {format_p(s['task_B_p_value'])}"),
+        ("run directory", s["run_dir"]),
     ]
     if s.get("figures"):
-        lines.append(f"  figures  {', '.join(s['figures'])}")
+        extra.append(("figures", ", ".join(s["figures"])))
     if s.get("figures_note"):
-        lines.append(f"  ({s['figures_note']})")
-    return "\n".join(lines)
+        extra.append(("note", s["figures_note"]))
+    return format_result(s, extra=extra)

@@ -7,8 +7,9 @@ tensors) and never run a model; :func:`cel_lens.analysis.attention_patterns` rec
 
 from __future__ import annotations
 
+import html
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Sequence
 
 import plotly.graph_objects as go
 import torch
@@ -19,7 +20,10 @@ from torch import Tensor
 from cel_lens.heads import Head, HeadSet, HeadsLike
 from cel_lens.report.style import DIVERGING, FONT, SELECTED_COLOUR, tick_step
 
-__all__ = ["AttentionPatterns", "pattern_change", "plot_pattern_change", "plot_attention", "default_heads", "token_label"]
+__all__ = [
+    "AttentionPatterns", "pattern_change", "plot_pattern_change", "plot_attention", "plot_direct_effect",
+    "default_heads", "token_label",
+]
 
 
 @dataclass(frozen=True)
@@ -27,13 +31,21 @@ class AttentionPatterns:
     """Attention patterns of one example, intact and with ``ablated_heads`` zero-ablated.
 
     ``intact`` and ``ablated`` are ``[layer, head, query, key]`` (query heads; rows sum to one over
-    the causal keys); ``tokens`` are the string tokens.
+    the causal keys); ``tokens`` are the string tokens. ``direct_effect`` (optional) is what
+    ablating each of ``ablated_heads`` (rows, in order) does to the logits of ``logit_tokens`` at
+    position ``logit_position`` through the direct path alone (token ids ``logit_token_ids``);
+    ``answer_index`` marks the example's answer among ``logit_tokens``.
     """
 
     tokens: list[str]
     ablated_heads: HeadSet
     intact: Float[Tensor, "layer head query key"]
     ablated: Float[Tensor, "layer head query key"]
+    logit_position: Optional[int] = None
+    logit_tokens: Sequence[str] = ()
+    logit_token_ids: Sequence[int] = ()
+    direct_effect: Optional[Float[Tensor, "ablated token"]] = None
+    answer_index: Optional[int] = None
 
 
 def pattern_change(patterns: AttentionPatterns) -> Float[Tensor, "layer head"]:
@@ -98,9 +110,11 @@ def default_heads(patterns: AttentionPatterns, n_downstream: int) -> list[Head]:
 
 
 def token_label(token: str) -> str:
-    """A visible label for a token (spaces and newlines shown)."""
+    """A visible label for a token (spaces and newlines shown), HTML-escaped: plotly reads labels
+    as HTML, so a token such as ``<s>`` would otherwise be taken for a tag and swallow the text."""
     text = token.replace("\n", "⏎").replace("\t", "⇥").replace(" ", "·")
-    return text if len(text) <= 12 else text[:11] + "…"
+    text = text if len(text) <= 12 else text[:11] + "…"
+    return html.escape(text, quote=False)
 
 
 def _subplot_titles(patterns: AttentionPatterns, rows: list[Head]) -> list[str]:
@@ -160,11 +174,17 @@ def plot_attention(
 
     ``heads`` defaults to the ablated heads plus the ``n_downstream`` later heads whose patterns the
     ablation changes most (:func:`default_heads`). Long inputs show their last ``max_tokens``
-    positions (queries and keys); the difference panels share one colour scale.
+    positions (queries and keys); the difference panels share one colour scale. When no head's
+    pattern moves (nothing reads the ablated heads' output downstream, e.g. they sit in the last
+    layer) and ``patterns`` carries direct effects, the figure shows what changed instead:
+    :func:`plot_direct_effect`.
     """
     rows = list(HeadSet.parse(heads)) if heads is not None else default_heads(patterns, n_downstream)
     if not rows:
         raise ValueError("no heads to show")
+    unmoved = all(float(pattern_change(patterns)[h.layer, h.head]) == 0.0 for h in rows)
+    if heads is None and unmoved and patterns.direct_effect is not None:
+        return plot_direct_effect(patterns, max_tokens=max_tokens, title=title)
     n_tok = len(patterns.tokens)
     start = max(0, n_tok - max_tokens)
     labels = [token_label(t) for t in patterns.tokens[start:]]
@@ -189,6 +209,56 @@ def plot_attention(
             x=0.01, font=dict(size=15),
         ),
         margin=dict(l=110, r=110, t=90, b=60),
+    )
+    fig.update_annotations(font=dict(size=12))
+    return fig
+
+
+def plot_direct_effect(patterns: AttentionPatterns, *, max_tokens: int = 40, title: Optional[str] = None) -> go.Figure:
+    """What ablating each head changes when no attention pattern can: one row a head, its attention
+    pattern (left; its own ablation leaves it as it is) and its direct effect on the logits at the
+    answer position (right: ablated - intact, through the direct path, the answer token marked)."""
+    if patterns.direct_effect is None or patterns.logit_position is None:
+        raise ValueError("these patterns carry no direct effects (cel_lens.analysis.attention_patterns records them)")
+    rows = list(patterns.ablated_heads)
+    n_tok = len(patterns.tokens)
+    start = max(0, n_tok - max_tokens)
+    labels = [token_label(t) for t in patterns.tokens[start:]]
+    bars = [token_label(t) + (" (answer)" if i == patterns.answer_index else "") for i, t in enumerate(patterns.logit_tokens)]
+    where = f"position {patterns.logit_position} ({token_label(patterns.tokens[patterns.logit_position])})"
+    titles = [t for h in rows for t in (f"{h} attention (unchanged by its ablation)", f"{h} ablated: logit change at {where}")]
+    fig = make_subplots(rows=len(rows), cols=2, subplot_titles=titles, horizontal_spacing=0.24,
+                        vertical_spacing=min(0.12, 0.35 / len(rows)), column_widths=[0.5, 0.5])
+    pos = list(range(start, n_tok))
+    bound = float(patterns.direct_effect.abs().max()) or 1.0
+    for i, h in enumerate(rows, start=1):
+        z = patterns.intact[h.layer, h.head, start:, start:]
+        custom = [[[labels[q], labels[k]] for k in range(len(pos))] for q in range(len(pos))]
+        fig.add_trace(go.Heatmap(
+            z=z.tolist(), x=pos, y=pos, customdata=custom, colorscale="Blues", zmin=0.0, zmax=1.0, showscale=i == 1,
+            colorbar=dict(title="attention", x=0.40, len=0.45, y=1.0, yanchor="top", thickness=12),
+            hovertemplate="query %{y} %{customdata[0]}<br>key %{x} %{customdata[1]}<br>%{z:.3f}<extra></extra>",
+        ), row=i, col=1)
+        fig.update_xaxes(tickmode="array", tickvals=pos, ticktext=labels, tickangle=-90, tickfont=dict(size=9),
+                         showgrid=False, row=i, col=1)
+        fig.update_yaxes(tickmode="array", tickvals=pos, ticktext=labels, tickfont=dict(size=9),
+                         autorange="reversed", showgrid=False, row=i, col=1)
+        effect = patterns.direct_effect[i - 1].tolist()
+        fig.add_trace(go.Bar(
+            x=effect, y=bars, orientation="h", name=str(h), showlegend=False,
+            marker=dict(color=["#2166ac" if v > 0 else "#b2182b" for v in effect]),
+            hovertemplate="%{y}: %{x:+.3f}<extra></extra>",
+        ), row=i, col=2)
+        fig.update_xaxes(title_text="direct effect on the logit (ablated - intact)", range=[-1.1 * bound, 1.1 * bound],
+                         zeroline=True, zerolinecolor="black", row=i, col=2)
+        fig.update_yaxes(autorange="reversed", row=i, col=2)
+    side = 300 if len(pos) <= 24 else 360
+    fig.update_layout(
+        width=2 * side + 420, height=len(rows) * (side + 110) + 130, font=dict(FONT, size=11),
+        template="plotly_white", margin=dict(l=110, r=40, t=110, b=60),
+        title=dict(x=0.01, font=dict(size=15), text=title or (
+            f"{patterns.ablated_heads} ablated: no attention pattern changes (no head downstream reads it);"
+            "<br>what changes are the logits at the answer position (direct effect)")),
     )
     fig.update_annotations(font=dict(size=12))
     return fig

@@ -16,7 +16,9 @@ from cel_lens.heads import HeadSet
 from cel_lens.report.style import as_float
 from cel_lens.runs import load_run
 
-__all__ = ["ResultLike", "result_dict", "ranked_subsets", "stage1_scores", "null_gains", "is_accuracy_scorer"]
+__all__ = [
+    "ResultLike", "result_dict", "ranked_subsets", "stage1_scores", "null_gains", "is_accuracy_scorer", "is_unfinished",
+]
 
 #: A ``Result``, its dict, a run (anything with ``.result``) or a run directory path.
 ResultLike = Union[Mapping[str, Any], Any, str, os.PathLike]
@@ -24,14 +26,20 @@ ResultLike = Union[Mapping[str, Any], Any, str, os.PathLike]
 _ACCURACY_SCORERS = {"exact", "compressed"}
 
 
-def result_dict(obj: ResultLike) -> dict[str, Any]:
+def result_dict(obj: ResultLike, *, partial: bool = False) -> dict[str, Any]:
     """The result of a search as a plain dict, from a ``Result``, its ``to_dict()``, a run record
-    (anything with ``.result``) or a run directory path."""
+    (anything with ``.result``) or a run directory path (or a file in it, ``RUN/result.json``).
+
+    An unfinished run has no result: ``ValueError``, unless ``partial``, which gives what its record
+    knows so far (:meth:`cel_lens.runs.RunRecord.partial`: stage-1 scores, pool, subsets, selection;
+    ``finished`` is ``False`` and ``progress`` says how far it got)."""
     if isinstance(obj, (str, os.PathLike)):
         obj = load_run(obj)
     if isinstance(obj, Mapping):
         return dict(obj)
     if hasattr(obj, "result"):  # a run (pipeline.Run or runs.RunRecord)
+        if obj.result is None and partial and hasattr(obj, "partial"):
+            return dict(obj.partial(), state=getattr(obj, "state", "unfinished"), path=str(getattr(obj, "path", "")))
         if obj.result is None:
             raise ValueError(f"the run at {getattr(obj, 'path', '?')} has no result yet (unfinished search)")
         return result_dict(obj.result)
@@ -41,12 +49,14 @@ def result_dict(obj: ResultLike) -> dict[str, Any]:
 
 
 def stage1_scores(r: Mapping[str, Any]) -> np.ndarray:
-    """The stage-1 scores of a result dict as a ``[layers, heads]`` array; ``ValueError`` when the
-    result has none or they are not a matrix."""
+    """The stage-1 scores of a result dict as a ``[layers, heads]`` array (an unfinished run's
+    heads not scored yet are NaN); ``ValueError`` when the result has none or they are not a matrix."""
     scores = r.get("scores")
+    if scores is None and r.get("finished") is False and r.get("n_layers"):
+        return np.full((int(r["n_layers"]), int(r["n_heads"])), np.nan)
     if scores is None:
         raise ValueError("the result has no stage-1 scores to plot")
-    arr = np.asarray(scores, dtype=float)
+    arr = np.asarray([[np.nan if v is None else v for v in row] for row in scores], dtype=float)
     if arr.ndim != 2:
         raise ValueError(f"stage-1 scores must be [layers][heads], got shape {arr.shape}")
     return arr
@@ -75,3 +85,8 @@ def is_accuracy_scorer(scorer: Any) -> bool:
     """Whether a stage-1 scorer's scores are accuracy differences (shown as percentages) rather
     than a score in its own units."""
     return str(scorer) in _ACCURACY_SCORERS
+
+
+def is_unfinished(r: Mapping[str, Any]) -> bool:
+    """Whether a result dict is an unfinished run's partial record (:func:`result_dict` with ``partial``)."""
+    return r.get("finished") is False

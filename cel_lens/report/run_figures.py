@@ -18,15 +18,17 @@ def write_run_figures(
     obj: ResultLike, out_dir: Union[str, os.PathLike], formats: Sequence[str] = ("html", "png")
 ) -> list[Path]:
     """Write every figure a run's result supports (gain heatmap, discovery vs test) to ``out_dir``;
-    return the files written. The HTML files load ``plotly.min.js`` from ``out_dir`` (written once
-    next to them), so they open without a network."""
-    r = result_dict(obj)
+    return the files written. The HTML files load the one shared local copy of plotly.js
+    (:func:`~cel_lens.report.save.shared_plotlyjs`), else the CDN: they open without a network on
+    this machine, and no 4.8 MB copy lands in every figure folder. An unfinished run gets the
+    heatmap of what it recorded so far."""
+    r = result_dict(obj, partial=True)
     out = Path(out_dir)
     written: list[Path] = []
-    if r.get("scores") is not None:
-        written += save_figure(plot_gain_heatmap(r), out / "gain_heatmap", formats, include_plotlyjs="directory")
+    if r.get("scores") is not None or r.get("n_layers"):
+        written += save_figure(plot_gain_heatmap(r), out / "gain_heatmap", formats, include_plotlyjs="shared")
     if any(s.get("test_gain_posthoc") is not None for s in r.get("subsets") or []):
         written += save_figure(
-            plot_discovery_vs_test(r), out / "discovery_vs_test", formats, include_plotlyjs="directory"
+            plot_discovery_vs_test(r), out / "discovery_vs_test", formats, include_plotlyjs="shared"
         )
     return written

@@ -4,6 +4,14 @@ PNG export goes through kaleido, which needs a Chrome/Chromium it can launch. Wh
 missing (or fails), :func:`save_figure` still writes the HTML and warns once per process, so a
 figure-producing command never fails just because a static renderer is absent.
 
+plotly.js (4.8 MB) is not copied next to every figure. ``include_plotlyjs="shared"`` (what a run's
+figures use) loads one copy per plotly version kept in a cache directory
+(:func:`shared_plotlyjs`: ``$CEL_LENS_CACHE`` or ``~/.cache/cel_lens``), and the plotly CDN when that
+copy cannot be read (a page served over HTTP, or a folder moved to another machine). The local copy
+comes first so that figures open offline on the machine that wrote them; the CDN keeps a shared or
+moved folder working wherever there is a network. A file that must open anywhere without a network
+is ``include_plotlyjs=True`` (self-contained, +4.8 MB).
+
 kaleido >= 1 drives a Chrome/Chromium found on the machine (Debian: ``apt-get install chromium``;
 elsewhere set ``BROWSER_PATH``). plotly.js comes from the installed plotly package and MathJax is
 off, so nothing is fetched from a network. The first image of a process is rendered by a one-shot
@@ -13,11 +21,16 @@ them (~0.3 s an image instead of ~3 s), closed at exit.
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 import warnings
 from pathlib import Path
 from typing import Any, Sequence, Union
 
-__all__ = ["save_figure", "png_export_available", "write_static_image", "CHROMIUM_HINT"]
+__all__ = [
+    "save_figure", "png_export_available", "write_static_image", "static_image", "shared_plotlyjs", "CHROMIUM_HINT",
+]
 
 #: What to install when PNG export cannot start a browser.
 CHROMIUM_HINT = (
@@ -43,6 +56,44 @@ def _warn_once(message: str) -> None:
         _warned = True
 
 
+def shared_plotlyjs() -> Path:
+    """The one local copy of plotly.js that ``include_plotlyjs="shared"`` figures load (written once
+    per plotly version into ``$CEL_LENS_CACHE``, else ``$XDG_CACHE_HOME/cel_lens``, else
+    ``~/.cache/cel_lens``)."""
+    import plotly
+    from plotly.offline import get_plotlyjs_version
+
+    root = os.environ.get("CEL_LENS_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cel_lens"
+    target = Path(root) / f"plotly-{get_plotlyjs_version()}.min.js"
+    source = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+    if not target.is_file() or target.stat().st_size != source.stat().st_size:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with source.open("rb") as src, tempfile.NamedTemporaryFile(dir=target.parent, delete=False, suffix=".tmp") as tmp:
+            shutil.copyfileobj(src, tmp)
+        os.chmod(tmp.name, 0o644)
+        os.replace(tmp.name, target)  # atomic: two writers never leave a half-written copy
+    return target
+
+
+def _shared_loader() -> str:
+    """Script tags: the shared local plotly.js, then the CDN if that did not load."""
+    from plotly.offline import get_plotlyjs_version
+
+    cdn = f"https://cdn.plot.ly/plotly-{get_plotlyjs_version()}.min.js"
+    return (
+        f'<script charset="utf-8" src="{shared_plotlyjs().as_uri()}"></script>'
+        f"<script>window.Plotly || document.write('<script charset=\"utf-8\" src=\"{cdn}\"><\\/script>')</script>"
+    )
+
+
+def _write_html(fig: Any, path: Path, include_plotlyjs: Union[bool, str]) -> None:
+    if include_plotlyjs != "shared":
+        fig.write_html(str(path), include_plotlyjs=include_plotlyjs)
+        return
+    page = fig.to_html(include_plotlyjs=False, full_html=True)
+    path.write_text(page.replace("<head>", "<head>" + _shared_loader(), 1), encoding="utf-8")
+
+
 def save_figure(
     fig: Any,
     path_stem: Union[str, Path],
@@ -53,9 +104,10 @@ def save_figure(
 ) -> list[Path]:
     """Write ``fig`` to ``path_stem.<fmt>`` for each format; return the paths actually written.
 
-    HTML is always written when asked for (``include_plotlyjs="cdn"`` keeps files small; pass
-    ``True`` for a self-contained file that opens without a network). Static formats are written
-    when the exporter works; otherwise they are skipped with a single warning per process.
+    HTML is always written when asked for (``include_plotlyjs="cdn"`` keeps files small;
+    ``"shared"`` loads the one local copy of :func:`shared_plotlyjs`, else the CDN; ``True`` makes a
+    self-contained file that opens anywhere without a network). Static formats are written when the
+    exporter works; otherwise they are skipped with a single warning per process.
     """
     stem = Path(path_stem)
     if stem.suffix.lower().lstrip(".") in {"html", *_STATIC_FORMATS}:
@@ -67,7 +119,7 @@ def save_figure(
         fmt = fmt.lower().lstrip(".")
         path = stem.with_name(f"{stem.name}.{fmt}")
         if fmt == "html":
-            fig.write_html(str(path), include_plotlyjs=include_plotlyjs)
+            _write_html(fig, path, include_plotlyjs)
             written.append(path)
         elif fmt in _STATIC_FORMATS:
             if _static_failure is not None:
@@ -99,6 +151,13 @@ def _kaleido_options() -> dict[str, Any]:
 def write_static_image(fig: Any, path: Union[str, Path], fmt: str = "png", scale: float = 2.0) -> Path:
     """Render ``fig`` to a static image file offline (kaleido >= 1 with the machine's Chromium);
     raise ``RuntimeError`` naming the fix when no browser can be launched."""
+    path = Path(path)
+    path.write_bytes(static_image(fig, fmt, scale))
+    return path
+
+
+def static_image(fig: Any, fmt: str = "png", scale: float = 2.0) -> bytes:
+    """``fig`` (a figure or its dict) rendered to image bytes offline, as :func:`write_static_image`."""
     global _png_server_started
     try:
         import kaleido
@@ -119,6 +178,4 @@ def write_static_image(fig: Any, path: Union[str, Path], fmt: str = "png", scale
             data = kaleido.calc_fig_sync(fig_dict, opts=opts)
     except ChromeNotFoundError as err:
         raise RuntimeError(CHROMIUM_HINT) from err
-    path = Path(path)
-    path.write_bytes(data)
-    return path
+    return data

@@ -74,7 +74,9 @@ def plot_discovery_vs_test(obj: ResultLike, *, title: Optional[str] = None) -> g
             go.Scatter(
                 x=xs[idx].tolist(), y=ys[idx].tolist(), mode="markers", marker=marker, name=name,
                 customdata=[pts[i]["heads"] for i in idx],
-                hovertemplate="%{customdata}<br>discovery gain: %{x:+.1%}<br>test gain: %{y:+.1%}<extra></extra>",
+                hovertemplate=(
+                    "%{customdata}<br>discovery gain (selection-biased): %{x:+.1%}<br>test gain: %{y:+.1%}<extra></extra>"
+                ),
             )
         )
     subtitle = ""
@@ -87,7 +89,7 @@ def plot_discovery_vs_test(obj: ResultLike, *, title: Optional[str] = None) -> g
         font=FONT,
         template="plotly_white",
         title=dict(text=(title or "Does discovery gain transfer to the test split?") + subtitle, x=0.01),
-        xaxis=dict(title="discovery gain (D_dist)", tickformat=fmt, range=[lo, hi], zeroline=True),
+        xaxis=dict(title="discovery gain (D_dist, selection-biased)", tickformat=fmt, range=[lo, hi], zeroline=True),
         yaxis=dict(title="test gain, post hoc (D_test)", tickformat=fmt, range=[lo, hi], zeroline=True),
         legend=dict(orientation="h", x=0.0, y=-0.14, xanchor="left", yanchor="top"),
         margin=dict(l=80, r=30, t=90, b=140),

@@ -11,18 +11,17 @@ Three scorers, from exact to cheap, one module each:
 
 ``exact`` and ``compressed`` run over any evaluation oracle; ``attribution`` needs gradients
 through the model: the oracle's own ``attribution_scores`` (the local and Ray backends have one),
-or ``model`` and the discovery ``split``.
+or ``model`` and the discovery ``split``. :func:`score_heads` returns the scores as
+:class:`~cel_lens.oracle.Stage1Scores`, with the split they were computed on, which is what a
+search takes (it refuses scores from any split but D_dist).
 """
 
 from __future__ import annotations
 
 from typing import Literal, Optional
 
-from jaxtyping import Float
-from torch import Tensor
-
 from cel_lens.config import SCORERS
-from cel_lens.oracle import Oracle
+from cel_lens.oracle import DIST_SPLIT, Oracle, Stage1Scores
 from cel_lens.scoring.agreement import rank_agreement
 from cel_lens.scoring.attribution import attribution_scores
 from cel_lens.scoring.compressed import compressed_scores, lasso, random_masks
@@ -32,6 +31,7 @@ from cel_lens.tasks.base import Split
 __all__ = [
     "SCORERS",
     "ScorerName",
+    "Stage1Scores",
     "score_heads",
     "exact_scores",
     "attribution_scores",
@@ -55,19 +55,22 @@ def score_heads(
     sparsity: float = 0.05,
     seed: int = 0,
     progress: bool = True,
-) -> Float[Tensor, "layer head"]:
-    """Stage-1 scores by name. ``exact``/``compressed`` need an ``oracle``; ``attribution`` an oracle
-    with ``attribution_scores(batch_size)``, or ``model`` and the discovery ``split``."""
+) -> Stage1Scores:
+    """Stage-1 scores by name, with the split they were computed on. ``exact``/``compressed`` need an
+    ``oracle`` (they read its D_dist); ``attribution`` an oracle with ``attribution_scores(batch_size)``
+    (on D_dist), or ``model`` and a ``split`` (recorded by its name: a search refuses any but ``"dist"``)."""
     if scorer not in SCORERS:
         raise ValueError(f"unknown scorer {scorer!r}; choose one of {', '.join(SCORERS)}")
     if scorer == "attribution":
         if model is None and hasattr(oracle, "attribution_scores"):
-            return oracle.attribution_scores(batch_size)  # type: ignore[union-attr]
+            return Stage1Scores(oracle.attribution_scores(batch_size), DIST_SPLIT, scorer)  # type: ignore[union-attr]
         if model is None or split is None:
             raise ValueError("the 'attribution' scorer needs model= and split= (or an oracle that computes it)")
-        return attribution_scores(model, split, batch_size=batch_size, progress=progress)
+        values = attribution_scores(model, split, batch_size=batch_size, progress=progress)
+        return Stage1Scores(values, getattr(split, "name", "unknown"), scorer)
     if oracle is None:
         raise ValueError(f"the {scorer!r} scorer needs oracle=...")
     if scorer == "exact":
-        return exact_scores(oracle, progress=progress)
-    return compressed_scores(oracle, n_masks=n_masks, sparsity=sparsity, seed=seed, progress=progress)
+        return Stage1Scores(exact_scores(oracle, progress=progress), DIST_SPLIT, scorer)
+    values = compressed_scores(oracle, n_masks=n_masks, sparsity=sparsity, seed=seed, progress=progress)
+    return Stage1Scores(values, DIST_SPLIT, scorer)

@@ -1,10 +1,12 @@
 """Attribution patching with a zero baseline: all heads' first-order ablation effects in one pass.
 
-The first-order change of a differentiable metric m (log-prob of the correct answer or choice)
-when ``z_h`` goes to zero is ``-(z_h . dm/dz_h)``, summed over positions and averaged over
-examples: one forward and one backward pass per batch for all heads at once. Units are nats of the
-metric, not accuracy; it is a ranking, not an accuracy estimate. It needs the model itself (not just
-an oracle) and a scorable (non-generation) split.
+The first-order change of a differentiable metric m of what decides correctness (exact match: the
+log-prob of the target; multiple choice: the log-probability of the correct choice among the
+choices, a smooth version of its margin over the best other one, length-normalised for ``acc_norm``;
+see :func:`cel_lens.evaluation.logprob_metric`) when ``z_h`` goes to zero is ``-(z_h . dm/dz_h)``,
+summed over positions and averaged over examples: one forward and one backward pass per batch for
+all heads at once. Units are nats of the metric, not accuracy; it is a ranking, not an accuracy
+estimate. It needs the model itself (not just an oracle) and a scorable (non-generation) split.
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ __all__ = ["attribution_scores"]
 
 def attribution_scores(model, split: Split, *, batch_size: int = 8, progress: bool = True) -> Float[Tensor, "layer head"]:
     """Attribution patching with a zero baseline at every ``hook_z``: ``-(z * dm/dz)`` summed over
-    positions and ``d_head``, averaged over the split's examples. ``m`` is the per-example log-prob of
-    the correct answer (:func:`cel_lens.evaluation.logprob_metric`)."""
+    positions and ``d_head``, averaged over the split's examples. ``m`` is the per-example metric of
+    :func:`cel_lens.evaluation.logprob_metric` on the split's own scale (``split.metric``)."""
     if getattr(split, "kind", None) == "generation":
         raise ValueError("attribution needs a scorable split (exact match or multiple choice); use 'exact' or 'compressed'")
     n_layers, n_heads = model_shape(model)
@@ -52,7 +54,7 @@ def attribution_scores(model, split: Split, *, batch_size: int = 8, progress: bo
             hooks = [("blocks.0.hook_resid_pre", start_graph)]
             hooks += [(hook_z_name(layer), keep) for layer in range(n_layers)]
             with torch.enable_grad():
-                metric = logprob_metric(model, batch, fwd_hooks=hooks)
+                metric = logprob_metric(model, batch, fwd_hooks=hooks, metric=split.metric or "acc")
                 layers = sorted(saved)
                 grads = torch.autograd.grad(metric.sum(), [saved[layer] for layer in layers])
             for layer, grad in zip(layers, grads):

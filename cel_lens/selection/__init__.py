@@ -2,6 +2,8 @@
 
 * :mod:`~cel_lens.selection.pool`: :func:`candidate_pool`, the top stage-1 heads;
 * :mod:`~cel_lens.selection.subsets`: joint ablations of subsets on D_dist, the selection rule;
+* :mod:`~cel_lens.selection.stability`: how often stage 2 picks each subset on resamples of D_dist;
+* :mod:`~cel_lens.selection.specificity`: S-hat against the winners of random pools (optional);
 * :mod:`~cel_lens.selection.algorithm`: :func:`run_search`, Algorithm 1 over an oracle;
 * :mod:`~cel_lens.selection.result`: :class:`Result` and the one text form of a result.
 """
@@ -9,12 +11,15 @@
 from cel_lens.selection.algorithm import fix_selection, run_search, stage1, stage2, test_statistics
 from cel_lens.selection.pool import DEFAULT_POOL_SIZE, candidate_pool
 from cel_lens.selection.result import DEFAULT_N_NULL, Result, format_result, result_rows
+from cel_lens.selection.specificity import random_pool_winners, specificity_statistics
+from cel_lens.selection.stability import DEFAULT_N_STABILITY, selection_stability
 from cel_lens.selection.subsets import DEFAULT_K, SubsetScore, evaluate_subsets, select_best, selection_key
 
 __all__ = [
     "DEFAULT_K",
     "DEFAULT_POOL_SIZE",
     "DEFAULT_N_NULL",
+    "DEFAULT_N_STABILITY",
     "run_search",
     "stage1",
     "stage2",
@@ -25,6 +30,9 @@ __all__ = [
     "select_best",
     "selection_key",
     "SubsetScore",
+    "selection_stability",
+    "random_pool_winners",
+    "specificity_statistics",
     "Result",
     "result_rows",
     "format_result",

@@ -17,10 +17,12 @@ from typing import Any, Optional, Sequence
 from cel_lens.tasks.base import Example, Task, sample_disjoint
 from cel_lens.tasks.io import (
     PathLike,
+    build_examples,
     check_size,
     check_unique_ids,
     load_rows,
     reject_options,
+    require,
     resolve_data_dir,
 )
 
@@ -89,16 +91,13 @@ def load_arithmetic(
             hub_split="validation",
         )
         sources.append(record)
-        pool.extend(
-            Example(
-                id=f"arithmetic/{cfg}/{i}",
-                prompt=format_context(row["context"]),
-                target=row["completion"],
-                meta={"config": cfg},
-            )
-            for i, row in enumerate(rows)
-        )
-    distinct = len({e.content_hash for e in pool})
+        pool.extend(build_examples(rows, lambda row, i, cfg=cfg: Example(
+            id=f"arithmetic/{cfg}/{i}",
+            prompt=format_context(require(row, "context", str)),
+            target=require(row, "completion", str),
+            meta={"config": cfg},
+        )))
+    distinct = len({e.dedup_key for e in pool})  # what sample_disjoint keeps: one row per problem text
     where = f"the arithmetic pool ({', '.join(configs)}; {distinct} distinct rows)"
     n_d = check_size(n_dist, N_DIST, distinct, "arithmetic D_dist", where)
     n_t = check_size(n_test, N_TEST, distinct - n_d, "arithmetic D_test", where + f" minus {n_d} for D_dist")

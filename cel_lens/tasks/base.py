@@ -12,7 +12,10 @@ A task has a *kind* that fixes how it is scored (see :mod:`cel_lens.evaluation`)
   (an example may override the stop strings with ``meta["stop"]``); see :meth:`Split.stop_strings`.
 
 A :class:`Task` holds its discovery split ``dist`` (D_dist) and test split ``test`` (D_test),
-disjoint by content hash, checked whenever a task is built.
+disjoint by content hash and by normalised prompt text (:attr:`Example.dedup_key`: two problems
+worded the same are one problem, whatever their tests or answers), checked whenever a task is
+built. Loaders drop D_dist candidates that share a D_test problem's text (:func:`drop_same_text`)
+and record what they removed in ``Task.options["deduplication"]`` (:func:`dedup_record`).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import unicodedata
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator, Literal, Mapping, Optional, Sequence, overload
 
@@ -31,9 +35,38 @@ __all__ = [
     "SplitOverlapError",
     "check_disjoint",
     "sample_disjoint",
+    "normalise_text",
+    "drop_same_text",
+    "dedup_record",
 ]
 
 TaskKind = Literal["exact_match", "multiple_choice", "generation"]
+
+
+def _short(text: Optional[str], width: int = 60) -> str:
+    """``text`` on one line, cut to ``width`` characters (for summaries)."""
+    one = " ".join(str(text).split()) if text is not None else ""
+    return one if len(one) <= width else one[: width - 1] + "…"
+
+
+def _answer(e: "Example") -> str:
+    if e.target is not None:
+        return e.target
+    if e.choices and e.label is not None:
+        return f"{e.choices[e.label]} ({e.label + 1} of {len(e.choices)})"
+    return ""
+
+
+def _examples_html(examples: Sequence["Example"], n: int = 3) -> str:
+    """The first ``n`` examples as an HTML table (escaped, one line each)."""
+    import html
+
+    rows = "".join(
+        f"<tr><td>{html.escape(e.id)}</td><td style='text-align:left'>{html.escape(_short(e.prompt, 80))}</td>"
+        f"<td style='text-align:left'>{html.escape(_short(_answer(e), 40))}</td></tr>"
+        for e in list(examples)[:n]
+    )
+    return f"<table><tr><th>id</th><th>prompt</th><th>answer</th></tr>{rows}</table>" if rows else ""
 
 
 @dataclass(frozen=True)
@@ -43,7 +76,10 @@ class Example:
     ``id`` is stable across loads (e.g. ``"arithmetic/2da/17"``); ``prompt`` is the context fed to
     the model; ``target`` the exact-match continuation (with its leading space); ``choices`` and
     ``label`` the multiple-choice continuations and correct index; ``meta`` anything else the task
-    needs (the arithmetic config, MBPP's tests), excluded from equality and hashing.
+    needs (the arithmetic config, MBPP's tests), excluded from equality and hashing. A task whose
+    prompt wraps the problem in a template that differs per example (MBPP: few-shot prefix, then the
+    problem's text and its own tests) puts the bare problem statement in ``meta["text"]``: that is
+    what :attr:`dedup_key` compares.
     """
 
     id: str
@@ -59,6 +95,19 @@ class Example:
         rows with the same content collide, which is what the disjointness check must catch."""
         payload = json.dumps([self.prompt, self.target, list(self.choices), self.label], ensure_ascii=False)
         return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+    @property
+    def dedup_key(self) -> str:
+        """The normalised problem text (:func:`normalise_text` of ``meta["text"]`` if the task gives
+        one, else of the prompt): examples with the same key are the same problem, so they may not
+        sit in both splits."""
+        return normalise_text(self.meta.get("text") or self.prompt)
+
+
+def normalise_text(text: str) -> str:
+    """``text`` as compared for duplicates: Unicode NFKC, case-folded, runs of whitespace made one
+    space, stripped."""
+    return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
 
 
 @dataclass(frozen=True)
@@ -126,6 +175,17 @@ class Split(Sequence[Example]):
         """The first ``n`` examples (splits are already shuffled by their seed)."""
         return replace(self, examples=self.examples[:n])
 
+    def __repr__(self) -> str:
+        """One line: the split's name, task, size and protocol (not its examples)."""
+        owner = f" of {self.task!r}" if self.task else ""
+        return f"<Split {self.name!r}{owner}: {len(self)} examples, {self.kind or 'kind unset'}, {self.metric}>"
+
+    def _repr_html_(self) -> str:
+        """A short summary for notebooks: the one-line description and the first examples."""
+        import html
+
+        return f"<p><code>{html.escape(repr(self))}</code></p>{_examples_html(self.examples)}"
+
 
 @dataclass(frozen=True)
 class Task:
@@ -160,20 +220,61 @@ class Task:
             raise ValueError(f"unknown split {name!r}: expected 'dist' or 'test'")
         return self.dist if name == "dist" else self.test
 
+    def __repr__(self) -> str:
+        """One line: name, protocol and split sizes (not the examples)."""
+        return f"<Task {self.name!r}: {self.kind}, {self.metric}, dist {len(self.dist)} / test {len(self.test)} examples>"
+
+    def _repr_html_(self) -> str:
+        """A short summary for notebooks: protocol, sizes, where the data came from, first examples."""
+        import html
+
+        sources = {k: v for k, v in self.options.items() if isinstance(v, (str, int, float, bool)) and k != "seed"}
+        seed = self.options.get("seed")
+        details = ", ".join(f"{k}={_short(str(v), 40)}" for k, v in list(sources.items())[:6])
+        return (
+            f"<p><b>Task {html.escape(self.name)}</b>: {self.kind}, metric {html.escape(self.metric)}; "
+            f"D_dist {len(self.dist)} / D_test {len(self.test)} examples (disjoint"
+            f"{'' if seed is None else f', seed {html.escape(str(seed))}'})</p>"
+            + (f"<p><small>{html.escape(details)}</small></p>" if details else "")
+            + _examples_html(self.dist)
+        )
+
 
 class SplitOverlapError(ValueError):
-    """D_dist and D_test share examples (by content hash)."""
+    """D_dist and D_test share examples (by content hash or by normalised prompt text)."""
 
 
 def check_disjoint(dist: Sequence[Example], test: Sequence[Example]) -> None:
-    """Raise :class:`SplitOverlapError` if any example content occurs in both splits."""
-    seen = {e.content_hash: e.id for e in dist}
-    clashes = [(seen[e.content_hash], e.id) for e in test if e.content_hash in seen]
-    if clashes:
-        shown = ", ".join(f"{a}={b}" for a, b in clashes[:5])
-        raise SplitOverlapError(
-            f"discovery and test splits share {len(clashes)} example(s) by content hash: {shown}"
-        )
+    """Raise :class:`SplitOverlapError` if any example content, or any normalised problem text
+    (:attr:`Example.dedup_key`), occurs in both splits."""
+    for what, key in (("content hash", lambda e: e.content_hash), ("normalised prompt text", lambda e: e.dedup_key)):
+        seen = {key(e): e.id for e in dist}
+        clashes = [(seen[key(e)], e.id) for e in test if key(e) in seen]
+        if clashes:
+            shown = ", ".join(f"{a}={b}" for a, b in clashes[:5])
+            raise SplitOverlapError(f"discovery and test splits share {len(clashes)} example(s) by {what}: {shown}")
+
+
+def drop_same_text(
+    pool: Sequence[Example], reference: Sequence[Example]
+) -> tuple[list[Example], list[tuple[str, str]]]:
+    """``pool`` without the examples whose normalised problem text (:attr:`Example.dedup_key`)
+    occurs in ``reference`` (the test split), and the ``(removed id, its twin's id)`` pairs."""
+    twins = {e.dedup_key: e.id for e in reference}
+    kept = [e for e in pool if e.dedup_key not in twins]
+    removed = [(e.id, twins[e.dedup_key]) for e in pool if e.dedup_key in twins]
+    return kept, removed
+
+
+def dedup_record(removed: Sequence[tuple[str, str]], limit: int = 50) -> dict[str, Any]:
+    """What ``Task.options["deduplication"]`` records: the key, how many examples were removed
+    and (up to ``limit``) which, each with the twin it duplicates. Loaders add it only when
+    something was removed, so tasks without duplicates keep the identity they had."""
+    return {
+        "key": "normalised prompt text (NFKC, case-folded, whitespace collapsed; MBPP: the problem text)",
+        "removed": len(removed),
+        "pairs": [list(pair) for pair in removed[:limit]],
+    }
 
 
 def sample_disjoint(
@@ -181,12 +282,13 @@ def sample_disjoint(
 ) -> tuple[list[Example], list[Example]]:
     """Seeded draw of two disjoint samples from one pool (e.g. Arithmetic's validation rows).
 
-    Duplicated contents in the pool are dropped first (keeping the first occurrence), so the two
-    samples are disjoint by content hash, not only by row.
+    Duplicated problems in the pool (same normalised prompt text, :attr:`Example.dedup_key`, which
+    covers equal contents) are dropped first, keeping the first occurrence, so the two samples are
+    disjoint by text, not only by row.
     """
     unique: dict[str, Example] = {}
     for e in pool:
-        unique.setdefault(e.content_hash, e)
+        unique.setdefault(e.dedup_key, e)
     rows = list(unique.values())
     if n_dist + n_test > len(rows):
         raise ValueError(f"asked for {n_dist} + {n_test} examples but the pool has {len(rows)} distinct rows")

@@ -17,10 +17,10 @@ rowanz's raw schema or the hub's (the two differ only in ``label``: int vs. str)
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 from cel_lens.tasks.base import Example, Task
-from cel_lens.tasks.io import PathLike, reject_options, train_val_splits
+from cel_lens.tasks.io import PathLike, RowError, reject_options, require, train_val_splits
 
 __all__ = ["HUB_ID", "INFO", "preprocess", "make_example", "load_hellaswag"]
 
@@ -51,15 +51,19 @@ def preprocess(text: str) -> str:
 
 def make_example(row: Mapping[str, Any], split: str, index: int) -> Example:
     """One HellaSwag row (raw or hub schema) as a multiple-choice example."""
-    endings = [preprocess(e) for e in row["endings"]]
-    if len(endings) != 4:
-        raise ValueError(f"HellaSwag {split} row {index}: expected 4 endings, got {len(endings)}")
-    label = row["label"]
+    raw_endings = require(row, "endings", list)
+    if len(raw_endings) != 4 or not all(isinstance(e, str) for e in raw_endings):
+        raise RowError(f"HellaSwag {split} row {index}: expected 4 endings (strings), got {raw_endings!r:.80}")
+    endings = [preprocess(e) for e in raw_endings]
+    label = require(row, "label", (int, str), optional=True)
     if label in ("", None):
-        raise ValueError(f"HellaSwag {split} row {index} has no label (the test split is unlabelled)")
+        raise RowError(f"HellaSwag {split} row {index} has no label (the test split is unlabelled)")
+    if isinstance(label, str) and not label.isdigit() or int(label) not in range(4):
+        raise RowError(f"HellaSwag {split} row {index}: label must be 0..3, got {label!r}")
+    activity, ctx_a, ctx_b = (require(row, name, str) for name in ("activity_label", "ctx_a", "ctx_b"))
     return Example(
         id=f"hellaswag/{split}/{index}",
-        prompt=preprocess(row["activity_label"] + ": " + row["ctx_a"] + " " + row["ctx_b"].capitalize()),
+        prompt=preprocess(activity + ": " + ctx_a + " " + ctx_b.capitalize()),
         choices=tuple(" " + e for e in endings),
         label=int(label),
         meta={
@@ -78,10 +82,11 @@ def load_hellaswag(
     seed: int = 0,
     data_dir: Optional[PathLike] = None,
     chat_template: bool = False,
+    splits: Sequence[str] = ("dist", "test"),
     **kw: Any,
 ) -> Task:
     """HellaSwag with D_dist sampled from train (default 2,000) and D_test = validation (default
-    all; a smaller ``n_test`` is a seeded sample)."""
+    all; a smaller ``n_test`` is a seeded sample). ``splits=("test",)`` reads the validation file alone."""
     reject_options("hellaswag", kw)
     dist, test, opts = train_val_splits(
         task="hellaswag",
@@ -96,6 +101,7 @@ def load_hellaswag(
         n_test=n_test,
         n_dist_default=N_DIST,
         seed=seed,
+        splits=splits,
     )
     return Task(
         name="hellaswag",

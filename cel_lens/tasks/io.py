@@ -10,11 +10,15 @@ Each load also returns a *provenance* record (file path, sha256, whether the sha
 officially recorded one, whether the file is a shipped fixture; or hub id, config, split and
 fingerprint) that the task puts in ``Task.options`` for run manifests.
 
+Rows remember where they came from (:class:`~cel_lens.tasks.rows.Rows`), so a row that cannot
+become an example is one :class:`~cel_lens.tasks.rows.RowError` naming its file and line
+(:mod:`cel_lens.tasks.rows`).
+
 Local layout (all UTF-8 JSON Lines)::
 
     arithmetic/{two_digit_addition,...}.jsonl   GPT-3 raw files: context, completion
     mbpp/mbpp.jsonl                             all 974 problems (full config)
-    boolq/dev.jsonl, boolq/train.jsonl          question, answer (bool), passage[, title]
+    boolq/dev.jsonl, boolq/train.jsonl          question, title, answer (bool), passage (or SuperGLUE's)
     hellaswag/hellaswag_{train,val}.jsonl       rowanz's raw schema or the hub's (label int or str)
 """
 
@@ -29,11 +33,18 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, TypeVar, Union
 
+from cel_lens.tasks.rows import RowError, Rows, build_examples, require
+from cel_lens.tasks.base import dedup_record, drop_same_text
+
 __all__ = [
     "ENV_DATA_DIR",
     "FIXTURES_DIR",
     "OFFICIAL_SHA256",
     "DataNotFoundError",
+    "RowError",
+    "Rows",
+    "require",
+    "build_examples",
     "resolve_data_dir",
     "sha256_file",
     "read_jsonl",
@@ -99,18 +110,23 @@ def sha256_file(path: PathLike) -> str:
     return h.hexdigest()
 
 
-def read_jsonl(path: PathLike) -> list[dict[str, Any]]:
-    """Rows of a JSON Lines file (blank lines skipped); a malformed line names its file and line."""
-    rows = []
+def read_jsonl(path: PathLike) -> Rows:
+    """Rows of a JSON Lines file (blank lines skipped), with their line numbers (:class:`Rows`); a
+    malformed line names its file and line."""
+    rows, lines, i = [], [], 0
     with open(path, encoding="utf-8") as f:
-        for i, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{i}: not valid JSON ({err.msg})") from None
-    return rows
+        try:
+            for i, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as err:
+                    raise RowError(f"{path}:{i}: not valid JSON ({err.msg})") from None
+                lines.append(i)
+        except UnicodeDecodeError as err:
+            raise RowError(f"{path}:{i + 1}: not UTF-8 text ({err.reason})") from None
+    return Rows(rows, str(path), lines)
 
 
 def _is_fixture(relpath: str, sha256: str) -> bool:
@@ -187,7 +203,7 @@ def _hub_rows(
         "fingerprint": getattr(ds, "_fingerprint", None),
         "fixture": False,
     }
-    return [dict(r) for r in ds], record
+    return Rows((dict(r) for r in ds), f"{hub_id} {hub_split}"), record
 
 
 def fixture_data_dir(real_data_dir: Optional[PathLike] = None, dest: Optional[PathLike] = None) -> Path:
@@ -253,17 +269,25 @@ def sample_excluding(
     exclude: Iterable[str],
     what: str,
     source: str,
-) -> tuple[list[Any], int]:
+    *,
+    same_text_as: Sequence[Any] = (),
+) -> tuple[list[Any], int, list[tuple[str, str]]]:
     """Seeded sample of ``n`` examples (``default`` if None) from ``pool``, skipping any whose
-    content hash is in ``exclude`` (the test split), so that D_dist drawn from a training split is
-    disjoint from D_test by construction. Returns the sample and how many pool rows were skipped.
+    content hash is in ``exclude`` (the test split) and any worded like an example of
+    ``same_text_as`` (the test split again: same normalised prompt text,
+    :func:`~cel_lens.tasks.base.drop_same_text`), so that D_dist drawn from a training split is
+    disjoint from D_test by construction. Returns the sample, how many pool rows were equal to a
+    test row, and the ``(removed id, test twin id)`` pairs of the others left out.
     """
     banned = set(exclude)
     eligible = [e for e in pool if e.content_hash not in banned]
     skipped = len(pool) - len(eligible)
-    note = f" after leaving out {skipped} rows equal to test rows" if skipped else ""
+    eligible, same_text = drop_same_text(eligible, same_text_as)
+    left_out = [f"{skipped} rows equal to test rows"] * bool(skipped)
+    left_out += [f"{len(same_text)} worded like a test row"] * bool(same_text)
+    note = f" after leaving out {' and '.join(left_out)}" if left_out else ""
     n = check_size(n, default, len(eligible), what, source, note)
-    return seeded_sample(eligible, n, seed, salt), skipped
+    return seeded_sample(eligible, n, seed, salt), skipped, same_text
 
 
 def check_size(n: Optional[int], default: int, available: int, what: str, source: str, note: str = "") -> int:
@@ -308,29 +332,40 @@ def train_val_splits(
     n_test: Optional[int],
     n_dist_default: int,
     seed: int,
+    hub_config: Optional[str] = None,
+    splits: Sequence[str] = ("dist", "test"),
 ) -> tuple[list[Any], list[Any], dict[str, Any]]:
     """D_dist sampled from a train split and D_test = the validation split (HellaSwag, BoolQ).
 
     D_test is the whole validation split (a seeded sample if ``n_test`` is smaller); D_dist is a
     seeded sample of ``n_dist`` (default ``n_dist_default``) train rows, never one equal to a
-    validation row. Returns both and the options to record (seed, sizes, sources).
+    validation row, nor one with a validation row's normalised prompt text (those are recorded in
+    the options' ``deduplication`` entry when there are any). Returns both and the options to
+    record (seed, sizes, sources). ``hub_config``: the hub dataset's configuration, if it has several.
+    ``splits=("test",)`` reads the validation rows alone and returns no D_dist (the
+    train file is not needed); the validation rows are read either way, since D_dist is defined by
+    what it must not share with them. D_test is the same whichever splits are asked for.
     """
     root = resolve_data_dir(data_dir)
     val_rows, val_src = load_rows(
-        what=f"{label} validation", data_dir=root, relpath=val_relpath, hub_id=hub_id, hub_split="validation"
+        what=f"{label} validation", data_dir=root, relpath=val_relpath, hub_id=hub_id, hub_split="validation",
+        hub_config=hub_config,
     )
-    train_rows, train_src = load_rows(
-        what=f"{label} train", data_dir=root, relpath=train_relpath, hub_id=hub_id, hub_split="train"
-    )
-    val = [make_example(r, val_name, i) for i, r in enumerate(val_rows)]
-    train = [make_example(r, "train", i) for i, r in enumerate(train_rows)]
+    val = build_examples(val_rows, lambda r, i: make_example(r, val_name, i))
     val_where = f"{label} validation ({val_src.get('path', hub_id)})"
     n_t = check_size(n_test, len(val), len(val), f"{label} D_test", val_where)
     test = seeded_sample(val, n_t, seed, f"{task}/test")
+    if "dist" not in splits:
+        return [], test, {"seed": seed, "n_dist": 0, "n_test": n_t, "sources": [val_src], "splits": ["test"]}
+    train_rows, train_src = load_rows(
+        what=f"{label} train", data_dir=root, relpath=train_relpath, hub_id=hub_id, hub_split="train",
+        hub_config=hub_config,
+    )
+    train = build_examples(train_rows, lambda r, i: make_example(r, "train", i))
     train_where = f"{label} train ({train_src.get('path', hub_id)})"
     banned = (e.content_hash for e in val)
-    dist, skipped = sample_excluding(
-        train, n_dist, n_dist_default, seed, f"{task}/dist", banned, f"{label} D_dist", train_where
+    dist, skipped, same_text = sample_excluding(
+        train, n_dist, n_dist_default, seed, f"{task}/dist", banned, f"{label} D_dist", train_where, same_text_as=val
     )
     check_unique_ids([*dist, *test], task)
     options = {
@@ -340,4 +375,6 @@ def train_val_splits(
         "train_rows_equal_to_test": skipped,
         "sources": [val_src, train_src],
     }
+    if same_text:
+        options["deduplication"] = dedup_record(same_text)
     return dist, test, options

@@ -8,22 +8,33 @@ and the prompt is three worked problems (task_id 2, 3, 4 of the ``prompt`` split
 the same way followed by ``{code}\\n[DONE]`` and lm-eval's few-shot delimiter ``"\\n\\n"``) and then
 the problem. Generation is greedy, up to :data:`MAX_NEW_TOKENS` (256) new tokens, and stops at
 ``[DONE]`` (or EOS): the task's ``options["stop"]`` and ``options["max_new_tokens"]``, which the
-evaluator reads (:meth:`cel_lens.tasks.Split.stop_strings`). :func:`judge` cuts the completion at ``[DONE]``, takes the
-first fenced code block if there is one, and runs it with the problem's ``test_setup_code`` and
-``test_list`` in :mod:`cel_lens.sandbox` (metric ``pass@1``; needs the sandbox's opt-in to run code).
+evaluator reads (:meth:`cel_lens.tasks.Split.stop_strings`). The judge (metric ``pass@1``; it runs
+code in :mod:`cel_lens.sandbox`, which needs its opt-in) is chosen with
+``load_task("mbpp", judge=...)``: ``"lm-eval"`` (default, :func:`judge`): the completion up to
+``[DONE]`` is the program, then the ``test_list`` asserts, as lm-eval does; ``"fenced"``
+(:func:`judge_fenced`, for chat-template runs): the first fenced code block if there is one, then
+``test_setup_code``, then the asserts.
 
-Splits (paper, Table 3; ``full`` config, by task_id): D_dist = the 374 ``train`` problems
-(601-974), D_test = the 500 ``test`` problems (11-510). Smaller sizes are seeded samples.
+Splits (paper, Table 3; ``full`` config, by task_id): D_dist = the ``train`` problems (601-974)
+but those worded like a test problem, D_test = the 500 ``test`` problems (11-510). Three train
+problems repeat a test problem's text with other tests (602 = 217, 704 = 248, 872 = 216): they are
+left out of D_dist (371 problems) and listed in ``Task.options["deduplication"]``. Smaller sizes
+are seeded samples.
 """
 
 from __future__ import annotations
 
+import ast
+import builtins
 import re
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
-from cel_lens.tasks.base import Example, Task
+from cel_lens.tasks.base import Example, Task, dedup_record, drop_same_text
 from cel_lens.tasks.io import (
     PathLike,
+    RowError,
+    build_examples,
+    require,
     check_size,
     check_unique_ids,
     load_rows,
@@ -41,8 +52,10 @@ __all__ = [
     "MAX_NEW_TOKENS",
     "format_problem",
     "fewshot_prefix",
+    "JUDGES",
     "extract_code",
     "judge",
+    "judge_fenced",
     "load_mbpp",
 ]
 
@@ -64,9 +77,9 @@ FEWSHOT_DELIMITER = "\n\n"  # lm-eval's default between shots and before the pro
 INFO: dict[str, Any] = {
     "kind": "generation",
     "metric": "pass@1",
-    "n_dist": 374,
+    "n_dist": 371,
     "n_test": 500,
-    "dist_from": "train (task_id 601-974)",
+    "dist_from": "train (task_id 601-974) minus 3 worded like a test problem",
     "test_from": "test (task_id 11-510)",
     "hub": f"{HUB_ID} (full)",
     "files": [RELPATH],
@@ -92,28 +105,64 @@ def fewshot_prefix(shots: Any) -> str:
 _FENCE = re.compile(r"```[ \t]*[\w+-]*[ \t]*\n(.*?)```", re.DOTALL)
 
 
-def extract_code(completion: str) -> str:
-    """The program in a completion: text before the first ``[DONE]``; if that holds a fenced
-    block (```` ```python ... ``` ````, as chat models write), the first block's contents."""
-    code = completion
+def _until_stop(completion: str) -> str:
+    """The completion up to the first stop string (what ``generate_until`` returns in lm-eval)."""
     for stop in STOP:
-        code = code.split(stop, 1)[0]
+        completion = completion.split(stop, 1)[0]
+    return completion
+
+
+def extract_code(completion: str) -> str:
+    """The program in a completion for the ``fenced`` judge: text before the first ``[DONE]``; if
+    that holds a fenced block (```` ```python ... ``` ````, as chat models write), the first
+    block's contents."""
+    code = _until_stop(completion)
     match = _FENCE.search(code)
     return match.group(1) if match else code
 
 
-def judge(example: Example, completion: str) -> bool:
-    """pass@1 for one completion: run the extracted code with the problem's asserts in the sandbox.
+def _entry_points(meta: Mapping[str, Any]) -> tuple[str, ...]:
+    """Built-in names the reference solution defines at its top level (task 126 defines ``sum``):
+    in the tests they mean the program's function, not the built-in."""
+    try:
+        tree = ast.parse(meta.get("reference_code") or "")
+    except SyntaxError:
+        return ()
+    defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    return tuple(sorted(n for n in defined if hasattr(builtins, n)))
 
-    ``test_setup_code`` runs before the code, the ``test_list`` asserts after it (MBPP's
-    ``challenge_test_list`` is not used, as in lm-eval). Requires
-    ``CEL_LENS_ALLOW_CODE_EXECUTION=1`` (enforced by the sandbox).
-    """
+
+def _passes(example: Example, program: str, setup: str) -> bool:
     from cel_lens import sandbox
 
     meta: Mapping[str, Any] = example.meta
-    program = sandbox.check_program(extract_code(completion), meta.get("test_setup_code", ""), list(meta["test_list"]))
-    return bool(sandbox.run(program).passed)
+    outcome = sandbox.run(program, tests=list(meta["test_list"]), setup=setup, entry_points=_entry_points(meta))
+    return bool(outcome.passed)
+
+
+def judge(example: Example, completion: str) -> bool:
+    """pass@1 as lm-evaluation-harness judges MBPP (the default judge, ``judge="lm-eval"``).
+
+    lm-eval runs ``completion + "\\n" + "\\n".join(test_list)`` (code_eval); here the program
+    is the completion up to ``[DONE]`` (no fence extraction, no ``test_setup_code``), parsed on
+    its own, then the ``test_list`` asserts are judged by the sandbox's supervisor. The one
+    difference: a completion that parses only together with the asserts (it ends inside a block,
+    a string or a line continuation, which would swallow them) fails here. MBPP's
+    ``challenge_test_list`` is not used, as in lm-eval. Requires ``CEL_LENS_ALLOW_CODE_EXECUTION=1``.
+    """
+    return _passes(example, _until_stop(completion), setup="")
+
+
+def judge_fenced(example: Example, completion: str) -> bool:
+    """pass@1 for chat-template runs (``judge="fenced"``): the first fenced code block of the
+    completion (:func:`extract_code`), then the problem's ``test_setup_code`` *after* the program
+    and in its namespace (tasks 367 and 927 build trees of the solution's ``Node`` class), then the
+    ``test_list`` asserts, judged by the sandbox's supervisor."""
+    return _passes(example, extract_code(completion), setup=example.meta.get("test_setup_code") or "")
+
+
+JUDGES: dict[str, Callable[[Example, str], bool]] = {"lm-eval": judge, "fenced": judge_fenced}
+"""The judges ``load_task("mbpp", judge=NAME)`` accepts."""
 
 
 def _split_of(task_id: int) -> Optional[str]:
@@ -129,6 +178,7 @@ def _example(row: Mapping[str, Any], prefix: str) -> Example:
         prompt=prefix + format_problem(row["text"], row["test_list"]),
         meta={
             "task_id": int(row["task_id"]),
+            "text": row["text"],
             "test_list": tuple(row["test_list"]),
             "test_setup_code": row.get("test_setup_code") or "",
             "challenge_test_list": tuple(row.get("challenge_test_list") or ()),
@@ -137,12 +187,26 @@ def _example(row: Mapping[str, Any], prefix: str) -> Example:
     )
 
 
+def _checked_row(row: Mapping[str, Any], index: int) -> Mapping[str, Any]:
+    """An MBPP row whose fields have the types the prompt and the judge need."""
+    require(row, "task_id", int)
+    require(row, "text", str)
+    require(row, "code", str)
+    tests = require(row, "test_list", list)
+    if not all(isinstance(t, str) for t in tests):
+        raise RowError(f"field 'test_list' must be a list of strings, got {tests!r:.80}")
+    require(row, "test_setup_code", str, optional=True)
+    require(row, "challenge_test_list", list, optional=True)
+    return row
+
+
 def _rows_by_split(data_dir: Optional[PathLike]) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, Any]]]:
     root = resolve_data_dir(data_dir)
     if root is not None:
         rows, record = load_rows(
             what="MBPP (full)", data_dir=root, relpath=RELPATH, hub_id=HUB_ID, hub_config="full", hub_split="train"
         )
+        rows = build_examples(rows, _checked_row)
         by_split: dict[str, list[dict[str, Any]]] = {name: [] for name in SPLIT_TASK_IDS}
         for row in rows:
             name = _split_of(int(row["task_id"]))
@@ -154,7 +218,7 @@ def _rows_by_split(data_dir: Optional[PathLike]) -> tuple[dict[str, list[dict[st
         rows, record = load_rows(
             what=f"MBPP {name}", data_dir=None, relpath=RELPATH, hub_id=HUB_ID, hub_config="full", hub_split=name
         )
-        by_split[name] = rows
+        by_split[name] = build_examples(rows, _checked_row)
         records.append(record)
     return by_split, records
 
@@ -165,21 +229,32 @@ def load_mbpp(
     seed: int = 0,
     data_dir: Optional[PathLike] = None,
     chat_template: bool = False,
+    judge: str = "lm-eval",
+    max_new_tokens: int = MAX_NEW_TOKENS,
     **kw: Any,
 ) -> Task:
-    """MBPP with D_dist from ``train`` (default all 374) and D_test from ``test`` (default all 500),
-    3-shot prompts, judged by :func:`judge`."""
+    """MBPP with D_dist from ``train`` (default all 371 not worded like a test problem) and D_test
+    from ``test`` (default all 500), 3-shot prompts, judged by the judge named ``judge`` (see
+    :data:`JUDGES`), generating up to ``max_new_tokens`` tokens (default 256, lm-eval's; a run's
+    manifest records it)."""
     reject_options("mbpp", kw)
+    if judge not in JUDGES:
+        raise ValueError(f"mbpp: unknown judge {judge!r}; choose one of {', '.join(map(repr, JUDGES))}")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"mbpp: max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
     by_split, sources = _rows_by_split(data_dir)
     shots_by_id = {int(r["task_id"]): r for r in by_split.get("prompt", [])}
     missing = [t for t in FEWSHOT_TASK_IDS if t not in shots_by_id]
     if missing:
         raise ValueError(f"MBPP few-shot problems (task_id {missing}) are missing from the prompt split")
     prefix = fewshot_prefix([shots_by_id[t] for t in FEWSHOT_TASK_IDS])
-    train = [_example(r, prefix) for r in sorted(by_split["train"], key=lambda r: int(r["task_id"]))]
     test_pool = [_example(r, prefix) for r in sorted(by_split["test"], key=lambda r: int(r["task_id"]))]
+    train, same_text = drop_same_text(
+        [_example(r, prefix) for r in sorted(by_split["train"], key=lambda r: int(r["task_id"]))], test_pool
+    )
     n_t = check_size(n_test, len(test_pool), len(test_pool), "MBPP D_test", "the MBPP test split (task_id 11-510)")
-    n_d = check_size(n_dist, len(train), len(train), "MBPP D_dist", "the MBPP train split (task_id 601-974)")
+    note = f" after leaving out {len(same_text)} worded like a test problem" if same_text else ""
+    n_d = check_size(n_dist, len(train), len(train), "MBPP D_dist", "the MBPP train split (task_id 601-974)", note)
     test = seeded_sample(test_pool, n_t, seed, "mbpp/test")
     dist = seeded_sample(train, n_d, seed, "mbpp/dist")
     check_unique_ids([*dist, *test], "mbpp")
@@ -189,8 +264,9 @@ def load_mbpp(
         dist=dist,
         test=test,
         metric="pass@1",
-        judge=judge,
+        judge=JUDGES[judge],
         options={
+            "judge": judge,
             "seed": seed,
             "n_dist": n_d,
             "n_test": n_t,
@@ -199,9 +275,10 @@ def load_mbpp(
             "num_fewshot": len(FEWSHOT_TASK_IDS),
             "fewshot_task_ids": list(FEWSHOT_TASK_IDS),
             "stop": list(STOP),
-            "max_new_tokens": MAX_NEW_TOKENS,
+            "max_new_tokens": max_new_tokens,
             "protocol": "lm-evaluation-harness mbpp: 3-shot (task_id 2-4), greedy until [DONE], "
             "pass@1 with the test_list asserts",
             "sources": sources,
+            **({"deduplication": dedup_record(same_text)} if same_text else {}),
         },
     )

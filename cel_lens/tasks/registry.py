@@ -11,11 +11,16 @@ for listings (kind, metric, default sizes, sources, files).
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable, Mapping, Optional, Union
+import inspect
+from dataclasses import replace
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
-from cel_lens.tasks.base import Task, check_disjoint
+from cel_lens.tasks.base import Split, Task, check_disjoint
 
-__all__ = ["BUILTIN_TASKS", "register_task", "load_task", "available_tasks", "task_info"]
+__all__ = ["BUILTIN_TASKS", "SPLIT_NAMES", "register_task", "load_task", "available_tasks", "task_info", "loaded_splits"]
+
+SPLIT_NAMES: tuple[str, ...] = ("dist", "test")
+"""The two splits of a task, in the order :func:`load_task` loads them."""
 
 Loader = Callable[..., Task]
 
@@ -67,12 +72,21 @@ def task_info(name: str) -> dict[str, Any]:
     return _resolve(name)[1]
 
 
+def _check_splits(splits: Union[str, Sequence[str]]) -> tuple[str, ...]:
+    wanted = (splits,) if isinstance(splits, str) else tuple(splits)
+    if not wanted or any(s not in SPLIT_NAMES for s in wanted):
+        raise ValueError(f"splits must name 'dist' and/or 'test', got {splits!r}")
+    return tuple(s for s in SPLIT_NAMES if s in wanted)
+
+
 def load_task(
     name: str,
     n_dist: Optional[int] = None,
     n_test: Optional[int] = None,
     seed: int = 0,
     data_dir: Optional[str] = None,
+    *,
+    splits: Union[str, Sequence[str]] = SPLIT_NAMES,
     **kwargs: Any,
 ) -> Task:
     """Load a task with its discovery (``.dist``) and test (``.test``) splits.
@@ -80,8 +94,26 @@ def load_task(
     Sizes default to the paper's (Table 3); ``seed`` fixes the sampling; ``data_dir`` reads local
     files instead of the Hugging Face hub. Extra keyword arguments go to the task's loader
     (e.g. ``chat_template=True``).
+
+    ``splits="test"`` (or ``"dist"``) loads one split, to evaluate it: the other one is left empty
+    and the task cannot be searched (:func:`loaded_splits` says which it holds). A loader that takes
+    ``splits`` then reads only the files that split needs (BoolQ's and HellaSwag's test split: the
+    validation file, not the train file); the split itself is the same as in a full load, since
+    D_test never depends on D_dist, and D_dist is drawn with D_test's rows still excluded.
     """
+    wanted = _check_splits(splits)
     loader, _ = _resolve(name)
-    task = loader(n_dist=n_dist, n_test=n_test, seed=seed, data_dir=data_dir, **kwargs)
+    partial = wanted != SPLIT_NAMES
+    takes_splits = "splits" in inspect.signature(loader).parameters
+    extra = {"splits": wanted} if partial and takes_splits else {}
+    task = loader(n_dist=n_dist, n_test=n_test, seed=seed, data_dir=data_dir, **extra, **kwargs)
     check_disjoint(task.dist, task.test)
-    return task
+    if not partial:
+        return task
+    emptied = {s: Split(s, ()) for s in SPLIT_NAMES if s not in wanted}
+    return replace(task, **emptied, options={**task.options, "splits": list(wanted)})
+
+
+def loaded_splits(task: Task) -> tuple[str, ...]:
+    """The splits ``task`` was loaded with (both, unless :func:`load_task` was given ``splits``)."""
+    return tuple(task.options.get("splits") or SPLIT_NAMES)

@@ -81,6 +81,8 @@ def tiny_hf_checkpoint(
     d_head: int = 16,
     max_position_embeddings: int = 256,
     tie_word_embeddings: bool = True,
+    max_shard_size: Union[int, str, None] = None,
+    bos: str = "added",
 ) -> Path:
     """Write a random tiny Hugging Face checkpoint (``config.json``, weights, tokenizer) to ``path``.
 
@@ -93,7 +95,9 @@ def tiny_hf_checkpoint(
     * ``smollm3``: a no-RoPE (NoPE) layer in the middle (``no_rope_layers``).
 
     Weights are drawn from a seeded normal scaled ``1/sqrt(fan_in)`` (norm gains ``1 + 0.1 N``), so
-    every head visibly moves the logits. Returns ``path``.
+    every head visibly moves the logits. ``max_shard_size`` (e.g. ``"200KB"``) splits the weights
+    into several safetensors shards with an index, as large checkpoints are stored. ``bos``: the
+    tokenizer's BOS convention (:data:`~cel_lens.testing.tokenizers.BOS_CONVENTIONS`). Returns ``path``.
     """
     if arch not in TINY_ARCHS:
         raise ValueError(f"unknown tiny architecture {arch!r}: expected one of {', '.join(TINY_ARCHS)}")
@@ -101,7 +105,7 @@ def tiny_hf_checkpoint(
         raise ValueError(f"n_heads={n_heads} must be a multiple of n_kv_heads={n_kv_heads}")
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    tokenizer = train_tokenizer()
+    tokenizer = train_tokenizer(bos=bos)
     d_model = n_heads * d_head
     common = dict(
         vocab_size=len(tokenizer),
@@ -122,7 +126,7 @@ def tiny_hf_checkpoint(
     model = model_cls(config)
     _randomize(model, seed)
     model.eval()
-    model.save_pretrained(path)
+    model.save_pretrained(path, **({} if max_shard_size is None else {"max_shard_size": max_shard_size}))
     tokenizer.save_pretrained(path)
     return path
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from cel_lens.evaluation.encode import encode_pair
+import torch
+
+from cel_lens.evaluation.encode import encode_pair, encode_prompt
 from cel_lens.model.ablation import ablate
+from cel_lens.model.forward import param_device
 from cel_lens.tasks.base import Example, Task
 
 __all__ = ["planted_task"]
@@ -19,11 +22,11 @@ def planted_task(model, n: int = 24, heads: str = "intact", name: str = "planted
     with ablate(model, heads):
         for i in range(20 * n):
             prompt = f"Question: What is {i} plus {3 * i + 7}?\nAnswer:"
-            toks = model.to_tokens(prompt)
-            nxt = int(model(toks)[0, -1].argmax())
+            ids = encode_prompt(model, prompt)  # as the evaluator reads it (the model's BOS rule)
+            nxt = int(model(torch.tensor([ids], device=param_device(model)))[0, -1].argmax())
             target = model.tokenizer.decode([nxt])
             ctx, cont = encode_pair(model, prompt, target)
-            if cont == [nxt] and ctx == toks[0].tolist():
+            if cont == [nxt] and ctx == ids:
                 examples.append(Example(f"{name}/{i}", prompt, target=target))
             if len(examples) == 2 * n:
                 break

@@ -5,7 +5,12 @@ from __future__ import annotations
 import functools
 from typing import Iterable
 
-__all__ = ["CORPUS", "train_tokenizer", "tiny_tokenizer"]
+__all__ = ["CORPUS", "BOS_CONVENTIONS", "train_tokenizer", "tiny_tokenizer"]
+
+BOS_CONVENTIONS: tuple[str, ...] = ("added", "not_added", "absent")
+"""How a tokenizer treats BOS: ``"added"`` (defines ``<|bos|>`` and its encode puts it first, as
+Llama-3's), ``"not_added"`` (defines it but never adds it, as GPT-2's or Pythia's), ``"absent"``
+(no BOS token, as Qwen2.5's)."""
 
 CORPUS: tuple[str, ...] = (
     "Question: What is 98 plus 45?\nAnswer: 143",
@@ -23,13 +28,17 @@ CORPUS: tuple[str, ...] = (
 )
 
 
-def train_tokenizer(corpus: Iterable[str] = CORPUS, vocab_size: int = 300):
-    """A byte-level BPE ``PreTrainedTokenizerFast`` trained on ``corpus``, with BOS/EOS/PAD tokens.
+def train_tokenizer(corpus: Iterable[str] = CORPUS, vocab_size: int = 300, bos: str = "added"):
+    """A byte-level BPE ``PreTrainedTokenizerFast`` trained on ``corpus``, with EOS/PAD tokens and
+    BOS as ``bos`` says (:data:`BOS_CONVENTIONS`; default ``"added"``).
 
     Byte-level BPE encodes any text, so prompts outside the corpus still tokenize.
     """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
+
+    if bos not in BOS_CONVENTIONS:
+        raise ValueError(f"unknown bos convention {bos!r}: expected one of {', '.join(BOS_CONVENTIONS)}")
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -40,13 +49,17 @@ def train_tokenizer(corpus: Iterable[str] = CORPUS, vocab_size: int = 300):
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
     tok.train_from_iterator(list(corpus), trainer)
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token="<|bos|>", eos_token="<|endoftext|>", pad_token="<|pad|>"
-    )
+    if bos == "added":
+        bos_id = tok.token_to_id("<|bos|>")
+        tok.post_processor = processors.TemplateProcessing(
+            single="<|bos|> $A", pair="<|bos|> $A <|bos|> $B", special_tokens=[("<|bos|>", bos_id)]
+        )
+    named = {} if bos == "absent" else {"bos_token": "<|bos|>"}
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|pad|>", **named)
 
 
 @functools.lru_cache(maxsize=4)
-def tiny_tokenizer(vocab_size: int = 300):
+def tiny_tokenizer(vocab_size: int = 300, bos: str = "added"):
     """The shared tiny tokenizer, saved to and reloaded from a temporary directory (TransformerLens
     re-reads tokenizers by ``name_or_path``), cached per process."""
     import tempfile
@@ -54,5 +67,5 @@ def tiny_tokenizer(vocab_size: int = 300):
     from transformers import AutoTokenizer
 
     path = tempfile.mkdtemp(prefix="cel_lens_tok_")
-    train_tokenizer(CORPUS, vocab_size).save_pretrained(path)
+    train_tokenizer(CORPUS, vocab_size, bos).save_pretrained(path)
     return AutoTokenizer.from_pretrained(path)

@@ -16,6 +16,8 @@ from cel_lens.report.attention import pattern_change, plot_pattern_change
 from cel_lens.report.attention import plot_attention as plot_patterns
 from cel_lens.tasks.base import Example
 
+import pytest
+
 
 def test_attention_patterns_change_only_downstream_of_the_ablation(tiny_model):
     ex = Example(id="x", prompt="Question: What is 7 times 8?\nAnswer:", target=" 56")
@@ -61,7 +63,7 @@ def test_plot_attention_shows_ablated_and_most_changed_downstream_heads(tiny_mod
         assert np.allclose(np.asarray(diff.z, dtype=float), (pats.ablated - pats.intact)[h.layer, h.head].numpy())
     assert diff.zmid == 0
     xaxis = fig.layout.xaxis
-    assert list(xaxis.ticktext) == ["<|bos|>", "Question", ":", "·is", "·the", "·s", "k", "y", "·b", "l", "u", "e",
+    assert list(xaxis.ticktext) == ["&lt;|bos|&gt;", "Question", ":", "·is", "·the", "·s", "k", "y", "·b", "l", "u", "e",
                                     "?", "⏎", "Answer", ":", "·", "y", "es"]
 
 
@@ -110,3 +112,59 @@ def test_bridge_patterns_equal_hugging_face_attentions(tiny_checkpoints):
     assert torch.allclose(pats.intact, hf_patterns({}), atol=1e-5)
     assert torch.allclose(pats.ablated, hf_patterns({0: [1], 1: [3]}), atol=1e-5)
     assert pattern_change(pats)[2].min() > 1e-4
+
+
+def test_organism_plot_attention_fits_the_context_and_shows_the_direct_effect():
+    """The shipped organism (one layer, 12-token context): the example with its answer is 13 tokens;
+    the figure feeds the 12 the evaluator feeds and, with no head downstream, shows the ablated
+    head's effect on the answer logits, equal to the logit change of a plain ablated forward pass."""
+    from cel_lens.model.load import load_model
+    from cel_lens.tasks.registry import load_task
+
+    model = load_model("organism")
+    ex = load_task("organism_a", n_dist=20, n_test=20).test[0]
+    ctx, cont = encode_pair(model, ex.prompt, ex.target)
+    assert len(ctx) + len(cont) == model.cfg.n_ctx + 1
+    pats = attention_patterns(model, ex, "L0H1")
+    assert len(pats.tokens) == model.cfg.n_ctx and pats.logit_position == len(ctx) - 1
+    tokens = torch.tensor([ctx])
+    with torch.no_grad():
+        intact = model(tokens)[0, -1]
+        with ablate(model, "L0H1"):
+            change = model(tokens)[0, -1] - intact
+    ids = list(pats.logit_token_ids)
+    assert ids == [model.tokenizer.convert_tokens_to_ids(t) for t in pats.logit_tokens]
+    assert ids[pats.answer_index] == cont[0]
+    torch.testing.assert_close(pats.direct_effect[0], change[ids], atol=1e-5, rtol=0)
+    fig = plot_attention(model, ex, "L0H1")
+    bars = [t for t in fig.data if t.type == "bar"]
+    assert len(bars) == 1 and np.allclose(bars[0].x, change[ids].numpy(), atol=1e-5)
+    assert bars[0].y[pats.answer_index].endswith("(answer)")
+    assert not [t for t in fig.data if t.type == "heatmap" and np.allclose(np.asarray(t.z, dtype=float), 0)]
+    # a prompt alone longer than the context: one clear line
+    long = Example(id="y", prompt=" ".join(["u+"] * 20) + " =", target=" pos")
+    with pytest.raises(ValueError, match="longer than the model's 12-token context"):
+        attention_patterns(model, long, "L0H1", include_target=False)
+
+
+def test_direct_effect_equals_the_weights_direct_path(tiny_model):
+    """Reference from the weights: head h's output ``z[h] @ W_O[h]`` (TransformerLens's cache and
+    ``W_O``) taken out of the intact final residual stream, final RMSNorm recomputed, unembedded."""
+    text = "Question: What is 7 times 8?\nAnswer: 56"
+    pats = attention_patterns(tiny_model, text, "L1H3+L2H1")
+    vocab = list(pats.logit_token_ids)
+    assert len(vocab) == len(pats.logit_tokens) == pats.direct_effect.shape[1]
+    _, cache = tiny_model.run_with_cache(tiny_model.to_tokens(text))
+    final = cache[f"blocks.{tiny_model.cfg.n_layers - 1}.hook_resid_post"][0, -1]
+    intact = tiny_model.unembed(tiny_model.ln_final(final[None, None]))[0, 0]
+    for row, (layer, head) in enumerate([(1, 3), (2, 1)]):
+        out = cache[f"blocks.{layer}.attn.hook_z"][0, -1, head] @ tiny_model.blocks[layer].attn.W_O[head]
+        without = tiny_model.unembed(tiny_model.ln_final((final - out)[None, None]))[0, 0]
+        torch.testing.assert_close(pats.direct_effect[row], (without - intact)[vocab].detach(), atol=1e-4, rtol=0)
+    assert pats.direct_effect.abs().max() > 1e-3
+    # a last-layer head moves no pattern: the figure shows its direct effect
+    last = attention_patterns(tiny_model, text, "L2H1+L2H3")
+    assert [t.type for t in plot_attention(tiny_model, None, patterns=last).data] == ["heatmap", "bar"] * 2
+    # a head upstream of others moves their patterns: the classic grid, no bars
+    upstream = attention_patterns(tiny_model, text, "L0H1")
+    assert "bar" not in {t.type for t in plot_attention(tiny_model, None, patterns=upstream).data}

@@ -31,7 +31,7 @@ from cel_lens.backends.ray import (
     require_ray,
     shard_split,
 )
-from cel_lens.evaluation import encode_split, evaluate
+from cel_lens.evaluation import encode_split
 from cel_lens.heads import Head, HeadSet
 from cel_lens.backends import LocalOracle as ModelOracle
 from cel_lens.backends.ray.shards import _balanced_bounds

@@ -11,9 +11,11 @@ import sys
 import time
 from pathlib import Path
 
+import argparse
+
 import pytest
 
-from cel_lens.cli import COMMANDS, main
+from cel_lens.cli import COMMANDS, build_parser, main
 
 
 @pytest.fixture(scope="module")
@@ -30,6 +32,30 @@ def test_every_subcommand_has_help(capsys):
             main([name, "--help"])
         assert sub.value.code == 0, name
         assert "usage: cel-lens " + name in capsys.readouterr().out
+
+
+def _parsers(parser: argparse.ArgumentParser, name: str = "cel-lens") -> list[tuple[str, argparse.ArgumentParser]]:
+    """``parser`` and every subcommand parser below it."""
+    found = [(name, parser)]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub_name, sub in action.choices.items():
+                found += _parsers(sub, f"{name} {sub_name}")
+    return found
+
+
+def test_help_shows_each_default_once():
+    """``--help`` used to say "(default: the paper's size) (default: None)": a text naming its default
+    and argparse's appended one; and "(default: None)" / "(default: False)" say nothing."""
+    for name, parser in _parsers(build_parser()):
+        for action in parser._actions:
+            if not action.help or action.help == argparse.SUPPRESS:
+                continue
+            text = parser.formatter_class(prog=name)._get_help_string(action) % vars(action)
+            assert text.lower().count("default") <= 1, f"{name} {action.option_strings}: {text}"
+            assert "(default: None)" not in text and "(default: False)" not in text, f"{name} {action.option_strings}"
+    search = dict(_parsers(build_parser()))["cel-lens search"].format_help()
+    assert "(default: 8)" in " ".join(search.split())  # a real value is still shown
 
 
 def test_errors_are_one_line_with_exit_code_2(capsys, data_dir):
@@ -62,6 +88,50 @@ def test_search_json_end_to_end(capsys, llama_dir, data_dir, tmp_path, task):
     assert (tmp_path / "run" / "result.json").is_file() and (tmp_path / "run" / "manifest.json").is_file()
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
     assert manifest["task"]["name"] == task and manifest["options"]["pool_size"] == 4
+
+
+def test_evaluate_of_the_test_split_needs_no_train_file(capsys, llama_dir, data_dir, tmp_path):
+    """``evaluate --task boolq`` read BoolQ's train file (D_dist's source) to evaluate D_test."""
+    root = tmp_path / "data"
+    (root / "boolq").mkdir(parents=True)
+    (root / "boolq" / "dev.jsonl").symlink_to((data_dir / "boolq" / "dev.jsonl").resolve())
+    code = main(["evaluate", "--model", llama_dir, "--loader", "hooked", "--task", "boolq", "--data-dir", str(root),
+                 "--n-test", "10", "--json", "--no-progress"])
+    assert code == 0, capsys.readouterr().err
+    assert json.loads(capsys.readouterr().out)["n"] == 10
+
+
+def _with_chat_template(src: str, dest: Path) -> str:
+    """A copy of a checkpoint whose tokenizer has a chat template (an Instruct model's, in small)."""
+    import shutil
+
+    shutil.copytree(src, dest)
+    config = dest / "tokenizer_config.json"
+    data = json.loads(config.read_text())
+    data["chat_template"] = "{% for m in messages %}User: {{ m['content'] }}\n{% endfor %}Assistant:"
+    config.write_text(json.dumps(data))
+    return str(dest)
+
+
+def test_chat_template_flag_reaches_the_evaluation_and_the_run(capsys, llama_dir, data_dir, tmp_path):
+    model = _with_chat_template(llama_dir, tmp_path / "instruct")
+    args = ["--model", model, "--loader", "hooked", "--task", "arithmetic", "--data-dir", str(data_dir), "--no-progress"]
+    assert main(["evaluate", *args, "--n-test", "6", "--json", "--chat-template"]) == 0
+    assert json.loads(capsys.readouterr().out)["chat_template"] is True
+    assert main(["evaluate", *args, "--n-test", "6", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["chat_template"] is False
+    out = tmp_path / "run"
+    assert main(["search", *args, "--n-dist", "6", "--n-test", "6", "--k", "1", "--pool", "2", "--n-null", "2",
+                 "--out", str(out), "--json", "--chat-template"]) == 0
+    assert json.loads((out / "manifest.json").read_text())["task"]["options"]["chat_template"] is True
+
+
+def test_max_new_tokens_flag_sets_the_generation_budget(data_dir):
+    from cel_lens.cli.common import load_task_from_args
+
+    args = build_parser().parse_args(["evaluate", "--model", "x", "--task", "mbpp", "--data-dir", str(data_dir),
+                                      "--n-test", "3", "--max-new-tokens", "16"])
+    assert load_task_from_args(args, splits=("test",)).test.max_new_tokens == 16
 
 
 def test_evaluate_reports_gain_ci_and_p(capsys, llama_dir, data_dir):
@@ -111,3 +181,53 @@ def test_search_resumes_after_sigkill(llama_dir, data_dir, tmp_path):
     a, b = json.loads(resumed.stdout), json.loads(fresh.stdout)
     a.pop("timings"), b.pop("timings")
     assert a == b
+
+
+@pytest.mark.parametrize("command", ["search", "evaluate"])
+def test_the_model_is_checked_before_the_task(command, capsys, tmp_path):
+    """A hub model that is not cached (offline here) fails first, in one line, before the task's
+    own data error (an empty data directory) and before anything loads."""
+    start = time.perf_counter()
+    code = main([command, "--model", "someone/not-downloaded", "--task", "arithmetic", "--data-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert "someone/not-downloaded is not in the local Hugging Face cache" in err
+    assert time.perf_counter() - start < 30
+
+
+def test_an_unreachable_hub_turns_the_task_offline(monkeypatch):
+    """No network and no offline mode: one bounded probe, then offline mode for this process, so a
+    task read from the hub fails at once instead of after the hub client's five retries."""
+    import argparse
+
+    from cel_lens.cli.common import check_names_first
+    from cel_lens.model import hub
+
+    monkeypatch.setattr(hub, "_hub_reachable", lambda endpoint, timeout=5.0: False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
+    monkeypatch.delenv("CEL_LENS_DATA_DIR", raising=False)
+    check_names_first(argparse.Namespace(model="organism", task="arithmetic", data_dir="somewhere"))
+    assert "HF_DATASETS_OFFLINE" not in os.environ  # local data: the hub is not asked
+    check_names_first(argparse.Namespace(model="organism", task="arithmetic", data_dir=None))
+    assert os.environ["HF_HUB_OFFLINE"] == "1" and os.environ["HF_DATASETS_OFFLINE"] == "1"
+
+
+def test_quick_preset_and_plan_print_the_cost_and_write_nothing(capsys, tmp_path, monkeypatch):
+    from cel_lens.config import QUICK
+
+    monkeypatch.chdir(tmp_path)
+    base = ["search", "--model", "organism", "--task", "organism_a", "--no-progress", "--plan", "--json"]
+    assert main([*base, "--quick"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert list(tmp_path.iterdir()) == []  # a plan writes no run directory
+    stages = {s["name"]: s for s in plan["stages"]}
+    assert stages["intact"]["examples"] == QUICK["n_dist"] and stages["test"]["examples"] == QUICK["n_test"]
+    assert "subsets of a pool of 4, up to 2 heads" in stages["stage 2"]["note"]  # k 2; pool 6 > the 4 heads
+    assert plan["seconds_per_unit"] > 0 and plan["seconds"] > 0
+    assert main([*base, "--quick", "--k", "1", "--n-dist", "30"]) == 0  # explicit options win over the preset
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["stages"][0]["examples"] == 30 and "up to 1 head" in plan["stages"][2]["note"]
+    assert main(base[:-1]) == 0  # the defaults, as text
+    out = capsys.readouterr().out
+    assert "stage 1 (exact)  4 head sets x 2,000 dist" in out and "estimate from the first timed batch" in out

@@ -300,9 +300,12 @@ def test_logprob_metric_is_the_answer_logprob_and_differentiable(model, arithmet
         model.zero_grad(set_to_none=True)
         for b, idx in enumerate(batch.example_index.tolist()):
             ex = split[idx]
-            answer = ex.target if split.kind == "exact_match" else ex.choices[ex.label]
-            ctx, cont = encode_pair(model, ex.prompt, answer)
-            assert metric[b].item() == pytest.approx(_naive_loglik(model, ctx, cont), abs=1e-4)
+            if split.kind == "exact_match":
+                want = _naive_loglik(model, *encode_pair(model, ex.prompt, ex.target))
+            else:  # multiple choice: log-probability of the labelled choice among the choices
+                lls = torch.tensor([_naive_loglik(model, *encode_pair(model, ex.prompt, c)) for c in ex.choices])
+                want = float(lls.log_softmax(0)[ex.label])
+            assert metric[b].item() == pytest.approx(want, abs=1e-4)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -463,3 +466,13 @@ def test_bridge_matches_hooked_transformer(tiny_checkpoints, arithmetic_split, h
     masks[1, 1, 2] = True
     kw = dict(max_new_tokens=10, masks=masks, stop=[], stop_at_eos=False)
     assert greedy_generate(hooked, prompts, **kw) == greedy_generate(bridge, prompts, **kw)
+
+
+def test_a_single_head_set_string_is_one_variant(model, arithmetic_split):
+    """``evaluate(model, split, "L0H1")`` evaluates that head set, not the letters of the string."""
+    split = arithmetic_split.subset(4)
+    want = evaluate(model, split, ["L1H2+L2H0"], progress=False)
+    for single in ("L1H2+L2H0", HeadSet.parse("L1H2+L2H0")):
+        got = evaluate(model, split, single, progress=False)
+        assert got.head_sets == [HeadSet.parse("L1H2+L2H0")]
+        assert torch.equal(got.correct, want.correct) and torch.equal(got.scores, want.scores)

@@ -222,6 +222,35 @@ def test_run_variants_needs_a_head_set(model):
         run_variants(model, _tokens(), ["L0H0", "L9H0"])
 
 
+def test_run_variants_takes_prompt_strings(model):
+    """A prompt string reads as the evaluator reads a prompt (the model's BOS rule); a list is
+    right padded; a single head-set string is one variant."""
+    from cel_lens.evaluation.encode import encode_prompt
+
+    text, other = "Question: What is 7 times 8?\nAnswer:", "Question: 2 plus 2?"
+    ids = torch.tensor([encode_prompt(model, text)])  # the evaluator's BOS rule
+    with torch.no_grad():
+        direct = model(ids)[0]
+    out = run_variants(model, text, ["intact", "L0H1"])
+    assert out.shape == (2, 1, ids.shape[1], model.cfg.d_vocab)
+    torch.testing.assert_close(out[0, 0], direct, atol=ATOL, rtol=0)
+    torch.testing.assert_close(out, run_variants(model, ids, ["intact", "L0H1"]), atol=ATOL, rtol=0)
+    torch.testing.assert_close(run_variants(model, text, "L0H1"), out[1:], atol=ATOL, rtol=0)
+    # a text that already starts with BOS gets no second one (the evaluator's rule again)
+    with_bos = model.tokenizer.bos_token + text
+    ids_bos = torch.tensor([encode_prompt(model, with_bos)])
+    assert (ids_bos == model.tokenizer.bos_token_id).sum() == 1
+    torch.testing.assert_close(run_variants(model, with_bos, "intact"), run_variants(model, ids_bos, "intact"), atol=ATOL, rtol=0)
+    both = run_variants(model, [text, other], ["intact", "L1H2"])
+    n_other = len(encode_prompt(model, other))
+    assert both.shape[2] == ids.shape[1] > n_other
+    torch.testing.assert_close(both[0, 0], out[0, 0], atol=ATOL, rtol=0)
+    alone = run_variants(model, other, ["intact", "L1H2"])
+    torch.testing.assert_close(both[:, 1, :n_other], alone[:, 0], atol=10 * ATOL, rtol=0)  # masked pass: float noise
+    with pytest.raises(TypeError, match="prompt string"):
+        run_variants(model, [text, 3], ["intact"])
+
+
 # ---------------------------------------------------------------------------------------------
 # resumed passes and partial unembedding
 # ---------------------------------------------------------------------------------------------

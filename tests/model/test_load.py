@@ -156,6 +156,7 @@ def test_gqa_ablates_one_query_head_not_its_kv_group(arch, loader, loaded, hf_re
     assert (logits - ref[arch, "L1H0+L1H1"]).abs().max() > 100 * ATOL
 
 
+@pytest.mark.filterwarnings("ignore::cel_lens.model.processing.ProcessedModelWarning")  # the case it names
 def test_fold_value_biases_would_break_exactness(tiny_checkpoints, hf_reference):
     """Why load_model refuses fold_value_biases: with Qwen2's v_proj bias folded into b_O, a
     zeroed hook_z leaves the bias part of the head alive."""
@@ -439,3 +440,54 @@ def test_model_id_and_weights_hash(tiny_checkpoints, loaded, tiny_model):
         p.view(-1)[0] += 1.0  # the first element is always in the sample
     assert weights_hash(a) != weights_hash(b)
     assert weights_hash(b, full_limit_bytes=0) != sampled
+
+
+def test_check_model_name_fails_fast_without_loading(fake_hub, tiny_checkpoints, monkeypatch, tmp_path):
+    """The cheap check the CLI runs first: no download, no load, one probe of the hub at most."""
+    import huggingface_hub
+    import huggingface_hub.constants as constants
+
+    from cel_lens.model import hub
+
+    probes = []
+    monkeypatch.setattr(hub, "_hub_reachable", lambda endpoint, timeout=5.0: probes.append(endpoint) or False)
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", _no_download(huggingface_hub.snapshot_download))
+    hub.check_model_name("organism")
+    hub.check_model_name(tiny_checkpoints["llama"])
+    with pytest.raises(ValueError, match="no config.json"):
+        hub.check_model_name(str(tmp_path))
+    _fake_hub_cache(fake_hub, "Qwen/Qwen2.5-3B-Instruct", tiny_checkpoints["qwen2"])
+    hub.check_model_name("qwen/qwen2.5-3b-instruct")  # another capitalisation of a cached id
+    with pytest.raises(RuntimeError, match="not in the local Hugging Face cache.*offline"):
+        hub.check_model_name("someone/not-downloaded")
+    assert probes == []  # offline: no probe
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    with pytest.raises(RuntimeError, match="cannot reach .* not in the local cache"):
+        hub.check_model_name("someone/not-downloaded")
+    assert len(probes) == 1
+
+
+def _no_download(real):
+    def snapshot_download(repo_id, *, local_files_only=False, **kwargs):
+        assert local_files_only, "the check must not download"
+        return real(repo_id, local_files_only=True, **kwargs)
+
+    return snapshot_download
+
+
+def test_hub_probe_is_remembered(monkeypatch):
+    import socket
+
+    from cel_lens.model import hub
+
+    calls = []
+
+    def refuse(address, timeout=None):
+        calls.append(address)
+        raise OSError("Name or service not known")
+
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    monkeypatch.setattr(hub, "_reach_memo", {})
+    assert hub._hub_reachable("https://hub.example:443") is False
+    assert hub._hub_reachable("https://hub.example:443") is False
+    assert calls == [("hub.example", 443)]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import html
+
 import numpy as np
 import pytest
 import torch
@@ -52,3 +54,28 @@ def test_plot_attention_crops_to_the_last_tokens_and_shares_the_difference_scale
 def test_token_labels_show_whitespace():
     assert token_label(" a\n\tb") == "·a⏎⇥b"
     assert token_label("x" * 20) == "x" * 11 + "…"
+
+
+def _strings(obj) -> list[str]:
+    """Every string inside nested lists/tuples/arrays."""
+    if isinstance(obj, str):
+        return [obj]
+    if obj is None or np.isscalar(obj):
+        return []
+    return [s for item in obj for s in _strings(item)]
+
+
+def test_angle_bracket_tokens_are_escaped_everywhere():
+    """``<s>`` (Llama-2/Mistral BOS) must not reach plotly as a tag: every tick label and hover
+    label is HTML-escaped, and unescapes to the visible token."""
+    pats = _patterns(5)
+    tokens = ["<s>", "a&b", "</s>", "<|im_start|>", " x"]
+    pats = AttentionPatterns(tokens, pats.ablated_heads, pats.intact, pats.ablated)
+    assert token_label("<s>") == "&lt;s&gt;" and token_label("a&b") == "a&amp;b"
+    assert token_label("<" * 20) == "&lt;" * 11 + "…"  # cut before escaping: no broken entity
+    fig = plot_attention(pats, "L1H0+L0H1")
+    labels = [s for ax in fig.select_xaxes() for s in (ax.ticktext or ())]
+    labels += [s for ax in fig.select_yaxes() for s in (ax.ticktext or ()) if s]
+    labels += [s for trace in fig.data for s in _strings(trace.customdata)]
+    assert labels and all("<" not in s and ">" not in s for s in labels), [s for s in labels if "<" in s]
+    assert {html.unescape(s) for s in labels} == {"<s>", "a&b", "</s>", "<|im_start|>", "·x"}

@@ -19,8 +19,9 @@ def test_heatmap_values_are_the_scores_on_a_zero_centred_diverging_scale(hand):
     assert heat[0].zmid == 0
     colours = [c[1] for c in heat[0].colorscale]
     assert colours[0] != colours[-1]  # two-ended
-    assert "exact" in heat[0].hovertemplate and "gain" in heat[0].hovertemplate
-    assert heat[0].customdata[3][1] == "L3H1"  # hover names the head at (layer 3, head 1)
+    assert "exact" in heat[0].hovertemplate
+    assert heat[0].customdata[3][1].startswith("L3H1<br>gain: -6.00 pp")  # hover names the head at (layer 3, head 1)
+    assert heat[0].customdata[1][0].startswith("L1H0 (selected Ŝ)") and "(pool)" in heat[0].customdata[3][2]
 
 
 def test_marked_cells_are_exactly_the_pool_and_the_selected_heads(hand, trace):
@@ -67,3 +68,89 @@ def test_title_and_test_gain_use_the_one_result_formatter(hand):
     )
     gain = [t for t in fig.data if t.type == "scatter" and t.xaxis == "x3"][0]
     assert gain.x[0] == "+4.50 pp<br>[+1.00 pp,<br>+8.00 pp]"
+
+
+def test_subset_panel_shows_selection_stability_and_says_selection_biased(hand):
+    stability = {"n_resamples": 400, "selected": "L1H0+L2H1", "selected_frequency": 0.6,
+                 "wins": [{"heads": "L1H0+L2H1", "frequency": 0.6}, {"heads": "L2H1+L3H2", "frequency": 0.4}]}
+    fig = plot_gain_heatmap(dict(hand.make(), selection_stability=stability))
+    panel = [t for t in fig.data if t.type == "scatter" and t.xaxis == "x2"][0]
+    assert list(panel.text) == ["60%", "40%"] + ["0%"] * (len(hand.expected_rank) - 2)
+    assert "selection-biased" in panel.hovertemplate and "resamples of D_dist" in panel.hovertemplate
+    headings = [a.text for a in fig.layout.annotations if "subsets by discovery accuracy" in (a.text or "")]
+    assert len(headings) == 1 and "selection-biased" in headings[0] and "400 resamples" in headings[0]
+    # a result without stability (written before it existed): no numbers, still labelled biased
+    plain = [t for t in plot_gain_heatmap(hand.make()).data if t.type == "scatter" and t.xaxis == "x2"][0]
+    assert plain.text is None and "selection-biased" in plain.hovertemplate
+
+
+def _heat(fig):
+    return [t for t in fig.data if t.type == "heatmap"][0]
+
+
+def test_small_gains_get_colourbar_ticks_that_read_differently(hand):
+    """Gains of a few hundredths of a point: every tick used to read "0.0%"."""
+    tiny = dict(hand.make(), scores=(np.asarray(hand.scores) * 0.01).tolist())
+    bar = _heat(plot_gain_heatmap(tiny)).colorbar
+    labels = list(bar.ticktext)
+    assert len(labels) >= 3 and len(set(labels)) == len(labels)
+    assert "0" in labels and any(t.startswith("+0.0") for t in labels)
+    assert "pp" in bar.title.text  # accuracy differences in percentage points
+    values = list(bar.tickvals)
+    assert max(values) <= 0.0006 + 1e-12 and min(values) >= -0.0006 - 1e-12
+
+
+def test_axes_stay_on_the_grid_and_accuracy_never_goes_below_zero(hand):
+    r = dict(hand.make(), dist_acc_intact=0.002,
+             subsets=[dict(s, dist_acc=s["dist_acc"] / 100) for s in hand.subsets])
+    fig = plot_gain_heatmap(r)
+    assert list(fig.layout.xaxis.range) == [-0.5, 2.5]  # 3 heads: no tick at -1 or 3
+    assert list(fig.layout.yaxis.range) == [3.5, -0.5]  # 4 layers, top to bottom
+    assert fig.layout.xaxis.tick0 == 0 and fig.layout.yaxis.tick0 == 0
+    low, high = fig.layout.xaxis2.range
+    assert low == 0.0 and high < 0.01  # discovery accuracy: never below 0 %
+    assert fig.layout.xaxis2.tickformat == ".1%"
+
+
+def test_marks_outline_the_cells_instead_of_covering_them(hand):
+    fig = plot_gain_heatmap(hand.make())
+    marks = [t for t in fig.data if t.type == "scatter" and t.xaxis == "x"]
+    assert marks and all(t.marker.symbol.endswith("-open") for t in marks)
+
+
+def test_attribution_scores_are_not_called_accuracy_gains(hand):
+    fig = plot_gain_heatmap(dict(hand.make(), scorer="attribution"))
+    heat = _heat(fig)
+    assert "nats" in heat.colorbar.title.text and "accuracy" not in heat.colorbar.title.text
+    assert "gain" not in heat.customdata[0][0] and "nats" in heat.customdata[0][0]
+    headings = [a.text for a in fig.layout.annotations if "layers x" in (a.text or "")]
+    assert headings == ["<b>stage-1 scores (4 layers x 3 heads)</b>"]
+    exact = [a.text for a in plot_gain_heatmap(hand.make()).layout.annotations if "layers x" in (a.text or "")]
+    assert exact == ["<b>stage-1 gains (4 layers x 3 heads)</b>"]
+
+
+def test_small_grids_print_their_values_and_large_ones_do_not(hand):
+    heat = _heat(plot_gain_heatmap(hand.make()))
+    assert heat.texttemplate == "%{text}"
+    assert heat.text[1][0] == "+5.0" and heat.text[3][1] == "-6.0"
+    assert heat.text[0][2] == "0"
+    rng = np.random.default_rng(0)
+    big = dict(hand.make(), scores=(rng.normal(0, 0.002, (28, 24))).tolist(), pool=[], subsets=hand.subsets[:1],
+               heads="L1H0", n_layers=28, n_heads=24)
+    assert _heat(plot_gain_heatmap(big)).text is None
+
+
+def test_an_unfinished_run_draws_what_it_recorded(hand):
+    """A run without result.json had no figure; its recorded stage-1 scores now make one."""
+    scores = [[v if (l, h) < (2, 0) else float("nan") for h, v in enumerate(row)] for l, row in enumerate(hand.scores)]
+    partial = dict(scores=scores, scorer="exact", pool=[], subsets=[], heads=None, n_layers=4, n_heads=3,
+                   finished=False, state="stopped", progress={"status": "stage 1: 6 of 12 heads scored"})
+    fig = plot_gain_heatmap(partial)
+    heat = _heat(fig)
+    assert heat.z[0][1] == -0.02 and heat.z[3][2] is None and heat.text[3][2] == ""
+    assert "not scored yet" in heat.customdata[3][2]
+    assert fig.layout.title.text == "unfinished run (stopped): stage 1: 6 of 12 heads scored"
+    notes = {a.text for a in fig.layout.annotations}
+    assert {"no subset evaluated yet", "not measured yet"} <= notes
+    empty = plot_gain_heatmap(dict(partial, scores=None))  # a scorer still running: the grid, blank
+    assert all(v is None for row in _heat(empty).z for v in row)

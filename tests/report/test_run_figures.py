@@ -7,6 +7,8 @@ import json
 import re
 from pathlib import Path
 
+from plotly.offline import get_plotlyjs_version
+
 from cel_lens.report.run_figures import write_run_figures
 
 
@@ -24,7 +26,18 @@ def _run_dir(tmp_path: Path, result: dict) -> Path:
     return run_dir
 
 
-def test_write_run_figures_writes_html_and_png(tmp_path: Path, hand):
+def _assert_shared_plotlyjs(html: str, folder: Path, cache: Path) -> None:
+    """The page loads the one shared local plotly.js (then the CDN), and none sits in ``folder``."""
+    import plotly
+
+    shared = cache / f"plotly-{get_plotlyjs_version()}.min.js"
+    assert f'src="{shared.as_uri()}"' in html and f"https://cdn.plot.ly/plotly-{get_plotlyjs_version()}.min.js" in html
+    assert shared.read_bytes() == (Path(plotly.__file__).parent / "package_data" / "plotly.min.js").read_bytes()
+    assert not list(folder.glob("*.js")) and html.index(shared.as_uri()) < html.index("Plotly.newPlot")
+
+
+def test_write_run_figures_writes_html_and_png(tmp_path: Path, hand, monkeypatch):
+    monkeypatch.setenv("CEL_LENS_CACHE", str(tmp_path / "cache"))
     run_dir = _run_dir(tmp_path, hand.make())
     out = run_dir / "figures"
     written = write_run_figures(run_dir, out)
@@ -33,15 +46,18 @@ def test_write_run_figures_writes_html_and_png(tmp_path: Path, hand):
     )
     for stem in ("gain_heatmap", "discovery_vs_test"):
         html = out / f"{stem}.html"
-        assert html.stat().st_size > 5_000 and "Plotly.newPlot" in html.read_text()
-        assert 'src="plotly.min.js"' in html.read_text()  # opens offline: plotly.js sits next to it
+        assert 5_000 < html.stat().st_size < 100_000 and "Plotly.newPlot" in html.read_text()
+        _assert_shared_plotlyjs(html.read_text(), out, tmp_path / "cache")  # opens offline, no 4.8 MB copy
         _assert_png(out / f"{stem}.png")
-    assert (out / "plotly.min.js").stat().st_size > 1_000_000
+    second = write_run_figures(run_dir, tmp_path / "again", formats=("html",))
+    assert sorted(p.name for p in second) == ["discovery_vs_test.html", "gain_heatmap.html"]
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == [f"plotly-{get_plotlyjs_version()}.min.js"]
 
 
-def test_report_command_prints_the_result_and_writes_figures(tmp_path: Path, capsys, hand):
+def test_report_command_prints_the_result_and_writes_figures(tmp_path: Path, capsys, hand, monkeypatch):
     from cel_lens.cli import main
 
+    monkeypatch.setenv("CEL_LENS_CACHE", str(tmp_path / "cache"))
     run_dir = _run_dir(tmp_path, hand.make())
     assert main(["report", str(run_dir)]) == 0
     out = capsys.readouterr().out
@@ -50,9 +66,8 @@ def test_report_command_prints_the_result_and_writes_figures(tmp_path: Path, cap
     for stem in ("gain_heatmap", "discovery_vs_test"):
         html = run_dir / "figures" / f"{stem}.html"
         assert html.stat().st_size > 5_000 and "Plotly.newPlot" in html.read_text()
-        assert 'src="plotly.min.js"' in html.read_text()
+        _assert_shared_plotlyjs(html.read_text(), run_dir / "figures", tmp_path / "cache")
         _assert_png(run_dir / "figures" / f"{stem}.png")
-    assert (run_dir / "figures" / "plotly.min.js").stat().st_size > 1_000_000
 
     assert main(["report", str(run_dir), "--no-figures", "--json", "--out", str(tmp_path / "none")]) == 0
     data = json.loads(capsys.readouterr().out)

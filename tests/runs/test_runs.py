@@ -4,19 +4,18 @@ oracle, resume after SIGKILL, and the proof that selection preceded the test spl
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
 import textwrap
 import time
 from collections import Counter
-from pathlib import Path
 
 import pytest
 import torch
 
 from cel_lens.heads import HeadSet
+from cel_lens.oracle import Stage1Scores
 from cel_lens.runs import (
     CachedOracle,
     RecordingOracle,
@@ -52,6 +51,25 @@ def test_bits_roundtrip(n):
     assert torch.equal(decode_bits(bits, n), x)
 
 
+def test_mismatch_names_options_and_splits_not_hashes(tmp_path):
+    """``cel-lens demo --n-dist 1000`` after a default demo listed four sha256 digits strings."""
+    digest = lambda c: c * 64  # noqa: E731
+    old = {"model": {"id": "m", "weights_sha256": digest("a")}, "options": {"k": 3},
+           "task": {"name": "t", "options": {"n_dist": 2000}},
+           "splits": {s: {"n": 2000, "content_sha256": digest(c)} for s, c in (("dist", "b"), ("test", "c"))}}
+    new = json.loads(json.dumps(old))
+    new["task"]["options"]["n_dist"] = new["splits"]["dist"]["n"] = 1000
+    new["splits"]["dist"]["content_sha256"], new["splits"]["test"]["content_sha256"] = digest("d"), digest("e")
+    new["model"]["weights_sha256"] = digest("f")
+    RunDir.open(tmp_path / "run", old).close()
+    with pytest.raises(RunConfigError) as err:
+        RunDir.open(tmp_path / "run", new)
+    msg = str(err.value)
+    assert not any(digest(c)[:12] in msg for c in "abcdef")
+    assert "task.options.n_dist: 2000 -> 1000" in msg and "splits.dist.n: 2000 -> 1000" in msg
+    assert "the dist and test splits hold other examples" in msg and "model.weights_sha256 differs" in msg
+
+
 def test_manifest_created_reused_and_mismatch_names_fields(tmp_path):
     path = tmp_path / "run"
     run = RunDir.open(path, MANIFEST)
@@ -61,7 +79,7 @@ def test_manifest_created_reused_and_mismatch_names_fields(tmp_path):
     with pytest.raises(RunConfigError) as err:
         RunDir.open(path, changed)
     msg = str(err.value)
-    assert "k (3 != 2)" in msg and "task.name ('toy' != 'other')" in msg and "extra (absent != 1)" in msg
+    assert "k: 3 -> 2" in msg and "task.name: 'toy' -> 'other'" in msg and "extra: absent -> 1" in msg
     assert "dist_hash" not in msg and "model" not in msg and "seed" not in msg
     RunDir.open(path, {**MANIFEST, "k": 2}, ignore=["k"])  # ignored fields are not compared
     (tmp_path / "busy").mkdir()
@@ -142,7 +160,10 @@ def test_search_run_records_everything_and_resumes_without_reevaluating(tmp_path
     bad_scores = torch.zeros(4, 4)
     bad_scores[3, 3] = 1.0
     with pytest.raises(RuntimeError, match="already selected"):
-        run_search(RecordingOracle(SyntheticOracle(**ORACLE), run), **{**SEARCH, "pool_size": 1}, scores=bad_scores)
+        run_search(
+            RecordingOracle(SyntheticOracle(**ORACLE), run), **{**SEARCH, "pool_size": 1, "k": 1},
+            scores=Stage1Scores(bad_scores, "dist", "given"),
+        )
 
 
 _CHILD = textwrap.dedent(

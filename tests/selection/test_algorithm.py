@@ -10,9 +10,20 @@ import pytest
 import torch
 
 from cel_lens.heads import Head, HeadSet
-from cel_lens.oracle import Oracle
+from cel_lens.oracle import MemoOracle, Oracle, Stage1Scores, TestSplitError
 from cel_lens.scoring import exact_scores
-from cel_lens.selection import DEFAULT_POOL_SIZE, Result, candidate_pool, evaluate_subsets, run_search, select_best
+from cel_lens.selection import (
+    DEFAULT_POOL_SIZE,
+    Result,
+    candidate_pool,
+    evaluate_subsets,
+    fix_selection,
+    run_search,
+    select_best,
+    stage1,
+    stage2,
+)
+from cel_lens.selection import test_statistics as held_out_statistics  # an alias pytest does not collect
 from cel_lens.testing import SyntheticOracle
 
 PLANTED = "L1H3+L3H5+L4H0"
@@ -123,9 +134,10 @@ def test_interaction_found_when_both_heads_in_pool():
     oracle = _interaction_oracle()
     scores = exact_scores(oracle)
     assert scores[0, 2] == 0 and scores[1, 3] == 0  # invisible to stage 1
-    r2 = run_search(oracle, k=2, pool_size=8, scores=scores, n_null=20, progress=False)
+    given = Stage1Scores(scores, "dist", "exact")
+    r2 = run_search(oracle, k=2, pool_size=8, scores=given, n_null=20, progress=False)
     assert r2.heads == "L0H2+L1H3" and r2.gain > 0.15
-    r3 = run_search(oracle, k=3, pool_size=8, scores=scores, n_null=20, progress=False)
+    r3 = run_search(oracle, k=3, pool_size=8, scores=given, n_null=20, progress=False)
     assert r3.heads == "L0H0+L0H2+L1H3"
 
 
@@ -160,7 +172,9 @@ def test_tie_prefers_higher_summed_score_then_canonical_order():
     hi_2[2, 0], hi_2[10, 0] = 0.2, 0.1
     same = base.clone()
     same[2, 0] = same[10, 0] = 0.1
-    pick = lambda s: run_search(oracle, k=1, pool_size=3, scores=s, n_null=0, posthoc=False, progress=False).heads  # noqa: E731
+    pick = lambda s: run_search(  # noqa: E731
+        oracle, k=1, pool_size=3, scores=Stage1Scores(s, "dist", "given"), n_null=0, posthoc=False, progress=False
+    ).heads
     assert pick(hi_10) == "L10H0"
     assert pick(hi_2) == "L2H0"
     assert pick(same) == "L2H0"  # canonical (layer, head) order, not string order ("L10H0" < "L2H0")
@@ -216,12 +230,13 @@ def test_given_scores_skip_stage_one():
     inner = planted_oracle(0, n_dist=200, n_test=200)
     scores = exact_scores(inner)
     oracle = CountingOracle(inner)
-    r = run_search(oracle, k=2, pool_size=5, scores=scores, scorer="compressed", n_null=0, posthoc=False, progress=False)
+    given = Stage1Scores(scores, "dist", "compressed")
+    r = run_search(oracle, k=2, pool_size=5, scores=given, n_null=0, posthoc=False, progress=False)
     dist_sets = [s for split, sets in oracle.log if split == "dist" for s in sets]
     assert len(dist_sets) == 1 + 5 + 10  # intact + stage-2 subsets, no single-head sweep
-    assert r.scorer == "compressed" and r.scores == scores.tolist()
+    assert r.scorer == "compressed" and r.scores == scores.tolist() and r.scores_split == "dist"
     with pytest.raises(ValueError, match="shape"):
-        run_search(inner, scores=torch.zeros(2, 2), progress=False)
+        run_search(inner, scores=Stage1Scores(torch.zeros(2, 2), "dist", "x"), progress=False)
 
 
 def test_result_dict_roundtrip_and_display():
@@ -249,3 +264,57 @@ def test_no_head_set_evaluated_twice_without_run_dir():
     assert len(inner.calls) == len(set(inner.calls))
     assert len([c for c in inner.calls if c[0] == "dist"]) == 1 + 48 + 15  # intact, singles, new pairs
     assert r.heads in {s["heads"] for s in r.subsets}
+
+
+# -- the test-split guard in every entry point --------------------------------------------------------
+
+
+def test_scores_from_the_test_split_are_refused_before_any_evaluation():
+    inner = planted_oracle(0, n_dist=200, n_test=200)
+    leaked = exact_scores(MemoOracle(inner))  # as if computed on D_test
+    oracle = CountingOracle(inner)
+    with pytest.raises(TestSplitError, match="split 'test'"):
+        run_search(oracle, scores=Stage1Scores(leaked, "test", "exact"), progress=False)
+    with pytest.raises(TestSplitError, match="bare Tensor"):
+        run_search(oracle, scores=leaked, progress=False)
+    assert oracle.log == []  # refused before a single evaluation
+
+
+def test_test_statistics_refuse_an_oracle_without_the_selection_fixed():
+    oracle = planted_oracle(0, n_dist=200, n_test=200)
+    memo = MemoOracle(oracle)
+    intact, scores = stage1(memo)
+    subsets, best = stage2(memo, candidate_pool(scores.values, 4), scores, intact, k=1)
+    with pytest.raises(TestSplitError, match="fixed first"):
+        held_out_statistics(oracle, best, subsets)  # the bare oracle: no guard, refused
+    with pytest.raises(TestSplitError, match="fixed first"):
+        held_out_statistics(memo, best, subsets)  # the guard, but nothing fixed yet
+    with pytest.raises(TypeError, match="MemoOracle"):
+        fix_selection(oracle, best)
+    assert fix_selection(memo, best) is True
+    assert held_out_statistics(memo, best, subsets, n_null=5, n_boot=100)["n_test"] == 200
+
+
+def test_selected_before_test_is_computed_from_what_happened():
+    fresh = run_search(planted_oracle(0, n_dist=200, n_test=200), k=1, n_null=5, progress=False)
+    assert fresh.selected_before_test is True
+    memo = MemoOracle(planted_oracle(0, n_dist=200, n_test=200), guard_test=False)
+    memo.evaluate("test", [HeadSet.parse("L1H3")])  # a peek at D_test before the search
+    peeked = run_search(memo, k=1, n_null=5, progress=False)
+    assert peeked.selected_before_test is False
+    assert "NOT fixed before D_test was read" in str(peeked)
+
+
+def test_no_null_writes_no_nan():
+    r = run_search(planted_oracle(0, n_dist=200, n_test=200), k=1, n_null=0, progress=False)
+    assert r.null_gains == [] and r.null_p is None and r.null_min_p is None
+    json.dumps(r.to_dict(), allow_nan=False)  # strict JSON: raises on NaN
+    assert "not computed" in str(r)
+
+
+def test_a_search_whose_best_ablation_hurts_warns():
+    harmful = {f"L{layer}H{head}": -0.05 for layer in (0, 1) for head in (0, 1)}
+    oracle = SyntheticOracle(2, 2, n_dist=300, n_test=300, effects=harmful)
+    with pytest.warns(UserWarning, match="least harmful"):
+        r = run_search(oracle, k=1, n_null=3, progress=False)
+    assert r.dist_gain < 0 and "least harmful" in str(r)

@@ -30,6 +30,7 @@ from cel_lens.tasks import (
     task_info,
 )
 from cel_lens.tasks import boolq, hellaswag, mbpp
+from cel_lens.tasks.base import drop_same_text
 from cel_lens.tasks.io import FIXTURES_DIR, OFFICIAL_SHA256, check_unique_ids, sha256_file
 from cel_lens.tasks.arithmetic import CONFIGS, format_context
 
@@ -69,7 +70,8 @@ def _raw_rows(path: Path) -> list[dict]:
 def test_registry_lists_the_four_tasks_with_paper_defaults() -> None:
     assert {"arithmetic", "mbpp", "hellaswag", "boolq"} <= set(available_tasks())
     sizes = {n: (task_info(n)["n_dist"], task_info(n)["n_test"]) for n in ("arithmetic", "mbpp", "hellaswag", "boolq")}
-    assert sizes == {"arithmetic": (2000, 1000), "mbpp": (374, 500), "hellaswag": (2000, 10042), "boolq": (2000, 3270)}
+    # MBPP: the paper's 374 train problems but 3 worded like a test problem
+    assert sizes == {"arithmetic": (2000, 1000), "mbpp": (371, 500), "hellaswag": (2000, 10042), "boolq": (2000, 3270)}
     assert task_info("hellaswag")["metric"] == "acc_norm" and task_info("mbpp")["metric"] == "pass@1"
 
 
@@ -79,7 +81,7 @@ def test_cli_tasks_lists_sources_and_local_files(data_dir: Path, capsys: pytest.
     assert main(["tasks", "--json", "--data-dir", str(SHARED)]) == 0
     out = json.loads(capsys.readouterr().out)
     rows = {r["task"]: r for r in out["tasks"]}
-    assert rows["boolq"]["hub"] == "google/boolq"
+    assert rows["boolq"]["hub"] == "aps/super_glue (boolq)"
     assert rows["boolq"]["local"] == {"boolq/train.jsonl": "missing", "boolq/dev.jsonl": "found"}
     assert set(rows["arithmetic"]["local"].values()) == {"found"}
     assert main(["tasks", "--data-dir", str(data_dir)]) == 0
@@ -182,8 +184,8 @@ EXPECTED_MBPP_11 = (
 
 @needs_data
 def test_mbpp_splits_are_the_official_task_id_ranges(mbpp_task: Task) -> None:
-    assert (len(mbpp_task.dist), len(mbpp_task.test)) == (374, 500)
-    assert {e.meta["task_id"] for e in mbpp_task.dist} == set(range(601, 975))
+    assert (len(mbpp_task.dist), len(mbpp_task.test)) == (371, 500)
+    assert {e.meta["task_id"] for e in mbpp_task.dist} == set(range(601, 975)) - {602, 704, 872}
     assert {e.meta["task_id"] for e in mbpp_task.test} == set(range(11, 511))
     assert mbpp_task.kind == "generation" and mbpp_task.metric == "pass@1"
     assert mbpp_task.judge is mbpp.judge and mbpp_task.test.judge is mbpp.judge
@@ -214,8 +216,8 @@ def test_mbpp_seeded_subsamples(data_dir: Path) -> None:
     c = load_task("mbpp", n_dist=20, n_test=10, seed=4, data_dir=data_dir)
     assert a.dist.ids == b.dist.ids and a.test.ids == b.test.ids and a.dist.ids != c.dist.ids
     assert all(601 <= e.meta["task_id"] <= 974 for e in a.dist) and all(11 <= e.meta["task_id"] <= 510 for e in a.test)
-    with pytest.raises(ValueError, match="has 374"):
-        load_task("mbpp", n_dist=375, data_dir=data_dir)
+    with pytest.raises(ValueError, match="has 371 after leaving out 3 worded like a test problem"):
+        load_task("mbpp", n_dist=372, data_dir=data_dir)
 
 
 def test_extract_code() -> None:
@@ -229,31 +231,49 @@ def _example(tests: tuple[str, ...], setup: str = "") -> Example:
     return Example(id="mbpp/x", prompt="p", meta={"test_list": tests, "test_setup_code": setup})
 
 
-def test_mbpp_judge_builds_program_from_the_extracted_code(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_mbpp_judges_build_the_program_their_way(monkeypatch: pytest.MonkeyPatch) -> None:
     calls = []
 
-    def check_program(code: str, test_setup_code: str, tests: list[str]) -> str:
-        calls.append((code, test_setup_code, tests))
-        return "\n".join([test_setup_code, code, *tests])
-
-    def run(program: str, timeout: float = 3.0) -> types.SimpleNamespace:
+    def run(program: str, *, tests: list[str], setup: str = "", entry_points: tuple = ()) -> types.SimpleNamespace:
+        calls.append((program, setup, tests, entry_points))
         scope: dict = {}
         try:
-            exec(program, scope)  # trusted, hand-written code only
+            exec("\n".join([program, setup, *tests]), scope)  # trusted, hand-written code only
             return types.SimpleNamespace(passed=True)
-        except AssertionError:
+        except (AssertionError, SyntaxError, NameError):
             return types.SimpleNamespace(passed=False)
 
     fake = types.ModuleType("cel_lens.sandbox")
-    fake.check_program, fake.run = check_program, run
+    fake.run = run
     monkeypatch.setitem(sys.modules, "cel_lens.sandbox", fake)
     import cel_lens
 
     monkeypatch.setattr(cel_lens, "sandbox", fake, raising=False)
     ex = _example(("assert add(2, 3) == 5",), setup="import math")
+    # lm-eval: the completion up to [DONE] is the program; no setup
     assert mbpp.judge(ex, "def add(a, b):\n    return a + b\n[DONE]\nthis is not python")
-    assert calls[-1] == ("def add(a, b):\n    return a + b\n", "import math", ["assert add(2, 3) == 5"])
+    assert calls[-1] == ("def add(a, b):\n    return a + b\n", "", ["assert add(2, 3) == 5"], ())
     assert not mbpp.judge(ex, "def add(a, b):\n    return a * b\n[DONE]")
+    assert not mbpp.judge(ex, "```python\ndef add(a, b):\n    return a + b\n```\n[DONE]")  # no fence extraction
+    # fenced: the first fenced block, then the setup
+    assert mbpp.judge_fenced(ex, "Sure:\n```python\ndef add(a, b):\n    return a + b\n```\n[DONE]")
+    assert calls[-1] == ("def add(a, b):\n    return a + b\n", "import math", ["assert add(2, 3) == 5"], ())
+    # a reference solution that defines a built-in name: the tests mean the program's function
+    ref = Example(id="mbpp/126", prompt="p", meta={"test_list": ("assert sum(10, 15) == 6",),
+                                                   "reference_code": "def sum(a, b):\n    return 6"})
+    mbpp.judge(ref, "def sum(a, b):\n    return 6\n")
+    assert calls[-1][3] == ("sum",)
+
+
+def test_mbpp_judge_option(data_dir: Path) -> None:
+    default = load_task("mbpp", n_dist=2, n_test=2, data_dir=data_dir)
+    assert default.judge is mbpp.judge and default.options["judge"] == "lm-eval"
+    fenced = load_task("mbpp", n_dist=2, n_test=2, data_dir=data_dir, judge="fenced")
+    assert fenced.judge is mbpp.judge_fenced and fenced.test.judge is mbpp.judge_fenced
+    assert fenced.options["judge"] == "fenced"
+    with pytest.raises(ValueError, match="unknown judge 'humaneval'.*'lm-eval', 'fenced'") as err:
+        load_task("mbpp", data_dir=data_dir, judge="humaneval")
+    assert "\n" not in str(err.value)
 
 
 @needs_data
@@ -267,28 +287,73 @@ def test_mbpp_judge_runs_reference_and_wrong_code_in_the_real_sandbox(
     assert not mbpp.judge(ex, "def remove_Occ(s, ch):\n    return s\n[DONE]")
 
 
-def test_mbpp_crafted_train_test_overlap_is_an_error(tmp_path: Path) -> None:
-    def row(task_id: int, text: str) -> dict:
-        return {"task_id": task_id, "text": text, "code": "pass", "test_setup_code": "",
-                "test_list": ["assert f(1) == 1", "assert f(2) == 2", "assert f(3) == 3"], "challenge_test_list": []}
+@needs_data
+def test_mbpp_judges_differ_on_fences_and_setup_code(mbpp_task: Task, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("cel_lens.sandbox", reason="cel_lens.sandbox not available")
+    monkeypatch.setenv("CEL_LENS_ALLOW_CODE_EXECUTION", "1")
+    by_id = {e.id: e for e in [*mbpp_task.test, *mbpp_task.dist]}
+    ex11 = by_id["mbpp/11"]
+    fenced_11 = "Here is the function:\n```python\n" + ex11.meta["reference_code"] + "\n```\n[DONE]"
+    assert not mbpp.judge(ex11, fenced_11)  # lm-eval runs the fence as Python: a SyntaxError
+    assert mbpp.judge_fenced(ex11, fenced_11)
+    ex367 = by_id["mbpp/367"]  # its asserts use trees that only test_setup_code builds
+    assert ex367.meta["test_setup_code"]
+    ref_367 = ex367.meta["reference_code"] + "\n[DONE]"
+    assert mbpp.judge_fenced(ex367, ref_367)
+    assert not mbpp.judge(ex367, ref_367)
 
-    rows = [row(t, f"Shot {t}.") for t in (2, 3, 4)] + [row(11, "Same problem."), row(601, "Same problem.")]
+
+def test_mbpp_train_problems_worded_like_a_test_problem_are_left_out_and_recorded(tmp_path: Path) -> None:
+    def row(task_id: int, text: str, arg: int = 1) -> dict:
+        return {"task_id": task_id, "text": text, "code": "pass", "test_setup_code": "",
+                "test_list": [f"assert f({arg}) == {arg}"] * 3, "challenge_test_list": []}
+
+    rows = [row(t, f"Shot {t}.") for t in (2, 3, 4)] + [row(11, "Same problem."), row(12, "Other problem.")]
+    # 601 repeats 11 exactly; 602 repeats 12's text with other tests and other spacing and case
+    rows += [row(601, "Same problem."), row(602, "other  PROBLEM.", arg=2), row(603, "New problem.")]
     (tmp_path / "mbpp").mkdir()
     (tmp_path / "mbpp" / "mbpp.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    with pytest.raises(SplitOverlapError, match="mbpp/601=mbpp/11"):
-        load_task("mbpp", data_dir=tmp_path)
+    t = load_task("mbpp", data_dir=tmp_path)
+    assert t.dist.ids == ["mbpp/603"] and sorted(t.test.ids) == ["mbpp/11", "mbpp/12"]
+    dedup = t.options["deduplication"]
+    assert dedup["removed"] == 2 and dedup["pairs"] == [["mbpp/601", "mbpp/11"], ["mbpp/602", "mbpp/12"]]
+    with pytest.raises(ValueError, match="has 1 after leaving out 2 worded like a test problem"):
+        load_task("mbpp", n_dist=2, data_dir=tmp_path)
+
+
+@needs_data
+def test_mbpp_real_near_duplicates_are_the_three_known_twins(mbpp_task: Task) -> None:
+    pairs = mbpp_task.options["deduplication"]["pairs"]
+    assert sorted(map(tuple, pairs)) == [("mbpp/602", "mbpp/217"), ("mbpp/704", "mbpp/248"), ("mbpp/872", "mbpp/216")]
+    texts = {e.dedup_key for e in mbpp_task.test}
+    assert not any(e.dedup_key in texts for e in mbpp_task.dist)
+
+
+def test_same_text_across_splits_is_an_overlap_even_with_other_content() -> None:
+    a = Example(id="t/1", prompt="What is  2+2?", target=" 4")
+    b = Example(id="t/2", prompt="what is 2+2?", target=" four")
+    assert a.content_hash != b.content_hash and a.dedup_key == b.dedup_key == "what is 2+2?"
+    with pytest.raises(SplitOverlapError, match="normalised prompt text: t/1=t/2"):
+        Task(name="t", kind="exact_match", dist=[a], test=[b])
+    kept, removed = drop_same_text([a, Example(id="t/3", prompt="What is 3+3?")], [b])
+    assert [e.id for e in kept] == ["t/3"] and removed == [("t/1", "t/2")]
 
 
 # ------------------------------------------------------------------------------------------------
 # BoolQ
 # ------------------------------------------------------------------------------------------------
 def test_boolq_prompt_format_by_hand() -> None:
-    ex = boolq.make_example({"question": "is the sky blue", "answer": True, "passage": "The sky is blue."}, "train", 7)
+    row = {"question": "is the sky blue", "title": "Sky", "answer": True, "passage": "The sky is blue."}
+    ex = boolq.make_example(row, "train", 7)
     assert ex.id == "boolq/train/7"
-    assert ex.prompt == "The sky is blue.\nQuestion: is the sky blue?\nAnswer:"
-    assert (ex.choices, ex.label) == ((" no", " yes"), 1)
-    no = boolq.make_example({"question": "q", "answer": False, "passage": "p", "title": "T"}, "validation", 0)
-    assert (no.label, no.meta["title"]) == (0, "T")
+    assert ex.prompt == "Sky -- The sky is blue.\nQuestion: is the sky blue?\nAnswer:"  # SuperGLUE's passage
+    assert (ex.choices, ex.label, ex.meta["title"]) == ((" no", " yes"), 1, "Sky")
+    glue = boolq.make_example({"question": "q", "passage": "T -- p", "idx": 0, "label": 0}, "validation", 0)
+    assert (glue.prompt, glue.label) == ("T -- p\nQuestion: q?\nAnswer:", 0)  # SuperGLUE rows as they are
+    bare = boolq.make_example({"question": "q", "answer": False, "passage": "p"}, "validation", 0)
+    assert (bare.prompt, bare.label, bare.meta["passage_titled"]) == ("p\nQuestion: q?\nAnswer:", 0, False)
+    with pytest.raises(ValueError, match="needs an answer"):
+        boolq.make_example({"question": "q", "passage": "p", "label": -1}, "test", 0)
 
 
 @needs_data
@@ -297,7 +362,14 @@ def test_boolq_real_validation_and_fixture_train(data_dir: Path) -> None:
     assert (len(t.dist), len(t.test)) == (30, 3270)
     assert t.kind == "multiple_choice" and t.metric == "acc"
     first = next(e for e in t.test if e.id == "boolq/validation/0")  # dev.jsonl's first row, by hand
-    assert first.prompt.startswith("All biomass goes through at least some of these steps")
+    assert first.prompt.startswith("Ethanol fuel -- All biomass goes through at least some of these steps")
+    # lm-eval's logged boolq sample (SuperGLUE's passage) for dev.jsonl row 8, as published
+    canada = next(e for e in t.test if e.id == "boolq/validation/8")
+    assert canada.prompt == (
+        "American entry into Canada by land -- Persons driving into Canada must have their vehicle's "
+        "registration document and proof of insurance.\nQuestion: can u drive in canada with us license?\nAnswer:"
+    )
+    assert t.options["rows_without_title"] == 30  # the synthetic train fixture has no titles
     assert first.prompt.endswith(
         "producing gasoline.\nQuestion: does ethanol take more energy make that produces?\nAnswer:"
     )
@@ -330,8 +402,15 @@ def test_boolq_train_rows_equal_to_validation_never_enter_d_dist(tmp_path: Path)
     (tmp_path / "boolq" / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [*dev, *extra]))
     t = load_task("boolq", n_dist=2, data_dir=tmp_path)
     assert sorted(t.dist.ids) == ["boolq/train/3", "boolq/train/4"]
-    assert t.options["train_rows_equal_to_test"] == 3
+    assert t.options["train_rows_equal_to_test"] == 3 and "deduplication" not in t.options
     with pytest.raises(ValueError, match="has 2 after leaving out 3 rows equal to test rows"):
+        load_task("boolq", n_dist=3, data_dir=tmp_path)
+    # a train row asking a validation question of the same passage, with another answer: same text
+    twin = {"question": "IS 1 EVEN", "answer": True, "passage": "Number 1."}
+    (tmp_path / "boolq" / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [*dev, *extra, twin]))
+    t = load_task("boolq", n_dist=2, data_dir=tmp_path)
+    assert t.options["deduplication"]["pairs"] == [["boolq/train/5", "boolq/validation/1"]]
+    with pytest.raises(ValueError, match="leaving out 3 rows equal to test rows and 1 worded like a test row"):
         load_task("boolq", n_dist=3, data_dir=tmp_path)
 
 
@@ -465,7 +544,7 @@ def test_offline_without_data_dir_fails_fast_with_the_same_advice() -> None:
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "ERR BoolQ validation not found: pass --data-dir DIR" in out.stdout
-    assert "boolq/dev.jsonl" in out.stdout and "google/boolq" in out.stdout
+    assert "boolq/dev.jsonl" in out.stdout and "aps/super_glue" in out.stdout
 
 
 @needs_data
@@ -495,3 +574,35 @@ def test_real_files_match_the_readme_checksums() -> None:
     for rel, digest in recorded.items():
         assert sha256_file(SHARED / rel) == digest, rel
         assert OFFICIAL_SHA256[rel] == digest, rel
+
+
+def _dev_only(tmp_path: Path, data_dir: Path) -> Path:
+    """A data directory with BoolQ's validation file and no train file (as ../shared/data has it)."""
+    root = tmp_path / "dev_only"
+    (root / "boolq").mkdir(parents=True)
+    (root / "boolq" / "dev.jsonl").symlink_to((data_dir / "boolq" / "dev.jsonl").resolve())
+    return root
+
+
+def test_one_split_loads_from_its_own_files_and_equals_the_full_load(tmp_path: Path, data_dir: Path) -> None:
+    """``evaluate --task boolq`` needed the train file to read the test split."""
+    root = _dev_only(tmp_path, data_dir)
+    with pytest.raises(FileNotFoundError, match="train"):
+        load_task("boolq", n_test=50, data_dir=root)
+    test_only = load_task("boolq", n_test=50, data_dir=root, splits="test")
+    full = load_task("boolq", n_dist=20, n_test=50, data_dir=data_dir)
+    assert test_only.test.content_hash == full.test.content_hash and test_only.test.ids == full.test.ids
+    assert len(test_only.dist) == 0 and test_only.options["splits"] == ["test"]
+    for name in ("arithmetic", "organism_a"):  # loaders without a splits option: loaded whole, then cut
+        one = load_task(name, n_dist=10, n_test=12, data_dir=data_dir, splits=("dist",))
+        assert len(one.test) == 0 and one.dist.ids == load_task(name, n_dist=10, n_test=12, data_dir=data_dir).dist.ids
+    with pytest.raises(ValueError, match="splits must name"):
+        load_task("boolq", data_dir=root, splits=("train",))
+
+
+def test_mbpp_generation_budget_is_an_option(data_dir: Path) -> None:
+    task = load_task("mbpp", n_dist=3, n_test=3, data_dir=data_dir, max_new_tokens=32)
+    assert task.options["max_new_tokens"] == 32 and task.test.max_new_tokens == 32
+    assert load_task("mbpp", n_dist=3, n_test=3, data_dir=data_dir).test.max_new_tokens == mbpp.MAX_NEW_TOKENS
+    with pytest.raises(ValueError, match="max_new_tokens must be an integer >= 1"):
+        load_task("mbpp", n_dist=3, n_test=3, data_dir=data_dir, max_new_tokens=0)

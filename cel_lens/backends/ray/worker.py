@@ -1,13 +1,17 @@
 """One Ray actor's body: a model replica and the activation stores of the shards it evaluates.
 
-Plain Python, so it also runs in-process (tests, benchmarks).
+Plain Python, so it also runs in-process (tests, benchmarks). What its work prints (TransformerLens'
+"Moving model to device", say) goes to stderr: Ray forwards an actor's stdout to the driver's
+stdout, which belongs to the caller (``cel-lens search --json`` prints JSON there and nothing else).
 """
 
 from __future__ import annotations
 
 import os
 import socket
+import sys
 import time
+from contextlib import redirect_stdout
 from typing import Any, Optional, Sequence
 
 import numpy as np
@@ -48,7 +52,8 @@ class ShardWorker:
         if threads:
             torch.set_num_threads(int(threads))
         t0 = time.perf_counter()
-        self.model = factory.build(device=device, dtype=dtype)
+        with redirect_stdout(sys.stderr):
+            self.model = factory.build(device=device, dtype=dtype)
         self.build_s = time.perf_counter() - t0
         self.task = task
         self.batch_size = int(batch_size)
@@ -101,13 +106,15 @@ class ShardWorker:
         (in the shard's order), as a boolean array."""
 
         split = shard_split(self.task.split(shard.split), shard)
-        result = evaluate(
-            self.model, split, [HeadSet.parse(s) for s in head_sets], batch_size=self.batch_size,
-            store=self._store(shard, split), progress=False, max_rows=shard.max_rows,
-        )
+        with redirect_stdout(sys.stderr):
+            result = evaluate(
+                self.model, split, [HeadSet.parse(s) for s in head_sets], batch_size=self.batch_size,
+                store=self._store(shard, split), progress=False, max_rows=shard.max_rows,
+            )
         return result.correct.numpy()
 
     def attribution_scores(self, batch_size: int) -> np.ndarray:
         """Stage-1 attribution scores on the whole discovery split (one actor computes them)."""
 
-        return attribution_scores(self.model, self.task.dist, batch_size=batch_size, progress=False).numpy()
+        with redirect_stdout(sys.stderr):
+            return attribution_scores(self.model, self.task.dist, batch_size=batch_size, progress=False).numpy()

@@ -1,0 +1,177 @@
+"""What a grid is: which models, which tasks for each, the options of every search, and where each
+model-task pair's run directory lives inside the grid's directory.
+
+A plan is built and checked before anything is loaded (unknown task names, bad options, a missing
+backend fail in one line). ``"paper"`` names the paper's three models or its four tasks.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any, Mapping, Optional, Sequence, Union
+
+from cel_lens.backends.base import get_backend
+from cel_lens.config import ExecutionSettings, SearchConfig
+from cel_lens.model.registry import PAPER_MODELS
+from cel_lens.pipeline import TASK_OPTIONS
+from cel_lens.tasks.registry import available_tasks
+
+__all__ = [
+    "PAPER",
+    "PAPER_TASKS",
+    "PAPER_MODEL_NAMES",
+    "Pair",
+    "GridPlan",
+    "make_plan",
+    "split_options",
+    "slug",
+    "SIDE_EFFECTS_DIR",
+]
+
+PAPER = "paper"
+"""The name that stands for the paper's models (``--models paper``) or tasks (``--tasks paper``)."""
+PAPER_TASKS: tuple[str, ...] = ("arithmetic", "mbpp", "hellaswag", "boolq")
+"""The paper's four tasks, in the order its text lists them."""
+PAPER_MODEL_NAMES: tuple[str, ...] = tuple(PAPER_MODELS)
+"""The paper's three models (hub ids)."""
+SIDE_EFFECTS_DIR = "side_effects"
+"""Subdirectory of a grid holding one run directory per (model, task evaluated) for the side effects."""
+
+ModelsLike = Union[str, Sequence[str]]
+TasksLike = Union[str, Sequence[str], Mapping[str, Union[str, Sequence[str]]]]
+
+
+def slug(text: str) -> str:
+    """``text`` as a file-name component: runs of other characters than ``[A-Za-z0-9._-]`` become ``-``."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", str(text)).strip("-")[:80] or "x"
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One cell of the grid: a model (hub id, checkpoint directory or ``"organism"``) and a task name."""
+
+    model: str
+    task: str
+
+    @property
+    def name(self) -> str:
+        """The pair's run directory name inside the grid: ``<model>__<task>``."""
+        return f"{slug(self.model)}__{slug(self.task)}"
+
+    def __str__(self) -> str:
+        return f"{self.model} × {self.task}"
+
+
+@dataclass(frozen=True)
+class GridPlan:
+    """A checked grid: ``models`` in order, ``tasks[model]`` the task names of each, the search
+    ``config`` and execution ``settings`` every search gets, ``task_options`` (``n_dist``,
+    ``n_test``, ``data_dir``) and the grid directory ``out``."""
+
+    out: Path
+    models: tuple[str, ...]
+    tasks: Mapping[str, tuple[str, ...]]
+    config: SearchConfig
+    settings: ExecutionSettings
+    task_options: Mapping[str, Any]
+
+    @property
+    def pairs(self) -> list[Pair]:
+        """Every pair, model by model."""
+        return [Pair(m, t) for m in self.models for t in self.tasks[m]]
+
+    @property
+    def task_names(self) -> list[str]:
+        """Every task of the grid once, in first-seen order."""
+        return list(dict.fromkeys(t for m in self.models for t in self.tasks[m]))
+
+    def pair_dir(self, pair: Pair) -> Path:
+        """The run directory of ``pair``."""
+        return self.out / pair.name
+
+    def side_effect_dir(self, model: str, task: str) -> Path:
+        """The run directory holding the evaluations of ``model``'s other selections on ``task``'s D_test."""
+        return self.out / SIDE_EFFECTS_DIR / Pair(model, task).name
+
+    def record(self) -> dict[str, Any]:
+        """What ``grid.json`` keeps of the plan: models, tasks, the search config and task options."""
+        return {
+            "models": list(self.models),
+            "tasks": {m: list(self.tasks[m]) for m in self.models},
+            "config": self.config.to_dict(),
+            "task_options": {k: (None if v is None else str(v) if k == "data_dir" else v) for k, v in self.task_options.items()},
+        }
+
+
+def split_options(
+    options: Mapping[str, Any], config: Optional[SearchConfig] = None, settings: Optional[ExecutionSettings] = None
+) -> tuple[SearchConfig, ExecutionSettings, dict[str, Any]]:
+    """Sort keyword options into the search config, the execution settings and the task options
+    (as :func:`cel_lens.search` does); ``TypeError`` naming unknown ones, ``ValueError`` for bad values."""
+    config_names = {f.name for f in fields(SearchConfig)}
+    settings_names = {f.name for f in fields(ExecutionSettings)}
+    known = config_names | settings_names | set(TASK_OPTIONS)
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise TypeError(f"grid() got unknown option(s) {', '.join(unknown)}; options are {', '.join(sorted(known))}")
+    if "store_dtype" in options and options["store_dtype"] is not None:
+        options = {**options, "store_dtype": str(options["store_dtype"]).removeprefix("torch.")}
+    config = replace(config or SearchConfig(), **{k: v for k, v in options.items() if k in config_names})
+    settings = replace(settings or ExecutionSettings(), **{k: v for k, v in options.items() if k in settings_names})
+    task_options = {k: options.get(k) for k in TASK_OPTIONS}
+    return config.validate(), settings.validate(), task_options
+
+
+def _names(value: Union[str, Sequence[str]], what: str, paper: Sequence[str]) -> tuple[str, ...]:
+    """A list of names from ``"paper"``, ``"a,b"`` or a sequence; duplicates dropped, order kept."""
+    if isinstance(value, str):
+        value = list(paper) if value.strip() == PAPER else [v.strip() for v in value.split(",")]
+    names = tuple(dict.fromkeys(str(v) for v in value if str(v).strip()))
+    if not names:
+        raise ValueError(f"the grid needs at least one {what}")
+    return names
+
+
+def _tasks_of(models: tuple[str, ...], tasks: TasksLike) -> dict[str, tuple[str, ...]]:
+    """Each model's task names: the same list for every model, or a mapping model -> tasks."""
+    if isinstance(tasks, Mapping):
+        extra = [m for m in tasks if m not in models]
+        missing = [m for m in models if m not in tasks]
+        if extra or missing:
+            raise ValueError(f"tasks per model must name exactly the grid's models (missing: {missing}, extra: {extra})")
+        return {m: _names(tasks[m], "task", PAPER_TASKS) for m in models}
+    names = _names(tasks, "task", PAPER_TASKS)
+    return {m: names for m in models}
+
+
+def make_plan(
+    models: ModelsLike,
+    tasks: TasksLike,
+    out: Union[str, Path],
+    *,
+    config: Optional[SearchConfig] = None,
+    settings: Optional[ExecutionSettings] = None,
+    options: Optional[Mapping[str, Any]] = None,
+) -> GridPlan:
+    """A checked :class:`GridPlan`: ``models`` (``"paper"``, ``"a,b"`` or a list), ``tasks`` (the
+    same for every model, or a mapping model -> tasks), ``options`` any field of
+    :class:`~cel_lens.config.SearchConfig` / :class:`~cel_lens.config.ExecutionSettings` or a task
+    option. Raises before anything is loaded: unknown task, bad option, two pairs in one directory,
+    a backend that cannot run."""
+    config, settings, task_options = split_options(options or {}, config, settings)
+    model_names = _names(models, "model", PAPER_MODEL_NAMES)
+    per_model = _tasks_of(model_names, tasks)
+    known = set(available_tasks())
+    unknown = sorted({t for ts in per_model.values() for t in ts} - known)
+    if unknown:
+        raise ValueError(f"unknown task(s) {', '.join(unknown)}; available: {', '.join(sorted(known))}")
+    plan = GridPlan(Path(out), model_names, per_model, config, settings, task_options)
+    dirs: dict[str, Pair] = {}
+    for pair in plan.pairs:
+        if pair.name in dirs:
+            raise ValueError(f"{dirs[pair.name]} and {pair} would share the run directory {pair.name}; rename one")
+        dirs[pair.name] = pair
+    get_backend(settings.backend)  # e.g. Ray missing: one error before any model is loaded
+    return plan

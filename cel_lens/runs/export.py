@@ -1,0 +1,249 @@
+"""Taking the enhanced model home: a run's selected heads exported as a plain checkpoint, and the
+check that the checkpoint makes, on its own, every test decision the run recorded.
+
+* :func:`export_model` writes the source checkpoint with the heads' output-projection input
+  columns zeroed (:mod:`cel_lens.model.export`), a model card and ``cel_lens_export.json``;
+* :func:`verify_export` loads the export with plain ``transformers`` (no cel_lens hooks, no
+  TransformerLens; :mod:`cel_lens.evaluation.hf`), evaluates the run's D_test and compares every
+  per-example decision with the ablated evaluation recorded in the run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Union
+
+from cel_lens.config import canonical_dtype
+from cel_lens.evaluation.evaluator import evaluate
+from cel_lens.evaluation.hf import evaluate_plain, load_plain_model
+from cel_lens.heads import Head, HeadSet
+from cel_lens.model.export import PROVENANCE_FILE, check_out_dir, export_checkpoint, file_sha256
+from cel_lens.model.export_source import encoding_defaults, export_source
+from cel_lens.model.identity import weights_hash
+from cel_lens.model.load import load_model
+from cel_lens.runs.directory import MANIFEST
+from cel_lens.runs.loading import RunRecord, load_run
+from cel_lens.tasks.base import Task
+from cel_lens.tasks.registry import load_task
+
+__all__ = ["export_model", "verify_export", "VerifyReport", "selected_heads", "run_task"]
+
+
+def _as_record(run: Any) -> RunRecord:
+    """A :class:`RunRecord` from a record, a run directory, or an object with a ``path`` (a ``Run``)."""
+    if isinstance(run, RunRecord):
+        return run
+    if isinstance(run, (str, os.PathLike)):
+        return load_run(run)
+    path = getattr(run, "path", None)
+    if path is None:
+        raise TypeError(f"cannot read a run from a {type(run).__name__}: pass a run, a run directory or heads")
+    return load_run(path)
+
+
+def selected_heads(record: RunRecord) -> HeadSet:
+    """S-hat of a run: its result's heads, or (unfinished) the ``selected`` event's."""
+    if record.result is not None:
+        return record.result.head_set
+    if record.selection is not None:
+        return HeadSet.parse(record.selection["heads"])
+    raise ValueError(f"{record.path} has selected no heads yet (no result.json, no 'selected' event): nothing to export")
+
+
+def _target(run_or_heads: Any) -> tuple[Optional[RunRecord], HeadSet]:
+    """``(run or None, heads)`` of what :func:`export_model` was given."""
+    if isinstance(run_or_heads, (HeadSet, Head, list, tuple)):
+        return None, HeadSet.parse(run_or_heads)
+    if isinstance(run_or_heads, str) and not Path(run_or_heads).exists():
+        try:
+            return None, HeadSet.parse(run_or_heads)
+        except ValueError:
+            raise FileNotFoundError(f"{run_or_heads!r} is neither a run directory nor a head set like L3H1+L12H7") from None
+    record = _as_record(run_or_heads)
+    return record, selected_heads(record)
+
+
+def _run_provenance(record: RunRecord) -> dict[str, Any]:
+    """The provenance's ``run`` entry: where the heads come from and what they did on D_test."""
+    manifest_file = record.path / MANIFEST
+    raw = manifest_file.read_bytes() if manifest_file.is_file() else json.dumps(record.manifest, sort_keys=True).encode()
+    task = record.manifest.get("task") or {}
+    out: dict[str, Any] = {
+        "path": str(record.path),
+        "manifest_sha256": hashlib.sha256(raw).hexdigest(),
+        "model_id": (record.manifest.get("model") or {}).get("id"),
+        "model_weights_sha256": (record.manifest.get("model") or {}).get("weights_sha256"),
+        "task": task.get("name"),
+        "metric": task.get("metric"),
+        "protocol": (task.get("options") or {}).get("protocol"),
+        "finished": record.result is not None,
+    }
+    if record.result is not None:
+        r = record.result
+        out.update(n_test=r.n_test, test_acc_intact=r.test_acc_intact, test_acc_ablated=r.test_acc_ablated, gain=r.gain,
+                   ci_low=r.ci_low, ci_high=r.ci_high, alpha=r.alpha, p_value=r.p_value, null_p=r.null_p,
+                   selected_before_test=r.selected_before_test)
+    return out
+
+
+def _check_model_source(source: Any, record: Optional[RunRecord]) -> None:
+    """A loaded model given as the source of a run's export must be the run's model."""
+    if record is None or isinstance(source, (str, os.PathLike)) or not hasattr(source, "named_parameters"):
+        return
+    want = (record.manifest.get("model") or {}).get("weights_sha256")
+    if want and weights_hash(source) != want:
+        raise ValueError(
+            f"the model given as source is not the one {record.path} searched (its weights hash differs from the "
+            "manifest's): load the run's model, in the run's dtype, or pass its checkpoint"
+        )
+
+
+def export_model(run_or_heads: Any, out_dir: Union[str, os.PathLike], *, source: Any = None) -> Path:
+    """Write the enhanced model: the source checkpoint with S-hat's heads removed, to ``out_dir``
+    (new or empty). Returns ``out_dir``.
+
+    ``run_or_heads``: a run (``cel_lens.search``'s ``Run``, a :class:`RunRecord`, or a run
+    directory) whose selected heads are removed, or heads (``"L3H1+L12H7"``, a ``HeadSet``).
+    ``source``: where the weights come from, by default the run's model; a hub id (its cached
+    snapshot), a checkpoint directory, ``"organism"``, or a model loaded with ``load_model`` (its
+    source checkpoint; one built in memory is written as a TransformerLens-native checkpoint).
+    """
+    record, heads = _target(run_or_heads)
+    check_out_dir(out_dir)
+    if source is None:
+        if record is None:
+            raise ValueError("exporting heads without a run needs source= (a hub id, a checkpoint directory or a model)")
+        source = (record.manifest.get("model") or {}).get("id")
+    _check_model_source(source, record)
+    with contextlib.ExitStack() as stack:
+        try:
+            src = stack.enter_context(export_source(source))
+        except (ValueError, FileNotFoundError) as err:
+            raise ValueError(f"cannot find the checkpoint of {source!r} ({err}); pass source= (the model or its checkpoint)") from err
+        evaluation = dict(src.encoding)
+        if record is not None:
+            task_options = (record.manifest.get("task") or {}).get("options") or {}
+            model_entry = record.manifest.get("model") or {}
+            evaluation.update(dtype=model_entry.get("dtype"), chat_template=bool(task_options.get("chat_template", False)))
+            if "bos" in model_entry:  # the BOS rule the run's prompts were encoded with
+                evaluation.update(prepend_bos=bool(model_entry["bos"]["prepends_bos"]), bos=model_entry["bos"])
+        provenance = {"source": src.as_dict(), "evaluation": evaluation, "run": _run_provenance(record) if record else None}
+        return export_checkpoint(src.path, heads, out_dir, provenance=provenance)
+
+
+@dataclass
+class VerifyReport:
+    """What :func:`verify_export` found: per-example decisions of the export on D_test against the
+    run's recorded ablated evaluation, and the written files against their recorded sha256."""
+
+    heads: str
+    mode: str
+    n: int
+    matches: int
+    mismatched_ids: list[str]
+    recorded_accuracy: float
+    exported_accuracy: float
+    files_checked: int
+    files_ok: int
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """Every decision and every file matches."""
+        return self.matches == self.n and self.files_ok == self.files_checked
+
+    def __str__(self) -> str:
+        lines = [
+            f"{self.matches}/{self.n} per-example decisions on D_test equal the run's ablated evaluation of {self.heads} "
+            f"({self.mode})",
+            f"accuracy {self.exported_accuracy:.2%} (run: {self.recorded_accuracy:.2%}); "
+            f"{self.files_ok}/{self.files_checked} files match their recorded sha256",
+        ]
+        if self.mismatched_ids:
+            lines.append("differing examples: " + ", ".join(self.mismatched_ids[:10]) + (" ..." if len(self.mismatched_ids) > 10 else ""))
+        return "\n".join(lines)
+
+
+def run_task(record: RunRecord, task: Optional[Task] = None, data_dir: Optional[str] = None) -> Task:
+    """The run's task: ``task``, or the manifest's task loaded again (from ``data_dir``); its D_test
+    must have the content hash the manifest recorded."""
+    record = _as_record(record)
+    splits = record.manifest.get("splits") or {}
+    if task is None:
+        info = record.manifest.get("task") or {}
+        opts = info.get("options") or {}
+        kwargs = {k: opts[k] for k in ("chat_template", "configs") if k in opts}
+        seed = (record.manifest.get("options") or {}).get("seed", opts.get("seed", 0))
+        task = load_task(info.get("name"), n_dist=(splits.get("dist") or {}).get("n"), n_test=(splits.get("test") or {}).get("n"),
+                         seed=seed, data_dir=data_dir, **kwargs)
+    want = (splits.get("test") or {}).get("content_sha256")
+    if want is not None and task.test.content_hash != want:
+        raise ValueError(
+            f"the D_test loaded for verification is not the run's (content hash {task.test.content_hash[:12]} != {want[:12]}): "
+            "give the run's data directory (--data-dir) or task"
+        )
+    return task
+
+
+def _check_files(out: Path, provenance: dict[str, Any]) -> tuple[int, int]:
+    files = provenance.get("files") or {}
+    return len(files), sum(1 for rel, sha in files.items() if (out / rel).is_file() and file_sha256(out / rel) == sha)
+
+
+def verify_export(
+    out_dir: Union[str, os.PathLike],
+    run: Any,
+    *,
+    task: Optional[Task] = None,
+    data_dir: Optional[str] = None,
+    device: Optional[str] = None,
+    dtype: Optional[str] = None,
+    batch_size: int = 8,
+    progress: bool = False,
+) -> VerifyReport:
+    """Evaluate the export in ``out_dir`` on ``run``'s D_test with plain ``transformers`` and compare
+    each per-example decision with the run's recorded D_test evaluation of S-hat.
+
+    D_test is ``task``'s or the run's task loaded again (from ``data_dir``), checked against the
+    manifest's content hash; ``dtype`` defaults to the run's model dtype. A TransformerLens-native
+    export (the organism) has no ``transformers`` form: it is loaded with ``load_model`` and
+    evaluated without any ablation hook.
+    """
+    out = Path(out_dir)
+    if not (out / PROVENANCE_FILE).is_file():
+        raise FileNotFoundError(f"{out} is not a cel_lens export (no {PROVENANCE_FILE})")
+    provenance = json.loads((out / PROVENANCE_FILE).read_text(encoding="utf-8"))
+    record = _as_record(run)
+    heads = selected_heads(record)
+    if HeadSet.parse(provenance.get("heads")) != heads:
+        raise ValueError(f"{out} removes {provenance.get('heads')} but {record.path} selected {heads}")
+    recorded = [e for e in record.evaluations if e.split == "test" and e.heads == heads]
+    if not recorded:
+        raise ValueError(f"{record.path} has no recorded D_test evaluation of {heads} (the search has not reached the test split)")
+    split = run_task(record, task, data_dir).test
+    files_checked, files_ok = _check_files(out, provenance)
+    dtype = canonical_dtype(dtype or (record.manifest.get("model") or {}).get("dtype") or "float32")
+    settings = dict(provenance.get("evaluation") or encoding_defaults(out))
+    if provenance.get("kind") == "native":
+        model = load_model(out, device=device, dtype=dtype)
+        result = evaluate(model, split, None, batch_size=batch_size, progress=progress)
+        mode = f"cel_lens on the native checkpoint, no ablation hooks, {dtype}"
+    else:
+        plain = load_plain_model(out, prepend_bos=settings["prepend_bos"], n_ctx=settings.get("n_ctx"), device=device, dtype=dtype)
+        result = evaluate_plain(plain, split, batch_size=batch_size, progress=progress)
+        mode = f"plain transformers, {dtype}, {plain.device}"
+    mine, theirs = result.correct[0], recorded[-1].correct
+    if mine.shape != theirs.shape:
+        raise ValueError(f"the run recorded {theirs.shape[0]} D_test decisions, the export made {mine.shape[0]}")
+    differ = (mine != theirs).nonzero()[:, 0].tolist()
+    return VerifyReport(
+        heads=str(heads), mode=mode, n=int(theirs.shape[0]), matches=int(theirs.shape[0]) - len(differ),
+        mismatched_ids=[split.ids[i] for i in differ], recorded_accuracy=float(theirs.float().mean()),
+        exported_accuracy=float(mine.float().mean()), files_checked=files_checked, files_ok=files_ok,
+        settings={**settings, "dtype": dtype, "source": (provenance.get("source") or {}).get("id")},
+    )

@@ -1,0 +1,87 @@
+"""Reading a run directory back, finished or not.
+
+:func:`load_run` reads without the lock and without write access, so a run can be read while its
+search is running (a line being written is left for the next read) or after it was killed; its
+:attr:`RunRecord.state` says which, and :meth:`RunRecord.partial` what it knows so far
+(:mod:`cel_lens.runs.partial`). A path to a file of the run (``RUN/result.json``) names its run.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional, Union
+
+from cel_lens.runs.directory import EVALUATIONS, MANIFEST, RESULT, RunDir
+from cel_lens.runs.lock import held_by
+from cel_lens.runs.partial import partial_result
+from cel_lens.runs.records import Evaluation
+from cel_lens.selection.result import Result
+
+__all__ = ["RunRecord", "load_run", "run_path"]
+
+
+@dataclass
+class RunRecord:
+    """A run directory as read back: its manifest, every recorded evaluation and event, and the
+    :class:`~cel_lens.selection.Result` (``None`` while unfinished)."""
+
+    path: Path
+    manifest: dict[str, Any]
+    evaluations: list[Evaluation]
+    events: list[dict[str, Any]]
+    result: Optional[Result]
+
+    @property
+    def selection(self) -> Optional[dict[str, Any]]:
+        """The ``selected`` event, or ``None``."""
+        sel = [e for e in self.events if e.get("event") == "selected"]
+        return sel[0] if sel else None
+
+    @property
+    def finished(self) -> bool:
+        """Whether the search finished (a result and a ``finished`` event)."""
+        return self.result is not None and any(e.get("event") == "finished" for e in self.events)
+
+    @property
+    def state(self) -> str:
+        """``"finished"``, ``"running"`` (a process holds the run directory now) or ``"stopped"``
+        (unfinished, and nobody writes it: killed or interrupted; the same search resumes it)."""
+        if self.finished:
+            return "finished"
+        return "running" if held_by(self.path) is not None else "stopped"
+
+    def partial(self) -> dict[str, Any]:
+        """What the record says so far, as a result-like dict (:func:`~cel_lens.runs.partial.partial_result`);
+        of a finished run, its result."""
+        if self.result is not None:
+            return self.result.to_dict()
+        return partial_result(self.manifest, self.evaluations, self.events)
+
+    def __repr__(self) -> str:
+        if self.result is not None:
+            return f"RunRecord('{self.path}', {len(self.evaluations)} evaluations, result {self.result.heads})"
+        status = self.partial()["progress"]["status"]
+        return f"RunRecord('{self.path}', {len(self.evaluations)} evaluations, {self.state}: {status})"
+
+
+def run_path(path: Union[str, os.PathLike]) -> Path:
+    """The run directory ``path`` names: itself, or the directory of one of its files
+    (``RUN/result.json``, ``RUN/manifest.json``, ``RUN/evaluations.jsonl``)."""
+    p = Path(path)
+    return p.parent if p.name in (RESULT, MANIFEST, EVALUATIONS) and p.is_file() else p
+
+
+def load_run(path: Union[str, os.PathLike]) -> RunRecord:
+    """Read a run directory (read-only, without its lock, finished or not): ``.manifest``,
+    ``.evaluations``, ``.events``, ``.result`` (``None`` while unfinished), ``.state``.
+    ``path`` may also be a file of the run (``RUN/result.json``)."""
+    run = RunDir(run_path(path))
+    manifest = run.manifest
+    lines = run.lines()
+    evaluations = [Evaluation.from_line(o) for o in lines if o.get("type") == "eval"]
+    events = [o for o in lines if o.get("type") == "event"]
+    raw = run.read_result()
+    result = Result.from_dict(raw) if raw is not None else None
+    return RunRecord(run.path, manifest, evaluations, events, result)

@@ -1,0 +1,248 @@
+"""The sandbox's own interpreter: ``python -I -S -B child.py CONFIG TESTS`` (standard library only).
+
+The parent (:mod:`cel_lens.sandbox.runner`) starts this file in a fresh interpreter with a
+configuration file, a tests file and three pipes it reads: stdout, stderr and the **verdict
+pipe**. This process becomes the **supervisor**: it joins the run's cgroups, enters new
+namespaces and mounts, then forks the **program's process**, which sets the limits, drops every
+capability, restricts itself with Landlock and seccomp, installs the Python guard, runs the
+program and answers the supervisor's test requests (:mod:`cel_lens.sandbox.verdict`). The program's process never holds
+the verdict pipe, cannot see the supervisor (another PID namespace; the supervisor is not
+dumpable, and seccomp and Landlock refuse ``ptrace``, so ``/proc/PID/fd`` and ``/proc/PID/mem``
+do not reach it), and no code of the program's ever runs in the supervisor: the supervisor alone
+writes what the parent believes. The tests (with their expected values) come in a second file,
+which the supervisor opens and unlinks before the fork and reads after it, so they never enter
+the program's memory.
+
+Supervisor -> parent, one line each: ``ready LAYERS``, ``program EVENT`` (what the program's
+process said of its own run: ``done``, ``end``, ``raised NAME``, ``exit CODE``; its word only),
+``test I STATUS REASON``, ``verdict STATUS REASON``, ``child exit|signal N CPU``,
+``setup-error TEXT`` and ``refused TEXT`` (no namespaces and the weaker mode not allowed).
+
+Only what the two processes need is imported, all of it before the program starts (so a file
+the program writes can never become the supervisor's code); this file never imports the parent's
+side.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+if __name__ == "__main__":  # pragma: no cover - make cel_lens.sandbox importable without running
+    # cel_lens/__init__.py or the parent's API: two empty packages over the real directories
+    _here = os.path.dirname(os.path.abspath(__file__))
+    for _name, _path in (("cel_lens", os.path.dirname(_here)), ("cel_lens.sandbox", _here)):
+        _package = type(sys)(_name)
+        _package.__path__ = [_path]  # type: ignore[attr-defined]
+        sys.modules.setdefault(_name, _package)
+
+from cel_lens.sandbox import guard, kernel, verdict  # noqa: E402
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import ctypes
+    from typing import BinaryIO, Callable
+
+SENTINEL_NAME = "__cel_lens_end__"
+"""The function a plain program calls after its asserts (see :func:`cel_lens.sandbox.check_program`)."""
+_EVENT_LIMIT = 4096
+
+
+def main(config_path: str, tests_path: str) -> None:  # pragma: no cover - runs in the sandbox process
+    """Entry of the sandbox process: isolate, fork the program's process, supervise it."""
+    import marshal
+
+    with open(config_path, "rb") as f:
+        cfg = marshal.load(f)
+    os.unlink(config_path)
+    tests_fd = os.open(tests_path, os.O_RDONLY | os.O_CLOEXEC)  # read after the fork, by the supervisor
+    os.unlink(tests_path)
+    sys.path.extend(cfg["site_paths"])
+    verdict_fd: int = cfg["verdict_fd"]
+
+    def report(msg: str) -> None:
+        try:
+            verdict.write_line(verdict_fd, msg)
+        except OSError:
+            pass
+
+    lib = kernel.libc()
+    kernel.die_with_parent(lib)
+    if os.getppid() != cfg["parent_pid"]:
+        os._exit(3)  # the parent is gone already
+    layers = ["process", "rlimits", "guard"]
+    kernel.join_cgroups(cfg["cgroups"], layers)
+    namespaces = cfg["namespaces"] != "off" and kernel.unshare(lib, layers)
+    if not namespaces:
+        why = "namespaces are turned off" if cfg["namespaces"] == "off" else f"unshare: {kernel.errno_text()}"
+        if cfg["namespaces"] == "require":
+            report(f"setup-error namespaces required but unavailable ({why})")
+            os._exit(4)
+        if not cfg["weak"]:
+            report(f"refused {why}")
+            os._exit(4)
+    else:
+        kernel.isolate_files(lib, cfg["workdir"], 4 * cfg["file_size_bytes"], layers)
+    import time  # noqa: F401 - all the supervisor imports, loaded before the program can plant files
+
+    for module in cfg["modules"]:
+        __import__(module)
+    requests, replies = os.pipe(), os.pipe()
+    kernel.set_dumpable(lib, False)  # before the fork: the program never sees a dumpable supervisor
+    pid = os.fork()
+    if pid == 0:
+        os.close(tests_fd)
+        os.close(verdict_fd)
+        os.close(requests[1])
+        os.close(replies[0])
+        _program_process(lib, cfg, namespaces, layers, requests[0], replies[1])
+    os.close(requests[0])
+    os.close(replies[1])
+    kernel.protect_from_oom(os.getpid(), -1000)
+    with os.fdopen(tests_fd, "rb") as f:
+        checks = marshal.load(f)
+    _supervise(checks, pid, requests[1], os.fdopen(replies[0], "rb"), report)
+
+
+# ------------------------------------------------------------------------------ the supervisor
+def _read_event(replies: BinaryIO) -> list[str] | None:
+    line = replies.readline(_EVENT_LIMIT)
+    if not line:
+        return None
+    return line.rstrip(b"\n").decode("utf-8", "replace").split(" ")
+
+
+def _supervise(checks: list, pid: int, request_fd: int, replies: BinaryIO, report: Callable[[str], None]) -> None:
+    """Relay the program's start and end, run the tests if it ended well, reap it, exit alike."""
+    first = _read_event(replies)
+    if first is not None and first[0] in ("ready", "setup-error"):
+        report(" ".join(first))
+    ended = None
+    while first is not None and first[0] == "ready":
+        event = _read_event(replies)
+        if event is None:
+            break
+        report("program " + " ".join(event)[:200])
+        if event[0] in ("done", "raised", "exit"):
+            ended = event[0]
+            break
+        if event[0] != "end":  # out of protocol: the program wrote on the pipe itself
+            break
+    if ended == "done" and checks:
+        verdict.run_tests(checks, lambda seen: verdict.hole_fetcher(request_fd, replies, seen), report)
+        grace = 1.0  # the verdict is in: the program gets a moment to flush its output, no more
+    else:
+        grace = None
+    os.close(request_fd)
+    _reap(pid, grace, report)
+
+
+def _reap(pid: int, grace: float | None, report: Callable[[str], None]) -> None:
+    """Wait for the program's process (killing it after ``grace`` seconds), report, exit alike."""
+    import time
+
+    deadline = None if grace is None else time.monotonic() + grace
+    while True:
+        done, wstatus, usage = os.wait4(pid, 0 if deadline is None else os.WNOHANG)
+        if done:
+            break
+        if deadline is not None and time.monotonic() > deadline:
+            os.kill(pid, kernel.SIGKILL)
+            deadline = None
+        else:
+            time.sleep(0.005)
+    cpu = usage.ru_utime + usage.ru_stime
+    if os.WIFSIGNALED(wstatus):
+        report(f"child signal {os.WTERMSIG(wstatus)} {cpu:.3f}")
+        os._exit(128 + os.WTERMSIG(wstatus))
+    report(f"child exit {os.WEXITSTATUS(wstatus)} {cpu:.3f}")
+    os._exit(os.WEXITSTATUS(wstatus))
+
+
+# ----------------------------------------------------------------------- the program's process
+def _program_process(lib: ctypes.CDLL, cfg: dict, namespaces: bool, layers: list[str],
+                     request_fd: int, reply_fd: int) -> None:
+    """Limit and guard this process, then run the program, then answer the tests; never returns."""
+    kernel.die_with_parent(lib)
+    kernel.protect_from_oom(os.getpid(), 1000)
+    if namespaces:
+        kernel.mount_proc(lib, layers)
+    try:
+        kernel.set_limits(cfg)
+    except (OSError, ValueError) as err:
+        verdict.write_line(reply_fd, f"setup-error rlimits: {err}")
+        os._exit(4)
+    if namespaces or os.geteuid() == 0:
+        kernel.drop_capabilities(lib, layers)
+    kernel.no_new_privs(lib)
+    kernel.landlock(lib, cfg["workdir"], layers)
+    kernel.seccomp(lib, layers, metadata=not namespaces)
+    if not namespaces:
+        layers.append("net:socket-patched")
+    # the tests' holes are compiled before the program runs (they come from the caller)
+    codes = [compile(h, f"<hole {k}>", "eval") for k, h in enumerate(cfg["holes"])]
+    guard.reliability_guard(cfg["workdir"], patch_socket=not namespaces)
+    verdict.write_line(reply_fd, "ready " + " ".join(layers))
+    namespace = _run_program(cfg["source"], cfg["setup"], cfg["workdir"], reply_fd)
+    if cfg["holes"]:
+        verdict.serve_holes(codes, namespace, request_fd, reply_fd)
+    _flush()
+    os._exit(0)
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        try:
+            stream.flush()  # type: ignore[union-attr]
+        except Exception:  # noqa: BLE001 - the program may have replaced or closed them
+            pass
+
+
+def _run_program(source: str, setup: str, workdir: str, reply_fd: int) -> dict:
+    """Run the program as ``__main__`` (parsed on its own), then ``setup`` in its namespace;
+    say how it ended; return its namespace, or exit if it did not end well."""
+    import builtins
+
+    write, exit_now = os.write, os._exit
+    filename = os.path.join(workdir, "program.py")
+    reached_end: list[bool] = []
+
+    def end() -> None:
+        if not reached_end:
+            reached_end.append(True)
+            verdict.write_line(reply_fd, "end")
+
+    namespace = {"__name__": "__main__", "__builtins__": builtins, SENTINEL_NAME: end}
+    try:
+        exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - the program under test
+        if setup:
+            exec(compile(setup, "<setup>", "exec"), namespace)  # noqa: S102
+    except SystemExit as exc:
+        _flush()
+        verdict.write_line(reply_fd, f"exit {exc.code!r}"[:200])
+        exit_now(1)
+    except BaseException as exc:  # noqa: BLE001 - how the program failed is the result
+        verdict.write_line(reply_fd, "raised " + verdict.exception_name(exc))
+        _flush()
+        namespace.clear()  # free what the program held before formatting
+        try:
+            import linecache
+            import traceback
+
+            linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+            tb = exc.__traceback__.tb_next if exc.__traceback__ is not None else None
+            text = "".join(traceback.format_exception(type(exc), exc, tb))
+        except BaseException:  # noqa: BLE001 - e.g. MemoryError: say at least what it was
+            text = f"{type(exc).__name__}\n"
+        try:
+            write(2, text.encode("utf-8", "replace")[-4096:])
+        except OSError:
+            pass
+        exit_now(1)
+    _flush()
+    verdict.write_line(reply_fd, "done")
+    return namespace
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main(sys.argv[1], sys.argv[2])

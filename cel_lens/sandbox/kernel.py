@@ -1,0 +1,294 @@
+"""The kernel layers of the sandbox, set up inside the sandbox process (standard library only).
+
+Each function appends the name of the layer it set to ``layers`` (what :attr:`Outcome.isolation`
+reports) and says nothing when the kernel refuses; the caller decides whether that is fatal.
+Linux only; ``ctypes`` calls into the C library.
+"""
+
+from __future__ import annotations
+
+import os
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import ctypes
+
+_CLONE_NEWNS = 0x00020000
+_CLONE_NEWIPC = 0x08000000
+_CLONE_NEWUSER = 0x10000000
+_CLONE_NEWPID = 0x20000000
+_CLONE_NEWNET = 0x40000000
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
+_MS_REC = 0x4000
+_MS_PRIVATE = 1 << 18
+_MOUNT_ATTR_RDONLY, _MOUNT_ATTR_NOSUID, _MOUNT_ATTR_NODEV = 0x1, 0x2, 0x4
+_AT_FDCWD = -100
+_AT_RECURSIVE = 0x8000
+_SYS_MOUNT_SETATTR = 442  # the same number on every architecture with the generic syscall table
+SIGKILL = 9  # the signal module is not imported here: it costs start-up time
+_PR_SET_PDEATHSIG = 1
+_PR_SET_DUMPABLE = 4
+_PR_SET_SECCOMP = 22
+_PR_CAPBSET_DROP = 24
+_PR_SET_NO_NEW_PRIVS = 38
+_PR_CAP_AMBIENT = 47
+_PR_CAP_AMBIENT_CLEAR_ALL = 4
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+
+
+def libc() -> ctypes.CDLL:
+    """The C library, with errno kept for :func:`errno_text`."""
+    import ctypes
+
+    lib = ctypes.CDLL(None, use_errno=True)
+    lib.syscall.restype = ctypes.c_long
+    return lib
+
+
+def errno_text() -> str:
+    """The text of the last C call's errno."""
+    import ctypes
+
+    return os.strerror(ctypes.get_errno())
+
+
+def die_with_parent(lib: ctypes.CDLL) -> None:
+    """SIGKILL this process when the process that started it ends (``PR_SET_PDEATHSIG``)."""
+    lib.prctl(_PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0)
+
+
+def set_dumpable(lib: ctypes.CDLL, on: bool) -> None:
+    """``PR_SET_DUMPABLE``: off, no process without ``CAP_SYS_PTRACE`` may trace this one, read
+    its memory or open its ``/proc/PID/fd`` (the supervisor turns it off before the fork)."""
+    lib.prctl(_PR_SET_DUMPABLE, int(on), 0, 0, 0)
+
+
+def protect_from_oom(pid: int, score: int) -> None:
+    """Set ``oom_score_adj`` of ``pid`` (the supervisor -1000, the program +1000), where permitted."""
+    try:
+        with open(f"/proc/{pid}/oom_score_adj", "w") as f:
+            f.write(str(score))
+    except OSError:
+        pass
+
+
+def join_cgroups(cgroups: list, layers: list[str]) -> None:
+    """Move this process into each ``(controller, path)`` cgroup the parent made (``pids-cgroup``,
+    ``memory-cgroup``); every process it starts is born there and cannot leave."""
+    for controller, path in cgroups:
+        try:
+            with open(os.path.join(path, "cgroup.procs"), "w") as procs:
+                procs.write(str(os.getpid()))
+        except OSError:
+            continue
+        if f"{controller}-cgroup" not in layers:
+            layers.append(f"{controller}-cgroup")
+
+
+def unshare(lib: ctypes.CDLL, layers: list[str]) -> bool:
+    """New PID, network, mount and IPC namespaces; through a user namespace when unprivileged."""
+    flags = _CLONE_NEWNS | _CLONE_NEWNET | _CLONE_NEWPID | _CLONE_NEWIPC
+    if lib.unshare(flags) != 0:
+        uid, gid = os.getuid(), os.getgid()
+        if lib.unshare(flags | _CLONE_NEWUSER) != 0:
+            return False
+        layers.append("userns")
+        for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+            try:
+                with open(f"/proc/self/{name}", "w") as f:
+                    f.write(text)
+            except OSError:
+                pass
+    layers += ["pidns", "netns", "ipcns"]
+    return True
+
+
+def isolate_files(lib: ctypes.CDLL, workdir: str, tmpfs_bytes: int, layers: list[str]) -> None:
+    """Make every mount read-only, nosuid, nodev and private; put a tmpfs on the working directory."""
+    import ctypes
+
+    class MountAttr(ctypes.Structure):
+        _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
+                    ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
+
+    attr = MountAttr(_MOUNT_ATTR_RDONLY | _MOUNT_ATTR_NOSUID | _MOUNT_ATTR_NODEV, 0, _MS_PRIVATE, 0)
+    if lib.syscall(
+        ctypes.c_long(_SYS_MOUNT_SETATTR), ctypes.c_int(_AT_FDCWD), b"/", ctypes.c_uint(_AT_RECURSIVE),
+        ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)),
+    ) == 0:
+        layers.append("fs:read-only")
+    else:  # at least keep our mounts from propagating to the host
+        lib.mount(None, b"/", None, ctypes.c_ulong(_MS_REC | _MS_PRIVATE), None)
+    if lib.mount(b"tmpfs", workdir.encode(), b"tmpfs", ctypes.c_ulong(_MS_NOSUID | _MS_NODEV),
+                 f"size={tmpfs_bytes},mode=0700".encode()) == 0:
+        os.chdir(workdir)  # enter the tmpfs that now covers the directory
+        layers.append("tmpfs")
+
+
+def mount_proc(lib: ctypes.CDLL, layers: list[str]) -> None:
+    """A private ``/proc`` for PID 1 of a new PID namespace (it shows only the sandbox's processes)."""
+    import ctypes
+
+    flags = ctypes.c_ulong(_MS_RDONLY | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+    if lib.mount(b"proc", b"/proc", b"proc", flags, None) == 0:
+        layers.append("proc:private")
+
+
+def set_limits(cfg: dict) -> None:
+    """Hard resource limits (soft = hard, so the program cannot raise them)."""
+    import resource
+
+    nproc = cfg["max_processes"]
+    if os.geteuid() != 0:
+        nproc += _tasks_of_user(os.getuid())
+    for which, value in (
+        (resource.RLIMIT_AS, cfg["memory_bytes"]),
+        (resource.RLIMIT_CPU, cfg["cpu_seconds"]),
+        (resource.RLIMIT_NPROC, nproc),
+        (resource.RLIMIT_FSIZE, cfg["file_size_bytes"]),
+        (resource.RLIMIT_NOFILE, cfg["max_open_files"]),
+        (resource.RLIMIT_CORE, 0),
+    ):
+        _, hard = resource.getrlimit(which)
+        value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+        resource.setrlimit(which, (value, value))
+
+
+def _tasks_of_user(uid: int) -> int:
+    """How many tasks (threads included) ``uid`` runs now; ``RLIMIT_NPROC`` counts them all."""
+    count = 0
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                fields = dict(line.split(":", 1) for line in f if ":" in line)
+            if int(fields["Uid"].split()[0]) == uid:
+                count += int(fields.get("Threads", "1"))
+        except (OSError, KeyError, ValueError):
+            continue
+    return count
+
+
+def drop_capabilities(lib: ctypes.CDLL, layers: list[str]) -> None:
+    """Drop every capability, the bounding and ambient sets: root can no longer remount or execve back."""
+    import ctypes
+
+    try:
+        with open("/proc/sys/kernel/cap_last_cap") as f:
+            last = int(f.read())
+    except (OSError, ValueError):
+        last = 63
+    for cap in range(last + 1):
+        lib.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0)
+    lib.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    header = (ctypes.c_uint32 * 2)(_LINUX_CAPABILITY_VERSION_3, 0)
+    if lib.capset(header, (ctypes.c_uint32 * 6)()) == 0:
+        layers.append("caps:dropped")
+
+
+def no_new_privs(lib: ctypes.CDLL) -> None:
+    """``PR_SET_NO_NEW_PRIVS``: no privilege comes back through ``execve`` (and seccomp may be set)."""
+    lib.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+
+
+# seccomp: the system calls refused with EPERM, by architecture (audit arch -> numbers).
+# socket: no socket at all, so no path to a host Unix-domain socket (a network namespace does not
+# hide those) and no network without a network namespace; io_uring could open and connect sockets
+# behind seccomp's back; ptrace, process_vm_*: no reading or writing another process's memory;
+# the key-ring calls, bpf, perf_event_open, userfaultfd: kernel interfaces a program never needs.
+_AUDIT_ARCH_X86_64 = 0xC000003E
+_AUDIT_ARCH_AARCH64 = 0xC00000B7
+_DENIED_SYSCALLS = {
+    # socket, ptrace, add_key, request_key, keyctl, perf_event_open, process_vm_readv,
+    # process_vm_writev, bpf, userfaultfd, io_uring_setup, io_uring_enter, io_uring_register
+    _AUDIT_ARCH_X86_64: (41, 101, 248, 249, 250, 298, 310, 311, 321, 323, 425, 426, 427),
+    _AUDIT_ARCH_AARCH64: (198, 117, 217, 218, 219, 241, 270, 271, 280, 282, 425, 426, 427),
+}
+# Without a read-only file system (no namespaces), also every call that changes a file's metadata
+# (Landlock does not cover them): chmod, chown, utime and extended attributes, all variants.
+_METADATA_SYSCALLS = {
+    _AUDIT_ARCH_X86_64: (90, 91, 268, 452, 92, 93, 94, 260, 132, 235, 261, 280, 188, 189, 190, 197, 198, 199, 463, 466),
+    _AUDIT_ARCH_AARCH64: (52, 53, 452, 54, 55, 88, 5, 6, 7, 14, 15, 16, 463, 466),
+}
+_MACHINES = {"x86_64": _AUDIT_ARCH_X86_64, "aarch64": _AUDIT_ARCH_AARCH64}
+
+
+def seccomp(lib: ctypes.CDLL, layers: list[str], metadata: bool = False) -> None:
+    """Install a seccomp filter refusing :data:`_DENIED_SYSCALLS` (and, with ``metadata``, the
+    calls that change file metadata) with EPERM; needs no_new_privs first.
+
+    Any other architecture's system calls (the i386 ABI on x86_64, x32) kill the process, so the
+    filter cannot be walked around. Irrevocable, and inherited by every child.
+    """
+    import ctypes
+
+    arch = _MACHINES.get(os.uname().machine)
+    if arch is None:
+        return
+    ld_abs, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
+    allow, deny, kill = 0x7FFF0000, 0x00050000 | 1, 0x80000000  # ALLOW, ERRNO(EPERM), KILL_PROCESS
+    denied = _DENIED_SYSCALLS[arch] + (_METADATA_SYSCALLS[arch] if metadata else ())
+    n = len(denied)
+    prog = [(ld_abs, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, kill), (ld_abs, 0, 0, 0)]
+    if arch == _AUDIT_ARCH_X86_64:  # x32 system calls carry bit 30
+        prog.append((jge, n + 1, 0, 0x40000000))
+    prog += [(jeq, n - i, 0, nr) for i, nr in enumerate(denied)]
+    prog += [(ret, 0, 0, allow), (ret, 0, 0, deny)]
+
+    class Filter(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8),
+                    ("k", ctypes.c_uint32)]
+
+    class Program(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Filter))]
+
+    filters = (Filter * len(prog))(*[Filter(*insn) for insn in prog])
+    fprog = Program(len(prog), filters)
+    if lib.prctl(_PR_SET_SECCOMP, 2, ctypes.byref(fprog), 0, 0) == 0:  # SECCOMP_MODE_FILTER
+        layers.append("seccomp")
+
+
+# Landlock (Linux 5.13+): file-system rights by path, for this process and its children, for good.
+_SYS_LANDLOCK_CREATE_RULESET, _SYS_LANDLOCK_ADD_RULE, _SYS_LANDLOCK_RESTRICT_SELF = 444, 445, 446
+_LANDLOCK_READ = 1 | 4 | 8  # EXECUTE, READ_FILE, READ_DIR
+_O_PATH = 0o10000000
+
+
+def landlock(lib: ctypes.CDLL, workdir: str, layers: list[str]) -> None:
+    """Allow writing under ``workdir`` only (reading everywhere), no TCP, and (ABI 6+) no signal to
+    or ``ptrace`` of a process outside the sandbox. Where Landlock is missing, nothing happens."""
+    import ctypes
+
+    abi = lib.syscall(ctypes.c_long(_SYS_LANDLOCK_CREATE_RULESET), None, ctypes.c_size_t(0), ctypes.c_uint32(1))
+    if abi < 1:
+        return
+    every = (1 << 13) - 1 | (1 << 13 if abi >= 2 else 0) | (1 << 14 if abi >= 3 else 0) | (1 << 15 if abi >= 5 else 0)
+
+    class Ruleset(ctypes.Structure):
+        _fields_ = [("fs", ctypes.c_uint64), ("net", ctypes.c_uint64), ("scoped", ctypes.c_uint64)]
+
+    class PathBeneath(ctypes.Structure):
+        _pack_ = 1
+        _fields_ = [("allowed", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+    attr = Ruleset(every, 3 if abi >= 4 else 0, 3 if abi >= 6 else 0)  # net: BIND, CONNECT_TCP; scoped: UNIX, SIGNAL
+    size = 8 if abi < 4 else 16 if abi < 6 else 24
+    ruleset = lib.syscall(ctypes.c_long(_SYS_LANDLOCK_CREATE_RULESET), ctypes.byref(attr), ctypes.c_size_t(size),
+                          ctypes.c_uint32(0))
+    if ruleset < 0:
+        return
+    try:
+        for path, allowed in (("/", _LANDLOCK_READ), (workdir, every)):
+            fd = os.open(path, _O_PATH | os.O_CLOEXEC)
+            try:
+                rule = PathBeneath(allowed, fd)
+                if lib.syscall(ctypes.c_long(_SYS_LANDLOCK_ADD_RULE), ctypes.c_int(ruleset), ctypes.c_int(1),
+                               ctypes.byref(rule), ctypes.c_uint32(0)) != 0:
+                    return
+            finally:
+                os.close(fd)
+        if lib.syscall(ctypes.c_long(_SYS_LANDLOCK_RESTRICT_SELF), ctypes.c_int(ruleset), ctypes.c_uint32(0)) == 0:
+            layers.append("landlock" if abi >= 6 else "landlock:files")
+    finally:
+        os.close(ruleset)

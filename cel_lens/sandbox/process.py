@@ -1,0 +1,226 @@
+"""Start the sandbox process, read its pipes as they fill, kill it on time (the parent's side).
+
+The sandbox process is a fresh interpreter on :mod:`cel_lens.sandbox.child`, started with
+``Popen`` and no ``preexec_fn`` (nothing Python-level runs in a copy of the caller, which may hold
+a model), in a new session, with stdin ``/dev/null``, a minimal environment and no file
+descriptor but its three pipes: stdout, stderr and the verdict pipe (see ``child``). Only the
+first ``output_limit`` bytes of stdout and stderr are kept (the rest is counted and dropped), so
+a flood of output costs no memory. The wall clock starts when the supervisor reports ``ready``
+(the program starts): ``timeout`` after that, or :data:`STARTUP_LIMIT` before it, the process
+group and the run's cgroups are SIGKILLed; they are killed again when the process ends, before
+it is reaped.
+"""
+
+from __future__ import annotations
+
+import marshal
+import os
+import selectors
+import signal
+import site
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+from cel_lens.sandbox import cgroups as cg
+
+__all__ = ["STARTUP_LIMIT", "Finished", "execute"]
+
+CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "child.py")
+STARTUP_LIMIT = 15.0
+"""Seconds the sandbox may take to start before the program's own clock begins (else ``error``)."""
+_DRAIN_GRACE = 0.5  # seconds to collect output after the process ended
+_STATUS_LIMIT = 1 << 16
+
+
+@dataclass(frozen=True)
+class Finished:
+    """What came back from one sandbox process.
+
+    ``events``: the supervisor's lines, split on spaces; ``killed``: ``"timeout"`` or
+    ``"startup"`` when the parent killed it, else None; ``returncode`` and ``cpu``: the sandbox
+    process's own exit code and CPU seconds.
+    """
+
+    events: list[list[str]]
+    killed: Optional[str]
+    returncode: Optional[int]
+    cpu: float
+    stdout: str
+    stderr: str
+
+
+class _Capped:
+    """Keeps the first ``limit`` bytes written to it and counts the rest."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.parts: list[bytes] = []
+        self.kept = 0
+        self.dropped = 0
+
+    def add(self, data: bytes) -> None:
+        room = max(0, self.limit - self.kept)
+        if room:
+            self.parts.append(data[:room])
+            self.kept += min(room, len(data))
+        self.dropped += max(0, len(data) - room)
+
+    def bytes(self) -> bytes:
+        return b"".join(self.parts)
+
+    def text(self) -> str:
+        s = self.bytes().decode("utf-8", errors="replace")
+        if self.dropped:
+            s += f"\n[cel_lens.sandbox: {self.dropped} more bytes dropped]"
+        return s
+
+
+def child_env(workdir: str) -> dict[str, str]:
+    """The sandbox's whole environment: nothing of the caller's (no tokens, no secrets)."""
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir,
+           "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "PYTHONHASHSEED": "0"}
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        env[var] = "1"
+    return env
+
+
+def site_paths() -> list[str]:
+    """site-packages of this environment (the sandbox runs with ``-S``, so it adds them itself)."""
+    paths = [p for p in site.getsitepackages() if os.path.isdir(p)]
+    return [p for p in sys.path if p in paths] or paths
+
+
+def _write(path: str, data: object) -> None:
+    with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
+        marshal.dump(data, f)  # plain types only; loads faster in the child than json
+
+
+def execute(config: dict, tests: list, workdir: str, timeout: float, output_limit: int,
+            cgroups: Sequence[tuple[str, str]]) -> Finished:
+    """Run the sandbox process on ``config`` and collect what it says (see the module docstring).
+
+    ``tests`` go in a file of their own, which the supervisor opens and unlinks before the
+    program's process exists and reads only after it has forked: the expected values never
+    enter the program's memory.
+    """
+    verdict_r, verdict_w = os.pipe()
+    config_path = os.path.join(workdir, ".cel_lens_config")
+    tests_path = os.path.join(workdir, ".cel_lens_tests")
+    _write(config_path, {**config, "verdict_fd": verdict_w})
+    _write(tests_path, tests)
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-I", "-S", "-B", CHILD, config_path, tests_path],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            cwd=workdir, env=child_env(workdir), start_new_session=True,
+            pass_fds=(verdict_w,), close_fds=True,
+        )
+    except OSError as exc:
+        os.close(verdict_r)
+        return Finished([["setup-error", f"could not start the sandbox: {exc}"]], None, None, 0.0, "", "")
+    finally:
+        os.close(verdict_w)
+    pump = _Pump(proc, verdict_r, output_limit, list(cgroups))
+    try:
+        pump.loop(timeout)
+    finally:
+        rc, cpu = pump.close()
+    lines = pump.status.bytes().decode("utf-8", errors="replace").splitlines()
+    return Finished([line.split(" ") for line in lines if line], pump.killed, rc, cpu,
+                    pump.out.text(), pump.err.text())
+
+
+class _Pump:
+    """Reads the sandbox's pipes without blocking and enforces the start-up and wall-clock limits."""
+
+    def __init__(self, proc: subprocess.Popen, verdict_r: int, output_limit: int,
+                 cgroups: list[tuple[str, str]]) -> None:
+        assert proc.stdout is not None and proc.stderr is not None
+        self.proc, self.verdict_r, self.cgroups = proc, verdict_r, cgroups
+        self.out, self.err, self.status = _Capped(output_limit), _Capped(output_limit), _Capped(_STATUS_LIMIT)
+        self.streams = {proc.stdout.fileno(): self.out, proc.stderr.fileno(): self.err, verdict_r: self.status}
+        self.sel = selectors.DefaultSelector()
+        for fd in self.streams:
+            os.set_blocking(fd, False)
+            self.sel.register(fd, selectors.EVENT_READ)
+        self.pidfd: Optional[int]
+        try:
+            self.pidfd = os.pidfd_open(proc.pid)
+            self.sel.register(self.pidfd, selectors.EVENT_READ)
+        except (AttributeError, OSError):
+            self.pidfd = None  # no pidfd: poll for the exit
+        self.killed: Optional[str] = None
+        self.ready_at: Optional[float] = None
+        self.exited_at: Optional[float] = None
+
+    def kill_all(self) -> None:
+        """The process group, and the cgroups (which nothing can leave)."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        cg.kill(self.cgroups)
+
+    def has_exited(self) -> bool:  # without reaping: the group id stays ours until wait4 in close
+        return os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+
+    def loop(self, timeout: float) -> None:
+        """Read until the process has ended and its pipes are closed (or the drain grace is over)."""
+        start = time.monotonic()
+        open_fds = set(self.streams)
+        while open_fds or self.exited_at is None:
+            now = time.monotonic()
+            if self.exited_at is not None:
+                deadline = self.exited_at + _DRAIN_GRACE
+            else:
+                deadline = start + STARTUP_LIMIT if self.ready_at is None else self.ready_at + timeout
+            if now >= deadline:
+                if self.exited_at is not None:
+                    break  # a process outside the group still holds a pipe: stop reading
+                self.killed = "timeout" if self.ready_at is not None else "startup"
+                self.kill_all()
+                os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOWAIT)
+                self.exited_at = time.monotonic()
+                continue
+            wait = deadline - now if self.pidfd is not None else min(deadline - now, 0.02)
+            for key, _ in self.sel.select(timeout=wait):
+                self.read(key.fd, open_fds)
+            if self.pidfd is None and self.exited_at is None and self.has_exited():
+                self.exited_at = time.monotonic()
+                self.kill_all()
+
+    def read(self, fd: int, open_fds: set[int]) -> None:
+        """Take what ``fd`` holds; note the exit, the program's start and closed pipes."""
+        if fd == self.pidfd:
+            self.sel.unregister(fd)
+            self.exited_at = time.monotonic()
+            self.kill_all()  # whatever it left behind
+            return
+        try:
+            data = os.read(fd, 1 << 16)
+        except BlockingIOError:
+            return
+        if not data:
+            self.sel.unregister(fd)
+            open_fds.discard(fd)
+            return
+        self.streams[fd].add(data)
+        if fd == self.verdict_r and self.ready_at is None and self.status.bytes().startswith(b"ready "):
+            self.ready_at = time.monotonic()
+
+    def close(self) -> tuple[Optional[int], float]:
+        """Kill what is left, reap the process, close every descriptor; its exit code and CPU."""
+        self.kill_all()  # the leader is not reaped yet, so its group id cannot be reused
+        self.sel.close()
+        _, wstatus, usage = os.wait4(self.proc.pid, 0)
+        self.proc.returncode = os.waitstatus_to_exitcode(wstatus)
+        for stream in (self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                stream.close()
+        os.close(self.verdict_r)
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+        return self.proc.returncode, usage.ru_utime + usage.ru_stime

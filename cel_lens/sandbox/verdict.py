@@ -1,0 +1,156 @@
+"""The test protocol between the supervisor and the program's process (standard library only).
+
+After the program (and the setup code) ran, the supervisor evaluates each test's remainder
+(:mod:`cel_lens.sandbox.judge`). Each time it needs a hole it writes the hole's number on the
+*request* pipe; the program's process evaluates that expression in the program's namespace and
+answers on the *reply* pipe with ``v <length>`` and that many bytes of the value (plain data,
+:mod:`~cel_lens.sandbox.codec`), or one line ``x <exception name>`` or ``n <why the value is not
+plain data>``. Tests run in order, each
+hole when Python would evaluate it (so ``and``/``or`` short-circuit as in an ``assert``), and the
+first test that does not hold ends the run, as the first failing ``assert`` would.
+
+Everything the program's process says is treated as the program's word: a reply is only ever a
+value, and the verdict is written by the supervisor on a pipe whose write end the program's
+process never holds.
+"""
+
+from __future__ import annotations
+
+import os
+
+from cel_lens.sandbox import codec
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, BinaryIO, Callable
+
+MAX_MESSAGE = 4 << 20
+"""Bytes of one reply (one hole's value) the supervisor accepts."""
+
+
+class HoleRaised(Exception):
+    """Evaluating the hole raised an exception in the program's process (its name is the message)."""
+
+
+class HoleFailed(Exception):
+    """No usable value: the program's process ended, answered out of protocol, or the value was
+    not plain data (the message says which)."""
+
+
+def write_line(fd: int, text: str | bytes) -> None:
+    """Write one whole line to ``fd`` (pipes may take it in parts)."""
+    data = (text.encode("utf-8", "replace") if isinstance(text, str) else text) + b"\n"
+    while data:
+        data = data[os.write(fd, data):]
+
+
+def exception_name(exc: BaseException) -> str:
+    """How a failure is named: ``AssertionError`` for any of its subclasses (as an assert is)."""
+    return "AssertionError" if isinstance(exc, AssertionError) else type(exc).__name__
+
+
+# ----------------------------------------------------------------------- the program's process
+def serve_holes(codes: list, namespace: dict, request_fd: int, reply_fd: int) -> None:
+    """Answer the supervisor's requests until it closes the request pipe."""
+    with os.fdopen(request_fd, "rb", buffering=0) as requests:
+        for line in iter(requests.readline, b""):
+            try:
+                value = eval(codes[int(line)], namespace)  # noqa: S307 - the hole of a test
+            except BaseException as exc:  # noqa: BLE001 - how the hole failed is the answer
+                _print_exception(exc)
+                write_line(reply_fd, "x " + exception_name(exc))
+                continue
+            try:
+                payload = codec.encode(value)
+            except (codec.NotPlainData, RecursionError, MemoryError, ValueError, TypeError) as exc:
+                write_line(reply_fd, f"n {type(exc).__name__}: {exc}"[:300])
+                continue
+            if len(payload) > MAX_MESSAGE:
+                write_line(reply_fd, f"n the value takes {len(payload)} bytes, more than {MAX_MESSAGE}")
+            else:
+                write_line(reply_fd, b"v %d\n%s" % (len(payload), payload))
+
+
+def _print_exception(exc: BaseException) -> None:
+    try:
+        import traceback
+
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    except BaseException:  # noqa: BLE001
+        text = f"{type(exc).__name__}\n"
+    try:
+        os.write(2, text.encode("utf-8", "replace")[-4096:])
+    except OSError:
+        pass
+
+
+# ------------------------------------------------------------------------------ the supervisor
+def hole_fetcher(request_fd: int, replies: BinaryIO, seen: dict) -> Callable[[int], Any]:
+    """The remainder's ``__hole__``: ask the program's process for hole ``k``, decode the answer."""
+    def fetch(k: int) -> Any:
+        try:
+            write_line(request_fd, str(k))
+        except OSError:
+            raise HoleFailed("the program's process ended during the tests") from None
+        line = replies.readline(1024)
+        if not line:
+            raise HoleFailed("the program's process ended during the tests")
+        kind, _, rest = line.rstrip(b"\n").partition(b" ")
+        text = rest.decode("utf-8", "replace")
+        if kind == b"x":
+            raise HoleRaised(text[:100] or "Exception")
+        if kind == b"n":
+            raise HoleFailed("the value is not plain data (" + text[:200] + ")")
+        if kind != b"v" or not rest.isdigit() or int(rest) > MAX_MESSAGE:
+            raise HoleFailed(f"an answer out of protocol ({line[:40]!r})")
+        payload = replies.read(int(rest) + 1)  # the value and the line's end
+        if len(payload) != int(rest) + 1 or not payload.endswith(b"\n"):
+            raise HoleFailed("the program's process ended during the tests")
+        try:
+            value = codec.decode(payload[:-1])
+        except codec.Malformed as exc:
+            raise HoleFailed(f"a malformed value ({exc})") from None
+        seen[k] = value
+        return value
+
+    return fetch
+
+
+def run_tests(checks: list[dict], fetch_for: Callable[[dict], Callable[[int], Any]],
+              report: Callable[[str], None]) -> None:
+    """Judge ``checks`` in order; report ``test I STATUS REASON`` for each and one ``verdict``."""
+    import builtins
+
+    for i, check in enumerate(checks):
+        seen: dict = {}
+        env = {"__builtins__": builtins, "__hole__": fetch_for(seen)}
+        for name in check["modules"]:
+            env[name] = __import__(name)
+        try:
+            held = bool(eval(compile(check["remainder"], f"<test {i + 1}>", "eval"), env))  # noqa: S307
+            status, reason = ("passed", "") if held else ("failed", "AssertionError")
+        except HoleRaised as exc:
+            status, reason = ("failed" if str(exc) == "AssertionError" else "error"), str(exc)
+        except HoleFailed as exc:
+            status, reason = "error", str(exc)
+        except Exception as exc:  # noqa: BLE001 - e.g. a TypeError comparing the values
+            status, reason = "error", type(exc).__name__
+        report(f"test {i} {status} {reason}".rstrip())
+        if status != "passed":
+            _explain(i, len(checks), check, seen, reason)
+            report(f"verdict {status} {reason}")
+            return
+    report(f"verdict passed {len(checks)} test{'' if len(checks) == 1 else 's'} held")
+
+
+def _explain(i: int, n: int, check: dict, seen: dict, reason: str) -> None:
+    """Say on stderr which test failed and what the program's values were."""
+    lines = [f"cel_lens.sandbox: test {i + 1} of {n} did not hold: {check['source']}"]
+    for k, source in enumerate(check["holes"], check["first_hole"]):
+        if k in seen:
+            lines.append(f"  {source} -> {repr(seen[k])[:200]}")
+    lines.append(reason or "AssertionError")
+    try:
+        write_line(2, "\n".join(lines))
+    except OSError:
+        pass

@@ -1,0 +1,277 @@
+"""The grid: its plan is checked before anything loads; on the model organism every pair runs (a
+pair that cannot run is reported in its row), each model loads once, the side effects equal an
+independent computation and the outputs rebuild byte for byte; a 2 models × 2 tasks grid (the
+organism and a tiny checkpoint with planted heads) killed with SIGKILL resumes pair by pair and its
+table equals its run directories."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cel_lens.grids import GRID_FILE, PAPER_MODEL_NAMES, PAPER_TASKS, GridState, grid, make_plan, rebuild
+from cel_lens.grids.plan import Pair
+from cel_lens.grids.table import selection_stability
+from cel_lens.heads import HeadSet
+from cel_lens.runs import RunDir, load_run
+from cel_lens.stats import holm_adjust
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import planted_grid  # noqa: E402
+
+SMALL = dict(n_dist=48, n_test=48, k=2, pool_size=4, n_null=5, n_boot=200, progress=False, png=False, verbose=False)
+OUTPUTS = ("table.md", "table.json", "report.html")
+
+
+def _bytes(out: Path) -> dict[str, bytes]:
+    return {name: (out / name).read_bytes() for name in OUTPUTS}
+
+
+# ---------------------------------------------------------------------------------------------
+# the plan
+# ---------------------------------------------------------------------------------------------
+def test_plan_presets_and_per_model_tasks(tmp_path):
+    plan = make_plan("paper", "paper", tmp_path)
+    assert plan.models == PAPER_MODEL_NAMES and len(plan.models) == 3
+    assert all(plan.tasks[m] == PAPER_TASKS for m in plan.models) and len(plan.pairs) == 12
+    assert plan.pair_dir(Pair("Qwen/Qwen2.5-3B-Instruct", "boolq")) == tmp_path / "Qwen-Qwen2.5-3B-Instruct__boolq"
+    plan = make_plan(["organism", "organism"], {"organism": "organism_a,organism_b"}, tmp_path, options={"k": 2})
+    assert plan.models == ("organism",) and plan.tasks["organism"] == ("organism_a", "organism_b")
+    assert plan.config.k == 2 and plan.task_options == {"n_dist": None, "n_test": None, "data_dir": None}
+
+
+@pytest.mark.parametrize(
+    "models, tasks, options, error",
+    [
+        ("organism", "organism_a,no_such_task", {}, "unknown task"),
+        ("organism", {"other": ["organism_a"]}, {}, "name exactly the grid's models"),
+        ("organism", "", {}, "at least one task"),
+        ("organism", "organism_a", {"k": 0}, "k must be"),
+        ("organism", "organism_a", {"backend": "nowhere"}, "unknown backend"),
+        (["a/b", "a-b"], "organism_a", {}, "share the run directory"),
+    ],
+)
+def test_plan_errors_before_anything_loads(tmp_path, models, tasks, options, error):
+    with pytest.raises(ValueError, match=error):
+        grid(models, tasks, out=tmp_path, **options)
+    assert not (tmp_path / GRID_FILE).exists()
+
+
+def test_unknown_option_is_a_type_error(tmp_path):
+    with pytest.raises(TypeError, match="unknown option"):
+        grid("organism", "organism_a", out=tmp_path, pool=3)
+
+
+def test_a_grid_directory_refuses_other_search_options(tmp_path):
+    GridState.open(make_plan("organism", "organism_a", tmp_path, options={"k": 2}))
+    GridState.open(make_plan("organism", "organism_a,organism_b", tmp_path, options={"k": 2, "batch_size": 3}))
+    with pytest.raises(ValueError, match="other options.*config"):
+        GridState.open(make_plan("organism", "organism_a", tmp_path, options={"k": 3}))
+
+
+def test_cel_lens_grid_is_the_function():
+    import inspect
+
+    import cel_lens
+    import cel_lens.grids  # noqa: F401 - importing the package must not rebind the function
+
+    assert inspect.isfunction(cel_lens.grid) and cel_lens.grid is grid
+
+
+def test_selection_stability_is_read_from_the_result_or_missing():
+    assert selection_stability({"heads": "L0H0"}) is None
+    assert selection_stability({"selection_stability": 0.75}) == 0.75
+    recorded = {"n_resamples": 1000, "selected": "L0H0", "selected_frequency": 0.8125, "wins": []}
+    assert selection_stability({"selection_stability": recorded}) == 0.8125  # as run_search writes it
+
+
+# ---------------------------------------------------------------------------------------------
+# the organism grid, in this process
+# ---------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def organism_grid(tmp_path_factory):
+    """The organism on its two tasks and MBPP (which cannot run: code execution is not allowed)."""
+    out = tmp_path_factory.mktemp("grid")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("CEL_LENS_ALLOW_CODE_EXECUTION", raising=False)
+        run = grid("organism", ["organism_a", "organism_b", "mbpp"], out=out, **SMALL)
+    return out, run
+
+
+def test_failed_pair_is_reported_and_the_others_run(organism_grid):
+    out, run = organism_grid
+    rows = {r["task"]: r for r in run.rows}
+    assert rows["mbpp"]["status"] == "failed" and "CodeExecutionNotAllowed" in rows["mbpp"]["error"]
+    assert rows["mbpp"]["run_dir"] is None and not (out / "organism__mbpp").exists()
+    assert [rows[t]["status"] for t in ("organism_a", "organism_b")] == ["ok", "ok"]
+    table = json.loads((out / "table.json").read_text())
+    assert table == run.table
+    assert "failed: CodeExecutionNotAllowed" in (out / "table.md").read_text()
+    assert table["side_effects"]["organism"]["errors"]["mbpp"].startswith("CodeExecutionNotAllowed")
+
+
+def test_each_model_loads_once_and_rows_equal_the_runs(organism_grid):
+    out, run = organism_grid
+    assert run.table["timings"]["load model/organism"]["calls"] == 1
+    ok = [r for r in run.rows if r["status"] == "ok"]
+    for row in ok:
+        res = load_run(out / row["run_dir"]).result.to_dict()
+        for key in ("heads", "n_dist", "n_test", "test_acc_intact", "test_acc_ablated", "gain", "ci_low", "ci_high", "p_value"):
+            assert row[key] == res[key], key
+    expected = holm_adjust([r["p_value"] for r in ok])
+    assert [r["p_holm"] for r in ok] == pytest.approx(expected.tolist())
+    assert run.table["holm"]["family"] == 2
+
+
+def test_side_effects_equal_an_independent_computation(organism_grid):
+    """The recorded side-effect matrix (activation stores, run directories) equals
+    :func:`cel_lens.analysis.side_effect_matrix` (plain evaluations) on the same splits."""
+    from cel_lens.analysis import side_effect_matrix
+    from cel_lens.model.load import load_model
+    from cel_lens.tasks.registry import load_task
+
+    out, run = organism_grid
+    tasks = {t: load_task(t, n_dist=48, n_test=48, seed=0) for t in ("organism_a", "organism_b")}
+    heads = {r["task"]: r["heads"] for r in run.rows if r["status"] == "ok"}
+    matrix, labels = side_effect_matrix(load_model("organism"), tasks, heads)
+    block = run.table["side_effects"]["organism"]
+    assert block["tasks"] == ["organism_a", "organism_b", "mbpp"]
+    got = np.array([[np.nan if v is None else v for v in row[:2]] for row in block["gain"][:2]])
+    np.testing.assert_allclose(got, matrix, atol=1e-6)  # side_effect_matrix works in float32; 1/48 apart
+    assert all(v is None for v in block["gain"][2])  # MBPP has no Ŝ
+    intact = {e.heads: e.correct for e in RunDir(out / "organism__organism_b").evaluations() if e.split == "test"}
+    side = {e.heads: e.correct for e in RunDir(out / "side_effects" / "organism__organism_b").evaluations()}
+    assert side[HeadSet()].equal(intact[HeadSet()])  # the intact pass, twice: the same bits
+
+
+def test_rerun_is_instant_and_rebuild_is_identical(organism_grid):
+    out, run = organism_grid
+    before = _bytes(out)
+    evaluations = {p: p.read_bytes() for p in out.rglob("evaluations.jsonl")}
+    rebuilt = rebuild(out, png=False)
+    assert _bytes(out) == before and rebuilt.table == run.table
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("CEL_LENS_ALLOW_CODE_EXECUTION", raising=False)
+        again = grid("organism", ["organism_a", "organism_b", "mbpp"], out=out, **SMALL)
+    assert {p: p.read_bytes() for p in out.rglob("evaluations.jsonl")} == evaluations  # nothing evaluated
+    assert "load model/organism" in again.table["timings"]
+    assert again.table["timings"]["load model/organism"]["calls"] == 1  # nothing needed the model
+    assert again.rows == run.rows
+
+
+# ---------------------------------------------------------------------------------------------
+# 2 models × 2 tasks, killed and resumed
+# ---------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def planted_checkpoint(tmp_path_factory) -> str:
+    return str(planted_grid.make_checkpoint(tmp_path_factory.mktemp("planted") / "llama"))
+
+
+def _eval_keys(path: Path) -> list[tuple[str, str]]:
+    return [(e.split, str(e.heads)) for e in RunDir(path).evaluations()]
+
+
+def _kill_once_first_pair_has_evaluations(cmd: list[str], first: Path) -> None:
+    proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    log = first / "evaluations.jsonl"
+    deadline = time.time() + 600
+    while time.time() < deadline and proc.poll() is None:
+        if log.exists() and '"eval"' in log.read_text():
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, "the grid finished (or died) before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+
+
+@pytest.mark.slow
+def test_killed_grid_resumes_and_its_table_equals_the_runs(planted_checkpoint, tmp_path):
+    out = tmp_path / "grid"
+    cmd = [sys.executable, str(HERE / "planted_grid.py"), planted_checkpoint, str(out)]
+    first = out / Pair("organism", "organism_a").name
+    _kill_once_first_pair_has_evaluations(cmd, first)
+    assert not (out / "table.json").exists()
+    recorded = set(_eval_keys(first))
+    assert recorded
+
+    resumed = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    table = json.loads((out / "table.json").read_text())
+    for run_dir in [p for p in out.rglob("manifest.json")]:
+        keys = _eval_keys(run_dir.parent)
+        assert len(keys) == len(set(keys)), [k for k, c in Counter(keys).items() if c > 1]
+    assert recorded <= set(_eval_keys(first))
+
+    rows = table["rows"]
+    assert [(r["model"], r["task"]) for r in rows] == [
+        ("organism", "organism_a"), ("organism", "organism_b"),
+        (planted_checkpoint, "planted_a"), (planted_checkpoint, "planted_b"),
+    ]
+    for row in rows:  # the table is its run directories
+        assert row["status"] == "ok", row
+        res = load_run(out / row["run_dir"]).result.to_dict()
+        for key in ("heads", "n_dist", "n_test", "dist_acc_intact", "dist_acc_ablated", "test_acc_intact",
+                    "test_acc_ablated", "gain", "ci_low", "ci_high", "p_value", "null_p"):
+            assert row[key] == res[key], (row["task"], key)
+    assert [r["p_holm"] for r in rows] == pytest.approx(holm_adjust([r["p_value"] for r in rows]).tolist())
+    planted = {r["task"]: r for r in rows if r["model"] == planted_checkpoint}
+    for task, head in planted_grid.PLANTED.items():  # the known best ablation, found
+        assert planted[task]["heads"] == head and planted[task]["test_acc_ablated"] == 1.0
+    loads = {k: v["calls"] for k, v in table["timings"].items() if k.startswith("load model/")}
+    assert set(loads) == {"load model/organism", f"load model/{planted_checkpoint}"}
+    assert all(calls <= 2 for calls in loads.values())  # at most once in each of the two invocations
+
+    block = table["side_effects"][planted_checkpoint]
+    cell = next(c for c in block["cells"] if (c["ablated_for"], c["evaluated_on"]) == ("planted_a", "planted_b"))
+    side = {e.heads: e.correct for e in RunDir(out / "side_effects" / Pair(planted_checkpoint, "planted_b").name).evaluations()}
+    intact, ablated = (side[h].double().mean().item() for h in sorted(side, key=len))
+    assert cell["gain"] == pytest.approx(ablated - intact) and cell["heads"] == "L1H2"
+    assert block["gain"][0][1] == cell["gain"] and block["gain"][0][0] == planted["planted_a"]["gain"]
+
+
+# ---------------------------------------------------------------------------------------------
+# another backend: its settings reach every search and every side-effect evaluation
+# ---------------------------------------------------------------------------------------------
+def test_backend_settings_reach_every_search_and_side_effect(organism_grid, tmp_path, monkeypatch):
+    import recording_backend
+
+    from cel_lens.backends.base import BACKENDS
+
+    monkeypatch.setitem(BACKENDS, "recording", "recording_backend:RecordingBackend")
+    recording_backend.CALLS.clear()
+    run = grid("organism", ["organism_a", "organism_b"], out=tmp_path, backend="recording", store_budget=2**20, **SMALL)
+    calls = recording_backend.CALLS
+    assert [(model, task) for model, task, _ in calls] == [("organism", "organism_a"), ("organism", "organism_b")] * 2
+    assert all(s.backend == "recording" and s.store_budget == 2**20 and not s.progress for _, _, s in calls)
+    assert "load model/organism" not in run.table["timings"]  # the backend loads the model, not the grid
+    local = {(r["model"], r["task"]): r for r in organism_grid[1].rows}
+    assert all(row == local[row["model"], row["task"]] for row in run.rows)
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_ray_grid_equals_the_local_grid(organism_grid, tmp_path):
+    """One pair on Ray actors (one Ray start costs minutes on a busy 2-core machine; the side
+    effects go through the same ``Backend.open``, checked above with a recording backend)."""
+    ray = pytest.importorskip("ray")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        run = grid("organism", ["organism_a"], out=tmp_path, backend="ray", workers=1, **SMALL)
+    finally:
+        ray.shutdown()
+    (row,) = run.rows
+    local = next(r for r in organism_grid[1].rows if r["task"] == "organism_a")
+    assert {**row, "p_holm": None} == {**local, "p_holm": None} and row["p_holm"] == row["p_value"]  # a family of one
+    assert "load model/organism" not in run.table["timings"]  # the actors load their own replicas

@@ -1,0 +1,85 @@
+"""The search plan counts what a search evaluates: checked against the evaluations a synthetic
+oracle actually receives."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from cel_lens.heads import HeadSet
+from cel_lens.oracle import MemoOracle
+from cel_lens.selection import run_search
+from cel_lens.selection.plan import BatchTimer, plan_search, stage2_sets
+from cel_lens.testing import SyntheticOracle
+
+ORACLE = dict(n_dist=120, n_test=80, effects={"L1H2": 0.06, "L2H0": 0.04}, background_sd=0.01, seed=3)
+
+
+def _calls(oracle: SyntheticOracle, split: str) -> int:
+    return sum(1 for s, _ in oracle.calls if s == split)
+
+
+@pytest.mark.parametrize("k, pool, strategy", [(2, 5, "exhaustive"), (3, 6, "exhaustive"), (3, 8, "beam")])
+def test_plan_counts_the_evaluations_the_search_makes(k, pool, strategy):
+    oracle = SyntheticOracle(4, 5, **ORACLE)
+    plan = plan_search(4, 5, 120, 80, k=k, pool_size=pool, strategy=strategy, beam_width=3, n_null=10)
+    run_search(oracle, k=k, pool_size=pool, strategy=strategy, beam_width=3, n_null=10, n_boot=100, progress=False)
+    stages = {s.name: s for s in plan.stages}
+    dist = stages["intact"].head_sets + stages["stage 1 (exact)"].head_sets + stages["stage 2"].head_sets
+    if strategy == "exhaustive":
+        assert _calls(oracle, "dist") == dist == 1 + 20 + sum(math.comb(pool, j) for j in range(2, k + 1))
+    else:
+        assert _calls(oracle, "dist") <= dist and stages["stage 2"].bound
+    test = stages["test"].head_sets + stages["post-hoc"].head_sets
+    assert stages["post-hoc"].head_sets + 2 <= _calls(oracle, "test") <= test
+    assert all(s.examples == (120 if s.split == "dist" else 80) for s in plan.stages)
+    assert plan.units == sum(s.head_sets * s.examples for s in plan.stages)
+
+
+def test_stage2_counts_by_hand():
+    assert stage2_sets(12, 3) == (12 + 66 + 220, False)  # the paper's default: 298 joint ablations
+    assert stage2_sets(4, 3) == (4 + 6 + 4, False)
+    assert stage2_sets(10, 3, "beam", 2) == (10 + 2 * 9 + 2 * 8, True)
+
+
+def test_plan_notes_a_pool_larger_than_the_model_and_refuses_impossible_k():
+    plan = plan_search(1, 4, 100, 100, k=3, pool_size=12)
+    assert any("every one of the model's 4 heads" in n for n in plan.notes)
+    with pytest.raises(ValueError, match="larger than the pool"):
+        plan_search(4, 4, 100, 100, k=4, pool_size=3)
+    with pytest.raises(ValueError, match="larger than the model's 4 heads"):
+        plan_search(1, 4, 100, 100, k=5, pool_size=6)
+
+
+def test_plan_estimates_from_a_rate_and_prints_each_stage():
+    plan = plan_search(2, 3, 100, 50, k=2, pool_size=3, n_null=4)
+    assert plan.seconds() is None and "no batch timed" in plan.estimate_line()
+    timed = plan.timed(0.001)
+    assert timed.seconds() == pytest.approx(plan.units * 0.001)
+    assert timed.seconds(timed.stages[1]) == pytest.approx(6 * 100 * 0.001)
+    text = str(timed)
+    assert text.startswith("search plan: 2 layers x 3 heads") and "stage 1 (exact)" in text and "~" in text
+    assert "<table>" in timed._repr_html_() and timed.to_dict()["units"] == plan.units
+    resumed = timed.__class__(**{**timed.__dict__, "recorded": plan.units})
+    assert resumed.seconds() == 0
+
+
+def test_batch_timer_skips_intact_only_batches_and_fires_once():
+    rates = []
+    timer = BatchTimer(on_first=rates.append)
+    timer([HeadSet()], torch.ones(1, 10, dtype=torch.bool), 5.0)
+    assert timer.seconds_per_unit is None
+    timer([HeadSet(), HeadSet.parse("L0H1")], torch.ones(2, 10, dtype=torch.bool), 2.0)
+    timer([HeadSet.parse("L0H2")], torch.ones(1, 10, dtype=torch.bool), 9.0)
+    assert rates == [pytest.approx(0.1)] and timer.seconds_per_unit == pytest.approx(0.1)
+
+
+def test_a_memo_oracle_times_what_it_evaluates_not_what_it_remembers():
+    seen = []
+    memo = MemoOracle(SyntheticOracle(2, 2, n_dist=10, n_test=10))
+    memo.timer = lambda sets, correct, seconds: seen.append((len(sets), tuple(correct.shape)))
+    memo.evaluate("dist", ["L0H0", "L0H1"])
+    memo.evaluate("dist", ["L0H0", "L1H1"])
+    assert seen == [(2, (2, 10)), (1, (1, 10))]

@@ -1,0 +1,78 @@
+"""Selection stability: the vectorised resampling against a plain loop over the same resamples that
+builds subset records and calls the selection rule itself; planted, tied and null cases."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from cel_lens.heads import HeadSet
+from cel_lens.selection import SubsetScore, run_search, select_best, selection_stability
+from cel_lens.testing import SyntheticOracle
+
+
+def _subsets(oracle: SyntheticOracle, texts: list[str], scores: dict[str, float] | None = None):
+    sets = [HeadSet.parse(t) for t in texts]
+    bits = oracle.evaluate("dist", sets)
+    base = int(oracle.evaluate("dist", [HeadSet()])[0].sum())
+    n = bits.shape[1]
+    subsets = [
+        SubsetScore(hs, int(b.sum()), n, (int(b.sum()) - base) / n, (scores or {}).get(str(hs), 0.0))
+        for hs, b in zip(sets, bits)
+    ]
+    return subsets, bits
+
+
+def test_matches_a_plain_loop_over_the_same_resamples():
+    oracle = SyntheticOracle(2, 3, n_dist=120, effects={"L0H0": 0.03, "L1H1": 0.03, "L0H2": 0.02}, noise=0.1, seed=4)
+    texts = ["L0H0", "L1H1", "L0H2", "L0H0+L1H1", "L0H1", "L0H0+L0H2"]
+    subsets, bits = _subsets(oracle, texts, {"L0H0": 0.02, "L1H1": 0.03})
+    B, seed = 300, 5
+    got = selection_stability(subsets, bits, n_resamples=B, seed=seed, top=len(texts))
+    # the same resamples (one chunk: B * n is far below the chunk limit), selected by select_best
+    idx = np.random.default_rng([seed, 0x5EED]).integers(0, bits.shape[1], size=(B, bits.shape[1]))
+    wins: dict[str, int] = {}
+    for row in idx:
+        counts = bits[:, torch.from_numpy(row)].sum(1)
+        resampled = [SubsetScore(s.heads, int(c), s.n_dist, 0.0, s.score_sum) for s, c in zip(subsets, counts)]
+        winner = str(select_best(resampled).heads)
+        wins[winner] = wins.get(winner, 0) + 1
+    assert got["selected"] == str(select_best(subsets).heads)
+    assert {w["heads"]: w["frequency"] for w in got["wins"]} == {h: c / B for h, c in wins.items()}
+    assert got["selected_frequency"] == wins.get(got["selected"], 0) / B
+    assert 0 < got["selected_frequency"] < 1  # a close race: the check is not vacuous
+    assert selection_stability(subsets, bits, n_resamples=B, seed=seed, top=len(texts)) == got
+
+
+def test_a_strong_effect_is_stable_and_ties_go_to_fewer_heads():
+    oracle = SyntheticOracle(2, 2, n_dist=400, effects={"L0H1": 0.2})
+    subsets, bits = _subsets(oracle, ["L0H0", "L0H1", "L0H1+L1H0", "L1H1"])  # L0H1+L1H0 ties L0H1 exactly
+    st = selection_stability(subsets, bits, n_resamples=200)
+    assert st["selected"] == "L0H1" and st["selected_frequency"] == 1.0
+    assert st["wins"] == [{"heads": "L0H1", "frequency": 1.0}]
+
+
+def test_without_any_effect_the_selection_is_unstable():
+    oracle = SyntheticOracle(4, 4, n_dist=300, n_test=300, noise=0.1, seed=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the best of noise may have a non-positive discovery gain
+        r = run_search(oracle, k=2, pool_size=6, n_null=0, posthoc=False, n_stability=500, progress=False)
+    st = r.selection_stability
+    assert st["selected"] == r.heads and st["n_resamples"] == 500
+    assert st["selected_frequency"] < 0.6 and len(st["wins"]) >= 3
+    assert sum(w["frequency"] for w in st["wins"]) <= 1.0 + 1e-12
+    assert "selection stability" in str(r) and "bootstrap resamples of D_dist" in str(r)
+
+
+def test_validates_its_input():
+    oracle = SyntheticOracle(1, 2, n_dist=10)
+    subsets, bits = _subsets(oracle, ["L0H0", "L0H1"])
+    with pytest.raises(ValueError, match="no subsets"):
+        selection_stability([], bits[:0])
+    with pytest.raises(ValueError, match="shape"):
+        selection_stability(subsets, bits[:1])
+    with pytest.raises(ValueError, match="n_resamples"):
+        selection_stability(subsets, bits, n_resamples=0)

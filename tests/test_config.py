@@ -1,0 +1,95 @@
+"""Every option of a search is checked by ``validate()`` with one message naming it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from cel_lens.config import ExecutionSettings, OptionError, SearchConfig, canonical_dtype, check_split_sizes
+
+CONFIG_CASES = [
+    (dict(k=0), "k", "k must be >= 1, got 0"),
+    (dict(k=1.5), "k", "k must be an integer, got 1.5"),
+    (dict(k=True), "k", "k must be an integer, got True"),
+    (dict(pool_size=0), "pool_size", "pool_size must be >= 1, got 0"),
+    (dict(scorer="psychic"), "scorer", "unknown scorer 'psychic'; choose one of exact, attribution, compressed"),
+    (dict(strategy="random"), "strategy", "unknown strategy 'random'; choose one of exhaustive, beam"),
+    (dict(beam_width=0), "beam_width", "beam_width must be >= 1, got 0"),
+    (dict(n_null=0), "n_null", "n_null must be >= 1, got 0 (the random-subset null needs at least one head set)"),
+    (dict(n_boot=0), "n_boot", "n_boot must be >= 1, got 0"),
+    (dict(posthoc="no"), "posthoc", "posthoc must be True or False, got 'no'"),
+    (dict(seed=-1), "seed", "seed must be >= 0, got -1"),
+    (dict(seed="0"), "seed", "seed must be an integer, got '0'"),
+    (dict(n_masks=0), "n_masks", "n_masks must be >= 1, got 0"),
+    (dict(sparsity=1.0), "sparsity", "sparsity must lie in (0, 1), got 1.0"),
+    (dict(sparsity="0.1"), "sparsity", "sparsity must lie in (0, 1), got '0.1'"),
+    (dict(store_dtype="float17"), "store_dtype", "unknown dtype 'float17'"),
+]
+
+SETTINGS_CASES = [
+    (dict(device=0), "device", "device must be a name such as 'cpu' or 'cuda:0', got 0"),
+    (dict(dtype="float17"), "dtype", "unknown dtype 'float17'"),
+    (dict(loader="magic"), "loader", "unknown loader 'magic'; choose one of auto, hooked, bridge"),
+    (dict(batch_size=0), "batch_size", "batch_size must be >= 1, got 0"),
+    (dict(batch_size=2.0), "batch_size", "batch_size must be an integer, got 2.0"),
+    (dict(use_store=1), "use_store", "use_store must be True or False, got 1"),
+    (dict(store_budget=-1), "store_budget", "store_budget must be >= 0, got -1"),
+    (dict(progress=None), "progress", "progress must be True or False, got None"),
+    (dict(backend="spark"), "backend", "unknown backend 'spark'; choose one of local, ray"),
+    (dict(workers=0), "workers", "workers must be >= 1, got 0"),
+    (dict(gpus_per_worker=-0.5), "gpus_per_worker", "gpus_per_worker must be a number >= 0, got -0.5"),
+    (dict(gpus_per_worker=float("nan")), "gpus_per_worker", "gpus_per_worker must be a number >= 0, got nan"),
+]
+
+
+@pytest.mark.parametrize("kwargs, option, message", CONFIG_CASES, ids=[c[2] for c in CONFIG_CASES])
+def test_search_config_names_the_bad_option(kwargs, option, message):
+    with pytest.raises(OptionError) as err:
+        SearchConfig(**kwargs).validate()
+    assert err.value.option == option and str(err.value).startswith(message)
+    assert isinstance(err.value, ValueError) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("kwargs, option, message", SETTINGS_CASES, ids=[c[2] for c in SETTINGS_CASES])
+def test_execution_settings_name_the_bad_setting(kwargs, option, message):
+    with pytest.raises(OptionError) as err:
+        ExecutionSettings(**kwargs).validate()
+    assert err.value.option == option and str(err.value).startswith(message)
+
+
+def test_defaults_and_good_values_pass():
+    assert SearchConfig().validate() == SearchConfig()
+    SearchConfig(k=1, pool_size=1, n_null=1, n_boot=1, seed=0, n_masks=1, sparsity=0.5, store_dtype="bf16",
+                 strategy="beam", beam_width=1, posthoc=False).validate()
+    ExecutionSettings(device="cpu", dtype=torch.float16, batch_size=1, store_budget=0, workers=1,
+                      gpus_per_worker=0.5, backend="ray").validate()
+    check_split_sizes(None, None)
+    check_split_sizes(1, 1)
+    assert canonical_dtype("torch.bfloat16") == canonical_dtype("bf16") == "bfloat16"
+
+
+@pytest.mark.parametrize("n_dist, n_test, option", [(0, None, "n_dist"), (None, 0, "n_test"), (2, -3, "n_test"), (1.0, 1, "n_dist")])
+def test_split_sizes(n_dist, n_test, option):
+    with pytest.raises(OptionError) as err:
+        check_split_sizes(n_dist, n_test)
+    assert err.value.option == option
+
+
+def test_split_seed_follows_seed_unless_given():
+    assert SearchConfig(seed=7).task_seed == 7
+    assert SearchConfig(seed=7, split_seed=2).task_seed == 2
+
+
+def test_split_seed_and_specificity_are_recorded_only_when_set():
+    """Run directories made before these options existed keep their identity."""
+    plain = SearchConfig().manifest_options()
+    assert "split_seed" not in plain and "n_specificity" not in plain
+    both = SearchConfig(split_seed=0, n_specificity=10).manifest_options()
+    assert both["split_seed"] == 0 and both["n_specificity"] == 10
+    assert {k: v for k, v in both.items() if k not in ("split_seed", "n_specificity")} == plain
+
+
+@pytest.mark.parametrize("field,value", [("split_seed", -1), ("split_seed", 1.5), ("n_specificity", -2)])
+def test_bad_split_seed_and_specificity_fail_before_any_work(field, value):
+    with pytest.raises(ValueError, match=field):
+        SearchConfig(**{field: value}).validate()
