@@ -68,11 +68,14 @@ def _score(hf, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return logits.gather(-1, targets[:, None])[:, 0] - logits.logsumexp(-1)
 
 
-def _rows_pass(hf, encoded, max_tokens: int, pad: int) -> None:
+def _rows_pass(hf, encoded, max_tokens: int, pad: int) -> dict[tuple[int, int], float]:
     """One row ``context + continuation[:-1]`` per (example, choice), right padded (causal attention
-    keeps pads out of real positions: no mask), scored positions unembedded."""
+    keeps pads out of real positions: no mask), scored positions unembedded. Returns the
+    log-likelihood of each (example, choice)."""
+    keys = [(e, c) for e, (_, conts) in enumerate(encoded) for c in range(len(conts))]
     rows = [(ctx, cont) for ctx, conts in encoded for cont in conts]
     lengths = [len(c) + len(k) - 1 for c, k in rows]
+    total: dict[tuple[int, int], float] = {}
     for idx in buckets(lengths, max_tokens):
         width = lengths[idx[0]]
         tokens = torch.full((len(idx), width), pad, dtype=torch.long)
@@ -85,15 +88,19 @@ def _rows_pass(hf, encoded, max_tokens: int, pad: int) -> None:
             tgt += cont
             rid += [r] * len(cont)
         hidden = hf.model(input_ids=tokens).last_hidden_state
-        _score(hf, hidden[torch.tensor(rid), torch.tensor(pos)], torch.tensor(tgt))
+        scores = _score(hf, hidden[torch.tensor(rid), torch.tensor(pos)], torch.tensor(tgt))
+        for r, value in zip(rid, scores.tolist()):
+            total[keys[idx[r]]] = total.get(keys[idx[r]], 0.0) + value
+    return total
 
 
-def _shared_pass(hf, encoded, max_tokens: int, pad: int) -> None:
+def _shared_pass(hf, encoded, max_tokens: int, pad: int) -> dict[tuple[int, int], float]:
     """Each context once (right padded), then its continuations after a key/value cache of it, in
-    groups of like length."""
+    groups of like length. Returns the log-likelihood of each (example, choice)."""
     from transformers import DynamicCache
 
     lengths = [len(ctx) for ctx, _ in encoded]
+    total: dict[tuple[int, int], float] = {}
     for idx in buckets(lengths, max_tokens):
         width = lengths[idx[0]]
         tokens = torch.full((len(idx), width), pad, dtype=torch.long)
@@ -105,13 +112,15 @@ def _shared_pass(hf, encoded, max_tokens: int, pad: int) -> None:
         hidden = hf.model(input_ids=tokens, attention_mask=mask, cache=cache, use_cache=True).last_hidden_state
         last = hidden[torch.arange(len(idx)), mask.sum(-1) - 1]
         conts = [(r, c) for r, i in enumerate(idx) for c in encoded[i][1]]
-        _score(hf, last[torch.tensor([r for r, _ in conts])], torch.tensor([c[0] for _, c in conts]))
-        lengths = [len(c) - 1 for _, c in conts]
-        for group in buckets(lengths, 1 << 30):  # endings of like length together (<= 10 % padding)
-            group = [j for j in group if lengths[j] > 0]
+        keys = [(i, c) for i in idx for c in range(len(encoded[i][1]))]
+        first = _score(hf, last[torch.tensor([r for r, _ in conts])], torch.tensor([c[0] for _, c in conts]))
+        total.update(zip(keys, first.tolist()))
+        ending = [len(c) - 1 for _, c in conts]
+        for group in buckets(ending, 1 << 30):  # endings of like length together (<= 10 % padding)
+            group = [j for j in group if ending[j] > 0]
             if not group:
                 continue
-            k = lengths[group[0]]
+            k = ending[group[0]]
             rows = torch.tensor([conts[j][0] for j in group])
             sub = copy.deepcopy(cache)
             sub.batch_select_indices(rows)
@@ -127,7 +136,17 @@ def _shared_pass(hf, encoded, max_tokens: int, pad: int) -> None:
             positions = (full.cumsum(-1) - 1).clamp_min(0)[:, width:]
             out = hf.model(input_ids=ct, attention_mask=full, position_ids=positions, cache=sub, use_cache=True)
             sel = cm.bool()
-            _score(hf, out.last_hidden_state[sel], nxt[sel])
+            rest = _score(hf, out.last_hidden_state[sel], nxt[sel]).split(cm.sum(-1).tolist())
+            for j, value in zip(group, rest):
+                total[keys[j]] += float(value.sum())
+    return total
+
+
+def hf_loglikelihoods(hf, encoded, *, shared: bool, max_tokens: int, pad: int) -> dict[tuple[int, int], float]:
+    """Log-likelihood of every (example, choice) of ``encoded`` from the floor's pass in one layout
+    (what :func:`hf_pass_seconds` times), so that the layouts can be checked against each other."""
+    with torch.inference_mode():
+        return (_shared_pass if shared else _rows_pass)(hf, encoded, max_tokens, pad)
 
 
 def hf_pass_seconds(

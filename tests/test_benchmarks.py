@@ -196,6 +196,30 @@ def test_floor_pass_and_lm_eval_task(model, tmp_path):
     assert "output_type: loglikelihood" in yaml and "metric: acc" in yaml
 
 
+def test_floor_layouts_score_as_one_by_one_transformers(tiny_checkpoints):
+    """Every layout and budget of the floor (rows or shared contexts, several batches) gives each
+    choice the log-likelihood of a plain one-example ``transformers`` forward."""
+    from benchmarks.floor import hf_causal_lm, hf_loglikelihoods
+
+    hf = hf_causal_lm(tiny_checkpoints["qwen2"]).eval()
+    rng = torch.Generator().manual_seed(0)
+    encoded = [(torch.randint(3, 200, (n,), generator=rng).tolist(),
+                [torch.randint(3, 200, (m,), generator=rng).tolist() for m in (1, 3, 2, 3)])
+               for n in (5, 17, 9, 16, 30)]
+    ref = {}
+    with torch.inference_mode():
+        for e, (ctx, conts) in enumerate(encoded):
+            for c, cont in enumerate(conts):
+                ids = torch.tensor([ctx + cont[:-1]])
+                logp = hf(input_ids=ids).logits[0].float().log_softmax(-1)
+                ref[(e, c)] = sum(float(logp[len(ctx) - 1 + t, tok]) for t, tok in enumerate(cont))
+    for shared in (False, True):
+        for budget in (0, 64, 4096):
+            got = hf_loglikelihoods(hf, encoded, shared=shared, max_tokens=budget, pad=0)
+            assert got.keys() == ref.keys()
+            assert max(abs(got[k] - ref[k]) for k in ref) < 1e-4, (shared, budget)
+
+
 def test_lm_eval_loop_decisions_equal_cel_lens(tiny_checkpoints):
     """lm-evaluation-harness over the same examples, one call per head, decides as cel_lens does."""
     pytest.importorskip("lm_eval")
