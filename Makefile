@@ -34,9 +34,11 @@ test-fast: install
 	$(PY) -m pytest -q -m "not slow"
 
 bench: install
+	$(PY) -c "import lm_eval" 2>/dev/null || $(PY) -m pip install -q -e ".[bench]"
 	$(PY) -m benchmarks.run
 
 bench-quick: install
+	$(PY) -c "import lm_eval" 2>/dev/null || $(PY) -m pip install -q -e ".[bench]"
 	$(PY) -m benchmarks.run --quick
 
 # Execute every notebook and write its HTML render (figures kept as PNGs) to figures/notebooks/.

@@ -1,11 +1,15 @@
-"""Benchmarks of cel_lens's stage-1 exact scan against a naive TransformerLens loop.
+"""Benchmarks of cel_lens's stage-1 scans against the floor and the loops people run.
 
 Not part of the installed package. Entry point: ``python -m benchmarks.run [--quick]`` (``make bench``,
-``make bench-quick``); results go to ``benchmarks/RESULTS.md`` and ``figures/bench_scaling.{html,png}``.
+``make bench-quick``); results go to ``benchmarks/RESULTS.md``, ``benchmarks/results.json`` and
+``figures/bench_scaling.{html,png}``.
 
-* :mod:`benchmarks.naive`: the baseline a careful researcher writes without cel_lens
-  (``run_with_hooks``, one head at a time, batch size 8, full forward passes).
-* :mod:`benchmarks.workload`: the benchmark models, tokenizer and tasks (offline).
-* :mod:`benchmarks.measure`: timers, peak-memory probes and the compute floor.
-* :mod:`benchmarks.gpu_scan`: a self-contained stage-1 scan for one large GPU.
+* :mod:`benchmarks.workload`: the checkpoint, tokenizer and tasks (offline).
+* :mod:`benchmarks.floor`: the floor, ``transformers``' own forward (SDPA) and ``generate``.
+* :mod:`benchmarks.lm_eval_loop`: lm-evaluation-harness, one harness call per head (``bench`` extra).
+* :mod:`benchmarks.naive`: TransformerLens's ``run_with_hooks`` loop, one head at a time.
+* :mod:`benchmarks.generation`: the MBPP generation scan against TransformerLens's ``generate``.
+* :mod:`benchmarks.measure`, :mod:`benchmarks.scaling`, :mod:`benchmarks.report`: timers, profile
+  and scaling, RESULTS.md.
+* :mod:`benchmarks.gpu_scan`: forwards and scans at Llama-3.2-3B's shape on one GPU.
 """

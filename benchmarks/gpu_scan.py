@@ -1,36 +1,34 @@
-"""Stage-1 exact scan on one large GPU: a random model with Llama-3.2-3B's shape, bf16, Arithmetic.
+"""Forwards and stage-1 scans on one large GPU: random models of Llama-3.2-3B's shape, bf16.
 
-Run from anywhere (cel_lens is imported from this repository's root, no install needed):
+Run from the repository root (cel_lens is imported from this checkout; no network, no hub):
 
-    python benchmarks/gpu_scan.py                 # H200: 28 layers x 24 heads, 2,000 prompts
-    python benchmarks/gpu_scan.py --tiny          # CPU smoke test of the same code path
+    python benchmarks/gpu_scan.py           # H200: 28 layers x 24 heads, d_model 3072, vocab 128,256
+    python benchmarks/gpu_scan.py --tiny    # CPU smoke test of the same code path
 
-What it measures: the activation store's build (one intact pass over D_dist, residual streams kept
-on the GPU), then the single-head ablations of every head of a subset of layers (all 24 heads of
-each, so every forward has the batch shape of a full scan), timed with CUDA synchronisation. A
-variant whose head is in layer ``l`` resumes from the store at ``l``, so its cost is affine in
-``L - l``: a least-squares fit ``t_l = a + b (L - l)`` over the measured layers extrapolates to all
-``L`` layers (``--layers all`` measures every layer instead; nothing is then extrapolated). Also:
-tokens/s, achieved TFLOP/s from an analytic FLOP count of the work done (padding included) and its
-fraction of the GPU's dense bf16 peak (``--peak-tflops``, 790 as measured on the lent H200), and the
-compute floor (one intact pass at the scan's batch shape x heads x (L+1)/(2L); the intact pass is
-timed on up to 4 evenly spaced batches and scaled by padded tokens) with the efficiency
-floor / scan; and the naive loop of ``benchmarks/naive.py`` (batch 8, full passes, greedy
-generation with a key/value cache) timed on a prefix of the prompts for the intact model and one
-head, scaled to a whole naive scan (``--naive-heads 0`` skips it). It prints one JSON line and
-writes it to ``$OUT/gpu_scan.json`` when ``OUT`` is set.
+Three readers of the same shape, side by side: ``transformers`` with SDPA (the floor's forward),
+cel_lens on a HookedTransformer and on a TransformerBridge, each on the fused-attention stack
+(:mod:`cel_lens.model.stack`) and on the model's own forward (TransformerLens's attention; the
+bridge's re-implemented attention). Weights are random (N(0, 0.02), drawn on the GPU): a
+HookedTransformer built from its config, and one ``LlamaForCausalLM`` that ``transformers`` runs
+first and the bridge then wraps.
 
-Data: Arithmetic's 2,000 D_dist prompts from the offline files (``--data-dir``,
-``$CEL_LENS_DATA_DIR``, ``shared/data`` inside or next to the repository); without them, 2,000
-prompts in the same ten GPT-3 formats are generated from a seed (the model is random, so only the
-prompts' lengths matter; the JSON says which). The tokenizer is trained on those prompts (digits one
-per token); the embedding has Llama-3.2's 128,256 rows.
+1. **One intact pass** (CUDA-synchronised, median of ``--reps`` after a warm-up) over two
+   workloads of random tokens: Arithmetic-shaped (prompts of 15-25 tokens) and BoolQ-shaped
+   (60-400 tokens, real BoolQ's spread), cut into cel_lens's batches (sorted, token budget
+   ``--max-tokens``, <= 10 % padding), the scored positions unembedded. Tokens per second and the
+   ratio to ``transformers``.
+2. **A stage-1 exact scan** (Arithmetic-shaped, ``--n-prompts``) on each cel_lens model type: the
+   activation store's build, then all heads of ``--layers`` evenly spaced layers; a layer's cost is
+   affine in ``L - l``, so a least-squares line extrapolates to every layer. The floor is
+   ``(1 + N (L+1)/(2L))`` x the ``transformers`` pass; efficiency = floor / scan.
 
-Packages: what ``import transformer_lens`` and this script load is, on the lent H200's image, all
-there (torch with CUDA, transformers>=5.9, tokenizers, einops, jaxtyping, numpy, pandas, pyarrow,
-xxhash, fsspec, huggingface-hub, accelerate, sentencepiece, rich, tqdm) except five, to carry as
-wheels and install with ``--no-deps`` (versions as in this repository's environment):
-transformer-lens==3.9.0 better-abc==0.0.3 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19.
+It prints one JSON line and writes it to ``$OUT/gpu_scan.json`` when ``OUT`` is set (copy it to
+``benchmarks/gpu_scan.json``; ``python -m benchmarks.run --report-only`` adds it to RESULTS.md).
+About 3 minutes on an H200. The image there lacks a few packages: carry them as wheels, e.g. made
+here with ``pip download --no-deps --only-binary=:all: --python-version 3.12 -d gpu_wheels
+transformer-lens==3.9.0 better-abc==0.0.3 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19
+beartype typeguard fancy-einsum transformers-stream-generator`` and installed there with
+``python3 -m pip install -q --no-deps --no-index gpu_wheels/*.whl``.
 """
 
 from __future__ import annotations
@@ -38,10 +36,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
+import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
@@ -49,69 +50,17 @@ if str(REPO) not in sys.path:
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import warnings  # noqa: E402
 
 import torch  # noqa: E402
 
-warnings.filterwarnings("ignore", category=DeprecationWarning)
+warnings.filterwarnings("ignore")
 
 LLAMA_3_2_3B = dict(n_layers=28, d_model=3072, n_heads=24, d_head=128, n_kv_heads=8, d_mlp=8192, d_vocab=128256)
 TINY = dict(n_layers=4, d_model=64, n_heads=4, d_head=16, n_kv_heads=2, d_mlp=128, d_vocab=1024)
-
-def _data_dir(arg: Optional[str]) -> Optional[Path]:
-    from benchmarks.workload import default_data_dir
-
-    root = Path(arg) if arg else default_data_dir()
-    return root if root is not None and (root / "arithmetic").is_dir() else None
-
-
-def arithmetic_split(n: int, data_dir: Optional[Path], seed: int = 0):
-    """D_dist of ``n`` Arithmetic prompts: the real files when found, else synthetic ones."""
-    from benchmarks.workload import synthetic_arithmetic
-    from cel_lens.tasks import Example, Split, Task, load_task
-
-    if data_dir is not None:
-        return load_task("arithmetic", n_dist=n, n_test=16, seed=seed, data_dir=str(data_dir)).dist, "files"
-    pairs = synthetic_arithmetic(n + 16, seed)
-    examples = [Example(id=f"synthetic/{i}", prompt=p, target=t) for i, (p, t) in enumerate(pairs)]
-    task = Task(name="arithmetic", kind="exact_match", dist=Split("dist", tuple(examples[:n])),
-                test=Split("test", tuple(examples[n:])), metric="acc")
-    return task.dist, "synthetic"
-
-
-def build_model(shape: dict[str, int], tokenizer, device: str, dtype: torch.dtype, seed: int = 0):
-    """A random HookedTransformer of ``shape`` (Llama: RMSNorm, rotary base 500,000, gated SiLU MLP,
-    grouped-query attention), weights N(0, 0.02) drawn directly on ``device``."""
-    from transformer_lens import HookedTransformer, HookedTransformerConfig
-
-    cfg = HookedTransformerConfig(
-        n_layers=shape["n_layers"], d_model=shape["d_model"], n_heads=shape["n_heads"], d_head=shape["d_head"],
-        n_key_value_heads=shape["n_kv_heads"], d_mlp=shape["d_mlp"], d_vocab=shape["d_vocab"], n_ctx=2048,
-        act_fn="silu", gated_mlp=True, normalization_type="RMS", positional_embedding_type="rotary",
-        rotary_dim=shape["d_head"], rotary_base=500000, final_rms=True, original_architecture="LlamaForCausalLM",
-        default_prepend_bos=True, tokenizer_prepends_bos=False, device=device, dtype=dtype, seed=seed,
-        init_weights=False,
-    )
-    with torch.device(device):
-        model = HookedTransformer(cfg, tokenizer=tokenizer, default_padding_side="right", move_to_device=True)
-    gen = torch.Generator(device=device).manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if p.ndim >= 2:
-                p.copy_(torch.randn(p.shape, generator=gen, device=device, dtype=torch.float32).mul_(0.02).to(p.dtype))
-            elif name.endswith(".w"):  # RMSNorm gains
-                p.fill_(1.0)
-            else:
-                p.zero_()
-    model.eval()
-    return model
-
-
-def _sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
 
 
 def fit_extrapolate(times: dict[int, float], n_layers: int) -> float:
@@ -128,46 +77,235 @@ def fit_extrapolate(times: dict[int, float], n_layers: int) -> float:
     return float(sum(a + b * (n_layers - l) for l in range(n_layers)))
 
 
+def _tokenizer(shape: dict[str, int]):
+    """A small byte-level BPE (the models are random, token ids only need to be in range)."""
+    from benchmarks.workload import synthetic_arithmetic, train_bench_tokenizer
+
+    corpus = [p + a for p, a in synthetic_arithmetic(400, seed=1)]
+    return train_bench_tokenizer(corpus, vocab_size=min(1024, shape["d_vocab"]))
+
+
+def _random_(model: torch.nn.Module, seed: int) -> None:
+    """N(0, 0.02) matrices, unit norm gains, zero biases, drawn on the model's device."""
+    gen = torch.Generator(device=next(model.parameters()).device).manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.ndim >= 2:
+                p.copy_(torch.randn(p.shape, generator=gen, device=p.device, dtype=torch.float32).mul_(0.02).to(p.dtype))
+            elif name.endswith((".w", "norm.weight")):
+                p.fill_(1.0)
+            else:
+                p.zero_()
+
+
+def build_hooked(shape: dict[str, int], tokenizer, device: str, dtype: torch.dtype):
+    """A random HookedTransformer of ``shape`` (Llama: RMSNorm, rotary base 500,000, gated SiLU MLP, GQA)."""
+    from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+    cfg = HookedTransformerConfig(
+        n_layers=shape["n_layers"], d_model=shape["d_model"], n_heads=shape["n_heads"], d_head=shape["d_head"],
+        n_key_value_heads=shape["n_kv_heads"], d_mlp=shape["d_mlp"], d_vocab=shape["d_vocab"], n_ctx=2048,
+        act_fn="silu", gated_mlp=True, normalization_type="RMS", positional_embedding_type="rotary",
+        rotary_dim=shape["d_head"], rotary_base=500000, final_rms=True, original_architecture="LlamaForCausalLM",
+        default_prepend_bos=True, tokenizer_prepends_bos=False, device=device, dtype=dtype, init_weights=False,
+    )
+    with torch.device(device):
+        model = HookedTransformer(cfg, tokenizer=tokenizer, default_padding_side="right", move_to_device=True)
+    _random_(model, 0)
+    return model.eval()
+
+
+def build_hf_and_bridge(shape: dict[str, int], tokenizer, device: str, dtype: torch.dtype, root: Path):
+    """A random ``LlamaForCausalLM`` (SDPA) and a function that wraps it in a TransformerBridge
+    (after ``transformers`` has been timed: the bridge replaces its modules in place)."""
+    import transformers
+
+    config = transformers.LlamaConfig(
+        vocab_size=shape["d_vocab"], hidden_size=shape["d_model"], intermediate_size=shape["d_mlp"],
+        num_hidden_layers=shape["n_layers"], num_attention_heads=shape["n_heads"], num_key_value_heads=shape["n_kv_heads"],
+        head_dim=shape["d_head"], max_position_embeddings=2048, rms_norm_eps=1e-5, tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 500000.0}, bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+    )
+    config.architectures = ["LlamaForCausalLM"]
+    config._attn_implementation = "sdpa"
+    with torch.device(device):
+        hf = transformers.LlamaForCausalLM(config).to(dtype)
+    _random_(hf, 1)
+    hf.eval()
+    config.save_pretrained(root)  # the bridge reads the architecture from a local config, no weights
+    tokenizer.save_pretrained(root)
+
+    def bridge():
+        from cel_lens.model.convert import bridge_from_hf
+        from cel_lens.model.load import PROCESSING_DEFAULTS
+
+        return bridge_from_hf(str(root), hf, tokenizer, device, dtype, dict(PROCESSING_DEFAULTS), {})
+
+    return hf, bridge
+
+
+def split_of(n: int, lengths: tuple[int, int], seed: int, kind: str):
+    """``n`` examples of random words, ``lengths`` words per prompt: exact match (a short target)
+    or multiple choice (two one-token choices, BoolQ's shape). The models are random: only the
+    lengths matter."""
+    from cel_lens.tasks import Example, Split
+
+    rng = random.Random(seed)
+    words = ["alpha", "beta", "gamma", "delta", "one", "two", "three", "four", "plus", "minus", "is", "the"]
+    ex = []
+    for i in range(n):
+        text = " ".join(rng.choice(words) for _ in range(rng.randint(*lengths)))
+        if kind == "exact_match":
+            ex.append(Example(id=f"g/{i}", prompt=text + "\nAnswer:", target=" one two"))
+        else:
+            ex.append(Example(id=f"g/{i}", prompt=text + "\nAnswer:", choices=(" no", " yes"), label=i % 2))
+    return Split("dist", tuple(ex), task="gpu", kind=kind, metric="acc")
+
+
+def _timed(fn: Callable[[], Any], device: str, reps: int) -> float:
+    fn()
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def hf_pass(hf, batches) -> None:
+    """``transformers``' intact pass over cel_lens's batches (rows layout: right padded, causal; shared
+    layout: the contexts), scored positions unembedded."""
+    with torch.inference_mode():
+        for b in batches:
+            if b.rows is not None:
+                tokens, pos = b.rows.tokens, b.rows.positions
+            else:
+                tokens, pos = b.context_tokens, b.context_last[:, None]
+            tokens = tokens.to(hf.device)
+            hidden = hf.model(input_ids=tokens).last_hidden_state
+            hf.lm_head(hidden.gather(1, pos.to(hf.device)[..., None].expand(-1, -1, hidden.shape[-1]))).float().logsumexp(-1)
+
+
+def cel_pass(model, batches) -> None:
+    from cel_lens.evaluation.teacher_forced import batch_pass
+    from cel_lens.model import model_shape
+
+    masks = torch.zeros(1, *model_shape(model), dtype=torch.bool)
+    with torch.inference_mode():
+        for b in batches:
+            batch_pass(model, b, masks, 0, None)
+
+
+def forward_table(models: dict[str, Any], splits: dict[str, Any], device: str, reps: int, max_tokens: int,
+                  own: bool = True) -> dict:
+    """Seconds of one intact cel_lens pass per workload, model type, and stack or own forward."""
+    from cel_lens.evaluation import encode_split
+    from cel_lens.model import fused_attention
+
+    out: dict[str, dict[str, Any]] = {}
+    for key, split in splits.items():
+        ref_model = next(iter(models.values()))
+        batches = encode_split(ref_model, split, 1 << 20, max_tokens=max_tokens)
+        real = sum(b.real_tokens for b in batches)
+        row: dict[str, Any] = {"tokens_real": real, "tokens_padded": sum(b.padded_tokens for b in batches),
+                               "n_batches": len(batches)}
+        for name, model in models.items():
+            for fused in (True, False) if own else (True,):
+                with fused_attention(fused):
+                    mine = encode_split(model, split, 1 << 20, max_tokens=max_tokens)
+                    row[f"{name}_{'stack' if fused else 'own'}_s"] = _timed(lambda: cel_pass(model, mine), device, reps)
+        out[key] = row
+    return out
+
+
+def scan(model, split, layers: Sequence[int], batch_size: int, max_tokens: int, device: str) -> dict[str, Any]:
+    """Store build plus every head of ``layers``; the fit extrapolates to all layers."""
+    from cel_lens.evaluation import ActivationStore, evaluate
+    from cel_lens.heads import Head, HeadSet
+    from cel_lens.model import model_shape
+
+    L, H = model_shape(model)
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    evaluate(model, split.subset(min(len(split), batch_size)), [HeadSet([Head(0, 0)])], batch_size=batch_size,
+             max_tokens=max_tokens, progress=False)  # warm-up
+    sync()
+    t0 = time.perf_counter()
+    store = ActivationStore.build(model, split, batch_size=batch_size, max_tokens=max_tokens, device=device, progress=False)
+    sync()
+    store_s = time.perf_counter() - t0
+    times = {}
+    for layer in layers:
+        sets = [HeadSet([Head(layer, h)]) for h in range(H)]
+        t0 = time.perf_counter()
+        evaluate(model, split, sets, batch_size=batch_size, store=store, max_tokens=max_tokens, progress=False)
+        sync()
+        times[layer] = time.perf_counter() - t0
+    total = fit_extrapolate(times, L) + store_s
+    out = {"store_build_s": round(store_s, 4), "layer_times_s": {str(k): round(v, 4) for k, v in times.items()},
+           "scan_s": round(total, 3), "per_head_ms": round(1000 * (total - store_s) / (L * H), 3),
+           "store_bytes": store.bytes_used}
+    store.close()
+    return out
+
+
 def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
-    """Run the scan; print and return the JSON record."""
+    """Run everything; print and return the JSON record."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tiny", action="store_true", help="tiny shape on CPU (smoke test)")
-    ap.add_argument("--n-prompts", type=int, default=None, help="|D_dist| (default 2000; 64 with --tiny)")
-    ap.add_argument("--layers", default="7", help="'all', a count of evenly spaced layers, or a comma list")
-    ap.add_argument("--batch-size", type=int, default=64, help="examples per encoded batch")
-    ap.add_argument("--max-rows", type=int, default=None, help="rows per forward (default batch x heads)")
+    ap.add_argument("--n-prompts", type=int, default=None, help="scan |D_dist| (default 1024; 32 with --tiny)")
+    ap.add_argument("--layers", default="3", help="'all', a count of evenly spaced layers, or a comma list")
+    ap.add_argument("--batch-size", type=int, default=256, help="examples per encoded batch (cap)")
+    ap.add_argument("--max-tokens", type=int, default=None, help="padded positions per forward (default 65,536)")
+    ap.add_argument("--reps", type=int, default=5, help="timed repetitions of each pass")
     ap.add_argument("--dtype", default="bfloat16")
-    ap.add_argument("--peak-tflops", type=float, default=790.0, help="dense bf16 peak of the GPU")
-    ap.add_argument("--budget-s", type=float, default=300.0, help="stop measuring more layers after this")
-    ap.add_argument("--data-dir", default=None)
-    ap.add_argument("--synthetic", action="store_true", help="generated prompts even when the files exist")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--naive-heads", type=int, default=1, help="heads the naive loop times (0: skip it)")
-    ap.add_argument("--naive-prompts", type=int, default=512, help="prompts the naive loop runs on")
+    ap.add_argument("--skip-own", action="store_true", help="time only the stack (not the models' own forwards)")
     args = ap.parse_args(argv)
 
     t_start = time.perf_counter()
-    from benchmarks.measure import intact_pass_seconds, scan_flops
-    from benchmarks.workload import train_bench_tokenizer
-    from cel_lens.evaluation import evaluate
-    from cel_lens.heads import Head, HeadSet
-    from cel_lens.evaluation import ActivationStore
+    from cel_lens.model import model_shape
 
     shape = TINY if args.tiny else LLAMA_3_2_3B
     device = "cpu" if args.tiny else "cuda"
     if device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("no CUDA device: run with --tiny for a CPU smoke test")
     dtype = torch.float32 if args.tiny else getattr(torch, args.dtype)
-    n = args.n_prompts or (64 if args.tiny else 2000)
+    n = args.n_prompts or (32 if args.tiny else 1024)
+    max_tokens = args.max_tokens or (2048 if args.tiny else 65536)
+    reps = 2 if args.tiny else args.reps
     L, H = shape["n_layers"], shape["n_heads"]
-
-    split, source = arithmetic_split(n, None if args.synthetic else _data_dir(args.data_dir), args.seed)
-    tokenizer = train_bench_tokenizer([e.prompt + (e.target or "") for e in split], vocab_size=4096)
+    tokenizer = _tokenizer(shape)
+    root = Path(tempfile.mkdtemp(prefix="cel_lens_gpu_"))
     t0 = time.perf_counter()
-    model = build_model(shape, tokenizer, device, dtype, args.seed)
-    _sync(device)
+    hooked = build_hooked(shape, tokenizer, device, dtype)
+    hf, make_bridge = build_hf_and_bridge(shape, tokenizer, device, dtype, root)
     build_s = time.perf_counter() - t0
+    lo = (12, 20)
+    splits = {"arithmetic_shaped": split_of(n, lo, 0, "exact_match"),
+              "boolq_shaped": split_of(max(8, n // 8), (40, 300), 1, "multiple_choice")}
+    record: dict[str, Any] = {"benchmark": "gpu_scan", "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+                              "torch": torch.__version__, "shape": shape, "dtype": str(dtype), "n_prompts": n,
+                              "max_tokens": max_tokens, "batch_size": args.batch_size, "model_build_s": round(build_s, 2)}
+    # transformers first: the bridge then takes over the same modules
+    hf_times = {}
+    for key, split in splits.items():
+        from cel_lens.evaluation import encode_split
 
+        batches = encode_split(hooked, split, 1 << 20, max_tokens=max_tokens)
+        hf_times[key] = _timed(lambda: hf_pass(hf, batches), device, reps)
+    bridge = make_bridge()
+    models = {"hooked": hooked, "bridge": bridge}
+    table = forward_table(models, splits, device, reps, max_tokens, own=not args.skip_own)
+    for key, row in table.items():
+        row["transformers_sdpa_s"] = hf_times[key]
+        for k in [k for k in row if k.endswith("_s")]:
+            row[k[:-2] + "_tokens_per_s"] = round(row["tokens_real"] / row[k], 1)
+            row[k[:-2] + "_vs_transformers"] = round(row[k] / hf_times[key], 3)
+    record["one_pass"] = table
     if args.layers == "all":
         layers = list(range(L))
     elif "," in args.layers:
@@ -175,98 +313,16 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
     else:
         k = max(1, min(L, int(args.layers)))
         layers = sorted({round(i * (L - 1) / max(1, k - 1)) for i in range(k)})
-    max_rows = args.max_rows or args.batch_size * H
-
-    # warm-up (kernel selection, allocator) on a small slice, outside every timing
-    evaluate(model, split.subset(min(len(split), args.batch_size)), [HeadSet([Head(0, 0)])],
-             batch_size=args.batch_size, max_rows=max_rows, progress=False)
-    _sync(device)
-    if device == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-
-    t0 = time.perf_counter()
-    store = ActivationStore.build(model, split, batch_size=args.batch_size, device=device, progress=False)
-    _sync(device)
-    store_s = time.perf_counter() - t0
-
-    times: dict[int, float] = {}
-    for layer in layers:
-        if times and time.perf_counter() - t_start > args.budget_s:
-            break
-        sets = [HeadSet([Head(layer, h)]) for h in range(H)]
-        t0 = time.perf_counter()
-        evaluate(model, split, sets, batch_size=args.batch_size, store=store, max_rows=max_rows, progress=False)
-        _sync(device)
-        times[layer] = time.perf_counter() - t0
-
-    # the floor's intact pass at the scan's batch shape, on evenly spaced batches (at most 4: each
-    # is repeated ``repeat`` times), scaled to the whole split by padded tokens
-    repeat = max(1, min(H, max_rows // max(1, args.batch_size)))
-    sample = store.batches[:: max(1, len(store.batches) // 4)][:4]
-    scale = sum(b.rows.tokens.numel() for b in store.batches) / sum(b.rows.tokens.numel() for b in sample)
-    floor_runs = []
-    for _ in range(3):
-        floor_runs.append(intact_pass_seconds(model, sample, repeat=repeat) * scale)
-        _sync(device)
-    intact_pass = sorted(floor_runs)[1]
-
-    # the naive loop (benchmarks/naive.py: batch 8, full passes, KV-cached greedy generation) on a
-    # prefix of the prompts, the intact model and ``--naive-heads`` heads; its cost per evaluation
-    # does not depend on the head, and is scaled to the whole split by prompt count
-    naive = None
-    if args.naive_heads > 0:
-        from benchmarks.naive import naive_scan
-
-        sub = split.subset(min(len(split), args.naive_prompts))
-        heads = [(0, 0), (L - 1, H - 1), (L // 2, H // 2)][: args.naive_heads]
-        t0 = time.perf_counter()
-        naive_scan(model, sub, heads, batch_size=8)
-        _sync(device)
-        per_eval = (time.perf_counter() - t0) / (len(heads) + 1) * len(split) / len(sub)
-        naive = {"naive_prompts": len(sub), "naive_evals": len(heads) + 1, "naive_eval_s": round(per_eval, 3),
-                 "naive_scan_s": round(per_eval * (L * H + 1), 1)}
-
-    scan_s = fit_extrapolate(times, L) + store_s
-    floor_s = intact_pass * L * H * (L + 1) / (2 * L)
-    real_tokens = sum(int(b.rows.attention_mask.sum()) for b in store.batches)
-    padded_tokens = sum(b.rows.tokens.numel() for b in store.batches)
-    measured_flops = scan_flops(model.cfg, store.batches, [l for l in times for _ in range(H)])
-    measured_s = sum(times.values())
-    full_flops = scan_flops(model.cfg, store.batches, [0] + [l for l in range(L) for _ in range(H)])
-    record = {
-        "benchmark": "gpu_scan",
-        "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
-        "torch": torch.__version__,
-        "shape": shape,
-        "dtype": str(dtype),
-        "n_prompts": len(split),
-        "prompts": source,
-        "batch_size": args.batch_size,
-        "max_rows": max_rows,
-        "real_tokens": real_tokens,
-        "padded_tokens": padded_tokens,
-        "model_build_s": round(build_s, 3),
-        "store_build_s": round(store_s, 4),
-        "store_bytes": store.bytes_used,
-        "layers_measured": sorted(times),
-        "heads_measured": len(times) * H,
-        "layer_times_s": {str(k): round(v, 4) for k, v in times.items()},
-        "extrapolated": len(times) < L,
-        "scan_s": round(scan_s, 3),
-        "per_head_ms": round(1000 * (scan_s - store_s) / (L * H), 3),
-        "tokens_per_s": round(L * H * real_tokens / scan_s, 1),
-        "measured_tflops": round(measured_flops / measured_s / 1e12, 2),
-        "scan_tflops": round(full_flops / scan_s / 1e12, 2),
-        "peak_tflops": args.peak_tflops,
-        "fraction_of_peak": round(full_flops / scan_s / 1e12 / args.peak_tflops, 4),
-        "intact_pass_s": round(intact_pass, 4),
-        "floor_s": round(floor_s, 3),
-        "efficiency": round(floor_s / scan_s, 4),
-        "peak_gpu_bytes": torch.cuda.max_memory_allocated() if device == "cuda" else None,
-        **(naive or {}),
-        "ratio_vs_naive": round(naive["naive_scan_s"] / scan_s, 1) if naive else None,
-        "wall_s": round(time.perf_counter() - t_start, 1),
-    }
+    floor_s = hf_times["arithmetic_shaped"] * (1 + L * H * (L + 1) / (2 * L))
+    record["scan_floor_s"] = round(floor_s, 3)
+    for name, model in models.items():
+        res = scan(model, splits["arithmetic_shaped"], layers, args.batch_size, max_tokens, device)
+        res["efficiency"] = round(floor_s / res["scan_s"], 4)
+        record[f"scan_{name}"] = res
+    record["layers_measured"] = layers
+    record["peak_gpu_bytes"] = torch.cuda.max_memory_allocated() if device == "cuda" else None
+    record["wall_s"] = round(time.perf_counter() - t_start, 1)
+    assert model_shape(hooked) == (L, H)
     line = json.dumps(record)
     print(line, flush=True)
     out = os.environ.get("OUT")

@@ -16,6 +16,8 @@ import torch
 __all__ = [
     "Measurement",
     "measure",
+    "cpu_seconds",
+    "own_pass_seconds",
     "rss_bytes",
     "reset_peak_rss",
     "release_free_memory",
@@ -75,18 +77,26 @@ class Measurement:
     value: Any = None
 
 
+def cpu_seconds() -> float:
+    """CPU time of this process (all threads) and of its finished child processes (the sandbox
+    that judges generated code)."""
+    t = os.times()
+    return time.process_time() + t.children_user + t.children_system
+
+
 def measure(fn: Callable[[], Any]) -> Measurement:
-    """Run ``fn`` once; wall time (``perf_counter``), process CPU time (all threads), and the peak
-    resident memory it added (reset before, read after)."""
+    """Run ``fn`` once; wall time (``perf_counter``), CPU time (this process's threads and its
+    finished children, :func:`cpu_seconds`), and the peak resident memory it added (reset before,
+    read after)."""
     import gc
 
     gc.collect()
     release_free_memory()
     exact_peak = reset_peak_rss()
     base, _ = rss_bytes()
-    c0, t0 = time.process_time(), time.perf_counter()
+    c0, t0 = cpu_seconds(), time.perf_counter()
     value = fn()
-    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0
     _, peak = rss_bytes()
     delta = peak - base if (exact_peak and peak is not None and base is not None) else None
     return Measurement(wall, cpu, delta, value)
@@ -133,6 +143,21 @@ def intact_pass_seconds(model, batches: Sequence, repeat: int = 1, clock: str = 
     if device.type == "cuda":
         torch.cuda.synchronize()
     return (timer() - t0) / repeat
+
+
+def own_pass_seconds(model, batches: Sequence, repeat: int = 1) -> float:
+    """CPU seconds of one intact cel_lens pass over encoded ``batches`` (any layout), each batch run
+    as ``repeat`` intact variants in one forward (the scan's forward shape), divided by ``repeat``."""
+    from cel_lens.evaluation.teacher_forced import batch_pass
+    from cel_lens.model import model_shape
+
+    n_layers, n_heads = model_shape(model)
+    masks = torch.zeros(repeat, n_layers, n_heads, dtype=torch.bool)
+    t0 = cpu_seconds()
+    with torch.inference_mode():
+        for batch in batches:
+            batch_pass(model, batch, masks, 0, None)
+    return (cpu_seconds() - t0) / repeat
 
 
 def layer_flops(cfg, rows: int, width: int, keys: Optional[int] = None) -> float:

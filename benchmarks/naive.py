@@ -128,7 +128,8 @@ def _encode(model, split) -> _Encoded:
         contexts.append(pairs[0][0])
         conts.append([c for _, c in pairs])
         labels.append(0 if ex.label is None else int(ex.label))
-        chars.append([len(o) for o in options])
+        # acc_norm divides by the choice's characters without its delimiting space (lm-eval's rule)
+        chars.append(list(ex.meta.get("choice_chars") or [len(o[1:]) if o.startswith(" ") else len(o) for o in options]))
     return _Encoded(contexts, conts, labels, chars)
 
 

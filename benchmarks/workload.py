@@ -2,8 +2,10 @@
 
 Everything is built locally (no hub): the tokenizer is a byte-level BPE trained on the offline task
 files themselves, with digits split one per token as Qwen2.5's tokenizer does (so an Arithmetic
-answer is several tokens, as with the paper's models); the model is
-:func:`cel_lens.testing.tiny_hooked_transformer` at a larger shape.
+answer is several tokens, as with the paper's models), that prepends BOS (as Llama's does); the
+model is a random Llama checkpoint in Hugging Face's format (:func:`bench_checkpoint`), which every
+implementation reads: TransformerLens's HookedTransformer, a TransformerBridge, ``transformers``
+itself (the floor) and lm-evaluation-harness.
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ __all__ = [
     "boolq_task",
     "self_labelled",
     "synthetic_arithmetic",
+    "bench_checkpoint",
+    "hellaswag_shaped_task",
+    "mbpp_task",
 ]
 
 REPO = Path(__file__).resolve().parents[1]
@@ -46,13 +51,20 @@ def default_data_dir() -> Optional[Path]:
 
 
 def task_corpus(data_dir: Path, max_boolq: int = 3270) -> Iterator[str]:
-    """Texts to train the benchmark tokenizer on: every Arithmetic context and completion and the
-    BoolQ validation passages and questions (files under ``data_dir``)."""
+    """Texts to train the benchmark tokenizer on: every Arithmetic context and completion, the MBPP
+    problems and solutions, and the BoolQ validation passages and questions (files under
+    ``data_dir``)."""
     for path in sorted((data_dir / "arithmetic").glob("*.jsonl")):
         for line in path.read_text(encoding="utf-8").splitlines():
             if line.strip():
                 row = json.loads(line)
                 yield row["context"] + row["completion"]
+    mbpp = data_dir / "mbpp" / "mbpp.jsonl"
+    if mbpp.is_file():
+        for line in mbpp.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                row = json.loads(line)
+                yield row["text"] + "\n" + "\n".join(row["test_list"]) + "\n" + row["code"]
     boolq = data_dir / "boolq" / "dev.jsonl"
     if boolq.is_file():
         for i, line in enumerate(boolq.read_text(encoding="utf-8").splitlines()):
@@ -65,9 +77,10 @@ def task_corpus(data_dir: Path, max_boolq: int = 3270) -> Iterator[str]:
 
 def train_bench_tokenizer(corpus: Iterable[str], vocab_size: int = 4096):
     """A byte-level BPE tokenizer of at most ``vocab_size`` tokens trained on ``corpus``, digits one
-    per token (Qwen2.5's convention), BOS/EOS/PAD specials; saved and reloaded from a temporary
-    directory (TransformerLens re-reads tokenizers by path)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    per token (Qwen2.5's convention), BOS/EOS/PAD specials, BOS prepended on encoding with special
+    tokens (as Llama's); saved and reloaded from a temporary directory (TransformerLens re-reads
+    tokenizers by path)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
@@ -82,6 +95,10 @@ def train_bench_tokenizer(corpus: Iterable[str], vocab_size: int = 4096):
         show_progress=False,
     )
     tok.train_from_iterator(list(corpus), trainer)
+    bos = tok.token_to_id("<|bos|>")
+    tok.post_processor = processors.TemplateProcessing(
+        single="<|bos|> $A", pair="<|bos|> $A <|bos|> $B", special_tokens=[("<|bos|>", bos)]
+    )
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok, bos_token="<|bos|>", eos_token="<|endoftext|>", pad_token="<|pad|>"
     )
@@ -235,3 +252,95 @@ def synthetic_arithmetic(n: int, seed: int = 0) -> list[tuple[str, str]]:
             question = f"{a} {op} {b}"
         out.append((f"Question: What is {question}?\nAnswer:", f" {answer}"))
     return out
+
+
+def bench_checkpoint(
+    root: Path,
+    tokenizer,
+    *,
+    n_layers: int = 8,
+    n_heads: int = 8,
+    d_head: int = 64,
+    n_kv_heads: int = 4,
+    n_ctx: int = 2048,
+    seed: int = 0,
+) -> Path:
+    """A random Llama checkpoint (``d_mlp = 2 d_model``, grouped-query attention, untied
+    embeddings) with ``tokenizer``, written under ``root`` once per shape: weights N(0, 1/fan_in),
+    embeddings N(0, 1), norm gains 1 + 0.1 N(0, 1), so that single heads move decisions."""
+    import torch
+    import transformers
+
+    name = f"llama_{n_layers}x{n_heads}_d{d_head}_kv{n_kv_heads}_v{len(tokenizer)}_s{seed}"
+    path = Path(root) / name
+    if (path / "config.json").is_file() and (path / "tokenizer.json").is_file():
+        return path
+    d_model = n_heads * d_head
+    config = transformers.LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=d_model, intermediate_size=2 * d_model, num_hidden_layers=n_layers,
+        num_attention_heads=n_heads, num_key_value_heads=n_kv_heads, head_dim=d_head, max_position_embeddings=n_ctx,
+        rms_norm_eps=1e-6, tie_word_embeddings=False, bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+    )
+    config.architectures = ["LlamaForCausalLM"]
+    torch.manual_seed(seed)
+    model = transformers.LlamaForCausalLM(config)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for pname, p in model.named_parameters():
+            noise = torch.randn(p.shape, generator=gen)
+            if pname.endswith("norm.weight"):
+                p.copy_(1.0 + 0.1 * noise)
+            elif "embed_tokens" in pname:
+                p.copy_(noise)
+            else:
+                p.copy_(noise / p.shape[-1] ** 0.5)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def hellaswag_shaped_task(n_dist: int, n_test: int = 8, seed: int = 0, data_dir: Optional[Path] = None) -> Task:
+    """Multiple choice with HellaSwag's shape: a context of 25 to 110 words, four endings of 8 to 35
+    words each, one labelled, scored by ``acc_norm``. Real HellaSwag is not available offline, so
+    the words are runs of real English text from BoolQ validation passages (seeded), the label is
+    drawn at random: the workload's lengths and protocol are HellaSwag's, its content is not."""
+    root = data_dir or default_data_dir()
+    path = None if root is None else root / "boolq" / "dev.jsonl"
+    if path is None or not path.is_file():
+        raise FileNotFoundError("no offline BoolQ validation file to draw text from (boolq/dev.jsonl)")
+    words = []
+    for line in path.read_text(encoding="utf-8").splitlines()[:600]:
+        if line.strip():
+            words.extend(json.loads(line)["passage"].split())
+    rng = random.Random(seed)
+
+    def run(lo: int, hi: int) -> str:
+        n = rng.randint(lo, hi)
+        start = rng.randrange(0, len(words) - n)
+        return " ".join(words[start : start + n])
+
+    examples = []
+    for i in range(n_dist + n_test):
+        endings = [" " + run(8, 35) for _ in range(4)]
+        examples.append(
+            Example(id=f"hellaswag_shaped/{i}", prompt=run(25, 110), choices=tuple(endings), label=rng.randrange(4),
+                    meta={"choice_chars": tuple(len(e) - 1 for e in endings)})
+        )
+    return Task(
+        name="hellaswag", kind="multiple_choice", dist=Split("dist", tuple(examples[:n_dist])),
+        test=Split("test", tuple(examples[n_dist:])), metric="acc_norm",
+        options={"seed": seed, "source": "HellaSwag-shaped: words from boolq/dev.jsonl passages"},
+    )
+
+
+def mbpp_task(n_dist: int, max_new_tokens: int, seed: int = 0, data_dir: Optional[Path] = None) -> Task:
+    """MBPP (3-shot, judged in the sandbox) with ``n_dist`` discovery problems and a smaller token
+    budget (a CPU benchmark); the judge needs ``CEL_LENS_ALLOW_CODE_EXECUTION=1``."""
+    from cel_lens.tasks import load_task
+
+    root = data_dir or default_data_dir()
+    if root is None or not (root / "mbpp").is_dir():
+        raise FileNotFoundError("no offline MBPP files (mbpp/)")
+    task = load_task("mbpp", n_dist=n_dist, n_test=4, seed=seed, data_dir=str(root))
+    return replace(task, options={**task.options, "max_new_tokens": int(max_new_tokens)})

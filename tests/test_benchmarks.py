@@ -140,9 +140,98 @@ def test_gpu_scan_tiny_smoke(monkeypatch, tmp_path):
     from benchmarks.gpu_scan import main
 
     monkeypatch.setenv("OUT", str(tmp_path))
-    record = main(["--tiny", "--n-prompts", "16", "--layers", "2", "--batch-size", "8", "--synthetic"])
-    assert record["prompts"] == "synthetic" and record["n_prompts"] == 16
-    assert record["layers_measured"] == [0, 3] and record["heads_measured"] == 8 and record["extrapolated"]
-    assert record["scan_s"] > record["store_build_s"] > 0
-    assert record["store_bytes"] > 0 and record["efficiency"] > 0
+    record = main(["--tiny", "--n-prompts", "8", "--layers", "2", "--reps", "1", "--skip-own"])
+    assert record["n_prompts"] == 8 and record["layers_measured"] == [0, 3]
+    for kind in ("hooked", "bridge"):
+        assert record[f"scan_{kind}"]["scan_s"] > record[f"scan_{kind}"]["store_build_s"] > 0
+        assert record[f"scan_{kind}"]["efficiency"] > 0
+        for key in ("arithmetic_shaped", "boolq_shaped"):
+            assert record["one_pass"][key][f"{kind}_stack_s"] > 0
+    assert record["one_pass"]["boolq_shaped"]["transformers_sdpa_s"] > 0
     assert json.loads((tmp_path / "gpu_scan.json").read_text()) == record
+
+
+def test_floor_buckets_hand_computed():
+    from benchmarks.floor import buckets
+
+    # longest first; 10 % padding at most; 0 = one example per batch
+    assert buckets([10, 30, 29, 9, 28], 1000) == [[1, 2, 4], [0, 3]]
+    assert buckets([10, 30, 29], 0) == [[1], [2], [0]]
+    assert buckets([30, 30, 30], 60) == [[0, 1], [2]]
+
+
+def test_floor_pass_and_lm_eval_task(model, tmp_path):
+    """The transformers floor runs on each layout; the lm-eval task file holds the split's examples."""
+    from benchmarks.floor import encode_for_floor, hf_floor
+    from benchmarks.lm_eval_loop import write_task
+
+    task, _ = _arithmetic(model, 8)
+    hs = Split("dist", tuple(Example(f"h/{i}", f"a b c {i}", choices=(" x y", " z", " w v u", " q"), label=i % 4)
+                             for i in range(4)), task="hellaswag", kind="multiple_choice", metric="acc_norm")
+
+    class Hf(torch.nn.Module):  # transformers' interface over the tiny HookedTransformer
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+            self.model = self
+            self.config = SimpleNamespace(num_hidden_layers=m.cfg.n_layers)
+
+        def forward(self, input_ids, **kw):
+            from cel_lens.model import forward_resid
+
+            return SimpleNamespace(last_hidden_state=forward_resid(model, input_ids))
+
+        def lm_head(self, x):
+            from cel_lens.model import unembed
+
+            return unembed(model, x)
+
+    out = hf_floor(Hf(model), encode_for_floor(model, task.dist), pad=0, budgets=(0, 256), reps=1)
+    assert out["best"].startswith("rows/") and out["pass_cpu_s"] > 0
+    yaml = write_task(hs, "t_hs", tmp_path).read_text()
+    assert "output_type: multiple_choice" in yaml and "acc_norm" in yaml and 'target_delimiter: " "' in yaml
+    rows = [json.loads(line) for line in (tmp_path / "t_hs.jsonl").read_text().splitlines()]
+    assert rows[0] == {"prompt": "a b c 0", "choices": ["x y", "z", "w v u", "q"], "label": 0}
+    yaml = write_task(task.dist, "t_ar", tmp_path).read_text()
+    assert "output_type: loglikelihood" in yaml and "metric: acc" in yaml
+
+
+def test_floor_layouts_score_as_one_by_one_transformers(tiny_checkpoints):
+    """Every layout and budget of the floor (rows or shared contexts, several batches) gives each
+    choice the log-likelihood of a plain one-example ``transformers`` forward."""
+    from benchmarks.floor import hf_causal_lm, hf_loglikelihoods
+
+    hf = hf_causal_lm(tiny_checkpoints["qwen2"]).eval()
+    rng = torch.Generator().manual_seed(0)
+    encoded = [(torch.randint(3, 200, (n,), generator=rng).tolist(),
+                [torch.randint(3, 200, (m,), generator=rng).tolist() for m in (1, 3, 2, 3)])
+               for n in (5, 17, 9, 16, 30)]
+    ref = {}
+    with torch.inference_mode():
+        for e, (ctx, conts) in enumerate(encoded):
+            for c, cont in enumerate(conts):
+                ids = torch.tensor([ctx + cont[:-1]])
+                logp = hf(input_ids=ids).logits[0].float().log_softmax(-1)
+                ref[(e, c)] = sum(float(logp[len(ctx) - 1 + t, tok]) for t, tok in enumerate(cont))
+    for shared in (False, True):
+        for budget in (0, 64, 4096):
+            got = hf_loglikelihoods(hf, encoded, shared=shared, max_tokens=budget, pad=0)
+            assert got.keys() == ref.keys()
+            assert max(abs(got[k] - ref[k]) for k in ref) < 1e-4, (shared, budget)
+
+
+def test_lm_eval_loop_decisions_equal_cel_lens(tiny_checkpoints):
+    """lm-evaluation-harness over the same examples, one call per head, decides as cel_lens does."""
+    pytest.importorskip("lm_eval")
+    from benchmarks.floor import hf_causal_lm
+    from benchmarks.lm_eval_loop import LmEvalLoop
+    from cel_lens.backends import LocalOracle
+    from cel_lens.model import load_model
+
+    path = tiny_checkpoints["qwen2"]
+    model = load_model(str(path), loader="bridge", device="cpu")
+    task = _boolq(8)
+    loop = LmEvalLoop(hf_causal_lm(path), model.tokenizer, task.dist, "t_boolq")
+    got = loop.scan([(0, 1), (2, 3)])
+    ref = LocalOracle(model, task, progress=False).evaluate("dist", [HeadSet(), HeadSet([Head(0, 1)]), HeadSet([Head(2, 3)])])
+    assert torch.equal(got["intact"], ref[0]) and torch.equal(got["correct"], ref[1:])

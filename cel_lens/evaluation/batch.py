@@ -9,7 +9,10 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-__all__ = ["TeacherForced", "EncodedBatch", "teacher_forced_rows", "build_batch"]
+__all__ = ["TeacherForced", "EncodedBatch", "teacher_forced_rows", "build_batch", "length_groups", "MAX_PADDING"]
+
+MAX_PADDING = 0.1
+"""Largest share of a batch's (or a continuation group's) positions that may be padding."""
 
 Encoded = tuple[list[int], list[list[int]], int, list[int]]
 """One encoded example: context ids, continuation ids per choice, label, choice lengths in characters."""
@@ -43,10 +46,11 @@ class EncodedBatch:
     examples to their index in the split. Two layouts hold the model inputs:
 
     * ``"rows"``: :class:`TeacherForced` ``rows``, one right-padded sequence per row;
-    * ``"shared"`` (multiple choice): each prompt once, left padded (``context_tokens``), and each
+    * ``"shared"`` (multiple choice): each prompt once, right padded (``context_tokens``), and each
       choice's tokens but its last as a right-padded continuation (``cont_tokens``, zero width when
-      every choice is one token). ``targets[r, 0]`` is scored at the prompt's last position and
-      ``targets[r, j]`` at continuation position ``j - 1``.
+      every choice is one token) that follows its prompt's last real token. ``targets[r, 0]`` is
+      scored at the prompt's last position (``context_last``) and ``targets[r, j]`` at continuation
+      position ``j - 1``.
 
     ``answer`` holds one :class:`TeacherForced` row per example for the correct continuation (the
     target, or the labelled choice): what :func:`logprob_metric` differentiates.
@@ -73,6 +77,38 @@ class EncodedBatch:
         return "rows" if self.rows is not None else "shared"
 
     @property
+    def context_last(self) -> Int[Tensor, " example"]:
+        """Position of each prompt's last real token (``"shared"`` layout)."""
+        assert self.context_mask is not None
+        return self.context_mask.sum(-1) - 1
+
+    @property
+    def padded_tokens(self) -> int:
+        """Positions one intact pass over the batch computes (padding included)."""
+        if self.rows is not None:
+            return int(self.rows.tokens.numel())
+        assert self.context_tokens is not None and self.cont_tokens is not None
+        return int(self.context_tokens.numel() + self.cont_tokens.numel())
+
+    @property
+    def computed_tokens(self) -> int:
+        """Positions one intact pass computes: :attr:`padded_tokens`, less the continuation padding
+        that running continuations in groups of like length (:func:`length_groups`) skips."""
+        if self.rows is not None:
+            return self.padded_tokens
+        assert self.context_tokens is not None and self.cont_mask is not None
+        lengths = self.cont_mask.sum(1).tolist()
+        return int(self.context_tokens.numel()) + sum(len(g) * int(lengths[g[0]]) for g in length_groups(lengths))
+
+    @property
+    def real_tokens(self) -> int:
+        """Positions of real tokens among :attr:`padded_tokens`."""
+        if self.rows is not None:
+            return int(self.rows.attention_mask.sum())
+        assert self.context_mask is not None and self.cont_mask is not None
+        return int(self.context_mask.sum() + self.cont_mask.sum())
+
+    @property
     def n_examples(self) -> int:
         """Examples in the batch."""
         return int(self.example_index.shape[0])
@@ -91,7 +127,28 @@ class EncodedBatch:
         return [(*self.context_tokens.shape, d_model), (*self.cont_tokens.shape, d_model)]
 
 
+def length_groups(lengths: Sequence[int]) -> list[list[int]]:
+    """Indices of the non-zero ``lengths``, longest first, cut into groups padded at most
+    :data:`MAX_PADDING` (a group closes before the row that would
+    push it over)."""
+    order = [i for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]) if lengths[i] > 0]
+    groups: list[list[int]] = []
+    real = 0
+    for i in order:
+        if groups:
+            cur = groups[-1]
+            padded = lengths[cur[0]] * (len(cur) + 1)
+            if padded - real - lengths[i] <= MAX_PADDING * padded:
+                cur.append(i)
+                real += lengths[i]
+                continue
+        groups.append([i])
+        real = lengths[i]
+    return groups
+
+
 def teacher_forced_rows(pairs: Sequence[tuple[list[int], list[int]]], pad: int) -> TeacherForced:
+    """Right-padded rows ``context + continuation[:-1]`` of (context, continuation) id pairs."""
     n = len(pairs)
     seqs = [ctx + cont[:-1] for ctx, cont in pairs]
     width = max(len(s) for s in seqs)
@@ -113,6 +170,8 @@ def teacher_forced_rows(pairs: Sequence[tuple[list[int], list[int]]], pad: int) 
 def build_batch(
     kind: str, index: list[int], encoded: list[tuple[list[int], list[list[int]], int, list[int]]], pad: int, shared: bool
 ) -> EncodedBatch:
+    """The :class:`EncodedBatch` of encoded examples (``index``: their positions in the split), in
+    the ``"shared"`` layout when ``shared`` (multiple choice), else ``"rows"``."""
     row_example, row_choice, chars, pairs = [], [], [], []
     for b, (ctx, conts, _, lens) in enumerate(encoded):
         for c, cont in enumerate(conts):
@@ -140,8 +199,8 @@ def build_batch(
     context = torch.full((n, width), pad, dtype=torch.long)
     context_mask = torch.zeros((n, width), dtype=torch.long)
     for b, (ctx, *_) in enumerate(encoded):
-        context[b, width - len(ctx) :] = torch.tensor(ctx)
-        context_mask[b, width - len(ctx) :] = 1
+        context[b, : len(ctx)] = torch.tensor(ctx)
+        context_mask[b, : len(ctx)] = 1
     cont_tokens = torch.full((r, k - 1), pad, dtype=torch.long)
     cont_mask = torch.zeros((r, k - 1), dtype=torch.long)
     targets = torch.zeros((r, k), dtype=torch.long)

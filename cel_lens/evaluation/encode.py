@@ -4,7 +4,9 @@ Prompt and continuation are split as lm-eval's ``_encode_pair`` does (trailing w
 context moves to the continuation; the continuation's tokens are those of the joint text after the
 context's own), the context is left-truncated to fit the model, and an optional chat template wraps
 the prompt as one user turn. :func:`encode_split` orders a split longest first and cuts it into
-:class:`~cel_lens.evaluation.batch.EncodedBatch` es.
+:class:`~cel_lens.evaluation.batch.EncodedBatch` es of similar lengths: each batch holds at most
+``batch_size`` examples and ``max_tokens`` padded positions, and at most :data:`MAX_PADDING` of
+its positions are padding (a batch closes before an example that would push it over).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 
-from cel_lens.evaluation.batch import Encoded, EncodedBatch, build_batch
+from cel_lens.evaluation.batch import MAX_PADDING, Encoded, EncodedBatch, build_batch, length_groups
 from cel_lens.model.bos import bos_prefix, prompt_ids
 from cel_lens.model.forward import init_kv_cache
 from cel_lens.tasks.base import Example, Split
@@ -26,7 +28,19 @@ __all__ = [
     "split_kind",
     "chat_choice",
     "encode_split",
+    "default_max_tokens",
+    "cut_batches",
+    "MAX_PADDING",
+    "TOKENS_PER_EXAMPLE",
 ]
+
+TOKENS_PER_EXAMPLE = 512
+"""Padded positions of one forward pass per example of ``batch_size``, unless ``max_tokens`` is given."""
+
+
+def default_max_tokens(batch_size: int) -> int:
+    """Padded positions (rows x width, variants included) one forward pass holds by default."""
+    return TOKENS_PER_EXAMPLE * int(batch_size)
 
 
 def _tokenizer(model):
@@ -155,6 +169,63 @@ def _encode_example(model, ex: Example, kind: str, chat: bool) -> Encoded:
     return ctx, conts, label, [int(n) for n in lengths]
 
 
+def cut_batches(
+    encoded: Sequence[Encoded], order: Sequence[int], shared: bool, batch_size: int, max_tokens: int
+) -> list[list[int]]:
+    """Cut ``order`` (indices of ``encoded``, longest first) into consecutive batches: a batch
+    closes before the example that would make it exceed ``batch_size`` examples, ``max_tokens``
+    computed positions or :data:`MAX_PADDING` padding (positions as
+    :attr:`~cel_lens.evaluation.batch.EncodedBatch.computed_tokens` counts them). Depends only on the examples from a batch's
+    start on, so a run of whole batches re-cuts the same way."""
+    batches: list[list[int]] = []
+    current: list[int] = []
+    cost = _Cost(shared)
+    for i in order:
+        if current:
+            padded, real = cost.with_example(encoded[i])
+            if len(current) >= batch_size or padded > max_tokens or padded - real > MAX_PADDING * padded:
+                batches.append(current)
+                current, cost = [], _Cost(shared)
+        current.append(i)
+        cost.add(encoded[i])
+    if current:
+        batches.append(current)
+    return batches
+
+
+class _Cost:
+    """Positions a growing batch computes and holds real tokens (as
+    :attr:`~cel_lens.evaluation.batch.EncodedBatch.computed_tokens` counts them), per example added."""
+
+    def __init__(self, shared: bool) -> None:
+        self.shared = shared
+        self.n_ex = self.width = self.real = 0
+        self.rows: list[int] = []  # rows layout: row lengths; shared: continuation lengths
+
+    def _after(self, ex: Encoded) -> tuple[int, int, list[int], int]:
+        ctx, conts = ex[0], ex[1]
+        if self.shared:
+            rows = self.rows + [len(c) - 1 for c in conts]
+            width = max(self.width, len(ctx))
+            real = self.real + len(ctx) + sum(len(c) - 1 for c in conts)
+        else:
+            rows = self.rows + [len(ctx) + len(c) - 1 for c in conts]
+            width = max(rows)
+            real = self.real + sum(len(ctx) + len(c) - 1 for c in conts)
+        return self.n_ex + 1, width, rows, real
+
+    def with_example(self, ex: Encoded) -> tuple[int, int]:
+        n_ex, width, rows, real = self._after(ex)
+        if self.shared:
+            padded = n_ex * width + sum(len(g) * rows[g[0]] for g in length_groups(rows))
+        else:
+            padded = len(rows) * width
+        return padded, real
+
+    def add(self, ex: Encoded) -> None:
+        self.n_ex, self.width, self.rows, self.real = self._after(ex)
+
+
 def encode_split(
     model,
     split: Split,
@@ -162,32 +233,40 @@ def encode_split(
     *,
     chat_template: Optional[bool] = None,
     share_context: Optional[bool] = None,
+    max_tokens: Optional[int] = None,
 ) -> list[EncodedBatch]:
-    """Encode an exact-match or multiple-choice split into batches of ``batch_size`` examples.
+    """Encode an exact-match or multiple-choice split into batches of similar lengths.
 
-    Examples are ordered longest first (less padding; memory errors show on the first batch);
-    ``EncodedBatch.example_index`` maps back to the split. ``share_context`` picks the ``"shared"``
-    layout for multiple choice (default: when the model has a key/value cache, or every choice is
-    one token).
+    Examples are ordered longest first (less padding; memory errors show on the first batch) and
+    cut by :func:`cut_batches` (at most ``batch_size`` examples and ``max_tokens`` padded positions,
+    default :func:`default_max_tokens`); ``EncodedBatch.example_index`` maps back to the split.
+    ``share_context`` picks the ``"shared"`` layout for multiple choice: each prompt runs once for
+    all its choices (default: when the model has a key/value cache, or every choice is one token).
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    budget = default_max_tokens(batch_size) if max_tokens is None else int(max_tokens)
+    if budget < 1:
+        raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
     kind = split_kind(split)
     if kind == "generation":
         raise ValueError("generation tasks have no teacher-forced encoding; evaluate() generates instead")
     chat = chat_choice(split, chat_template)
     encoded = [_encode_example(model, ex, kind, chat) for ex in split]
-    order = sorted(range(len(encoded)), key=lambda i: -(len(encoded[i][0]) + max(map(len, encoded[i][1]))))
     shared = False
     if kind == "multiple_choice":
         one_token = all(len(c) == 1 for e in encoded for c in e[1])
         can = one_token or init_kv_cache(model, 1) is not None
         shared = can if share_context is None else bool(share_context)
         if shared and not can:
-            raise ValueError("share_context=True needs a model with a key/value cache (HookedTransformer)")
+            raise ValueError("share_context=True needs a model with a key/value cache")
+    if shared:
+        key = lambda i: (-len(encoded[i][0]), -max(map(len, encoded[i][1])))  # noqa: E731
+    else:
+        key = lambda i: -(len(encoded[i][0]) + max(map(len, encoded[i][1])))  # noqa: E731
+    order = sorted(range(len(encoded)), key=key)
     pad = pad_id(model)
-    batches = []
-    for start in range(0, len(order), batch_size):
-        idx = order[start : start + batch_size]
-        batches.append(build_batch(kind, idx, [encoded[i] for i in idx], pad, shared))
-    return batches
+    return [
+        build_batch(kind, idx, [encoded[i] for i in idx], pad, shared)
+        for idx in cut_batches(encoded, order, shared, batch_size, budget)
+    ]

@@ -10,12 +10,14 @@ Three protocols, chosen by the split's ``kind`` (lm-evaluation-harness conventio
   prompt (:mod:`~cel_lens.evaluation.choices`). The prompt is run once per example: its last
   position scores every choice's first token, and the remaining choice tokens run as continuations
   of a key/value cache of the prompt (one-token choices, as BoolQ's, need no second pass at all).
-  Models without a TransformerLens cache fall back to one row per choice.
+  Models without a key/value cache (the fused-attention stack's or TransformerLens's) fall back to
+  one row per choice.
 * ``generation`` (MBPP): batched greedy decoding (:mod:`~cel_lens.evaluation.generation`), judged
   by ``split.judge``.
 
 Teacher-forced protocols run many variants per forward pass and resume ablated passes from the
-intact residual stream (:mod:`~cel_lens.evaluation.teacher_forced`).
+intact residual stream (:mod:`~cel_lens.evaluation.teacher_forced`), in length-sorted batches of a
+token budget (:func:`~cel_lens.evaluation.encode.encode_split`).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from torch import Tensor
 
 from cel_lens.evaluation.batch import EncodedBatch, TeacherForced, teacher_forced_rows
 from cel_lens.evaluation.choices import aggregate
-from cel_lens.evaluation.encode import as_split, chat_choice, encode_split, split_kind
+from cel_lens.evaluation.encode import as_split, chat_choice, default_max_tokens, encode_split, split_kind
 from cel_lens.evaluation.generation import evaluate_generation
 from cel_lens.evaluation.result import EvalResult
 from cel_lens.evaluation.store import ActivationStore
@@ -63,14 +65,17 @@ def evaluate(
     max_new_tokens: Optional[int] = None,
     chat_template: Optional[bool] = None,
     max_rows: Optional[int] = None,
+    max_tokens: Optional[int] = None,
 ) -> EvalResult:
     """Evaluate ``model`` on ``split`` intact (``head_sets=None``) or under each head set.
 
     Results are per example, ``[V, n_examples]`` in the split's order. ``store`` (an
     :class:`~cel_lens.evaluation.store.ActivationStore` built for this model and split) supplies the intact
     results and the residual streams ablated passes resume from; its batching then replaces
-    ``batch_size``. ``max_rows`` bounds the rows of one forward pass (variants x sequences;
-    default :func:`default_max_rows`). ``chat_template`` wraps each prompt in the tokenizer's chat
+    ``batch_size``. ``max_tokens`` bounds the padded positions of one teacher-forced forward pass
+    (variants x rows x width; default :func:`~cel_lens.evaluation.encode.default_max_tokens`) and of
+    one encoded batch; ``max_rows`` bounds its rows (variants x sequences; for generation, default
+    :func:`default_max_rows`). ``chat_template`` wraps each prompt in the tokenizer's chat
     template (default: the split's ``options["chat_template"]`` if it has one, else off).
     ``max_new_tokens`` (generation) defaults to the task's own budget
     (:attr:`~cel_lens.tasks.Split.max_new_tokens`). A single head set (``"L0H0+L1H2"``, a
@@ -91,6 +96,7 @@ def evaluate(
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     chat = chat_choice(split, chat_template)
     rows_budget = int(max_rows) if max_rows else default_max_rows(batch_size)
+    tokens_budget = int(max_tokens) if max_tokens else default_max_tokens(batch_size)
     metric = split.metric or "acc"
     common = dict(head_sets=list(sets), ids=split.ids, kind=kind, metric=metric, task=split.task, split=split.name, chat_template=chat)
     if kind == "generation":
@@ -112,10 +118,10 @@ def evaluate(
         store.check(model, split, chat)
         batches = store.batches
     else:
-        batches = encode_split(model, split, batch_size, chat_template=chat)
+        batches = encode_split(model, split, batch_size, chat_template=chat, max_tokens=tokens_budget)
     with torch.inference_mode():
         lp, greedy = score_batches(
-            model, batches, sets, store=store, max_rows=rows_budget, progress=progress,
+            model, batches, sets, store=store, max_tokens=tokens_budget, max_rows=max_rows, progress=progress,
             desc=f"evaluate {split.task}/{split.name} x{len(sets)}",
         )
     correct, scores, extra = aggregate(kind, metric, batches, len(split), lp, greedy)

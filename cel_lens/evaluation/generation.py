@@ -1,9 +1,18 @@
 """Batched greedy generation under ablation, and the judged evaluation of generation tasks.
 
-Prompts are left padded with the matching attention mask (rotary positions count real tokens only)
-and decoded with a key/value cache (full recomputation for models without one); each row carries
-its own ablation mask, applied on every token, prompt and generated. Finished rows leave the batch.
-Completions are cut at the task's stop strings and judged by ``split.judge``.
+Prompts are right padded with the matching attention mask (causal attention alone keeps the pads
+out of the prompt pass; generated tokens follow each row's last real token, at its next rotary
+position, and never attend its pads) and decoded with a key/value cache (full recomputation for
+models without one); each row carries
+its own ablation mask, applied on every token, prompt and generated. Finished rows leave the batch
+(once a quarter of it has finished). Completions are cut at the task's stop strings and judged by
+``split.judge``.
+
+:func:`evaluate_generation` runs many variants per batch of prompts. With a stack key/value cache
+(:mod:`cel_lens.model.stack`) the prompts' intact pass runs once per batch: a variant whose first
+ablated layer is ``l`` copies the intact keys and values of the layers below ``l`` and resumes the
+prompt pass at ``l`` from the intact residual stream, as a teacher-forced variant resumes from the
+activation store. Variants are ordered by that layer, so one chunk of them shares a start.
 """
 
 from __future__ import annotations
@@ -11,8 +20,9 @@ from __future__ import annotations
 import math
 from typing import Optional, Sequence
 
+import einops
 import torch
-from jaxtyping import Bool, Float
+from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from cel_lens.evaluation.encode import _tokenizer, encode_prompt, format_prompt, pad_id
@@ -21,10 +31,11 @@ from cel_lens.heads import HeadSet, masks_from_head_sets
 from cel_lens.model.ablation import variant_hooks
 from cel_lens.model.forward import forward_resid, forward_resid_cached, init_kv_cache, param_device, select_kv_cache, unembed
 from cel_lens.model.kinds import model_shape
+from cel_lens.model.stack import StackCache
 from cel_lens.progress import progress_bar
 from cel_lens.tasks.base import Split
 
-__all__ = ["greedy_generate", "generation_prompts", "evaluate_generation"]
+__all__ = ["greedy_generate", "generate_variants", "generation_prompts", "evaluate_generation"]
 
 
 def _stops_hit(text: str, stops: Sequence[str]) -> bool:
@@ -38,6 +49,23 @@ def _cut(text: str, stops: Sequence[str]) -> str:
     return text
 
 
+def _right_padded(prompts: Sequence[Sequence[int]], pad: int, device) -> tuple[Tensor, Tensor, Tensor]:
+    """Tokens and attention mask of ``prompts``, right padded to the longest, and the position of
+    each prompt's last token."""
+    width = max(len(q) for q in prompts)
+    tokens = torch.full((len(prompts), width), pad, dtype=torch.long)
+    attn = torch.zeros((len(prompts), width), dtype=torch.long)
+    for i, q in enumerate(prompts):
+        tokens[i, : len(q)] = torch.tensor(list(q), dtype=torch.long)
+        attn[i, : len(q)] = 1
+    last = torch.tensor([len(q) - 1 for q in prompts], dtype=torch.long)[:, None]
+    return tokens.to(device), attn.to(device), last.to(device)
+
+
+def _per_row_stops(stop, n: int) -> list[list[str]]:
+    return [list(stop)] * n if not stop or isinstance(stop[0], str) else [list(s) for s in stop]
+
+
 def greedy_generate(
     model,
     prompts: Sequence[Sequence[int]],
@@ -49,8 +77,8 @@ def greedy_generate(
 ) -> list[list[int]]:
     """Greedy continuations (token ids, without the EOS) of token-id ``prompts`` in one batch.
 
-    Prompts are left padded with the matching attention mask (rotary positions count real tokens
-    only) and decoded with a key/value cache (full recomputation for models without one). ``masks``
+    Prompts are right padded with the matching attention mask (see the module docstring) and
+    decoded with a key/value cache (full recomputation for models without one). ``masks``
     (``[row, layer, head]``, ``True`` = ablated) zero ``hook_z`` of each row on every token, prompt
     and generated. A row stops at EOS or once its decoded text contains one of its stop sequences
     (``stop``: one list for all rows, or one list per row); finished rows leave the batch.
@@ -58,64 +86,166 @@ def greedy_generate(
     n = len(prompts)
     if n == 0:
         return []
-    tok = _tokenizer(model)
-    device = param_device(model)
     n_layers, n_heads = model_shape(model)
     if masks is None:
         masks = torch.zeros(n, n_layers, n_heads, dtype=torch.bool)
     if masks.shape[0] != n:
         raise ValueError(f"masks has {masks.shape[0]} rows for {n} prompts")
-    per_row = [list(stop)] * n if not stop or isinstance(stop[0], str) else [list(s) for s in stop]  # type: ignore[arg-type]
-    eos = getattr(tok, "eos_token_id", None) if stop_at_eos else None
-    width = max(len(q) for q in prompts)
-    pad = pad_id(model)
-    tokens = torch.full((n, width), pad, dtype=torch.long)
-    attn = torch.zeros((n, width), dtype=torch.long)
-    for i, q in enumerate(prompts):
-        tokens[i, width - len(q) :] = torch.tensor(list(q), dtype=torch.long)
-        attn[i, width - len(q) :] = 1
-    tokens, attn = tokens.to(device), attn.to(device)
+    tokens, attn, last = _right_padded(prompts, pad_id(model), param_device(model))
     cache = init_kv_cache(model, n)
+    hooks = variant_hooks(masks, 1)
+    with torch.inference_mode():
+        if cache is not None:
+            resid = forward_resid_cached(model, tokens, cache, attention_mask=attn, fwd_hooks=hooks, keep=last)
+        else:
+            resid = forward_resid(model, tokens, fwd_hooks=hooks, attention_mask=attn, keep=last)
+        return _decode(model, resid[:, 0], cache, tokens, attn, masks, _per_row_stops(stop, n), stop_at_eos, max_new_tokens)
+
+
+def _decode(
+    model,
+    last: Float[Tensor, "row d_model"],
+    cache,
+    seq: Int[Tensor, "row pos"],
+    attn: Int[Tensor, "row pos"],
+    masks: Bool[Tensor, "row layer head"],
+    stops: list[list[str]],
+    stop_at_eos: bool,
+    max_new_tokens: int,
+) -> list[list[int]]:
+    """The greedy loop after the prompt pass (``last``: each row's residual stream at its last
+    prompt position; ``seq`` is only used without a cache, to recompute the whole sequence)."""
+    tok = _tokenizer(model)
+    n = last.shape[0]
+    eos = getattr(tok, "eos_token_id", None) if stop_at_eos else None
+    device = last.device
     active = torch.arange(n)  # original row of each row still in the batch
     finished = [False] * n
     out: list[list[int]] = [[] for _ in range(n)]
-    x, seq = tokens, tokens
     hooks = variant_hooks(masks, 1)
-    with torch.inference_mode():
-        for _ in range(max_new_tokens):
+    for step in range(max_new_tokens):
+        if step:
             if cache is not None:
                 resid = forward_resid_cached(model, x, cache, attention_mask=attn, fwd_hooks=hooks)
             else:
                 resid = forward_resid(model, seq, fwd_hooks=hooks, attention_mask=attn)
-            nxt = unembed(model, resid[:, -1]).argmax(-1)
-            rows = active.tolist()
-            for row, t in zip(rows, nxt.tolist()):
-                if finished[row]:
-                    continue
-                if eos is not None and t == eos:
-                    finished[row] = True
-                    continue
-                out[row].append(t)
-                if per_row[row] and _stops_hit(tok.decode(out[row]), per_row[row]):
-                    finished[row] = True
-            alive = torch.tensor([not finished[r] for r in rows])
-            if not bool(alive.any()):
-                break
-            x = nxt[:, None]
-            attn = torch.cat([attn, torch.ones_like(attn[:, :1])], dim=1)
-            if cache is None:
-                seq = torch.cat([seq, x], dim=1)
-            if int((~alive).sum()) * 4 >= len(rows):  # drop finished rows once a quarter has finished
-                keep = alive.nonzero()[:, 0]
-                keep_dev = keep.to(device)
-                active = active[keep]
-                x, attn = x[keep_dev], attn[keep_dev]
-                if cache is not None:
-                    cache = select_kv_cache(cache, keep_dev)
-                else:
-                    seq = seq[keep_dev]
-                hooks = variant_hooks(masks[active], 1)
+            last = resid[:, -1]
+        nxt = unembed(model, last).argmax(-1)
+        rows = active.tolist()
+        for row, t in zip(rows, nxt.tolist()):
+            if finished[row]:
+                continue
+            if eos is not None and t == eos:
+                finished[row] = True
+                continue
+            out[row].append(t)
+            if stops[row] and _stops_hit(tok.decode(out[row]), stops[row]):
+                finished[row] = True
+        alive = torch.tensor([not finished[r] for r in rows])
+        if not bool(alive.any()) or step == max_new_tokens - 1:
+            break
+        x = nxt[:, None]
+        attn = torch.cat([attn, torch.ones_like(attn[:, :1])], dim=1)
+        if cache is None:
+            seq = torch.cat([seq, x], dim=1)
+        if int((~alive).sum()) * 4 >= len(rows):  # drop finished rows once a quarter has finished
+            keep = alive.nonzero()[:, 0]
+            keep_dev = keep.to(device)
+            active = active[keep]
+            x, attn = x[keep_dev], attn[keep_dev]
+            if cache is not None:
+                cache = select_kv_cache(cache, keep_dev)
+            else:
+                seq = seq[keep_dev]
+            hooks = variant_hooks(masks[active], 1)
     return out
+
+
+def generate_variants(
+    model,
+    prompts: Sequence[Sequence[int]],
+    masks: Bool[Tensor, "variant layer head"],
+    *,
+    max_new_tokens: int,
+    stop: Sequence[Sequence[str]] = (),
+    max_rows: Optional[int] = None,
+    stop_at_eos: bool = True,
+) -> list[list[list[int]]]:
+    """Greedy continuations of every prompt under every variant: ``[variant][prompt]`` token ids,
+    equal to :func:`greedy_generate` of each (prompt, mask) alone.
+
+    Variants run ``max_rows // len(prompts)`` at a time (default: all). With a stack key/value cache
+    the prompts' intact pass runs once and each chunk of variants, all with the same first ablated
+    layer, resumes it there (see the module docstring); otherwise each chunk runs
+    :func:`greedy_generate`. ``stop``: one list of stop strings per prompt."""
+    n_var, n = masks.shape[0], len(prompts)
+    n_layers = masks.shape[1]
+    out: list[list[list[int]]] = [[[] for _ in range(n)] for _ in range(n_var)]
+    if n == 0 or n_var == 0:
+        return out
+    stops = [list(s) for s in stop] if stop else [[] for _ in range(n)]
+    first = [int(m.any(-1).nonzero()[0, 0]) if bool(m.any()) else n_layers for m in masks]
+    per_chunk = max(1, (max_rows or n_var * n) // n)
+    tokens, attn, last = _right_padded(prompts, pad_id(model), param_device(model))
+    probe = init_kv_cache(model, n)
+    shared = isinstance(probe, StackCache)
+    groups: dict[int, list[int]] = {}
+    for v in sorted(range(n_var), key=lambda v: first[v]):
+        groups.setdefault(first[v] if shared else 0, []).append(v)
+    with torch.inference_mode():
+        prefix = _intact_prompts(model, tokens, attn, last, sorted(groups)) if shared else None
+        for chunk in (c for members in groups.values() for c in chunks(members, per_chunk)):
+            row_masks = masks[chunk].repeat_interleave(n, dim=0)
+            row_stops = [stops[i] for _ in chunk for i in range(n)]
+            if prefix is None:
+                outs = greedy_generate(
+                    model, [p for _ in chunk for p in prompts], max_new_tokens=max_new_tokens, masks=row_masks,
+                    stop=row_stops, stop_at_eos=stop_at_eos,
+                )
+            else:
+                outs = _resumed_generate(model, prefix, chunk, first, row_masks, row_stops, stop_at_eos, max_new_tokens)
+            for k, v in enumerate(chunk):
+                for i in range(n):
+                    out[v][i] = outs[k * n + i]
+    return out
+
+
+def _intact_prompts(model, tokens: Tensor, attn: Tensor, last: Tensor, starts: Sequence[int]) -> dict:
+    """The intact prompt pass: its cache (every layer), the residual stream entering each layer of
+    ``starts``, and the final residual stream at each prompt's last token."""
+    cache = init_kv_cache(model, tokens.shape[0])
+    sink: dict[int, Tensor] = {}
+    n_layers = model_shape(model)[0]
+    hooks = []
+    for layer in starts:
+        if 0 < layer < n_layers:
+            hooks.append((f"blocks.{layer}.hook_resid_pre", lambda x, hook=None, layer=layer: sink.__setitem__(layer, x)))
+    final = forward_resid_cached(model, tokens, cache, attention_mask=attn, fwd_hooks=hooks, keep=last)
+    return {"cache": cache, "resid": sink, "final": final[:, 0], "tokens": tokens, "attn": attn, "last": last}
+
+
+def _resumed_generate(
+    model, prefix: dict, chunk: list[int], first: list[int], row_masks: Tensor, row_stops, stop_at_eos: bool,
+    max_new_tokens: int,
+) -> list[list[int]]:
+    """Generation for one chunk of variants (rows variant-major) from the intact prompt pass: the
+    cache of the layers below the chunk's first ablated layer is indexed, not recomputed."""
+    n_layers = model_shape(model)[0]
+    tokens, attn = prefix["tokens"], prefix["attn"]
+    n, v = tokens.shape[0], len(chunk)
+    start = min(first[c] for c in chunk)
+    index = torch.arange(n, device=tokens.device).repeat(v)
+    cache = select_kv_cache(prefix["cache"], index, layers=range(start) if start < n_layers else None)
+    rep_attn = attn[index]
+    if start >= n_layers:
+        last = prefix["final"][index]
+    else:
+        x = tokens[index] if start == 0 else einops.repeat(prefix["resid"][start], "b p d -> (v b) p d", v=v)
+        last = forward_resid_cached(
+            model, x, cache, attention_mask=rep_attn, start_at_layer=start, fwd_hooks=variant_hooks(row_masks, 1),
+            keep=prefix["last"][index],
+        )[:, 0]
+    return _decode(model, last, cache, tokens[index], rep_attn, row_masks, row_stops, stop_at_eos, max_new_tokens)
 
 
 def generation_prompts(model, split: Split, chat: bool, max_new_tokens: int) -> list[list[int]]:
@@ -144,8 +274,9 @@ def evaluate_generation(
     progress: bool,
 ) -> tuple[Bool[Tensor, "variant example"], Float[Tensor, "variant example"], list[list[str]]]:
     """Generate for every example under every head set (``batch_size`` prompts by as many variants
-    as fit in ``max_rows`` rows per batch) and judge each distinct completion once: per-example
-    correctness, its float copy as the score, and the completions ``[variant][example]``."""
+    as fit in ``max_rows`` rows per batch, :func:`generate_variants`) and judge each distinct
+    completion once: per-example correctness, its float copy as the score, and the completions
+    ``[variant][example]``."""
     if split.judge is None:
         raise ValueError(f"generation split {split.task}/{split.name} has no judge to score completions")
     tok = _tokenizer(model)
@@ -156,24 +287,18 @@ def evaluate_generation(
     n_var, n = len(sets), len(split)
     order = sorted(range(n), key=lambda i: -len(prompts[i]))
     per_chunk = max(1, max_rows // max(1, min(batch_size, n)))
-    variant_chunks = list(chunks(list(range(n_var)), per_chunk))
     completions: list[list[str]] = [[""] * n for _ in range(n_var)]
-    bar = progress_bar(math.ceil(n / batch_size) * len(variant_chunks), progress, f"generate {split.task}/{split.name}", unit="batch")
+    bar = progress_bar(math.ceil(n / batch_size), progress, f"generate {split.task}/{split.name} x{n_var}", unit="batch")
     for start in range(0, n, batch_size):
         idx = order[start : start + batch_size]
-        for chunk in variant_chunks:
-            outs = greedy_generate(
-                model,
-                [prompts[i] for _ in chunk for i in idx],
-                max_new_tokens=max_new_tokens,
-                masks=masks[chunk].repeat_interleave(len(idx), dim=0),
-                stop=[stops[i] for _ in chunk for i in idx],
-            )
-            for k, v in enumerate(chunk):
-                for j, i in enumerate(idx):
-                    text = tok.decode(outs[k * len(idx) + j], skip_special_tokens=True)
-                    completions[v][i] = _cut(text, stops[i])
-            bar.update(1)
+        outs = generate_variants(
+            model, [prompts[i] for i in idx], masks, max_new_tokens=max_new_tokens, stop=[stops[i] for i in idx],
+            max_rows=per_chunk * len(idx),
+        )
+        for v in range(n_var):
+            for j, i in enumerate(idx):
+                completions[v][i] = _cut(tok.decode(outs[v][j], skip_special_tokens=True), stops[i])
+        bar.update(1)
     bar.close()
     verdicts: dict[tuple[int, str], bool] = {}  # variants often agree: judge each distinct completion once
     correct = torch.zeros(n_var, n, dtype=torch.bool)

@@ -13,9 +13,9 @@ Layer 0 is always available at no cost: its residual stream is the token embeddi
 from the tokens rather than stored. ``dtype=torch.float16`` halves the memory (resumed passes then
 differ from full ones within half-precision rounding); ``path=`` memory-maps the buffer to a file
 in that directory (deleted by :meth:`ActivationStore.close`, on exit from a ``with`` block, or when
-the store is garbage-collected). Models that cannot resume (TransformerBridge has no
-``start_at_layer``) get a store without layers: intact results are reused and every ablated
-variant runs a full, correct pass.
+the store is garbage-collected). HookedTransformers and TransformerBridges over Hugging Face
+decoder stacks resume (:func:`cel_lens.model.supports_resume`); a model that cannot gets a store
+without layers: intact results are reused and every ablated variant runs a full, correct pass.
 """
 
 from __future__ import annotations
@@ -176,6 +176,7 @@ class ActivationStore:
         progress: bool = True,
         chat_template: Optional[bool] = None,
         device: Union[str, torch.device] = "cpu",
+        max_tokens: Optional[int] = None,
     ) -> "ActivationStore":
         """Run the intact model once over ``split`` and keep its residual stream.
 
@@ -183,7 +184,8 @@ class ActivationStore:
         ``budget_bytes``: cap on the residual-stream bytes (an evenly spaced subset of ``layers``
         when they do not all fit); ``dtype``: storage dtype (default: the model's); ``path``: a
         directory in which to memory-map the buffer instead of holding it in RAM; ``device``: where
-        an in-RAM buffer lives (``"cuda"`` avoids host-device copies when memory allows).
+        an in-RAM buffer lives (``"cuda"`` avoids host-device copies when memory allows);
+        ``batch_size``/``max_tokens``: the batching (:func:`~cel_lens.evaluation.encode_split`).
         """
         split = as_split(split)
         n_layers, _ = model_shape(model)
@@ -191,7 +193,7 @@ class ActivationStore:
         if budget_bytes is not None and budget_bytes < 0:
             raise ValueError(f"budget_bytes must be >= 0, got {budget_bytes}")
         chat = chat_choice(split, chat_template)
-        batches = encode_split(model, split, batch_size, chat_template=chat)
+        batches = encode_split(model, split, batch_size, chat_template=chat, max_tokens=max_tokens)
         resumable = supports_resume(model)
         candidates = _candidate_layers(layers, n_layers) if resumable else []
         itemsize = torch.empty((), dtype=dtype).element_size()

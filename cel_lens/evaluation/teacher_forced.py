@@ -1,7 +1,8 @@
 """Teacher-forced forward passes of encoded batches under many ablation variants at once.
 
 The inputs are repeated variant-major along the batch and a ``[V, L, H]`` mask zeroes ``hook_z``
-(:func:`cel_lens.model.variant_hooks`), in chunks of at most ``max_rows`` rows. The intact model
+(:func:`cel_lens.model.variant_hooks`), as many variants per forward pass as ``max_tokens`` padded
+positions allow (and ``max_rows`` rows, when given). The intact model
 runs once per batch; every ablated variant resumes from the intact residual stream entering its
 first ablated layer (kept from that intact pass, or read from an
 :class:`~cel_lens.evaluation.store.ActivationStore`), so layers below it are never recomputed. Only
@@ -17,14 +18,14 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from cel_lens.evaluation.batch import EncodedBatch, TeacherForced
+from cel_lens.evaluation.batch import EncodedBatch, TeacherForced, length_groups
 from cel_lens.heads import HeadSet, masks_from_head_sets
 from cel_lens.model.ablation import variant_hooks
 from cel_lens.model.forward import forward_resid, forward_resid_cached, init_kv_cache, param_device, select_kv_cache, unembed
 from cel_lens.model.kinds import model_shape, supports_resume
 from cel_lens.progress import progress_bar
 
-__all__ = ["batch_pass", "intact_mask", "score_batches", "chunks"]
+__all__ = ["batch_pass", "intact_mask", "score_batches", "chunks", "variants_per_pass"]
 
 _VECTOR_BUDGET = 1 << 25  # logits elements unembedded at once (128 MiB in float32)
 
@@ -40,10 +41,10 @@ def _capture_hooks(layers: Iterable[int], sink: dict, part: int) -> list:
     return hooks
 
 
-def _input(model, tokens: Tensor, source: Optional[Tensor], start: int, n_var: int) -> Tensor:
+def _input(model, tokens: Tensor, source: Optional[Tensor], start: int) -> Tensor:
+    """The batch's input: tokens from layer 0, else the stored residual stream entering ``start``."""
     p = next(model.parameters())
-    x = tokens.to(p.device) if start == 0 else source.to(device=p.device, dtype=p.dtype)  # type: ignore[union-attr]
-    return x if n_var == 1 else einops.repeat(x, "r ... -> (v r) ...", v=n_var)
+    return tokens.to(p.device) if start == 0 else source.to(device=p.device, dtype=p.dtype)  # type: ignore[union-attr]
 
 
 def _repeat(t: Tensor, n_var: int, device) -> Tensor:
@@ -60,16 +61,13 @@ def _rows_vectors(
     capture: Sequence[int] = (),
     sink: Optional[dict] = None,
 ) -> Float[Tensor, "variant row k d_model"]:
-    n_var, n_rows = masks.shape[0], rows.tokens.shape[0]
-    device = param_device(model)
-    x = _input(model, rows.tokens, sources[0] if sources else None, start, n_var)
-    hooks = variant_hooks(masks, n_rows) + _capture_hooks(capture, sink if sink is not None else {}, 0)
-    resid = forward_resid(
-        model, x, start_at_layer=start, fwd_hooks=hooks, attention_mask=_repeat(rows.attention_mask, n_var, device)
-    )
-    resid = einops.rearrange(resid, "(v r) p d -> v r p d", v=n_var)
-    idx = einops.repeat(rows.positions.to(device), "r k -> v r k d", v=n_var, d=resid.shape[-1])
-    return resid.gather(2, idx)
+    """Residual vectors at each row's scored positions. Rows are right padded, so causal attention
+    alone keeps every pad out of every real position: no attention mask is needed."""
+    n_var = masks.shape[0]
+    x = _input(model, rows.tokens, sources[0] if sources else None, start)
+    hooks = _capture_hooks(capture, sink if sink is not None else {}, 0)
+    resid = forward_resid(model, x, start_at_layer=start, fwd_hooks=hooks, keep=rows.positions, variants=masks)
+    return einops.rearrange(resid, "(v r) k d -> v r k d", v=n_var)
 
 
 def _shared_vectors(
@@ -81,39 +79,66 @@ def _shared_vectors(
     capture: Sequence[int] = (),
     sink: Optional[dict] = None,
 ) -> Float[Tensor, "variant row k d_model"]:
+    """Residual vectors at each row's scored positions: every prompt once (right padded), then
+    each choice's continuation after its prompt's key/value cache (an index of the prompt's rows,
+    :func:`_continuations`)."""
     assert batch.context_tokens is not None and batch.context_mask is not None
     assert batch.cont_tokens is not None and batch.cont_mask is not None
     sink = sink if sink is not None else {}
-    n_var, n_ex, n_rows = masks.shape[0], batch.n_examples, batch.n_rows
+    n_var, n_ex = masks.shape[0], batch.n_examples
     width = batch.cont_tokens.shape[1]
     device = param_device(model)
     ctx_mask = _repeat(batch.context_mask, n_var, device)
     cache = init_kv_cache(model, n_var * n_ex) if width > 0 else None
     if width > 0 and cache is None:
         raise ValueError("this batch was encoded with shared contexts, which needs a key/value cache")
-    ctx = forward_resid_cached(
+    last = forward_resid_cached(
         model,
-        _input(model, batch.context_tokens, sources[0] if sources else None, start, n_var),
+        _input(model, batch.context_tokens, sources[0] if sources else None, start),
         cache,
-        attention_mask=ctx_mask,
+        attention_mask=batch.context_mask.to(device),
         start_at_layer=start,
-        fwd_hooks=variant_hooks(masks, n_ex) + _capture_hooks(capture, sink, 0),
+        fwd_hooks=_capture_hooks(capture, sink, 0),
+        keep=batch.context_last[:, None].to(device),
+        variants=masks,
     )
     row_example = batch.row_example.to(device)
-    last = einops.rearrange(ctx[:, -1], "(v b) d -> v b d", v=n_var)[:, row_example]  # [v, row, d]
+    last = einops.rearrange(last[:, 0], "(v b) d -> v b d", v=n_var)[:, row_example]  # [v, row, d]
     if width == 0:
         return last[:, :, None]
-    idx = (torch.arange(n_var, device=device)[:, None] * n_ex + row_example[None]).flatten()
-    cont = forward_resid_cached(
-        model,
-        _input(model, batch.cont_tokens, sources[1] if sources else None, start, n_var),
-        select_kv_cache(cache, idx),
-        attention_mask=torch.cat([ctx_mask[idx], _repeat(batch.cont_mask, n_var, device)], dim=1),
-        start_at_layer=start,
-        fwd_hooks=variant_hooks(masks, n_rows) + _capture_hooks(capture, sink, 1),
-    )
-    cont = einops.rearrange(cont, "(v r) p d -> v r p d", v=n_var)
+    cont = _continuations(model, batch, masks, start, sources, capture, sink, cache, ctx_mask)
     return torch.cat([last[:, :, None], cont], dim=2)
+
+
+def _continuations(model, batch, masks, start, sources, capture, sink, cache, ctx_mask) -> Tensor:
+    """Every choice's continuation after its prompt's cache, ``[variant, row, width, d_model]``:
+    rows in groups of like length (at most a tenth padding each), one pass per group."""
+    n_var, n_ex, n_rows = masks.shape[0], batch.n_examples, batch.n_rows
+    device = param_device(model)
+    row_example = batch.row_example.to(device)
+    lengths = batch.cont_mask.sum(1).tolist()
+    width = batch.cont_tokens.shape[1]
+    dtype = next(model.parameters()).dtype
+    out = torch.zeros(n_var, n_rows, width, int(model.cfg.d_model), device=device, dtype=dtype)
+    for group in length_groups(lengths):
+        g = torch.tensor(group, device=device)
+        w = int(lengths[group[0]])
+        idx = (torch.arange(n_var, device=device)[:, None] * n_ex + row_example[g][None]).flatten()
+        source = sources[1][g.to(sources[1].device), :w] if sources else None
+        part: dict = {}
+        resid = forward_resid_cached(
+            model,
+            _repeat(_input(model, batch.cont_tokens[g.cpu(), :w], source, start), n_var, device),
+            select_kv_cache(cache, idx),
+            attention_mask=torch.cat([ctx_mask[idx], _repeat(batch.cont_mask[g.cpu(), :w], n_var, device)], dim=1),
+            start_at_layer=start,
+            fwd_hooks=variant_hooks(masks, len(group)) + _capture_hooks(capture, part, 1),
+        )
+        out[:, g, :w] = einops.rearrange(resid, "(v r) p d -> v r p d", v=n_var)
+        for key, value in part.items():
+            full = sink.setdefault(key, value.new_zeros(n_rows, width, value.shape[-1]))
+            full[g.to(full.device), :w] = value
+    return out
 
 
 def _score_vectors(
@@ -199,13 +224,25 @@ def chunks(items: list[int], size: int) -> Iterable[list[int]]:
         yield items[i : i + size]
 
 
+def variants_per_pass(batch: EncodedBatch, max_tokens: Optional[int], max_rows: Optional[int] = None) -> int:
+    """How many variants of ``batch`` one forward pass holds: ``max_tokens`` padded positions and
+    ``max_rows`` rows (each bound only when given; at least one of them must be), at least one."""
+    if not max_tokens and not max_rows:
+        raise ValueError("a forward pass needs a bound: max_tokens or max_rows")
+    per = max(1, int(max_tokens) // max(1, batch.computed_tokens)) if max_tokens else 1 << 30
+    if max_rows:
+        per = min(per, max(1, int(max_rows) // max(1, batch.n_rows, batch.n_examples)))
+    return per
+
+
 def score_batches(
     model,
     batches: Sequence[EncodedBatch],
     sets: Sequence[HeadSet],
     *,
     store=None,
-    max_rows: int,
+    max_tokens: Optional[int] = None,
+    max_rows: Optional[int] = None,
     progress: bool,
     desc: str,
 ) -> tuple[Float[Tensor, "variant row"], Bool[Tensor, "variant row"]]:
@@ -236,7 +273,7 @@ def score_batches(
                 i_lp, i_greedy = batch_pass(model, batch, intact_mask(n_layers, n_heads), 0, None, capture, sink)
                 lp[intact, rows] = i_lp
                 greedy[intact, rows] = i_greedy
-        per_chunk = max(1, max_rows // max(1, batch.n_rows, batch.n_examples))
+        per_chunk = variants_per_pass(batch, max_tokens, max_rows)
         for start, members in groups.items():
             if start == 0:
                 sources = None

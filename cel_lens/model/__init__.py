@@ -4,7 +4,9 @@
   ``"organism"``, or a model object, loaded so that zeroing ``hook_z`` is exact;
 * :func:`ablate`, :func:`ablation_hooks`, :func:`variant_hooks`, :func:`run_variants`
   (:mod:`~cel_lens.model.ablation`): zero-ablation of head sets, many variants per pass;
-* :mod:`~cel_lens.model.forward`: passes that start or stop at any layer, key/value caches;
+* :mod:`~cel_lens.model.forward`: passes that start or stop at any layer, key/value caches, on
+  the fused-attention :mod:`~cel_lens.model.stack` where a model has one (:func:`fused_attention`
+  turns it off);
 * :mod:`~cel_lens.model.registry`: the paper's models; :mod:`~cel_lens.model.identity`: ids and
   weight hashes for run manifests; :mod:`~cel_lens.model.native`: models without a Hugging Face form;
   :mod:`~cel_lens.model.bos`: whether prompts start with BOS (the tokenizer's own rule, as lm-eval).
@@ -19,6 +21,7 @@ from cel_lens.model.identity import model_id, model_manifest, weights_hash
 from cel_lens.model.kinds import is_bridge, model_shape, supports_resume
 from cel_lens.model.load import PROCESSING_DEFAULTS, load_model
 from cel_lens.model.registry import PAPER_MODELS, ModelSpec
+from cel_lens.model.stack_build import fused_attention
 
 __all__ = [
     "load_model",
@@ -41,4 +44,5 @@ __all__ = [
     "is_bridge",
     "model_shape",
     "supports_resume",
+    "fused_attention",
 ]

@@ -1,8 +1,8 @@
 """What kind of TransformerLens model an object is, and its head layout.
 
-Two model types are supported: ``HookedTransformer`` (TransformerLens's own implementation; a
-forward pass can start at any layer) and ``TransformerBridge`` (Hugging Face's modules with
-TransformerLens hook names; no ``start_at_layer``).
+Two model types are supported: ``HookedTransformer`` (TransformerLens's own implementation) and
+``TransformerBridge`` (Hugging Face's modules with TransformerLens hook names). A forward pass of
+either can start at any layer (:func:`cel_lens.model.forward.forward_resid`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ __all__ = ["is_bridge", "supports_resume", "model_shape", "model_name"]
 
 
 def is_bridge(model: Any) -> bool:
-    """Whether ``model`` is a TransformerLens ``TransformerBridge`` (no ``start_at_layer`` there)."""
+    """Whether ``model`` is a TransformerLens ``TransformerBridge`` (its own forward has no
+    ``start_at_layer``: cel_lens runs its decoder layers itself to resume)."""
     from transformer_lens.model_bridge import TransformerBridge
 
     return isinstance(model, TransformerBridge)
@@ -21,11 +22,14 @@ def is_bridge(model: Any) -> bool:
 
 def supports_resume(model) -> bool:
     """Whether a forward pass of ``model`` can start at a later layer from a residual stream and
-    skip the layers below (HookedTransformer's ``start_at_layer``). TransformerBridge cannot: it
-    gets full passes from the tokens instead, which are exact, and stores keep no layers for it."""
+    skip the layers below: a HookedTransformer (``start_at_layer``) or a TransformerBridge over a
+    Hugging Face model with a ``model.layers`` decoder stack (its layers are called directly)."""
     from transformer_lens import HookedTransformer
 
-    return isinstance(model, HookedTransformer)
+    if isinstance(model, HookedTransformer):
+        return True
+    inner = getattr(getattr(model, "original_model", None), "model", None)
+    return is_bridge(model) and hasattr(inner, "layers") and hasattr(inner, "rotary_emb")
 
 
 def model_shape(model) -> tuple[int, int]:

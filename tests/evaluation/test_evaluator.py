@@ -14,7 +14,7 @@ import torch
 from cel_lens.evaluation import EvalResult, encode_pair, encode_split, evaluate, greedy_generate, logprob_metric
 from cel_lens.evaluation.choices import aggregate
 from cel_lens.evaluation.teacher_forced import score_batches
-from cel_lens.model import ablate
+from cel_lens.model import ablate, fused_attention
 from cel_lens.heads import HeadSet
 from cel_lens.tasks import Example, Split
 
@@ -167,7 +167,8 @@ def test_variants_in_one_call_equal_separate_calls(model, arithmetic_split):
 
 
 def test_intact_pass_runs_once_and_layers_below_are_not_recomputed(model, arithmetic_split):
-    """Rows through each block: the intact pass once; variants only from their first ablated layer."""
+    """Rows through each block: the intact pass once; variants only from their first ablated layer,
+    and variants that start at the same layer share its input rows (they split inside that layer)."""
     rows_seen = {layer: 0 for layer in range(3)}
 
     def counter(layer):
@@ -184,6 +185,15 @@ def test_intact_pass_runs_once_and_layers_below_are_not_recomputed(model, arithm
     finally:
         model.reset_hooks(including_permanent=True)
     n = len(arithmetic_split)
+    assert rows_seen == {0: n, 1: 2 * n, 2: 3 * n}
+    with fused_attention(False):  # the model's own forward: every variant's rows through its blocks
+        for layer in range(3):
+            rows_seen[layer] = 0
+            model.blocks[layer].hook_resid_pre.add_hook(counter(layer), is_permanent=True)
+        try:
+            evaluate(model, arithmetic_split, sets, batch_size=8, progress=False)
+        finally:
+            model.reset_hooks(including_permanent=True)
     assert rows_seen == {0: n, 1: 2 * n, 2: 5 * n}
 
 
@@ -421,12 +431,13 @@ def test_cel_lens_evaluate_is_a_function_whatever_was_imported(model, arithmetic
 
 
 # ---------------------------------------------------------------------------------------------
-# TransformerBridge: no start_at_layer and no TransformerLens KV cache, same results
+# TransformerBridge: resumed passes and shared prompts too, same results
 # ---------------------------------------------------------------------------------------------
 def test_bridge_matches_hooked_transformer(tiny_checkpoints, arithmetic_split, hellaswag_split):
     """The same tiny Llama checkpoint as HookedTransformer and as TransformerBridge: per-example
-    results agree (the bridge gets full passes, one row per choice, uncached generation)."""
-    from cel_lens.model import load_model
+    results agree, on the fused-attention stack and on each model's own forward (the bridge then
+    resumes through its own decoder layers and gets one row per choice)."""
+    from cel_lens.model import fused_attention, load_model
     from cel_lens.evaluation import ActivationStore
 
     hooked = load_model(str(tiny_checkpoints["llama"]), loader="hooked")
@@ -435,12 +446,20 @@ def test_bridge_matches_hooked_transformer(tiny_checkpoints, arithmetic_split, h
     for split in (arithmetic_split.subset(12), hellaswag_split.subset(6)):
         a = evaluate(hooked, split, sets, batch_size=4, progress=False)
         b = evaluate(bridge, split, sets, batch_size=4, progress=False)
-        assert torch.equal(a.correct, b.correct)
-        torch.testing.assert_close(a.scores, b.scores, atol=2e-4, rtol=0)
+        with fused_attention(False):
+            own = evaluate(bridge, split, sets, batch_size=4, progress=False)
+            with ActivationStore.build(bridge, split, progress=False) as store:
+                assert store.layers == (0, 1, 2) and store.bytes_used > 0
+                assert torch.equal(evaluate(bridge, split, sets, store=store, progress=False).correct, own.correct)
+        for other in (b, own):
+            assert torch.equal(a.correct, other.correct)
+            torch.testing.assert_close(a.scores, other.scores, atol=2e-4, rtol=0)
         with ActivationStore.build(bridge, split, progress=False) as store:
-            assert store.layers == (0,) and store.bytes_used == 0
+            assert store.layers == (0, 1, 2) and store.bytes_used > 0
             assert torch.equal(evaluate(bridge, split, sets, store=store, progress=False).correct, b.correct)
-    assert all(batch.layout == "rows" for batch in encode_split(bridge, hellaswag_split.subset(6), 4))
+    assert all(batch.layout == "shared" for batch in encode_split(bridge, hellaswag_split.subset(6), 4))
+    with fused_attention(False):
+        assert all(batch.layout == "rows" for batch in encode_split(bridge, hellaswag_split.subset(6), 4))
     tok = hooked.tokenizer
     prompts = [[tok.bos_token_id] + _ids(hooked, t) for t in ("You are an", "def f(x):\n    for i in", "Q")]
     masks = torch.zeros(3, 3, 4, dtype=torch.bool)

@@ -7,7 +7,7 @@ import random
 import pytest
 import torch
 
-from cel_lens.model import ablation_hooks, forward_resid
+from cel_lens.model import ablation_hooks, forward_resid, fused_attention
 from cel_lens.evaluation import encode_split, evaluate
 from cel_lens.heads import HeadSet
 from cel_lens.evaluation import ActivationStore, select_layers
@@ -200,10 +200,12 @@ def test_models_that_cannot_resume_get_full_passes(model, mc_split, monkeypatch)
         return real_forward(*args, **kwargs)
 
     monkeypatch.setattr(model, "forward", spy)
-    with ActivationStore.build(model, mc_split, progress=False) as store:
-        assert store.layers == (0,) and store.bytes_used == 0
-        res = evaluate(model, mc_split, sets, store=store, progress=False)
-    plain = evaluate(model, mc_split, sets, progress=False)
+    with fused_attention(False):  # the model's own forward, so that the spy sees every pass
+        with ActivationStore.build(model, mc_split, progress=False) as store:
+            assert store.layers == (0,) and store.bytes_used == 0
+            res = evaluate(model, mc_split, sets, store=store, progress=False)
+        plain = evaluate(model, mc_split, sets, progress=False)
+    assert starts
     assert torch.equal(res.correct, reference.correct) and torch.equal(plain.correct, reference.correct)
     assert set(starts) <= {None, 0}  # every pass started from the tokens (or the cache's embeddings)
 

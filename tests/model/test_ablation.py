@@ -22,7 +22,7 @@ from cel_lens.model import (
 )
 from cel_lens.heads import HeadSet, masks_from_head_sets
 
-ATOL = 1e-5
+ATOL = 1e-4  # cel_lens passes run fused attention: float32 rounding differs from the model's own forward
 SETS = ["intact", "L0H1", "L1H2+L2H0", "L2H3", "L0H0+L0H1+L2H2"]
 
 
