@@ -49,6 +49,21 @@ def _cut(text: str, stops: Sequence[str]) -> str:
     return text
 
 
+def _accept(tok, rows: Sequence[int], tokens: Sequence[int], out: list[list[int]], finished: list[bool],
+            eos: Optional[int], stops: Sequence[Sequence[str]]) -> None:
+    """Append each row's next token to its text, or finish the row at end-of-text or at a stop
+    sequence (greedy decoding, as lm-eval's ``until``); finished rows take nothing more."""
+    for row, t in zip(rows, tokens):
+        if finished[row]:
+            continue
+        if eos is not None and t == eos:
+            finished[row] = True
+            continue
+        out[row].append(t)
+        if stops[row] and _stops_hit(tok.decode(out[row]), stops[row]):
+            finished[row] = True
+
+
 def _right_padded(prompts: Sequence[Sequence[int]], pad: int, device) -> tuple[Tensor, Tensor, Tensor]:
     """Tokens and attention mask of ``prompts``, right padded to the longest, and the position of
     each prompt's last token."""
@@ -132,15 +147,7 @@ def _decode(
             last = resid[:, -1]
         nxt = unembed(model, last).argmax(-1)
         rows = active.tolist()
-        for row, t in zip(rows, nxt.tolist()):
-            if finished[row]:
-                continue
-            if eos is not None and t == eos:
-                finished[row] = True
-                continue
-            out[row].append(t)
-            if stops[row] and _stops_hit(tok.decode(out[row]), stops[row]):
-                finished[row] = True
+        _accept(tok, rows, nxt.tolist(), out, finished, eos, stops)
         alive = torch.tensor([not finished[r] for r in rows])
         if not bool(alive.any()) or step == max_new_tokens - 1:
             break

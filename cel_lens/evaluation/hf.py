@@ -29,7 +29,7 @@ from cel_lens.config import canonical_dtype
 from cel_lens.evaluation.batch import EncodedBatch
 from cel_lens.evaluation.choices import aggregate
 from cel_lens.evaluation.encode import as_split, chat_choice, encode_split, pad_id, split_kind
-from cel_lens.evaluation.generation import _cut, _stops_hit, generation_prompts
+from cel_lens.evaluation.generation import _accept, _cut, generation_prompts
 from cel_lens.evaluation.result import EvalResult
 from cel_lens.heads import HeadSet
 from cel_lens.model.bos import read_bos, set_bos_rule
@@ -127,15 +127,7 @@ def _greedy(model: PlainModel, prompts: Sequence[Sequence[int]], budget: int, st
     for _ in range(budget):
         res = model.hf(input_ids=x, attention_mask=attn, position_ids=positions, use_cache=True, **{cache_arg: cache})
         cache, nxt = getattr(res, cache_arg), res.logits[:, -1].argmax(-1)
-        for row, t in enumerate(nxt.tolist()):
-            if finished[row]:
-                continue
-            if eos is not None and t == eos:
-                finished[row] = True
-                continue
-            out[row].append(t)
-            if stops[row] and _stops_hit(tok.decode(out[row]), stops[row]):
-                finished[row] = True
+        _accept(tok, range(n), nxt.tolist(), out, finished, eos, stops)
         if all(finished):
             break
         x, positions = nxt[:, None], positions[:, -1:] + 1
