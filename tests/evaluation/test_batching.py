@@ -22,14 +22,6 @@ from cel_lens.tasks import Example, Split
 SETS = ["intact", "L0H1", "L1H2+L2H0", "L2H3"]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def models(tiny_model, tiny_checkpoints):
     return {"hooked": tiny_model, "bridge": load_model(str(tiny_checkpoints["llama"]), loader="bridge", device="cpu")}

@@ -20,16 +20,6 @@ from cel_lens.tasks import Example, Split
 
 SETS = ["intact", "L0H1", "L1H2+L2H0", "L2H3"]
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """Tiny models run fastest on one thread (and do not suffer from a loaded machine's cores)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-
 @pytest.fixture(scope="module")
 def model(tiny_model):
     return tiny_model

@@ -15,16 +15,6 @@ from cel_lens.tasks import Example, Split
 
 N_LAYERS, N_HEADS = 6, 4
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """Tiny models run fastest on one thread (and do not suffer from a loaded machine's cores)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-
 @pytest.fixture(scope="module")
 def model():
     from cel_lens.testing import tiny_hooked_transformer
