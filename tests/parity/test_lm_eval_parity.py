@@ -227,12 +227,8 @@ def test_mbpp_judge_decisions_match_lm_eval(data_dir, tmp_path, lm_side, monkeyp
     """Reference solutions, plain and in a ```python fence, judged by cel_lens's default MBPP judge
     and by lm-eval's own metric (``process_results``): the same pass/fail for every one."""
     monkeypatch.setenv(ALLOW_ENV, "1")
-    try:
-        task = load_task("mbpp", n_dist=1, data_dir=data_dir, judge="lm-eval")
-    except ValueError as err:
-        if "judge" not in str(err):
-            raise
-        pytest.skip("needs the lm-eval MBPP judge as the default mbpp protocol (load_task('mbpp', judge='lm-eval'))")
+    task = load_task("mbpp", n_dist=1, data_dir=data_dir)  # the default judge is lm-eval's
+    assert task.options["judge"] == "lm-eval"
     rows = lm_side.mbpp_test_rows(data_dir / "mbpp" / "mbpp.jsonl")
     by_id = {int(r["task_id"]): r for r in rows}
     with lm_side.offline_code_eval():
