@@ -83,7 +83,7 @@ def main() -> None:
         src = tiny_hf_checkpoint(arch, root / "src" / arch, seed=i, max_shard_size="200KB")
         rows.append(_row(f"tiny {arch}", src, root / "out" / arch, "L0H1+L2H3"))
     big = _slice_checkpoint(root / "src" / "slice", args.layers)
-    rows.append(_row(f"3B slice ({args.layers} layers)", big, root / "out" / "slice", "L0H3+L1H7+L3H20"))
+    rows.append(_row(f"3B slice ({args.layers} layers)", big, root / "out" / "slice", f"L0H3+L{min(1, args.layers - 1)}H7+L{args.layers - 1}H20"))
     print("| checkpoint | shards | MiB | largest shard MiB | wall s | CPU s | peak RSS added MiB | MiB/s |")
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
