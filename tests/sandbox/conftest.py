@@ -71,7 +71,7 @@ def snapshot(root: Path) -> dict[str, tuple[int, str, int]]:
     return out
 
 
-def sandbox_processes(marker: str) -> list[int]:
+def processes_mentioning(marker: str) -> list[int]:
     """Processes whose command line mentions ``marker`` (the sandboxes' temp root)."""
     pids = []
     for pid in os.listdir("/proc"):
@@ -83,6 +83,12 @@ def sandbox_processes(marker: str) -> list[int]:
             if marker.encode() in cmd:
                 pids.append(int(pid))
     return pids
+
+
+@pytest.fixture
+def sandbox_processes() -> Callable[[str], list[int]]:
+    """:func:`processes_mentioning`, for the tests: processes whose command line names a sandbox root."""
+    return processes_mentioning
 
 
 @pytest.fixture
@@ -101,7 +107,7 @@ def hostile(outside: Path) -> Callable[..., sb.Outcome]:
         assert elapsed <= TIMEOUT + SLACK, (elapsed, out)
         assert snapshot(outside) == before, "a file outside the sandbox changed"
         assert list(root.iterdir()) == [], "the sandbox's temporary directory was not deleted"
-        assert sandbox_processes(str(root)) == [], "a sandbox process outlived run()"
+        assert processes_mentioning(str(root)) == [], "a sandbox process outlived run()"
         return out
 
     return run_hostile

@@ -20,20 +20,6 @@ TIMEOUT = 1.0
 REPO = Path(__file__).resolve().parents[2]
 
 
-def sandbox_processes(marker: str) -> list[int]:
-    """Processes whose command line mentions ``marker`` (the sandboxes' temp root)."""
-    pids = []
-    for pid in os.listdir("/proc"):
-        if pid.isdigit():
-            try:
-                cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-            except OSError:
-                continue
-            if marker.encode() in cmd:
-                pids.append(int(pid))
-    return pids
-
-
 
 # ---------------------------------------------------------------------------------------------
 # hostile programs, with the kernel layers and with the guard only
@@ -120,7 +106,9 @@ def test_hostile_network(mode: str, hostile) -> None:
 
 
 @pytest.mark.parametrize("leave_group", [False, True])
-def test_background_process_is_killed(leave_group: bool, mode: str, outside: Path, kernel_layers) -> None:
+def test_background_process_is_killed(
+    leave_group: bool, mode: str, outside: Path, kernel_layers, sandbox_processes
+) -> None:
     if leave_group and mode == "guard-only" and "pids-cgroup" not in kernel_layers:
         pytest.skip("without namespaces or a pids cgroup, a process that leaves the group survives (documented)")
     # the program leaves a child behind (bypassing the guard) that would write a file later
@@ -329,7 +317,7 @@ DAEMON = (
 
 
 @pytest.mark.slow
-def test_killed_caller_leaves_nothing_after_the_next_start(mode: str, tmp_path: Path, kernel_layers) -> None:
+def test_killed_caller_leaves_nothing_after_the_next_start(mode: str, tmp_path: Path, kernel_layers, sandbox_processes) -> None:
     if mode == "guard-only" and "pids-cgroup" not in kernel_layers:
         pytest.skip("without namespaces or a cgroup, a daemonised process survives its caller (documented)")
     root = tmp_path / "sandboxes"
