@@ -30,7 +30,7 @@ import torch
 from cel_lens.heads import Head, HeadSet
 from cel_lens.scoring import compressed_scores, exact_scores
 from cel_lens.selection import candidate_pool, run_search
-from cel_lens.testing import SyntheticOracle
+from cel_lens.testing import SyntheticOracle, realistic_oracle
 
 CHOICES = (" yes", " no", " 143", " the river", " 7 times", " water")
 
@@ -53,23 +53,11 @@ def null_calibration(seeds: int) -> dict[str, float]:
     return out
 
 
-def realistic(n_layers: int, n_heads: int, seed: int) -> tuple[SyntheticOracle, set[Head]]:
-    """The planted model of the pool-recall check (as in ``tests/scoring``)."""
-    rng = np.random.default_rng(seed)
-    idx = rng.choice(n_layers * n_heads, size=13, replace=False)
-    heads = [Head(int(i) // n_heads, int(i) % n_heads) for i in idx]
-    effects = dict(zip(heads[:3], (0.03, 0.02, 0.015)))
-    effects.update(zip(heads[3:], -np.linspace(0.02, 0.15, 10)))
-    oracle = SyntheticOracle(n_layers, n_heads, n_dist=2000, n_test=100, base_acc=0.6, effects=effects,
-                             background_sd=0.003, noise=0.02, seed=seed)
-    return oracle, set(heads[:3])
-
-
 def pool_recall(n_layers: int, n_heads: int, seeds: int) -> dict[str, object]:
     """Beneficial heads in the pool of 12 (compressed vs exact), exact zeros, the +3 pp estimate."""
     cs, ex, zeros, top = [], [], [], []
     for seed in range(seeds):
-        oracle, good = realistic(n_layers, n_heads, seed)
+        oracle, good = realistic_oracle(n_layers, n_heads, seed)
         approx = compressed_scores(oracle, seed=seed, progress=False)
         cs.append(len(set(candidate_pool(approx, 12)) & good))
         ex.append(len(set(candidate_pool(exact_scores(oracle), 12)) & good))

@@ -5,7 +5,7 @@ Nothing here touches the Hugging Face hub. Used by the test suite, the benchmark
 
 from cel_lens.testing.models import TINY_ARCHS, tiny_hf_checkpoint, tiny_hooked_from_hf, tiny_hooked_transformer
 from cel_lens.testing.planted import planted_task
-from cel_lens.testing.synthetic import SyntheticOracle
+from cel_lens.testing.synthetic import SyntheticOracle, realistic_oracle
 from cel_lens.testing.tokenizers import BOS_CONVENTIONS, CORPUS, tiny_tokenizer, train_tokenizer
 
 __all__ = [
@@ -19,4 +19,5 @@ __all__ = [
     "tiny_hooked_from_hf",
     "planted_task",
     "SyntheticOracle",
+    "realistic_oracle",
 ]

@@ -19,7 +19,7 @@ from cel_lens.scoring import (
     score_heads,
 )
 from cel_lens.scoring import exact_scores
-from cel_lens.testing import SyntheticOracle
+from cel_lens.testing import SyntheticOracle, realistic_oracle
 from cel_lens.tasks import Example, Split
 from cel_lens.testing import planted_task
 
@@ -100,19 +100,6 @@ def test_no_score_is_a_tie_at_zero_that_fills_the_pool_by_index():
     assert pool[0] == Head(6, 9) and pool != [Head(0, h) for h in range(12)]
 
 
-def _realistic(n_layers: int, n_heads: int, seed: int) -> tuple[SyntheticOracle, set[Head]]:
-    """Three beneficial heads (+3, +2, +1.5 pp), ten harmful (-2..-15 pp), every other head a small
-    N(0, 0.3 pp) effect, 2% per-evaluation label noise, 2,000 discovery examples."""
-    rng = np.random.default_rng(seed)
-    idx = rng.choice(n_layers * n_heads, size=13, replace=False)
-    heads = [Head(int(i) // n_heads, int(i) % n_heads) for i in idx]
-    effects = dict(zip(heads[:3], (0.03, 0.02, 0.015)))
-    effects.update(zip(heads[3:], -np.linspace(0.02, 0.15, 10)))
-    oracle = SyntheticOracle(n_layers, n_heads, n_dist=2000, n_test=100, base_acc=0.6, effects=effects,
-                             background_sd=0.003, noise=0.02, seed=seed)
-    return oracle, set(heads[:3])
-
-
 @pytest.mark.slow  # 13 searches' stage 1, the 28x24 ones over 672 heads: ~40 s on a busy CPU
 @pytest.mark.parametrize("n_layers,n_heads,seeds", [(8, 16, range(8)), (28, 24, range(5))])
 def test_compressed_pool_recall_is_within_one_head_of_exact(n_layers, n_heads, seeds):
@@ -120,7 +107,7 @@ def test_compressed_pool_recall_is_within_one_head_of_exact(n_layers, n_heads, s
     compressed sensing (100 and 336 masks) holds at most one beneficial head fewer than the pool
     from the exact scores (128 and 672 evaluations), and the +3 pp head is estimated within 1 pp."""
     for seed in seeds:
-        oracle, good = _realistic(n_layers, n_heads, seed)
+        oracle, good = realistic_oracle(n_layers, n_heads, seed)
         exact_pool = set(candidate_pool(exact_scores(oracle), 12))
         approx = compressed_scores(oracle, seed=seed, progress=False)
         assert len(set(candidate_pool(approx, 12)) & good) >= len(exact_pool & good) - 1, seed
