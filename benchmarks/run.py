@@ -400,7 +400,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         log("case mbpp (generation)")
         rec["mbpp"] = mbpp_case(w, args.reps, 1 if args.quick else 2, log)
     if not args.quick and not args.no_extras and "arith" in only:
-        from benchmarks.scaling import profile_scan, scaling, scaling_figure, variants
+        from benchmarks.scaling import profile_scan, scaling, scaling_figure
 
         rec["own_forward_scans"] = own_forward_scans(w, log)
         log("profiling one scan")

@@ -22,11 +22,13 @@ __all__ = [
     "SCORERS",
     "STRATEGIES",
     "BACKENDS",
+    "BOS_RULES",
     "DTYPE_ALIASES",
     "QUICK",
     "canonical_dtype",
     "OptionError",
     "check_split_sizes",
+    "check_max_new_tokens",
     "SearchConfig",
     "ExecutionSettings",
 ]
@@ -60,6 +62,11 @@ BACKENDS: dict[str, str] = {
 }
 """Backend name -> ``"module:Class"`` (:func:`cel_lens.backends.get_backend` imports it when
 chosen, so an optional backend costs nothing until used)."""
+
+BOS_RULES: tuple[str, ...] = ("tokenizer", "always", "never")
+"""How prompts start (:mod:`cel_lens.model.bos`): ``"tokenizer"``: BOS where the checkpoint's
+tokenizer adds it (lm-eval's default); ``"always"``: BOS before every prompt; ``"never"``: no BOS
+(unless the text itself starts with one)."""
 
 DTYPE_ALIASES: dict[str, str] = {
     "float32": "float32", "fp32": "float32", "float": "float32",
@@ -111,6 +118,12 @@ def check_split_sizes(n_dist: Any = None, n_test: Any = None) -> None:
     for name, value in (("n_dist", n_dist), ("n_test", n_test)):
         if value is not None:
             _int(name, value, 1, why=" (the split would be empty)")
+
+
+def check_max_new_tokens(value: Any) -> None:
+    """A generation budget is ``None`` (the task's default) or an integer >= 1."""
+    if value is not None:
+        _int("max_new_tokens", value, 1)
 
 
 @dataclass(frozen=True)
@@ -205,8 +218,9 @@ class ExecutionSettings:
     """How a search runs, as opposed to what it computes: none of these is part of a run's identity
     (a run started with one setting resumes under another and reaches the same result).
 
-    ``device``/``dtype``/``loader``: how a model given by name is loaded (:func:`cel_lens.load_model`;
-    ``dtype`` does change results and is recorded with the model's identity); ``batch_size``:
+    ``device``/``dtype``/``loader``/``bos``: how a model given by name is loaded
+    (:func:`cel_lens.load_model`; ``dtype`` and ``bos``, the BOS rule, ``None`` for the tokenizer's
+    own, do change results and are recorded with the model's identity); ``batch_size``:
     examples per forward pass; ``use_store``/``store_budget``: the activation store (bytes, ``None``
     for every layer); ``progress``: progress bars; ``backend``: ``"local"`` or ``"ray"``, with
     ``ray_address``, ``workers`` and ``gpus_per_worker`` for the latter.
@@ -215,6 +229,7 @@ class ExecutionSettings:
     device: Optional[str] = None
     dtype: Optional[str] = None
     loader: str = "auto"
+    bos: Optional[str] = None
     batch_size: int = 8
     use_store: bool = True
     store_budget: Optional[int] = None
@@ -231,6 +246,8 @@ class ExecutionSettings:
         if self.dtype is not None:
             canonical_dtype(self.dtype)
         _choice("loader", self.loader, ("auto", "hooked", "bridge"))
+        if self.bos is not None:
+            _choice("bos", self.bos, BOS_RULES)
         _int("batch_size", self.batch_size, 1)
         _bool("use_store", self.use_store)
         if self.store_budget is not None:
@@ -243,6 +260,14 @@ class ExecutionSettings:
         if isinstance(gpus, bool) or not isinstance(gpus, numbers.Real) or not 0 <= gpus < float("inf"):
             raise OptionError("gpus_per_worker", f"gpus_per_worker must be a number >= 0, got {gpus!r}")
         return self
+
+    def load_options(self) -> dict[str, Any]:
+        """Keyword arguments of :func:`cel_lens.load_model` for a model given by name (one place for
+        every loader: the local and Ray backends, the grid, the CLI); ``bos`` only when set."""
+        options: dict[str, Any] = {"device": self.device, "dtype": self.dtype, "loader": self.loader}
+        if self.bos is not None:
+            options["bos"] = self.bos
+        return options
 
     def to_dict(self) -> dict[str, Any]:
         """The settings as a plain dict."""

@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cel_lens.config import ExecutionSettings, OptionError, SearchConfig, canonical_dtype, check_split_sizes
+from cel_lens.config import (
+    ExecutionSettings,
+    OptionError,
+    SearchConfig,
+    canonical_dtype,
+    check_max_new_tokens,
+    check_split_sizes,
+)
 
 CONFIG_CASES = [
     (dict(k=0), "k", "k must be >= 1, got 0"),
@@ -30,6 +37,7 @@ SETTINGS_CASES = [
     (dict(device=0), "device", "device must be a name such as 'cpu' or 'cuda:0', got 0"),
     (dict(dtype="float17"), "dtype", "unknown dtype 'float17'"),
     (dict(loader="magic"), "loader", "unknown loader 'magic'; choose one of auto, hooked, bridge"),
+    (dict(bos="sometimes"), "bos", "unknown bos 'sometimes'; choose one of tokenizer, always, never"),
     (dict(batch_size=0), "batch_size", "batch_size must be >= 1, got 0"),
     (dict(batch_size=2.0), "batch_size", "batch_size must be an integer, got 2.0"),
     (dict(use_store=1), "use_store", "use_store must be True or False, got 1"),
@@ -93,3 +101,17 @@ def test_split_seed_and_specificity_are_recorded_only_when_set():
 def test_bad_split_seed_and_specificity_fail_before_any_work(field, value):
     with pytest.raises(ValueError, match=field):
         SearchConfig(**{field: value}).validate()
+
+
+def test_load_options_carry_the_bos_rule_only_when_set():
+    """Every place that loads a model by name gets the same keyword arguments from the settings."""
+    assert ExecutionSettings(device="cpu").load_options() == {"device": "cpu", "dtype": None, "loader": "auto"}
+    assert ExecutionSettings(loader="hooked", bos="never").load_options() == {
+        "device": None, "dtype": None, "loader": "hooked", "bos": "never"}
+
+
+@pytest.mark.parametrize("value", [0, -3, 2.5, True, "8"])
+def test_a_bad_generation_budget_is_refused(value):
+    with pytest.raises(OptionError, match="max_new_tokens"):
+        check_max_new_tokens(value)
+    check_max_new_tokens(None), check_max_new_tokens(1)

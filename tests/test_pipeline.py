@@ -217,3 +217,18 @@ def test_plan_evaluates_a_sample_and_writes_nothing(tiny_model, task, tmp_path, 
     assert [s.head_sets for s in plan.stages][:3] == [1, 12, 6]  # intact, every head, C(4,2) pairs
     with pytest.raises(ValueError, match="larger than the model's 12 heads"):
         cl.pipeline.plan(tiny_model, task, k=13, pool_size=13, calibrate=False)
+
+
+def test_a_bos_rule_given_to_search_applies_to_a_model_object(tiny_checkpoints, tmp_path):
+    """``search(model, task, bos=...)`` sets the rule on a model handed in as an object (not only
+    on one loaded by name), and the run records it."""
+    from cel_lens.model import bos_rule
+
+    model = cl.load_model(str(tiny_checkpoints["llama"]), loader="hooked", device="cpu")
+    planted = planted_task(model, n=8, heads="L1H2")
+    before = bos_rule(model)["rule"]
+    run = cl.search(model, planted, k=1, pool_size=2, n_null=2, n_boot=50, out=tmp_path / "run", progress=False,
+                    bos="never" if before != "never" else "always")
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["model"]["bos"]["rule"] == bos_rule(model)["rule"] != before
+    assert run.result.heads

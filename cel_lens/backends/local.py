@@ -115,9 +115,12 @@ class LocalBackend:
     def open(
         self, model: Any, task: Task, settings: ExecutionSettings, *, store_dtype: Optional[torch.dtype] = None
     ) -> LocalOracle:
-        """A :class:`LocalOracle` over ``model`` (loaded first when it is a name or path)."""
+        """A :class:`LocalOracle` over ``model`` (loaded first when it is a name or path; a model
+        object takes the settings' BOS rule when one is set)."""
         if isinstance(model, (str, Path)):
-            model = load_model(str(model), device=settings.device, dtype=settings.dtype, loader=settings.loader)
+            model = load_model(str(model), **settings.load_options())
+        elif settings.bos is not None:
+            model = load_model(model, bos=settings.bos)
         return LocalOracle(
             model, task, batch_size=settings.batch_size, use_store=settings.use_store,
             store_budget=settings.store_budget, store_dtype=store_dtype, progress=settings.progress,

@@ -13,13 +13,13 @@ import sys
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
-from cel_lens.config import ExecutionSettings, OptionError, check_split_sizes
+from cel_lens.config import BOS_RULES, ExecutionSettings, OptionError, check_max_new_tokens, check_split_sizes
 
 if TYPE_CHECKING:  # pragma: no cover
     from cel_lens.tasks.base import Task
 
 __all__ = [
-    "Formatter", "print_json", "json_stdout", "FLAGS", "flag_message", "add_model_task_options", "settings_from_args",
+    "Formatter", "print_json", "json_stdout", "FLAGS", "flag_message", "add_model_task_options", "add_load_options", "settings_from_args",
     "allow_code_execution", "check_names_first", "task_options_from_args", "load_task_from_args", "load_model_and_task", "DEFAULTS",
 ]
 
@@ -93,11 +93,7 @@ def add_model_task_options(p: argparse.ArgumentParser, *, model_required: bool =
     p.add_argument("--data-dir", default=None, help="read task files from this directory instead of the hub")
     p.add_argument("--seed", type=int, default=0, help="seed of the statistics (null, bootstrap, stability) and the splits")
     p.add_argument("--split-seed", type=int, default=None, help="seed of the splits alone (default: --seed)")
-    p.add_argument("--device", default=DEFAULTS.device, help="torch device (default: cuda if available, else cpu)")
-    p.add_argument("--dtype", default=DEFAULTS.dtype, help="model dtype, e.g. float32 or bfloat16")
-    p.add_argument("--loader", choices=["auto", "hooked", "bridge"], default=DEFAULTS.loader,
-                   help="HookedTransformer or TransformerBridge (auto: HookedTransformer where supported)")
-    p.add_argument("--batch-size", type=int, default=DEFAULTS.batch_size, help="examples per forward pass")
+    add_load_options(p)
     p.add_argument("--allow-code-execution", action="store_true",
                    help="let generation tasks (MBPP) run model-written code in the sandbox")
     p.add_argument("--chat-template", action="store_true",
@@ -105,6 +101,18 @@ def add_model_task_options(p: argparse.ArgumentParser, *, model_required: bool =
     p.add_argument("--max-new-tokens", type=int, default=None,
                    help="tokens a generation task (MBPP) may generate (default: the task's, 256 for MBPP)")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+
+
+def add_load_options(p: argparse.ArgumentParser) -> None:
+    """How a model given by name is loaded and run (:class:`~cel_lens.config.ExecutionSettings`)."""
+    p.add_argument("--device", default=DEFAULTS.device, help="torch device (default: cuda if available, else cpu)")
+    p.add_argument("--dtype", default=DEFAULTS.dtype, help="model dtype, e.g. float32 or bfloat16")
+    p.add_argument("--loader", choices=["auto", "hooked", "bridge"], default=DEFAULTS.loader,
+                   help="HookedTransformer or TransformerBridge (auto: HookedTransformer where supported)")
+    p.add_argument("--bos", choices=BOS_RULES, default=DEFAULTS.bos,
+                   help="prompts start with BOS: where the tokenizer adds it (default, as lm-eval), always, or never "
+                   "(recorded with the model)")
+    p.add_argument("--batch-size", type=int, default=DEFAULTS.batch_size, help="examples per forward pass")
 
 
 def allow_code_execution(args: argparse.Namespace) -> None:
@@ -118,7 +126,7 @@ def allow_code_execution(args: argparse.Namespace) -> None:
 def settings_from_args(args: argparse.Namespace, **extra: Any) -> ExecutionSettings:
     """The checked :class:`~cel_lens.config.ExecutionSettings` of the model options (and ``extra``)."""
     return ExecutionSettings(
-        device=args.device, dtype=args.dtype, loader=args.loader, batch_size=args.batch_size,
+        device=args.device, dtype=args.dtype, loader=args.loader, bos=args.bos, batch_size=args.batch_size,
         progress=not args.no_progress, **extra,
     ).validate()
 
@@ -153,8 +161,7 @@ def task_options_from_args(args: argparse.Namespace) -> dict[str, Any]:
         kind = task_info(args.task).get("kind")
         if kind != "generation":
             raise OptionError("max_new_tokens", f"max_new_tokens applies to generation tasks (mbpp); {args.task} is {kind}")
-        if budget < 1:
-            raise OptionError("max_new_tokens", f"max_new_tokens must be >= 1, got {budget}")
+        check_max_new_tokens(budget)
         options["max_new_tokens"] = budget
     return options
 
@@ -186,5 +193,5 @@ def load_model_and_task(args: argparse.Namespace) -> tuple[Any, "Task"]:
     task = load_task_from_args(args, splits=(split,) if split is not None else ("dist", "test"))
     if split is not None and len(task.split(split)) == 0:
         raise ValueError(f"task {task.name!r} has no {split} examples to evaluate")
-    model = load_model(args.model, device=settings.device, dtype=settings.dtype, loader=settings.loader)
+    model = load_model(args.model, **settings.load_options())
     return model, task

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from cel_lens.cli.common import DEFAULTS, Formatter, allow_code_execution, print_json
+from cel_lens.cli.common import DEFAULTS, Formatter, add_load_options, allow_code_execution, print_json
 from cel_lens.config import SCORERS, STRATEGIES, ExecutionSettings, SearchConfig
 
 __all__ = ["add", "run"]
@@ -19,6 +19,11 @@ def _add_search_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n-test", type=int, default=None, help="test examples per task (default: the paper's size)")
     p.add_argument("--data-dir", default=None, help="read task files from this directory instead of the hub")
     p.add_argument("--seed", type=int, default=d.seed, help="seed of the splits, the null and the bootstrap")
+    p.add_argument("--split-seed", type=int, default=None, help="seed of the splits alone (default: --seed)")
+    p.add_argument("--chat-template", action="store_true",
+                   help="wrap each prompt in the tokenizer's chat template (Instruct models; recorded in each run)")
+    p.add_argument("--max-new-tokens", type=int, default=None,
+                   help="tokens the grid's generation tasks (MBPP) may generate (default: 256)")
     p.add_argument("--k", type=int, default=d.k, help="largest subset size")
     p.add_argument("--pool", type=int, default=d.pool_size, help="candidate pool size (top heads by stage-1 score)")
     p.add_argument("--scorer", choices=SCORERS, default=d.scorer, help="stage-1 scorer")
@@ -28,11 +33,7 @@ def _add_search_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n-boot", type=int, default=d.n_boot, help="bootstrap resamples of each CI")
     p.add_argument("--n-masks", type=int, default=d.n_masks, help="random masks for --scorer compressed")
     p.add_argument("--store-dtype", default=d.store_dtype, help="store the residual stream in this dtype (e.g. float16)")
-    p.add_argument("--device", default=DEFAULTS.device, help="torch device (default: cuda if available, else cpu)")
-    p.add_argument("--dtype", default=DEFAULTS.dtype, help="model dtype, e.g. float32 or bfloat16")
-    p.add_argument("--loader", choices=["auto", "hooked", "bridge"], default=DEFAULTS.loader,
-                   help="HookedTransformer or TransformerBridge (auto: HookedTransformer where supported)")
-    p.add_argument("--batch-size", type=int, default=DEFAULTS.batch_size, help="examples per forward pass")
+    add_load_options(p)
     p.add_argument("--no-store", action="store_true", help="no activation store: full forward passes")
     p.add_argument("--store-budget-mb", type=float, default=None, help="byte budget of each activation store")
     p.add_argument("--backend", choices=["local", "ray"], default=DEFAULTS.backend,
@@ -90,9 +91,10 @@ def run(args: argparse.Namespace) -> int:
         config = SearchConfig(
             k=args.k, pool_size=args.pool, scorer=args.scorer, strategy=args.strategy, beam_width=args.beam_width,
             n_null=args.n_null, n_boot=args.n_boot, seed=args.seed, n_masks=args.n_masks, store_dtype=args.store_dtype,
+            split_seed=args.split_seed,
         ).validate()
         settings = ExecutionSettings(
-            device=args.device, dtype=args.dtype, loader=args.loader, batch_size=args.batch_size,
+            device=args.device, dtype=args.dtype, loader=args.loader, bos=args.bos, batch_size=args.batch_size,
             use_store=not args.no_store,
             store_budget=None if args.store_budget_mb is None else int(args.store_budget_mb * 2**20),
             progress=not args.no_progress, backend=args.backend, ray_address=args.address,
@@ -102,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
         result = grid(
             args.models, args.tasks, out=args.out or DEFAULT_OUT, config=config, settings=settings,
             png=not args.no_png, n_dist=args.n_dist, n_test=args.n_test, data_dir=args.data_dir,
+            chat_template=args.chat_template or None, max_new_tokens=args.max_new_tokens,
         )
     if args.json:
         print_json(result.table)

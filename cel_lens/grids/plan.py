@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence, Union
 
 from cel_lens.backends.base import get_backend
-from cel_lens.config import ExecutionSettings, SearchConfig
+from cel_lens.config import ExecutionSettings, SearchConfig, check_max_new_tokens, check_split_sizes
 from cel_lens.model.registry import PAPER_MODELS
 from cel_lens.pipeline import TASK_OPTIONS
 from cel_lens.tasks.registry import available_tasks
@@ -121,6 +121,8 @@ def split_options(
     config = replace(config or SearchConfig(), **{k: v for k, v in options.items() if k in config_names})
     settings = replace(settings or ExecutionSettings(), **{k: v for k, v in options.items() if k in settings_names})
     task_options = {k: options.get(k) for k in TASK_OPTIONS}
+    check_split_sizes(task_options["n_dist"], task_options["n_test"])
+    check_max_new_tokens(task_options["max_new_tokens"])
     return config.validate(), settings.validate(), task_options
 
 

@@ -95,7 +95,7 @@ class ModelSession:
             s = self.plan.settings
             t0 = time.perf_counter()
             try:
-                self._model = load_model(self.name, device=s.device, dtype=s.dtype, loader=s.loader)
+                self._model = load_model(self.name, **s.load_options())
             except Exception as err:
                 self._error = err
                 raise

@@ -19,11 +19,10 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
+from cel_lens.config import BOS_RULES
+
 __all__ = ["BOS_RULES", "check_bos_rule", "read_bos", "set_bos_rule", "bos_rule", "bos_prefix", "prompt_ids"]
 
-BOS_RULES: tuple[str, ...] = ("tokenizer", "always", "never")
-"""``"tokenizer"``: BOS where the checkpoint's tokenizer adds it (lm-eval's default);
-``"always"``: BOS before every prompt; ``"never"``: no BOS (unless the text itself starts with one)."""
 
 _KEY = "_cel_lens_bos"
 _PROBE = "a"

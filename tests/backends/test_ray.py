@@ -201,6 +201,23 @@ def test_without_ray_one_clear_error(monkeypatch, capsys):
         search("no-such/model-anywhere", _mc_task(), backend="spark")
 
 
+def test_a_model_named_for_ray_loads_in_each_actor_with_the_settings(monkeypatch):
+    """A name goes to the actors as a recipe carrying the loader and BOS rule (before: the actors
+    loaded it with the defaults, whatever --loader said); the organism and objects pass as they are."""
+    pytest.importorskip("ray")
+    import cel_lens.backends.ray as ray_backend
+    from cel_lens.config import ExecutionSettings
+
+    seen = []
+    monkeypatch.setattr(ray_backend, "RayOracle", lambda model, task, **kw: seen.append(model))
+    backend = ray_backend.RayBackend()
+    backend.open("ckpt/", None, ExecutionSettings(loader="hooked", bos="always"))
+    backend.open("ckpt/", None, ExecutionSettings())
+    backend.open("organism", None, ExecutionSettings(loader="hooked"))
+    assert seen[0] == ModelFactory.load("ckpt/", loader="hooked", bos="always")
+    assert seen[1] == ModelFactory.load("ckpt/") and seen[2] == "organism"
+
+
 def test_cli_search_ray_options():
     from cel_lens.cli import build_parser
 

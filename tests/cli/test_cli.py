@@ -126,6 +126,20 @@ def test_chat_template_flag_reaches_the_evaluation_and_the_run(capsys, llama_dir
     assert json.loads((out / "manifest.json").read_text())["task"]["options"]["chat_template"] is True
 
 
+@pytest.mark.parametrize("rule", ["always", "never"])
+def test_bos_flag_reaches_the_model_and_the_run(capsys, llama_dir, data_dir, tmp_path, rule):
+    """``--bos`` overrides the tokenizer's own rule; the manifest records it with the model, so runs
+    with different rules never share a directory."""
+    out = tmp_path / "run"
+    args = ["--model", llama_dir, "--loader", "hooked", "--task", "arithmetic", "--data-dir", str(data_dir),
+            "--no-progress", "--n-dist", "6", "--n-test", "6", "--k", "1", "--pool", "2", "--n-null", "2"]
+    assert main(["search", *args, "--out", str(out), "--json", "--bos", rule]) == 0, capsys.readouterr().err
+    bos = json.loads((out / "manifest.json").read_text())["model"]["bos"]
+    assert bos["rule"] == rule and bos["prepends_bos"] is (rule == "always")
+    assert main(["search", *args, "--out", str(out), "--json", "--bos", "always" if rule == "never" else "never"]) == 2
+    assert "bos" in capsys.readouterr().err
+
+
 def test_max_new_tokens_flag_sets_the_generation_budget(data_dir):
     from cel_lens.cli.common import load_task_from_args
 

@@ -66,6 +66,18 @@ def test_tasks_load_with_every_task_option_of_the_grid(tmp_path, monkeypatch):
     assert calls["mbpp"] == {"seed": 7, "chat_template": True, "n_dist": 10, "max_new_tokens": 64}
 
 
+def test_models_load_with_the_grid_settings(tmp_path, monkeypatch):
+    """The grid loads each model as a search would: device, dtype, loader and the BOS rule."""
+    from cel_lens.grids import resources
+
+    calls = []
+    monkeypatch.setattr(resources, "load_model", lambda name, **kw: calls.append((name, kw)) or object())
+    plan = make_plan("ckpt/", "arithmetic", tmp_path, options={"loader": "hooked", "bos": "never", "dtype": "bfloat16"})
+    session = resources.ModelSession("ckpt/", plan, GridState.open(plan))
+    session.get(), session.get()
+    assert calls == [("ckpt/", {"device": None, "dtype": "bfloat16", "loader": "hooked", "bos": "never"})]
+
+
 @pytest.mark.parametrize(
     "models, tasks, options, error",
     [

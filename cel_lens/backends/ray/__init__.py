@@ -8,6 +8,7 @@ See :mod:`cel_lens.backends.ray.oracle` for how splits are sharded and failures 
 
 from __future__ import annotations
 
+import os
 from typing import Any, Optional
 
 import torch
@@ -18,6 +19,7 @@ from cel_lens.backends.ray.factory import ModelFactory, to_factory
 from cel_lens.backends.ray.oracle import FORWARDED_ENV, RayOracle
 from cel_lens.backends.ray.shards import Shard, plan_shards, shard_split
 from cel_lens.backends.ray.worker import ShardWorker
+from cel_lens.model.load import load_model
 from cel_lens.tasks.base import Task
 
 __all__ = [
@@ -48,7 +50,14 @@ class RayBackend:
     def open(
         self, model: Any, task: Task, settings: ExecutionSettings, *, store_dtype: Optional[torch.dtype] = None
     ) -> RayOracle:
-        """A :class:`RayOracle` with ``settings.workers`` actors (every replica built before this returns)."""
+        """A :class:`RayOracle` with ``settings.workers`` actors (every replica built before this returns).
+        A model given by name is loaded in each actor with the settings' loader and BOS rule; a model
+        object takes the BOS rule here, before it is shipped."""
+        if isinstance(model, (str, os.PathLike)) and str(model) != "organism":
+            chosen = {k: v for k, v in settings.load_options().items() if k in ("loader", "bos") and v not in (None, "auto")}
+            model = ModelFactory.load(model, **chosen)
+        elif isinstance(model, torch.nn.Module) and settings.bos is not None:
+            model = load_model(model, bos=settings.bos)
         return RayOracle(
             model, task, workers=settings.workers, address=settings.ray_address,
             gpus_per_worker=settings.gpus_per_worker, device=settings.device, dtype=settings.dtype,
