@@ -41,6 +41,8 @@ def _add_search_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--address", default=DEFAULTS.ray_address, help="Ray cluster to join ('auto' or HOST:PORT)")
     p.add_argument("--workers", type=int, default=DEFAULTS.workers, help="Ray actors, one model replica each")
     p.add_argument("--gpus-per-worker", type=float, default=DEFAULTS.gpus_per_worker, help="GPUs per Ray actor")
+    p.add_argument("--parallel-pairs", type=int, default=1,
+                   help="searches run at once (with --backend ray; the cluster's workers are shared among them)")
     p.add_argument("--allow-code-execution", action="store_true",
                    help="let MBPP run model-written code in the sandbox (without it, MBPP pairs fail in their rows)")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
@@ -105,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
             args.models, args.tasks, out=args.out or DEFAULT_OUT, config=config, settings=settings,
             png=not args.no_png, n_dist=args.n_dist, n_test=args.n_test, data_dir=args.data_dir,
             chat_template=args.chat_template or None, max_new_tokens=args.max_new_tokens,
+            parallel_pairs=args.parallel_pairs,
         )
     if args.json:
         print_json(result.table)

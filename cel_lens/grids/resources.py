@@ -4,6 +4,7 @@ all of its tasks and its side effects), with the time loading takes counted in `
 from __future__ import annotations
 
 import gc
+import threading
 import time
 from typing import Any, Optional
 
@@ -39,32 +40,35 @@ class TaskCache:
         self.state = state
         self._tasks: dict[str, Task] = {}
         self._problems: dict[str, str] = {}
+        self._lock = threading.RLock()  # pairs searched at once share the cache
 
     def problem(self, name: str) -> Optional[str]:
         """Why ``name`` cannot run (code execution not allowed, a loading error), or ``None``;
         checked before any model is loaded for it."""
-        if name not in self._problems and name not in self._tasks:
-            try:
-                if needs_code_execution(name):
-                    check_allowed()
-                self.get(name)
-            except Exception as err:  # a task that cannot load fails its pairs, not the grid
-                self._problems[name] = describe_error(err)
-        return self._problems.get(name)
+        with self._lock:
+            if name not in self._problems and name not in self._tasks:
+                try:
+                    if needs_code_execution(name):
+                        check_allowed()
+                    self.get(name)
+                except Exception as err:  # a task that cannot load fails its pairs, not the grid
+                    self._problems[name] = describe_error(err)
+            return self._problems.get(name)
 
     def get(self, name: str) -> Task:
         """The task, loaded with the plan's split sizes, data directory, seed, chat-template choice
         and (for generation tasks) generation budget."""
-        if name not in self._tasks:
-            opts = {k: v for k, v in self.plan.task_options.items() if v is not None}
-            if task_info(name).get("kind") != "generation":
-                opts.pop("max_new_tokens", None)  # a budget for the grid's generation tasks only
-            t0 = time.perf_counter()
-            try:
-                self._tasks[name] = load_task(name, seed=self.plan.config.task_seed, **opts)
-            finally:
-                self.state.add_time(f"load task/{name}", time.perf_counter() - t0)
-        return self._tasks[name]
+        with self._lock:
+            if name not in self._tasks:
+                opts = {k: v for k, v in self.plan.task_options.items() if v is not None}
+                if task_info(name).get("kind") != "generation":
+                    opts.pop("max_new_tokens", None)  # a budget for the grid's generation tasks only
+                t0 = time.perf_counter()
+                try:
+                    self._tasks[name] = load_task(name, seed=self.plan.config.task_seed, **opts)
+                finally:
+                    self.state.add_time(f"load task/{name}", time.perf_counter() - t0)
+            return self._tasks[name]
 
 
 class ModelSession:

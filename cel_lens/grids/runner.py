@@ -9,7 +9,9 @@ from the directory alone and write ``table.md``, ``table.json`` and ``report.htm
 (:mod:`cel_lens.report.grid`).
 
 Pairs run one after another in this process. With ``backend="ray"`` each search (and each side-
-effect evaluation) spreads its evaluations over Ray actors, which load their own model replicas.
+effect evaluation) spreads its evaluations over Ray actors, which load their own model replicas,
+and ``parallel_pairs=N`` runs N searches at once, each on its share of the cluster
+(:mod:`~cel_lens.grids.parallel`).
 """
 
 from __future__ import annotations
@@ -17,11 +19,12 @@ from __future__ import annotations
 import os
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
 from cel_lens.config import ExecutionSettings, SearchConfig
+from cel_lens.grids.parallel import check_parallel_pairs, run_at_once, shared_cluster
 from cel_lens.grids.plan import GridPlan, ModelsLike, Pair, TasksLike, make_plan
 from cel_lens.grids.resources import ModelSession, TaskCache, describe_error
 from cel_lens.grids.side_effects import measure_side_effects
@@ -92,6 +95,29 @@ def run_pair(plan: GridPlan, state: GridState, session: ModelSession, tasks: Tas
     return "ok"
 
 
+def _one_pair_at_a_time(plan: GridPlan, state: GridState, log: Log) -> None:
+    """Model by model: load it once, search each of its tasks, measure its side effects, release it."""
+    tasks_cache = TaskCache(plan, state)
+    for model in plan.models:
+        session = ModelSession(model, plan, state)
+        try:
+            for task in plan.tasks[model]:
+                run_pair(plan, state, session, tasks_cache, Pair(model, task), log)
+            measure_side_effects(plan, state, session, tasks_cache, model, log)
+        finally:
+            session.release()
+
+
+def _pairs_at_once(plan: GridPlan, state: GridState, log: Log, parallel_pairs: int) -> None:
+    """Every pair's search, ``parallel_pairs`` at a time, then each model's side effects (its
+    workers load the model; this process holds none)."""
+    tasks_cache = TaskCache(plan, state)
+    sessions = {model: ModelSession(model, plan, state) for model in plan.models}
+    run_at_once(plan.pairs, lambda pair: run_pair(plan, state, sessions[pair.model], tasks_cache, pair, log), parallel_pairs)
+    for model in plan.models:
+        measure_side_effects(plan, state, sessions[model], tasks_cache, model, log)
+
+
 def _say(log: Log, message: str) -> None:
     if log is not None:
         log(message)
@@ -113,6 +139,7 @@ def grid(
     settings: Optional[ExecutionSettings] = None,
     png: bool = True,
     verbose: bool = True,
+    parallel_pairs: int = 1,
     **search_options: Any,
 ) -> GridRun:
     """Run a CEL search for every model × task pair and measure each Ŝ's side effects on the other
@@ -126,19 +153,18 @@ def grid(
     ``n_dist``, ``n_test``, ``data_dir``); every pair gets the same. Each pair is a run directory
     ``out/<model>__<task>``; running the same call again resumes pair by pair. A pair that fails
     (e.g. MBPP without ``CEL_LENS_ALLOW_CODE_EXECUTION=1``) is reported in its row; the others run.
+    ``parallel_pairs``: searches run at once (above 1 only with ``backend="ray"``, whose actors load
+    their own replicas; the cluster's workers are shared among them unless ``workers`` is given).
     """
     plan = make_plan(models, tasks, out, config=config, settings=settings, options=search_options)
+    check_parallel_pairs(plan, parallel_pairs)
     state = GridState.open(plan)
     log: Log = _stderr if verbose else None
-    tasks_cache = TaskCache(plan, state)
-    for model in plan.models:
-        session = ModelSession(model, plan, state)
-        try:
-            for task in plan.tasks[model]:
-                run_pair(plan, state, session, tasks_cache, Pair(model, task), log)
-            measure_side_effects(plan, state, session, tasks_cache, model, log)
-        finally:
-            session.release()
+    if parallel_pairs == 1:
+        _one_pair_at_a_time(plan, state, log)
+    else:
+        with shared_cluster(plan.settings, parallel_pairs) as shared:
+            _pairs_at_once(replace(plan, settings=shared), state, log, parallel_pairs)
     state.finish()
     result = rebuild(plan.out, png=png)
     _say(log, f"grid: {len(plan.pairs)} pairs in {plan.out}; wrote {', '.join(p.name for p in result.outputs)}")

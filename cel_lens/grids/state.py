@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any, Mapping, Optional, Union
@@ -36,6 +37,7 @@ class GridState:
     def __init__(self, path: Path, data: dict[str, Any]) -> None:
         self.path = path
         self.data = data
+        self._lock = threading.RLock()  # pairs searched at once record from several threads
         self._started = time.perf_counter()
         self._wall_before = float(data.get("timings", {}).get(WALL, {}).get("seconds", 0.0))
 
@@ -89,23 +91,30 @@ class GridState:
 
     def fail(self, key: str, message: str) -> None:
         """Record ``message`` as the error of ``key`` (and save)."""
-        self.errors[key] = message
-        self.save()
+        with self._lock:
+            self.errors[key] = message
+            self.save()
 
     def succeed(self, key: str) -> None:
         """Forget an earlier error of ``key`` (and save)."""
-        if self.errors.pop(key, None) is not None:
-            self.save()
+        with self._lock:
+            if self.errors.pop(key, None) is not None:
+                self.save()
 
     def add_time(self, key: str, seconds: float) -> None:
         """Add ``seconds`` (one call) to ``key`` (and save)."""
-        entry = self.timings.setdefault(key, {"seconds": 0.0, "calls": 0})
-        entry["seconds"] = float(entry["seconds"]) + float(seconds)
-        entry["calls"] = int(entry["calls"]) + 1
-        self.save()
+        with self._lock:
+            entry = self.timings.setdefault(key, {"seconds": 0.0, "calls": 0})
+            entry["seconds"] = float(entry["seconds"]) + float(seconds)
+            entry["calls"] = int(entry["calls"]) + 1
+            self.save()
 
     def save(self) -> None:
         """Write ``grid.json`` atomically, with the grid's wall time so far."""
+        with self._lock:
+            self._save()
+
+    def _save(self) -> None:
         wall = self._wall_before + (time.perf_counter() - self._started)
         self.timings[WALL] = {"seconds": wall, "calls": int(self.timings.get(WALL, {}).get("calls", 0))}
         self.path.parent.mkdir(parents=True, exist_ok=True)

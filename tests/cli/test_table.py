@@ -21,6 +21,8 @@ OUTPUTS = ("table.md", "table.json", "report.html")
         (["table", "--report", "/no/such/grid"], "no grid.json"),
         (["table", "--models", "organism", "--tasks", "organism_a,nope"], "unknown task"),
         (["table", "--models", "organism", "--tasks", "organism_a", "--k", "0"], "k must be"),
+        (["table", "--models", "organism", "--tasks", "organism_a", "--parallel-pairs", "2"], "--parallel-pairs > 1 needs"),
+        (["table", "--models", "organism", "--tasks", "organism_a", "--max-new-tokens", "0"], "--max-new-tokens must be >= 1"),
     ],
 )
 def test_errors_are_one_line(capsys, tmp_path, argv, message):

@@ -287,19 +287,47 @@ def test_backend_settings_reach_every_search_and_side_effect(organism_grid, tmp_
     assert all(row == local[row["model"], row["task"]] for row in run.rows)
 
 
+def test_pairs_run_at_once_and_give_the_same_table(organism_grid, tmp_path, monkeypatch):
+    """``parallel_pairs=2``: the two searches open their oracles at the same time (a gate lets the
+    first two through only together; one after the other, the first would time out and fail its
+    row) and the table equals the one-at-a-time grid's."""
+    import recording_backend
+
+    from cel_lens.backends.base import BACKENDS
+
+    monkeypatch.setitem(BACKENDS, "recording", "recording_backend:RecordingBackend")
+    monkeypatch.setattr(recording_backend, "GATE", recording_backend.Gate(2, timeout=120))
+    recording_backend.CALLS.clear()
+    run = grid("organism", ["organism_a", "organism_b"], out=tmp_path, backend="recording", parallel_pairs=2, **SMALL)
+    assert sorted(task for _, task, _ in recording_backend.CALLS[:2]) == ["organism_a", "organism_b"]
+    local = {(r["model"], r["task"]): r for r in organism_grid[1].rows}
+    assert all(row == local[row["model"], row["task"]] for row in run.rows) and len(run.rows) == 2
+    assert GridState.read(tmp_path).errors == {}
+
+
+@pytest.mark.parametrize("value, message", [(2, "needs a backend whose workers load their own models"),
+                                            (0, "parallel_pairs must be an integer >= 1"),
+                                            (1.5, "parallel_pairs must be an integer >= 1")])
+def test_parallel_pairs_are_checked_before_any_work(tmp_path, value, message):
+    with pytest.raises(ValueError, match=message):
+        grid("organism", ["organism_a"], out=tmp_path / "grid", parallel_pairs=value, **SMALL)
+    assert not (tmp_path / "grid").exists()
+
+
 @pytest.mark.slow
 @pytest.mark.ray
 def test_ray_grid_equals_the_local_grid(organism_grid, tmp_path):
-    """One pair on Ray actors (one Ray start costs minutes on a busy 2-core machine; the side
-    effects go through the same ``Backend.open``, checked above with a recording backend)."""
+    """Two pairs searched at once on Ray actors, one worker each (one Ray start costs minutes on a
+    busy 2-core machine; the side effects go through the same ``Backend.open``, checked above with a
+    recording backend): the same rows as the local grid's, and Ray still up for its owner."""
     ray = pytest.importorskip("ray")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        run = grid("organism", ["organism_a"], out=tmp_path, backend="ray", workers=1, **SMALL)
+        run = grid("organism", ["organism_a", "organism_b"], out=tmp_path, backend="ray", parallel_pairs=2, **SMALL)
+        assert ray.is_initialized()  # the grid did not start Ray, so it did not stop it
     finally:
         ray.shutdown()
-    (row,) = run.rows
-    local = next(r for r in organism_grid[1].rows if r["task"] == "organism_a")
-    assert {**row, "p_holm": None} == {**local, "p_holm": None} and row["p_holm"] == row["p_value"]  # a family of one
+    local = {(r["model"], r["task"]): r for r in organism_grid[1].rows}
+    assert len(run.rows) == 2 and all(row == local[row["model"], row["task"]] for row in run.rows)
     assert "load model/organism" not in run.table["timings"]  # the actors load their own replicas
