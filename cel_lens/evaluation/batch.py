@@ -9,7 +9,7 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-__all__ = ["TeacherForced", "EncodedBatch", "teacher_forced_rows", "build_batch", "length_groups", "MAX_PADDING"]
+__all__ = ["TeacherForced", "EncodedBatch", "right_pad", "teacher_forced_rows", "build_batch", "length_groups", "MAX_PADDING"]
 
 MAX_PADDING = 0.1
 """Largest share of a batch's (or a continuation group's) positions that may be padding."""
@@ -147,24 +147,30 @@ def length_groups(lengths: Sequence[int]) -> list[list[int]]:
     return groups
 
 
+def right_pad(
+    seqs: Sequence[Sequence[int]], pad: int, width: Optional[int] = None
+) -> tuple[Int[Tensor, "row pos"], Int[Tensor, "row pos"]]:
+    """Token ids of ``seqs`` right padded with ``pad`` to the longest (or to ``width``), and their
+    attention mask (1 on real tokens). Right padding keeps each sequence at its own positions, so
+    causal attention alone keeps the pads out of every real position."""
+    if width is None:
+        width = max((len(s) for s in seqs), default=0)
+    tokens = torch.full((len(seqs), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        tokens[i, : len(s)] = torch.tensor(list(s), dtype=torch.long)
+        mask[i, : len(s)] = 1
+    return tokens, mask
+
+
 def teacher_forced_rows(pairs: Sequence[tuple[list[int], list[int]]], pad: int) -> TeacherForced:
     """Right-padded rows ``context + continuation[:-1]`` of (context, continuation) id pairs."""
-    n = len(pairs)
-    seqs = [ctx + cont[:-1] for ctx, cont in pairs]
-    width = max(len(s) for s in seqs)
-    k = max(len(cont) for _, cont in pairs)
-    tokens = torch.full((n, width), pad, dtype=torch.long)
-    mask = torch.zeros((n, width), dtype=torch.long)
-    positions = torch.zeros((n, k), dtype=torch.long)
-    targets = torch.zeros((n, k), dtype=torch.long)
-    target_mask = torch.zeros((n, k), dtype=torch.bool)
-    for r, ((ctx, cont), seq) in enumerate(zip(pairs, seqs)):
-        tokens[r, : len(seq)] = torch.tensor(seq)
-        mask[r, : len(seq)] = 1
+    tokens, mask = right_pad([ctx + cont[:-1] for ctx, cont in pairs], pad)
+    targets, target_mask = right_pad([cont for _, cont in pairs], 0)
+    positions = torch.zeros_like(targets)
+    for r, (ctx, cont) in enumerate(pairs):
         positions[r, : len(cont)] = torch.arange(len(ctx) - 1, len(ctx) - 1 + len(cont))
-        targets[r, : len(cont)] = torch.tensor(cont)
-        target_mask[r, : len(cont)] = True
-    return TeacherForced(tokens, mask, positions, targets, target_mask)
+    return TeacherForced(tokens, mask, positions, targets, target_mask.bool())
 
 
 def build_batch(
@@ -193,27 +199,13 @@ def build_batch(
     if not shared:
         rows = answer if kind == "exact_match" else teacher_forced_rows(pairs, pad)
         return EncodedBatch(targets=rows.targets, target_mask=rows.target_mask, rows=rows, **common)
-    n, r = len(encoded), len(pairs)
-    width = max(len(ctx) for ctx, *_ in encoded)
+    context, context_mask = right_pad([ctx for ctx, *_ in encoded], pad)
     k = max(len(cont) for _, cont in pairs)
-    context = torch.full((n, width), pad, dtype=torch.long)
-    context_mask = torch.zeros((n, width), dtype=torch.long)
-    for b, (ctx, *_) in enumerate(encoded):
-        context[b, : len(ctx)] = torch.tensor(ctx)
-        context_mask[b, : len(ctx)] = 1
-    cont_tokens = torch.full((r, k - 1), pad, dtype=torch.long)
-    cont_mask = torch.zeros((r, k - 1), dtype=torch.long)
-    targets = torch.zeros((r, k), dtype=torch.long)
-    target_mask = torch.zeros((r, k), dtype=torch.bool)
-    for i, (_, cont) in enumerate(pairs):
-        if len(cont) > 1:
-            cont_tokens[i, : len(cont) - 1] = torch.tensor(cont[:-1])
-            cont_mask[i, : len(cont) - 1] = 1
-        targets[i, : len(cont)] = torch.tensor(cont)
-        target_mask[i, : len(cont)] = True
+    cont_tokens, cont_mask = right_pad([cont[:-1] for _, cont in pairs], pad, width=k - 1)
+    targets, target_mask = right_pad([cont for _, cont in pairs], 0)
     return EncodedBatch(
         targets=targets,
-        target_mask=target_mask,
+        target_mask=target_mask.bool(),
         context_tokens=context,
         context_mask=context_mask,
         cont_tokens=cont_tokens,

@@ -25,6 +25,7 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
+from cel_lens.evaluation.batch import right_pad
 from cel_lens.evaluation.encode import _tokenizer, encode_prompt, format_prompt, pad_id
 from cel_lens.evaluation.teacher_forced import chunks
 from cel_lens.heads import HeadSet, masks_from_head_sets
@@ -65,15 +66,10 @@ def _accept(tok, rows: Sequence[int], tokens: Sequence[int], out: list[list[int]
 
 
 def _right_padded(prompts: Sequence[Sequence[int]], pad: int, device) -> tuple[Tensor, Tensor, Tensor]:
-    """Tokens and attention mask of ``prompts``, right padded to the longest, and the position of
-    each prompt's last token."""
-    width = max(len(q) for q in prompts)
-    tokens = torch.full((len(prompts), width), pad, dtype=torch.long)
-    attn = torch.zeros((len(prompts), width), dtype=torch.long)
-    for i, q in enumerate(prompts):
-        tokens[i, : len(q)] = torch.tensor(list(q), dtype=torch.long)
-        attn[i, : len(q)] = 1
-    last = torch.tensor([len(q) - 1 for q in prompts], dtype=torch.long)[:, None]
+    """Tokens and attention mask of ``prompts``, right padded to the longest (:func:`right_pad`),
+    and the position of each prompt's last token."""
+    tokens, attn = right_pad(prompts, pad)
+    last = attn.sum(-1, keepdim=True) - 1
     return tokens.to(device), attn.to(device), last.to(device)
 
 
@@ -194,13 +190,13 @@ def generate_variants(
     first = [int(m.any(-1).nonzero()[0, 0]) if bool(m.any()) else n_layers for m in masks]
     per_chunk = max(1, (max_rows or n_var * n) // n)
     tokens, attn, last = _right_padded(prompts, pad_id(model), param_device(model))
-    probe = init_kv_cache(model, n)
-    shared = isinstance(probe, StackCache)
+    cache = init_kv_cache(model, n)
+    shared = isinstance(cache, StackCache)
     groups: dict[int, list[int]] = {}
     for v in sorted(range(n_var), key=lambda v: first[v]):
         groups.setdefault(first[v] if shared else 0, []).append(v)
     with torch.inference_mode():
-        prefix = _intact_prompts(model, tokens, attn, last, sorted(groups)) if shared else None
+        prefix = _intact_prompts(model, cache, tokens, attn, last, sorted(groups)) if shared else None
         for chunk in (c for members in groups.values() for c in chunks(members, per_chunk)):
             row_masks = masks[chunk].repeat_interleave(n, dim=0)
             row_stops = [stops[i] for _ in chunk for i in range(n)]
@@ -217,10 +213,9 @@ def generate_variants(
     return out
 
 
-def _intact_prompts(model, tokens: Tensor, attn: Tensor, last: Tensor, starts: Sequence[int]) -> dict:
-    """The intact prompt pass: its cache (every layer), the residual stream entering each layer of
-    ``starts``, and the final residual stream at each prompt's last token."""
-    cache = init_kv_cache(model, tokens.shape[0])
+def _intact_prompts(model, cache: StackCache, tokens: Tensor, attn: Tensor, last: Tensor, starts: Sequence[int]) -> dict:
+    """The intact prompt pass into the empty ``cache`` (every layer), the residual stream entering
+    each layer of ``starts``, and the final residual stream at each prompt's last token."""
     sink: dict[int, Tensor] = {}
     n_layers = model_shape(model)[0]
     hooks = []
