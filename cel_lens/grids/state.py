@@ -112,19 +112,16 @@ class GridState:
     def save(self) -> None:
         """Write ``grid.json`` atomically, with the grid's wall time so far."""
         with self._lock:
-            self._save()
-
-    def _save(self) -> None:
-        wall = self._wall_before + (time.perf_counter() - self._started)
-        self.timings[WALL] = {"seconds": wall, "calls": int(self.timings.get(WALL, {}).get("calls", 0))}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(self.data, f, indent=2)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+            wall = self._wall_before + (time.perf_counter() - self._started)
+            self.timings[WALL] = {"seconds": wall, "calls": int(self.timings.get(WALL, {}).get("calls", 0))}
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_name(self.path.name + ".tmp")
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(self.data, f, indent=2)
+                f.write("\n")
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
 
     def finish(self) -> None:
         """Count this invocation in the wall time's calls (and save)."""
