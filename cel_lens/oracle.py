@@ -208,6 +208,7 @@ class MemoOracle:
         self._clean: Optional[bool] = None
         self._test_seen = False
         self.timer: Optional[Callable[[list[HeadSet], Tensor, float], Any]] = None
+        self.prior_reads: list[dict[str, Any]] = []
         if journal is not None:
             self.note_selection()
 
@@ -286,15 +287,20 @@ class MemoOracle:
             raise ValueError(f"{type(self.oracle).__name__} cannot compute attribution scores (it has no model)")
         return self.oracle.attribution_scores(batch_size)
 
-    def fix_selection(self, heads: HeadsLike, **data: Any) -> bool:
+    def fix_selection(self, heads: HeadsLike, *, prior_reads: Sequence[dict[str, Any]] = (), **data: Any) -> bool:
         """Fix S-hat before the test split is read; returns :attr:`selected_before_test`.
 
         With a journal a ``selected`` event (with ``data`` and the flag) is appended, or, when one
         is recorded already, checked: a run's selection cannot change once D_test may have been read.
         In memory a new selection replaces the old one, and is marked as made after the test split
-        was read if it was."""
+        was read if it was. ``prior_reads``: reads of D_test recorded elsewhere before this moment
+        (the seal's ledger, :mod:`cel_lens.evaluation.seal`); any makes the flag false, and they
+        are kept (:attr:`prior_reads`) and recorded as the reason."""
         hs = HeadSet.parse(heads)
         prev = self.journal.selection() if self.journal is not None else None
+        if prev is None and self._selection != hs:
+            self.prior_reads = list(prior_reads)
+            self._test_seen |= bool(prior_reads)
         if prev is not None and HeadSet.parse(prev.get("heads")) != hs:
             raise RuntimeError(
                 f"{getattr(self.journal, 'path', 'the run')} already selected {prev.get('heads')} before reading the "
@@ -306,7 +312,8 @@ class MemoOracle:
         elif self._selection != hs:
             self._selection, self._clean = hs, not self._test_seen
             if self.journal is not None:
-                self.journal.record_event("selected", heads=str(hs), selected_before_test=self._clean, **data)
+                seal = {"prior_test_reads": len(self.prior_reads), "reads": self.prior_reads[:5]}
+                self.journal.record_event("selected", heads=str(hs), selected_before_test=self._clean, seal=seal, **data)
         return bool(self._clean)
 
     def note_selection(self) -> None:
@@ -318,3 +325,4 @@ class MemoOracle:
         if self._selection != hs:
             # records written before the flag existed: the guard held for run directories
             self._selection, self._clean = hs, bool(sel.get("selected_before_test", True))
+            self.prior_reads = list((sel.get("seal") or {}).get("reads") or [])

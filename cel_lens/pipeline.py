@@ -25,6 +25,7 @@ import torch
 
 from cel_lens.backends.base import get_backend
 from cel_lens.config import ExecutionSettings, SearchConfig, check_split_sizes
+from cel_lens.evaluation.seal import recorded_reads
 from cel_lens.model.load import resolve_dtype
 from cel_lens.heads import HeadSet
 from cel_lens.oracle import DIST_SPLIT, MemoOracle, Stage1Scores
@@ -238,7 +239,7 @@ def search(
             recording, k=config.k, pool_size=config.pool_size, scores=_stage1_scores(config, recording, run_dir, settings),
             scorer=config.scorer, strategy=config.strategy, beam_width=config.beam_width, n_null=config.n_null,
             n_boot=config.n_boot, posthoc=config.posthoc, seed=config.seed, n_specificity=config.n_specificity,
-            progress=settings.progress,
+            progress=settings.progress, test_reads=lambda: recorded_reads(str(manifest["model"]["id"]), task.test),
         )
     finally:
         if run_dir is not None:

@@ -25,12 +25,13 @@ from __future__ import annotations
 import time
 import warnings
 from contextlib import contextmanager
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import torch
 from jaxtyping import Bool
 from torch import Tensor
 
+from cel_lens.evaluation.seal import describe_reads, reading_as, summarize_read
 from cel_lens.heads import Head, HeadSet
 from cel_lens.oracle import (
     DIST_SPLIT,
@@ -89,13 +90,31 @@ def stage2(
     return subsets, select_best(subsets)
 
 
-def fix_selection(oracle: Oracle, best: SubsetScore) -> bool:
+def fix_selection(oracle: Oracle, best: SubsetScore, prior_reads: Sequence[dict[str, Any]] = ()) -> bool:
     """Fix S-hat in the :class:`~cel_lens.oracle.MemoOracle` before the test split is read (with a
     journal: a ``selected`` event is appended, or on a rerun checked: a selection cannot change once
-    D_test may have been read). Returns whether it was fixed before any test read."""
+    D_test may have been read). ``prior_reads``: the seal ledger's reads of this model's D_test
+    before now (:mod:`cel_lens.evaluation.seal`). Returns whether it was fixed before any test read."""
     if not isinstance(oracle, MemoOracle):
         raise TypeError("fix_selection needs the search's MemoOracle (it holds the test-split guard)")
-    return oracle.fix_selection(best.heads, dist_acc=best.dist_acc, dist_gain=best.dist_gain)
+    return oracle.fix_selection(best.heads, prior_reads=prior_reads, dist_acc=best.dist_acc, dist_gain=best.dist_gain)
+
+
+def seal_record(memo: MemoOracle) -> dict[str, Any]:
+    """What the result says about the sealed test split: how many reads of D_test the ledger held
+    before the selection, the first of them, and the reason ``selected_before_test`` is false."""
+    reads = list(memo.prior_reads)
+    reason = None
+    if memo.selected_before_test is False:
+        reason = describe_reads(reads) if reads else "the test split was read through this search's oracle first"
+    return {"prior_test_reads": len(reads), "reads": reads[:5], "reason": reason}
+
+
+def _prior_reads(memo: MemoOracle, test_reads: Optional[Callable[[], Sequence[dict[str, Any]]]]) -> list[dict[str, Any]]:
+    """The ledger's reads of this model's D_test now (``test_reads``, else the wrapped oracle's
+    ``test_reads`` method when it has one; none for oracles without a model and task)."""
+    fn = test_reads if test_reads is not None else getattr(memo.oracle, "test_reads", None)
+    return [summarize_read(r) for r in fn()] if fn is not None else []
 
 
 def _check_fixed(oracle: Oracle, best: SubsetScore) -> None:
@@ -189,6 +208,7 @@ def run_search(
     n_specificity: int = 0,
     chunk: int = 64,
     progress: bool = True,
+    test_reads: Optional[Callable[[], Sequence[dict[str, Any]]]] = None,
 ) -> Result:
     """Algorithm 1 over ``oracle`` (see the module docstring); returns the :class:`Result`.
 
@@ -200,6 +220,9 @@ def run_search(
     the bootstrap and the selection stability (``n_stability`` resamples of D_dist, no forward
     pass; 0 skips it); ``n_specificity`` > 0 reruns stage 2 on that many random pools
     (:mod:`cel_lens.selection.specificity`); ``chunk`` head sets go to the oracle per call.
+    ``test_reads`` returns the seal ledger's reads of this model's D_test
+    (:func:`cel_lens.evaluation.seal.recorded_reads`; default: the oracle's own ``test_reads``):
+    any read before the selection makes ``selected_before_test`` false, with the reason.
     """
     if k > pool_size:
         raise ValueError(f"k={k} is larger than the pool ({pool_size} heads): every subset is drawn from the pool")
@@ -230,8 +253,9 @@ def run_search(
             )
     if best.dist_gain <= 0:
         warnings.warn(nonpositive_gain_warning(best.dist_gain), UserWarning, stacklevel=2)
-    selected_before_test = fix_selection(memo, best)
-    with _timed(timings, "test_s"):
+    selected_before_test = fix_selection(memo, best, _prior_reads(memo, test_reads))
+    where = getattr(journal, "path", None) if journal is not None else "in memory"
+    with _timed(timings, "test_s"), reading_as(f"search ({where}) after selecting {best.heads}"):
         stats = test_statistics(
             memo, best, subsets, n_null=n_null, n_boot=n_boot, alpha=alpha,
             posthoc=posthoc, seed=seed, chunk=chunk, progress=progress,
@@ -244,7 +268,7 @@ def run_search(
         scores=stage1_scores.values.tolist(), scorer=name, scores_split=stage1_scores.split,
         pool=[str(h) for h in pool], k=k, pool_size=pool_size, n_dist=int(intact.shape[0]), seed=seed,
         n_layers=memo.n_layers, n_heads=memo.n_heads, strategy=strategy, beam_width=beam, n_null=n_null,
-        n_boot=n_boot, alpha=alpha, selected_before_test=selected_before_test,
+        n_boot=n_boot, alpha=alpha, selected_before_test=selected_before_test, seal=seal_record(memo),
         selection_stability=stability, timings=timings,
     )
     if journal is not None:

@@ -25,7 +25,7 @@ from cel_lens.stats import null_min_p, null_p_value
 
 __all__ = [
     "DEFAULT_N_NULL", "RESULT_TITLE", "LABEL_WIDTH", "Result", "result_rows", "format_result", "pp", "format_p",
-    "nonpositive_gain_warning",
+    "nonpositive_gain_warning", "selection_sentence",
 ]
 
 RESULT_TITLE = "CEL search result"
@@ -57,6 +57,15 @@ def nonpositive_gain_warning(dist_gain: float) -> str:
         f"the selected subset's discovery gain is {pp(dist_gain)} (<= 0): no evaluated ablation raised D_dist "
         "accuracy, so the search picked the least harmful one; this is not an enhancement"
     )
+
+
+def selection_sentence(r: Mapping[str, Any]) -> str:
+    """Whether S-hat was fixed before D_test was read, from the run's own flag and, when it was
+    not, the recorded reason (the seal ledger's earlier reads, :mod:`cel_lens.evaluation.seal`)."""
+    if r.get("selected_before_test", True):
+        return "fixed on D_dist before D_test was read"
+    reason = (r.get("seal") or {}).get("reason") or "the test split was read first"
+    return f"NOT fixed before D_test was read: {reason}"
 
 
 def _null_row(r: Mapping[str, Any]) -> str:
@@ -128,10 +137,7 @@ def result_rows(result: Union["Result", Mapping[str, Any]]) -> list[tuple[str, s
     (selection-biased) and test accuracies, the gain's CI and p-value, the random-subset null, the
     selection stability, the optional specificity comparison and the best stage-2 subsets."""
     r = result.to_dict() if isinstance(result, Result) else dict(result)
-    fixed = (
-        "fixed on D_dist before D_test was read" if r.get("selected_before_test", True)
-        else "NOT fixed before D_test was read: the test split was read first"
-    )
+    fixed = selection_sentence(r)
     alpha = float(r.get("alpha", 0.05))
     rows = [("selected heads", f"{HeadSet.parse(r.get('heads'))} ({fixed})")]
     dist_gain = r.get("dist_gain")
@@ -189,7 +195,9 @@ class Result:
     split). ``selected_before_test`` is computed from what the oracle saw;
     ``selection_stability`` is how often stage 2 picks each subset on bootstrap resamples of
     D_dist (:func:`~cel_lens.selection.stability.selection_stability`); ``specificity`` the
-    optional comparison with random pools' winners (:mod:`~cel_lens.selection.specificity`).
+    optional comparison with random pools' winners (:mod:`~cel_lens.selection.specificity`);
+    ``seal`` what the test split's ledger held before the selection (``prior_test_reads``, the
+    first ``reads`` and the ``reason`` the flag is false, :mod:`cel_lens.evaluation.seal`).
     """
 
     heads: str
@@ -226,6 +234,7 @@ class Result:
     scores_split: str = "dist"
     selection_stability: Optional[dict[str, Any]] = None
     specificity: Optional[dict[str, Any]] = None
+    seal: Optional[dict[str, Any]] = field(default=None, compare=False)
     timings: dict[str, float] = field(default_factory=dict, compare=False)
 
     @property
