@@ -239,6 +239,14 @@ class MemoOracle:
         """Head-set x example evaluations held in memory (a run directory's, when resumed)."""
         return sum(int(c.shape[0]) for c in self._cache.values())
 
+    def recorded(self, split: str) -> tuple[list[HeadSet], Bool[Tensor, "variant example"]]:
+        """Every head set answered on ``split`` so far and its correctness (the intact model
+        included when it was evaluated), in the order they were first answered."""
+        sets = [hs for (sp, hs) in self._cache if sp == split]
+        if not sets:
+            return [], torch.zeros(0, self._n.get(split, 0), dtype=torch.bool)
+        return sets, torch.stack([self._cache[(split, hs)] for hs in sets])
+
     def is_recorded(self, split: str, head_set: HeadsLike) -> bool:
         """Whether ``head_set`` already has an answer on ``split``."""
         return (split, HeadSet.parse(head_set)) in self._cache

@@ -239,7 +239,8 @@ def search(
             recording, k=config.k, pool_size=config.pool_size, scores=_stage1_scores(config, recording, run_dir, settings),
             scorer=config.scorer, strategy=config.strategy, beam_width=config.beam_width, n_null=config.n_null,
             n_boot=config.n_boot, posthoc=config.posthoc, seed=config.seed, n_specificity=config.n_specificity,
-            progress=settings.progress, test_reads=lambda: recorded_reads(str(manifest["model"]["id"]), task.test),
+            progress=settings.progress, parsimony=config.parsimony, ci_method=config.ci_method,
+            n_adjusted=config.n_adjusted, test_reads=lambda: recorded_reads(str(manifest["model"]["id"]), task.test),
         )
     finally:
         if run_dir is not None:
