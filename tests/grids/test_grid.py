@@ -156,9 +156,12 @@ def test_each_model_loads_once_and_rows_equal_the_runs(organism_grid):
         res = load_run(out / row["run_dir"]).result.to_dict()
         for key in ("heads", "n_dist", "n_test", "test_acc_intact", "test_acc_ablated", "gain", "ci_low", "ci_high", "p_value"):
             assert row[key] == res[key], key
-    expected = holm_adjust([r["p_value"] for r in ok])
-    assert [r["p_holm"] for r in ok] == pytest.approx(expected.tolist())
-    assert run.table["holm"]["family"] == 2
+    # one-sided (ablation helps) Holm over the declared family: every planned pair, the failed one with p = 1
+    assert all(row["p_enhance"] == load_run(out / row["run_dir"]).result.p_enhance for row in ok)
+    expected = holm_adjust([r["p_enhance"] for r in ok] + [1.0])
+    assert [r["p_holm"] for r in ok] == pytest.approx(expected.tolist()[: len(ok)])
+    assert run.table["holm"]["family"] == 3 and run.table["holm"]["finished"] == 2
+    assert all(row["selected_before_test"] is True for row in ok)
 
 
 def test_side_effects_equal_an_independent_computation(organism_grid):
@@ -252,7 +255,7 @@ def test_killed_grid_resumes_and_its_table_equals_the_runs(planted_checkpoint, t
         for key in ("heads", "n_dist", "n_test", "dist_acc_intact", "dist_acc_ablated", "test_acc_intact",
                     "test_acc_ablated", "gain", "ci_low", "ci_high", "p_value", "null_p"):
             assert row[key] == res[key], (row["task"], key)
-    assert [r["p_holm"] for r in rows] == pytest.approx(holm_adjust([r["p_value"] for r in rows]).tolist())
+    assert [r["p_holm"] for r in rows] == pytest.approx(holm_adjust([r["p_enhance"] for r in rows]).tolist())  # one-sided
     planted = {r["task"]: r for r in rows if r["model"] == planted_checkpoint}
     for task, head in planted_grid.PLANTED.items():  # the known best ablation, found
         assert planted[task]["heads"] == head and planted[task]["test_acc_ablated"] == 1.0
