@@ -59,7 +59,7 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--parsimony", choices=PARSIMONY_RULES, default=d.parsimony,
                    help="stage 2's choice: the smallest subset within one standard error of the best (one_se), or the best")
     p.add_argument("--ci-method", choices=CI_METHODS, default=d.ci_method,
-                   help="interval of the test gain: Newcombe's paired interval, or the paired bootstrap")
+                   help="interval of the test gain: Tango's score interval, Newcombe's paired interval, or the paired bootstrap")
     p.add_argument("--n-adjusted", type=int, default=d.n_adjusted,
                    help="sign-flip permutations of the selection-adjusted test of 'any ablation helps' on D_dist (0: off)")
     p.add_argument("--posthoc", action="store_true",

@@ -14,7 +14,7 @@
 
 from cel_lens.selection.algorithm import fix_selection, run_search, stage1, stage2, test_statistics
 from cel_lens.selection.guardrails import selection_adjusted_test
-from cel_lens.selection.paired import leave_one_out, mcnemar_enhancement_p, newcombe_paired_ci
+from cel_lens.selection.paired import leave_one_out, mcnemar_enhancement_p, newcombe_paired_ci, tango_paired_ci
 from cel_lens.selection.parsimony import select_parsimonious
 from cel_lens.selection.pool import DEFAULT_POOL_SIZE, candidate_pool
 from cel_lens.selection.result import DEFAULT_N_NULL, Result, format_result, result_rows
@@ -49,6 +49,7 @@ __all__ = [
     "leave_one_out",
     "mcnemar_enhancement_p",
     "newcombe_paired_ci",
+    "tango_paired_ci",
     "Reselector",
     "reselecting_stability",
     "split_half_agreement",

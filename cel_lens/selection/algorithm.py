@@ -49,7 +49,7 @@ from cel_lens.selection.result import DEFAULT_N_NULL, Result, nonpositive_gain_w
 from cel_lens.selection.specificity import random_pool_winners, specificity_statistics
 from cel_lens.selection.guardrails import DEFAULT_N_ADJUSTED, nothing_helps_warning, selection_adjusted_test
 from cel_lens.config import CI_METHODS, PARSIMONY_RULES
-from cel_lens.selection.paired import DEFAULT_CI_METHOD, leave_one_out, mcnemar_enhancement_p, newcombe_paired_ci
+from cel_lens.selection.paired import DEFAULT_CI_METHOD, leave_one_out, mcnemar_enhancement_p, paired_interval
 from cel_lens.selection.parsimony import DEFAULT_PARSIMONY, select_parsimonious
 from cel_lens.selection.reselect import Reselector, reselecting_stability, singles_from, split_half_agreement
 from cel_lens.selection.stability import DEFAULT_N_STABILITY, selection_stability
@@ -145,7 +145,7 @@ def test_statistics(
     ci_method: str = DEFAULT_CI_METHOD,
 ) -> dict[str, Any]:
     """D_test statistics of S-hat (``oracle``: the search's MemoOracle, S-hat fixed): accuracies,
-    gain, its interval (``ci_method``: Newcombe's paired interval by default, or the paired
+    gain, its interval (``ci_method``: Tango's score interval by default, Newcombe's, or the paired
     bootstrap), the two-sided McNemar p and the one-sided ``p_enhance`` ("ablation helps"), each
     head's leave-one-out contribution (:func:`~cel_lens.selection.paired.leave_one_out`), the null
     of ``n_null`` random head sets of |S-hat| heads other than S-hat (all of them when there are at
@@ -159,8 +159,8 @@ def test_statistics(
     intact, ablated = pair[0], pair[1]
     n_test = int(intact.shape[0])
     gain = (int(ablated.sum()) - int(intact.sum())) / n_test
-    if ci_method == "newcombe":
-        ci_low, ci_high = newcombe_paired_ci(intact, ablated, alpha)
+    if ci_method != "bootstrap":
+        ci_low, ci_high = paired_interval(intact, ablated, alpha, ci_method)
     else:
         ci_low, ci_high = paired_bootstrap_ci(intact, ablated, n_boot=n_boot, alpha=alpha, seed=seed)
     loo = leave_one_out(lambda sets: call_oracle(oracle, "test", sets, "leave_one_out"), best.heads, ablated, alpha=alpha)
@@ -255,8 +255,8 @@ def run_search(
     rule (:mod:`~cel_lens.selection.parsimony`). ``seed`` seeds the null, the intervals, the
     selection stability (``n_stability`` resamples that redo the selection; 0 skips it) and the
     selection-adjusted test (``n_adjusted`` permutations; 0 skips it); ``n_specificity`` > 0 reruns
-    stage 2 on random pools (:mod:`cel_lens.selection.specificity`); ``ci_method``: ``"newcombe"``
-    or ``"bootstrap"``; ``posthoc``: every subset on D_test too (exploratory). ``test_reads``: the
+    stage 2 on random pools (:mod:`cel_lens.selection.specificity`); ``ci_method``: ``"tango"``,
+    ``"newcombe"`` or ``"bootstrap"``; ``posthoc``: every subset on D_test too (exploratory). ``test_reads``: the
     seal ledger's reads of this D_test (:mod:`cel_lens.evaluation.seal`; default: the oracle's
     ``test_reads``); any before the selection makes ``selected_before_test`` false.
     """

@@ -6,10 +6,11 @@ leave-one-out contribution of each head of S-hat.
   discordant example goes either way with probability 1/2, and the p-value is the upper tail
   ``P(X >= b)`` for the ``b`` examples only the ablated model gets right. A harmful S-hat gets a
   p-value near 1, never a discovery.
-* :func:`newcombe_paired_ci` — Newcombe's (1998, method 10) interval for the difference of two
-  paired proportions, from Wilson score intervals and the phi correlation of the 2x2 table. It
-  never collapses to ``[0, 0]`` and keeps its coverage when few pairs are discordant, where the
-  paired bootstrap does not (``python -m benchmarks.evidence --only ci``).
+* :func:`tango_paired_ci` — Tango's (1998) score interval for the difference of two paired
+  proportions (the default): it never collapses to ``[0, 0]`` and keeps its coverage when few
+  pairs are discordant, where the paired bootstrap and :func:`newcombe_paired_ci` (Newcombe's
+  method 10, from Wilson limits and the phi correlation) do not (``python -m benchmarks.evidence
+  --only claims``: n = 200, Δ = +1 pp, 1% discordant: 0.985 against 0.87 and 0.87).
 * :func:`leave_one_out` — for each head ``h`` of S-hat, S-hat against S-hat without ``h`` on the
   same examples: gain, interval, one-sided McNemar p, Holm across the heads. A head is *supported*
   when its Holm-adjusted p is at most ``alpha``.
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
+from statistics import NormalDist
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -30,9 +32,9 @@ from cel_lens.heads import HeadSet
 from cel_lens.stats import holm_adjust, wilson_interval
 
 __all__ = ["CI_METHODS", "DEFAULT_CI_METHOD", "discordant_counts", "mcnemar_enhancement_p", "newcombe_paired_ci",
-           "leave_one_out"]
+           "tango_paired_ci", "paired_interval", "leave_one_out"]
 
-DEFAULT_CI_METHOD = "newcombe"
+DEFAULT_CI_METHOD = "tango"
 """The default interval of the test gain (it keeps its coverage with few discordant pairs)."""
 
 
@@ -75,6 +77,53 @@ def newcombe_paired_ci(intact: Any, ablated: Any, alpha: float = 0.05) -> tuple[
     return max(-1.0, theta - delta), min(1.0, theta + eps)
 
 
+def _tango_statistic(b: int, c: int, n: int, delta: float) -> float:
+    """Tango's score statistic of ``p_b - p_c = delta`` (restricted maximum-likelihood variance)."""
+    r = n - b - c
+    lin = b * (1 - delta) + c * (1 - 3 * delta) - 2 * r * delta
+    pc = max(0.0, (lin + math.sqrt(max(0.0, lin * lin + 8 * n * c * delta * (1 - delta)))) / (4 * n))
+    var = n * (2 * pc + delta - delta * delta)
+    diff = b - c - n * delta
+    if var <= 0:
+        return 0.0 if diff == 0 else math.copysign(math.inf, diff)
+    return diff / math.sqrt(var)
+
+
+def tango_paired_ci(intact: Any, ablated: Any, alpha: float = 0.05) -> tuple[float, float]:
+    """Tango's (1998) score interval at level ``1 - alpha`` for ``mean(ablated) - mean(intact)`` on
+    paired 0/1 outcomes: every difference the score test does not reject. With no discordant pair
+    it is ``[-d, d]`` for the largest discordance ``d`` the data allow, never ``[0, 0]``."""
+    _, b, c, _ = discordant_counts(intact, ablated)
+    n = len(np.asarray(intact).reshape(-1))
+    if n == 0:
+        raise ValueError("no examples")
+    z = float(NormalDist().inv_cdf(1 - alpha / 2))
+    est = (b - c) / n
+
+    def bound(lo: float, hi: float, inside_at_lo: bool, test) -> float:
+        for _ in range(100):  # bisection to well below any reported digit
+            mid = (lo + hi) / 2
+            if test(mid) == inside_at_lo:
+                lo = mid
+            else:
+                hi = mid
+        return (lo + hi) / 2
+
+    lower = -1.0 if _tango_statistic(b, c, n, -1.0 + 1e-12) <= z else bound(-1.0 + 1e-12, est, False, lambda d: _tango_statistic(b, c, n, d) <= z)
+    upper = 1.0 if _tango_statistic(b, c, n, 1.0 - 1e-12) >= -z else bound(est, 1.0 - 1e-12, True, lambda d: _tango_statistic(b, c, n, d) >= -z)
+    return max(-1.0, lower), min(1.0, upper)
+
+
+def paired_interval(intact: Any, ablated: Any, alpha: float, method: str) -> tuple[float, float]:
+    """The test gain's interval by ``method`` (``"tango"`` or ``"newcombe"``; the bootstrap has its
+    own seed and resamples, :func:`cel_lens.stats.paired_bootstrap_ci`)."""
+    if method == "tango":
+        return tango_paired_ci(intact, ablated, alpha)
+    if method == "newcombe":
+        return newcombe_paired_ci(intact, ablated, alpha)
+    raise ValueError(f"unknown interval method {method!r}")
+
+
 def leave_one_out(
     evaluate: Callable[[list[HeadSet]], Bool[Tensor, "variant example"]],
     heads: HeadSet,
@@ -92,7 +141,7 @@ def leave_one_out(
     rows, ps = [], []
     n = int(ablated.shape[0])
     for h, without, c in zip(heads, rest, correct):
-        low, high = newcombe_paired_ci(c, ablated, alpha)
+        low, high = tango_paired_ci(c, ablated, alpha)
         p = mcnemar_enhancement_p(c, ablated)
         ps.append(p)
         rows.append({"head": str(h), "without": str(without), "gain": (int(ablated.sum()) - int(c.sum())) / n,

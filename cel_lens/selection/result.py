@@ -36,6 +36,9 @@ rows after it lines up with the bare result's)."""
 
 
 
+_CI_NAMES = {"tango": "Tango score", "newcombe": "Newcombe paired", "bootstrap": "paired bootstrap"}
+
+
 def pp(x: Any, signed: bool = True) -> str:
     """A fraction in percentage points (``+4.25 pp``), or a percentage (``84.10%``) when not
     ``signed``; ``n/a`` for ``None`` or NaN."""
@@ -190,7 +193,7 @@ def result_rows(result: Union["Result", Mapping[str, Any]]) -> list[tuple[str, s
                                                 "(selection-biased: Ŝ was chosen for it)"),
         (f"D_test (n={r.get('n_test', '?')})", f"intact {pp(r.get('test_acc_intact'), False)} -> ablated "
                                                 f"{pp(r.get('test_acc_ablated'), False)}, gain {pp(r.get('gain'))}"),
-        (f"{1 - alpha:.0%} {'Newcombe paired' if r.get('ci_method') == 'newcombe' else 'paired bootstrap'} CI",
+        (f"{1 - alpha:.0%} {_CI_NAMES.get(r.get('ci_method'), 'paired bootstrap')} CI",
          f"[{pp(r.get('ci_low'))}, {pp(r.get('ci_high'))}]"),
         ("McNemar exact p", format_p(r.get("p_value"))),
         *_evidence_rows(r),
@@ -239,7 +242,7 @@ class Result:
     optional comparison with random pools' winners (:mod:`~cel_lens.selection.specificity`);
     ``seal`` what the test split's ledger held before the selection (``prior_test_reads``, the
     first ``reads`` and the ``reason`` the flag is false, :mod:`cel_lens.evaluation.seal`);
-    ``ci_method`` the interval's method (``"newcombe"`` or ``"bootstrap"``); ``p_enhance`` the
+    ``ci_method`` the interval's method (``"tango"``, ``"newcombe"`` or ``"bootstrap"``); ``p_enhance`` the
     one-sided exact McNemar p of "ablation helps"; ``leave_one_out`` each head's contribution
     (:func:`~cel_lens.selection.paired.leave_one_out`); ``parsimony`` the stage-2 rule and its
     choice (:mod:`~cel_lens.selection.parsimony`); ``adjusted`` the selection-adjusted test on
