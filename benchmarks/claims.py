@@ -7,7 +7,7 @@ selection, the selection-adjusted sign-flip test, Newcombe's interval, one-sided
 declared family), on the same planted oracles and the same recorded bits:
 
 * **exact S-hat**: P(S-hat is exactly the beneficial set) and mean |S-hat|, one +2 pp head among
-  28x24 and three (+3, +2, +1.5 pp), 2% label noise, 374 discovery examples (MBPP's size);
+  28x24 and three (+3, +2, +1.5 pp), 2% label noise, 374 discovery examples (MBPP's size) and 2,000;
 * **stability**: the reported stability of each search against the rate at which searches on
   independent discovery sets of the same planted model choose the same S-hat;
 * **nothing helps**: how often it fires with no effect and with one real +2 pp head;
@@ -177,6 +177,8 @@ def main(quick: bool) -> None:
     n = 10 if quick else 40
     print("exact S-hat, one +2 pp head:", exact_set(1, n), flush=True)
     print("exact S-hat, three heads:", exact_set(3, n), flush=True)
+    print("exact S-hat, one +2 pp head, 2,000 discovery examples:", exact_set(1, n // 2, n_dist=2000), flush=True)
+    print("exact S-hat, three heads, 2,000 discovery examples:", exact_set(3, n // 2, n_dist=2000), flush=True)
     print("stability vs independent discovery sets:", stability(2 if quick else 4, 6 if quick else 10), flush=True)
     print("'nothing helps' fires:", nothing_helps(n), flush=True)
     print("95% CI coverage:", coverage(500 if quick else 2000), flush=True)

@@ -25,7 +25,7 @@ import torch
 
 from cel_lens.backends.base import get_backend
 from cel_lens.config import ExecutionSettings, SearchConfig, check_split_sizes
-from cel_lens.evaluation.seal import recorded_reads
+from cel_lens.evaluation.seal import reading_as, recorded_reads
 from cel_lens.model.load import resolve_dtype
 from cel_lens.heads import HeadSet
 from cel_lens.oracle import DIST_SPLIT, MemoOracle, Stage1Scores
@@ -235,13 +235,16 @@ def search(
         recording = RecordingOracle(oracle, run_dir)
         recording.timer = BatchTimer(on_first=report.timed)
         report.start(recording.answered(), run_dir.finished)
-        result = run_search(
-            recording, k=config.k, pool_size=config.pool_size, scores=_stage1_scores(config, recording, run_dir, settings),
-            scorer=config.scorer, strategy=config.strategy, beam_width=config.beam_width, n_null=config.n_null,
-            n_boot=config.n_boot, posthoc=config.posthoc, seed=config.seed, n_specificity=config.n_specificity,
-            progress=settings.progress, parsimony=config.parsimony, ci_method=config.ci_method,
-            n_adjusted=config.n_adjusted, test_reads=lambda: recorded_reads(str(manifest["model"]["id"]), task.test),
-        )
+        key = default_run_dir(manifest, root="").name  # the configuration's identity, whatever the directory
+        with reading_as(f"search {path}", key=key):
+            result = run_search(
+                recording, k=config.k, pool_size=config.pool_size, scores=_stage1_scores(config, recording, run_dir, settings),
+                scorer=config.scorer, strategy=config.strategy, beam_width=config.beam_width, n_null=config.n_null,
+                n_boot=config.n_boot, posthoc=config.posthoc, seed=config.seed, n_specificity=config.n_specificity,
+                progress=settings.progress, parsimony=config.parsimony, ci_method=config.ci_method,
+                n_adjusted=config.n_adjusted,
+                test_reads=lambda: recorded_reads(str(manifest["model"]["id"]), task.test, exclude_key=key),
+            )
     finally:
         if run_dir is not None:
             run_dir.close()

@@ -44,7 +44,9 @@ SEAL_WARNING = (
 )
 """The one line a read of D_test outside a search prints (as a :class:`UserWarning`)."""
 
-_ENTRY: contextvars.ContextVar[Optional[str]] = contextvars.ContextVar("cel_lens_test_read_entry", default=None)
+_ENTRY: contextvars.ContextVar[Optional[tuple[str, Optional[str]]]] = contextvars.ContextVar(
+    "cel_lens_test_read_entry", default=None
+)
 
 
 def ledger_dir() -> Path:
@@ -63,10 +65,14 @@ def ledger_file(task: str) -> Path:
 
 
 @contextlib.contextmanager
-def reading_as(entry: str) -> Iterator[None]:
+def reading_as(entry: str, key: Optional[str] = None) -> Iterator[None]:
     """Test reads inside this block are recorded as made by ``entry`` (``"search <run>"``, ...);
-    a read inside it prints no seal warning (the caller owns the read)."""
-    token = _ENTRY.set(entry)
+    a read inside it prints no seal warning (the caller owns the read). ``key`` (inherited from an
+    enclosing block when not given) names a search configuration: its own reads after its
+    selection do not mark a later search of the same configuration, whose selection, a function
+    of D_dist alone, they cannot have changed (:func:`recorded_reads` ``exclude_key``)."""
+    outer = _ENTRY.get()
+    token = _ENTRY.set((entry, key if key is not None else (outer[1] if outer else None)))
     try:
         yield
     finally:
@@ -101,13 +107,13 @@ def record_test_read(model: str, split: Split, head_sets: Sequence[HeadSet], *, 
     named ``"test"`` are not recorded."""
     if split.name != TEST_SPLIT_NAME:
         return
-    owner = _ENTRY.get()
+    owner, key = _ENTRY.get() or (None, None)
     if owner is None and entry is None:
         warnings.warn(SEAL_WARNING.format(task=split.task or "this task", model=model), UserWarning, stacklevel=3)
     digest = split.content_hash
     now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="microseconds")
     read = {"kind": "read", "time": now, "model": model, "task": split.task, "split": digest, "n": len(split),
-            "head_sets": [str(h) for h in head_sets], "entry": entry or owner or "evaluate",
+            "head_sets": [str(h) for h in head_sets], "entry": entry or owner or "evaluate", "key": key,
             "pid": os.getpid(), "host": socket.gethostname()}
     with _locked(ledger_file(split.task), exclusive=True) as fh:
         known = any(e.get("kind") == "split" and e.get("split") == digest for e in _lines(fh))
@@ -118,8 +124,9 @@ def record_test_read(model: str, split: Split, head_sets: Sequence[HeadSet], *, 
         os.fsync(fh.fileno())
 
 
-def recorded_reads(model: str, split: Split) -> list[dict[str, Any]]:
-    """Recorded reads by ``model`` of any example of ``split`` (a test split), oldest first."""
+def recorded_reads(model: str, split: Split, *, exclude_key: Optional[str] = None) -> list[dict[str, Any]]:
+    """Recorded reads by ``model`` of any example of ``split`` (a test split), oldest first; reads
+    made under ``exclude_key`` (the same search configuration, :func:`reading_as`) left out."""
     path = ledger_file(split.task)
     if not path.is_file():
         return []
@@ -128,7 +135,8 @@ def recorded_reads(model: str, split: Split) -> list[dict[str, Any]]:
     ours = set(split.ids)
     overlapping = {e["split"] for e in entries if e.get("kind") == "split" and ours & set(e.get("ids") or [])}
     overlapping.add(split.content_hash)
-    return [e for e in entries if e.get("kind") == "read" and e.get("model") == model and e.get("split") in overlapping]
+    return [e for e in entries if e.get("kind") == "read" and e.get("model") == model and e.get("split") in overlapping
+            and (exclude_key is None or e.get("key") != exclude_key)]
 
 
 def summarize_read(read: dict[str, Any]) -> dict[str, Any]:

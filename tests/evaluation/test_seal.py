@@ -61,6 +61,17 @@ def test_search_after_a_test_read_is_not_selected_before_test(tiny_model, task, 
     assert any("search" in r["entry"] for r in recorded_reads(model_id(tiny_model), task.test))
 
 
+def test_a_second_configuration_is_flagged_and_the_same_one_is_not(tiny_model, task, tmp_path):
+    first = cl.search(tiny_model, task, k=1, pool_size=3, n_null=4, out=tmp_path / "first", progress=False)
+    assert first.result.selected_before_test is True
+    # the same configuration elsewhere: its selection is a function of D_dist, the first's reads cannot change it
+    same = cl.search(tiny_model, task, k=1, pool_size=3, n_null=4, out=tmp_path / "same", progress=False)
+    assert same.result.selected_before_test is True
+    # another configuration, chosen after the first one's test statistics were seen: flagged
+    other = cl.search(tiny_model, task, k=1, pool_size=4, n_null=4, out=tmp_path / "other", progress=False)
+    assert other.result.selected_before_test is False and "search" in other.result.seal["reason"]
+
+
 def test_flipped_examples_then_search_is_flagged_with_the_reason(tiny_model, task, tmp_path):
     with pytest.warns(UserWarning, match="breaks its seal"):
         flipped_examples(tiny_model, task, heads=PLANTED, split="test", progress=False)
