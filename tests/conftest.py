@@ -22,6 +22,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import tempfile  # noqa: E402
 from pathlib import Path  # noqa: E402
+from typing import Iterator  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -29,6 +30,16 @@ import torch  # noqa: E402
 # The sealed test split's ledger (cel_lens.evaluation.seal): never the user's cache, and one per
 # test (the autouse fixture below), so that one test's reads of D_test cannot mark another's search.
 os.environ["CEL_LENS_LEDGER"] = tempfile.mkdtemp(prefix="cel_lens_ledger_")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def module_ledger(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A fresh ledger for each test module, so that module-scoped fixtures (which run before any
+    test's own ledger exists) do not share one with other modules."""
+    path = tmp_path_factory.mktemp("module_ledger")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CEL_LENS_LEDGER", str(path))
+        yield path
 
 
 @pytest.fixture(autouse=True)

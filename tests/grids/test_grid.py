@@ -126,6 +126,11 @@ def test_selection_stability_is_read_from_the_result_or_missing():
 # ---------------------------------------------------------------------------------------------
 # the organism grid, in this process
 # ---------------------------------------------------------------------------------------------
+def _but_holm(row: dict) -> dict:
+    """A row without its Holm-adjusted p (which depends on the grid's declared family)."""
+    return {k: v for k, v in row.items() if k != "p_holm"}
+
+
 @pytest.fixture(scope="module")
 def organism_grid(tmp_path_factory):
     """The organism on its two tasks and MBPP (which cannot run: code execution is not allowed)."""
@@ -287,7 +292,8 @@ def test_backend_settings_reach_every_search_and_side_effect(organism_grid, tmp_
     assert all(s.backend == "recording" and s.store_budget == 2**20 and not s.progress for _, _, s in calls)
     assert "load model/organism" not in run.table["timings"]  # the backend loads the model, not the grid
     local = {(r["model"], r["task"]): r for r in organism_grid[1].rows}
-    assert all(row == local[row["model"], row["task"]] for row in run.rows)
+    # the same rows, but Holm's family: that grid declared three pairs (its MBPP pair failed), this one two
+    assert all(_but_holm(row) == _but_holm(local[row["model"], row["task"]]) for row in run.rows)
 
 
 def test_pairs_run_at_once_and_give_the_same_table(organism_grid, tmp_path, monkeypatch):
@@ -304,7 +310,7 @@ def test_pairs_run_at_once_and_give_the_same_table(organism_grid, tmp_path, monk
     run = grid("organism", ["organism_a", "organism_b"], out=tmp_path, backend="recording", parallel_pairs=2, **SMALL)
     assert sorted(task for _, task, _ in recording_backend.CALLS[:2]) == ["organism_a", "organism_b"]
     local = {(r["model"], r["task"]): r for r in organism_grid[1].rows}
-    assert all(row == local[row["model"], row["task"]] for row in run.rows) and len(run.rows) == 2
+    assert all(_but_holm(row) == _but_holm(local[row["model"], row["task"]]) for row in run.rows) and len(run.rows) == 2
     assert GridState.read(tmp_path).errors == {}
 
 
