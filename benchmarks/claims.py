@@ -58,13 +58,15 @@ def _search(oracle: SyntheticOracle, *, k: int = 3, pool: int = 12) -> dict[str,
     subsets, best = stage2(memo, candidate_pool(scores.values, pool), scores, intact, k=k)
     bits = memo.evaluate("dist", [s.heads for s in subsets])
     chosen, _ = select_parsimonious(subsets, bits, "one_se")
-    return {"memo": memo, "intact": intact, "subsets": subsets, "bits": bits, "before": best.heads, "after": chosen.heads}
+    simultaneous, _ = select_parsimonious(subsets, bits, "simultaneous")
+    return {"memo": memo, "intact": intact, "subsets": subsets, "bits": bits, "before": best.heads, "after": chosen.heads,
+            "simultaneous": simultaneous.heads}
 
 
 def exact_set(n_good: int, searches: int, n_dist: int = 374) -> dict[str, float]:
     """P(S-hat == the beneficial set) and mean |S-hat|, before (best) and after (one_se)."""
-    hits = {"before": 0, "after": 0}
-    size = {"before": 0, "after": 0}
+    hits = {"before": 0, "after": 0, "simultaneous": 0}
+    size = {"before": 0, "after": 0, "simultaneous": 0}
     for seed in range(searches):
         effects = planted_effects(n_good, seed)
         good = HeadSet([h for h, e in effects.items() if e >= 0.015])

@@ -55,9 +55,10 @@ SCORERS: tuple[str, ...] = ("exact", "attribution", "compressed")
 """Stage-1 scorers (:mod:`cel_lens.scoring`)."""
 STRATEGIES: tuple[str, ...] = ("exhaustive", "beam")
 """Stage-2 strategies (:mod:`cel_lens.selection.subsets`)."""
-PARSIMONY_RULES: tuple[str, ...] = ("one_se", "best")
+PARSIMONY_RULES: tuple[str, ...] = ("one_se", "simultaneous", "best")
 """Stage 2's choice (:mod:`cel_lens.selection.parsimony`): the smallest subset within one standard
-error of the most accurate (``one_se``), or the most accurate (``best``)."""
+error of the most accurate (``one_se``), within ``z(1 - 0.05/m)`` standard errors for ``m`` subsets
+(``simultaneous``), or the most accurate (``best``)."""
 CI_METHODS: tuple[str, ...] = ("tango", "newcombe", "bootstrap")
 """Intervals of the test gain (:mod:`cel_lens.selection.paired`): Tango's score interval (the
 default: it keeps its coverage with few discordant pairs, ``benchmarks/claims.py``), Newcombe's

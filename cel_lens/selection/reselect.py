@@ -22,6 +22,7 @@ from jaxtyping import Bool
 from torch import Tensor
 
 from cel_lens.heads import Head, HeadSet
+from cel_lens.selection.parsimony import tolerance_width
 from cel_lens.selection.subsets import SubsetScore, selection_key
 
 __all__ = ["Reselector", "reselecting_stability", "split_half_agreement"]
@@ -47,6 +48,7 @@ class Reselector:
             self.members[i, : len(s.heads)] = [index.get(h, -1) for h in s.heads]
         m = min(pool_size, len(self.heads))
         self.pool_size, self.rule = m, rule
+        self.width = tolerance_width(rule, len(self.subsets))
         self.needed = sum(math.comb(m, j) for j in range(1, min(k, m) + 1))
 
     def select(self, w: np.ndarray) -> tuple[Optional[HeadSet], bool]:
@@ -69,7 +71,7 @@ class Reselector:
         diff = self.bits[cands] - self.bits[cands[best]]
         mean = (diff @ w) / total
         var = ((diff - mean[:, None]) ** 2 @ w) / max(total - 1.0, 1.0)
-        within = mean >= -np.sqrt(var / total) - 1e-12
+        within = mean >= -self.width * np.sqrt(var / total) - 1e-12
         smallest = self.sizes[cands][within].min()
         pick = np.flatnonzero(within & (self.sizes[cands] == smallest))[0]  # first in the rule's order
         return self.subsets[cands[pick]].heads, complete
