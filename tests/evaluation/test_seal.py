@@ -84,6 +84,9 @@ def test_flipped_examples_then_search_is_flagged_with_the_reason(tiny_model, tas
     selected = [json.loads(x) for x in (tmp_path / "b" / "evaluations.jsonl").read_text().splitlines()]
     event = next(x for x in selected if x.get("event") == "selected")
     assert event["selected_before_test"] is False and event["seal"]["prior_test_reads"] >= 1
+    manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
+    assert manifest["test_seal"]["selected_before_test"] is False and "D_test was read" in manifest["test_seal"]["reason"]
+    assert run.manifest["test_seal"] == manifest["test_seal"]
     # resuming keeps the flag the run recorded
     again = cl.search(tiny_model, task, k=1, pool_size=3, n_null=4, out=tmp_path / "b", progress=False)
     assert again.result.selected_before_test is False
