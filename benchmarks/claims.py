@@ -106,13 +106,17 @@ def stability(models: int, sets: int, n_dist: int = 374) -> dict[str, float]:
 
 
 def nothing_helps(searches: int, n_dist: int = 374) -> dict[str, float]:
-    """How often "nothing helps" fires: no effect at all, and one real +2 pp head."""
+    """How often "nothing helps" fires: no effect at all, one real +2 pp head, and ten harmful heads
+    with none that helps (where the random-subset null, asking another question, often rejects)."""
     out = {}
-    for name, effect in (("no effect", 0.0), ("one +2 pp head", 0.02)):
+    for name, effect in (("no effect", 0.0), ("one +2 pp head", 0.02), ("harmful heads only", -1.0)):
         before = after = 0
         for seed in range(searches):
             effects = {Head(l, h): 0.0 for l in range(L) for h in range(H)}
-            effects[Head(seed % L, seed % H)] = effect
+            if effect < 0:
+                effects.update({Head(l, 5 + l % 7): -0.02 - 0.01 * (l % 10) for l in range(10)})
+            else:
+                effects[Head(seed % L, seed % H)] = effect
             run = _search(SyntheticOracle(L, H, n_dist=n_dist, n_test=10, base_acc=0.6, effects=effects, noise=0.02, seed=seed))
             sets_, bits = run["memo"].recorded("dist")
             keep = [i for i, s in enumerate(sets_) if len(s)]

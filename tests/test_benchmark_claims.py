@@ -26,4 +26,4 @@ def test_search_level_checks_run():
         sizes = exact_set(3, 1)
         fires = nothing_helps(1)
     assert sizes["mean |S| after"] <= sizes["mean |S| before"]
-    assert set(fires) == {"no effect: before", "no effect: after", "one +2 pp head: before", "one +2 pp head: after"}
+    assert {"no effect: after", "one +2 pp head: after", "harmful heads only: after"} <= set(fires)

@@ -6,14 +6,20 @@ Each step is one function, and :func:`run_search` calls them in order:
    (:func:`cel_lens.scoring.exact_scores`), or :class:`~cel_lens.oracle.Stage1Scores` from another
    scorer, refused unless computed on D_dist;
 2. :func:`stage2` — the top ``pool_size`` heads form the pool, every subset of size 1..k is
-   evaluated jointly on D_dist, and the best is S-hat (:mod:`cel_lens.selection.subsets`); its
-   selection stability is measured on bootstrap resamples of D_dist from the recorded bits
-   (:mod:`cel_lens.selection.stability`), and, as an option, stage 2 is rerun on random pools
+   evaluated jointly on D_dist, and S-hat is the smallest subset within one standard error of the
+   best (:mod:`cel_lens.selection.parsimony`); from the recorded bits alone, its stability with the
+   whole selection redone on bootstrap resamples and on split halves
+   (:mod:`cel_lens.selection.reselect`) and the selection-adjusted test of "any ablation helps"
+   (:mod:`cel_lens.selection.guardrails`); as an option, stage 2 is rerun on random pools
    (:mod:`cel_lens.selection.specificity`);
 3. :func:`fix_selection` — S-hat is fixed in the :class:`~cel_lens.oracle.MemoOracle` (with a
    journal: the ``selected`` event) *before* any test-split evaluation, and a rerun may not change it;
-4. :func:`test_statistics` — intact and ablated test accuracy, Δ with a paired bootstrap CI, the
-   exact McNemar p-value, a random-subset null and the post-hoc test gains of every subset.
+   a read of D_test recorded in the seal's ledger before this moment (:mod:`cel_lens.evaluation.seal`)
+   makes ``selected_before_test`` false, with the reason;
+4. :func:`test_statistics` — intact and ablated test accuracy, Δ with Tango's interval, the exact
+   McNemar p-values (two-sided, and one-sided for "ablation helps"), each head's leave-one-out
+   contribution (:mod:`cel_lens.selection.paired`), a random-subset null, and, on request, the
+   post-hoc test gains of every subset (exploratory).
 
 The search knows nothing of models: everything goes through the oracle (:mod:`cel_lens.oracle`),
 wrapped in a :class:`~cel_lens.oracle.MemoOracle` that refuses the test split before step 3, with

@@ -175,10 +175,12 @@ def _selected_row(r: Mapping[str, Any]) -> str:
 
 
 def result_rows(result: Union["Result", Mapping[str, Any]]) -> list[tuple[str, str]]:
-    """The result as ``(label, value)`` rows: selected heads (and whether they were fixed before
-    D_test was read), a warning when the discovery gain is not positive, the search, discovery
-    (selection-biased) and test accuracies, the gain's CI and p-value, the random-subset null, the
-    selection stability, the optional specificity comparison and the best stage-2 subsets."""
+    """The result as ``(label, value)`` rows: selected heads (whether they were fixed before D_test
+    was read, and the parsimony rule's choice), a warning when the discovery gain is not positive,
+    the search, discovery (selection-biased) and test accuracies, the gain's CI and p-value, whether
+    any ablation helps (selection-adjusted test, one-sided p, each head's leave-one-out), the
+    random-subset null, the selection stability, the optional specificity comparison and the best
+    stage-2 subsets (their post-hoc test gains only when measured, labelled exploratory)."""
     r = result.to_dict() if isinstance(result, Result) else dict(result)
     alpha = float(r.get("alpha", 0.05))
     rows = [("selected heads", _selected_row(r))]
