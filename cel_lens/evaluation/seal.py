@@ -49,6 +49,9 @@ _ENTRY: contextvars.ContextVar[Optional[tuple[str, Optional[str]]]] = contextvar
 )
 
 
+_KNOWN: set[tuple[str, str]] = set()  # (ledger file, split hash) whose ids this process knows are written
+
+
 def ledger_dir() -> Path:
     """Where the ledger lives: ``$CEL_LENS_LEDGER``, else ``$CEL_LENS_CACHE/test_reads``, else
     ``$XDG_CACHE_HOME/cel_lens/test_reads`` (``~/.cache`` by default)."""
@@ -115,8 +118,11 @@ def record_test_read(model: str, split: Split, head_sets: Sequence[HeadSet], *, 
     read = {"kind": "read", "time": now, "model": model, "task": split.task, "split": digest, "n": len(split),
             "head_sets": [str(h) for h in head_sets], "entry": entry or owner or "evaluate", "key": key,
             "pid": os.getpid(), "host": socket.gethostname()}
-    with _locked(ledger_file(split.task), exclusive=True) as fh:
-        known = any(e.get("kind") == "split" and e.get("split") == digest for e in _lines(fh))
+    path = ledger_file(split.task)
+    with _locked(path, exclusive=True) as fh:
+        # the split's ids are written once; a process reads the ledger for that only the first time
+        known = (str(path), digest) in _KNOWN or any(e.get("kind") == "split" and e.get("split") == digest for e in _lines(fh))
+        _KNOWN.add((str(path), digest))
         lines = [] if known else [{"kind": "split", "split": digest, "ids": split.ids}]
         fh.seek(0, os.SEEK_END)
         fh.write("".join(json.dumps(e) + "\n" for e in [*lines, read]))

@@ -21,7 +21,10 @@ from cel_lens.report.heatmap import plot_gain_heatmap
 from cel_lens.report.save import save_figure
 from cel_lens.selection.result import format_p, pp
 
-__all__ = ["holm_sentence", "seal_sentence", "grid_markdown", "grid_html", "write_grid_outputs", "TABLE_MD", "TABLE_JSON", "REPORT_HTML", "SUMMARY"]
+__all__ = [
+    "holm_sentence", "seal_sentence", "grid_markdown", "grid_html", "write_grid_outputs", "TABLE_MD", "TABLE_JSON",
+    "REPORT_HTML", "SUMMARY",
+]
 
 TABLE_MD, TABLE_JSON, REPORT_HTML = "table.md", "table.json", "report.html"
 """The grid's output files."""

@@ -214,7 +214,8 @@ def _discovery_checks(
         out["selection_stability"] = reselecting_stability(reselector, selected, n_resamples=n_stability, seed=seed)
         out["split_half"] = split_half_agreement(reselector, seed=seed)
     elif n_stability >= 1:
-        out["selection_stability"] = {"method": "fixed pool", **selection_stability(subsets, sub_bits, n_resamples=n_stability, seed=seed)}
+        fixed = selection_stability(subsets, sub_bits, n_resamples=n_stability, seed=seed)
+        out["selection_stability"] = {"method": "fixed pool", **fixed}
     if n_adjusted >= 1:
         evaluated = [i for i, s in enumerate(sets) if len(s) > 0]
         out["adjusted"] = selection_adjusted_test(bits[evaluated], intact, n_permutations=n_adjusted, seed=seed, alpha=alpha)

@@ -109,8 +109,9 @@ def tango_paired_ci(intact: Any, ablated: Any, alpha: float = 0.05) -> tuple[flo
                 hi = mid
         return (lo + hi) / 2
 
-    lower = -1.0 if _tango_statistic(b, c, n, -1.0 + 1e-12) <= z else bound(-1.0 + 1e-12, est, False, lambda d: _tango_statistic(b, c, n, d) <= z)
-    upper = 1.0 if _tango_statistic(b, c, n, 1.0 - 1e-12) >= -z else bound(est, 1.0 - 1e-12, True, lambda d: _tango_statistic(b, c, n, d) >= -z)
+    edge = 1.0 - 1e-12
+    lower = -1.0 if _tango_statistic(b, c, n, -edge) <= z else bound(-edge, est, False, lambda d: _tango_statistic(b, c, n, d) <= z)
+    upper = 1.0 if _tango_statistic(b, c, n, edge) >= -z else bound(est, edge, True, lambda d: _tango_statistic(b, c, n, d) >= -z)
     return max(-1.0, lower), min(1.0, upper)
 
 

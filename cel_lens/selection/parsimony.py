@@ -12,7 +12,8 @@ to the raw rule's order (:func:`~cel_lens.selection.subsets.selection_key`).
 ``rule="simultaneous"`` widens the tolerance to ``z(1 - 0.05 / m)`` standard errors for ``m``
 evaluated subsets: the smallest subset that the best is not significantly better than, Bonferroni
 over the subsets (the best is itself the largest of ``m`` noisy counts, so one standard error is
-often not enough to drop a padded head). ``rule="best"`` keeps the raw rule. The result records the rule, the raw winner, the tolerance
+often not enough to drop a padded head). ``rule="best"`` keeps the raw rule. The result records
+the rule, the raw winner, the tolerance
 and the choice.
 """
 

@@ -127,7 +127,9 @@ def split_half_agreement(reselector: Reselector, *, n_splits: int = 100, seed: i
             "unknown": unknown / n_splits}
 
 
-def singles_from(sets: Sequence[HeadSet], bits: Bool[Tensor, "set example"], n_layers: int, n_heads: int) -> Optional[dict[Head, Tensor]]:
+def singles_from(
+    sets: Sequence[HeadSet], bits: Bool[Tensor, "set example"], n_layers: int, n_heads: int
+) -> Optional[dict[Head, Tensor]]:
     """Every single head's recorded correctness (``None`` unless all ``n_layers * n_heads`` are
     recorded, as after exact stage-1 scores)."""
     singles = {next(iter(s)): b for s, b in zip(sets, bits) if len(s) == 1}

@@ -102,7 +102,8 @@ def _stability_row(r: Mapping[str, Any]) -> str:
         bound = (f"{st['selected_frequency']:.1%}" if not st.get("unknown")
                  else f"between {st['selected_frequency']:.1%} and {st['upper']:.1%} ({st['unknown']} resamples "
                       "needed a subset that was never evaluated)")
-        text = f"the whole selection (pool and stage 2) redone on {st['n_resamples']} bootstrap resamples of D_dist picks {heads} {bound}"
+        text = (f"the whole selection (pool and stage 2) redone on {st['n_resamples']} bootstrap resamples of D_dist "
+                f"picks {heads} {bound}")
     else:
         text = f"{heads} wins {st['selected_frequency']:.1%} of {st['n_resamples']} bootstrap resamples of D_dist (pool fixed)"
     half = r.get("split_half")
