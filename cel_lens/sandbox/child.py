@@ -194,7 +194,7 @@ def _program_process(lib: ctypes.CDLL, cfg: dict, namespaces: bool, layers: list
     codes = [compile(h, f"<hole {k}>", "eval") for k, h in enumerate(cfg["holes"])]
     guard.reliability_guard(cfg["workdir"], patch_socket=not namespaces)
     verdict.write_line(reply_fd, "ready " + " ".join(layers))
-    namespace = _run_program(cfg["source"], cfg["setup"], cfg["workdir"], reply_fd)
+    namespace = _run_program(cfg["source"], cfg["setup"], cfg["workdir"], reply_fd, cfg.get("main", True))
     if cfg["holes"]:
         verdict.serve_holes(codes, namespace, request_fd, reply_fd)
     _flush()
@@ -223,9 +223,11 @@ def _exit_code_text(exc: SystemExit) -> str:
         return "?"
 
 
-def _run_program(source: str, setup: str, workdir: str, reply_fd: int) -> dict:
-    """Run the program as ``__main__`` (parsed on its own), then ``setup`` in its namespace;
-    say how it ended; return its namespace, or exit if it did not end well."""
+def _run_program(source: str, setup: str, workdir: str, reply_fd: int, main: bool = True) -> dict:
+    """Run the program (parsed on its own) as ``__main__``, or with ``main=False`` in a namespace
+    without ``__name__`` (as lm-eval's ``exec(program, {})``: ``__name__`` is then the built-ins'
+    ``'builtins'``, so an ``if __name__ == "__main__":`` block does not run); then ``setup`` in
+    its namespace; say how it ended; return its namespace, or exit if it did not end well."""
     import builtins
 
     write, exit_now = os.write, os._exit
@@ -237,7 +239,9 @@ def _run_program(source: str, setup: str, workdir: str, reply_fd: int) -> dict:
             reached_end.append(True)
             verdict.write_line(reply_fd, "end")
 
-    namespace = {"__name__": "__main__", "__builtins__": builtins, SENTINEL_NAME: end}
+    namespace = {"__builtins__": builtins, SENTINEL_NAME: end}
+    if main:
+        namespace["__name__"] = "__main__"
     try:
         exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - the program under test
         if setup:

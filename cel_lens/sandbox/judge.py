@@ -27,22 +27,31 @@ import builtins
 from dataclasses import dataclass
 from typing import Iterable
 
-__all__ = ["HOLE", "TRUSTED_MODULES", "Check", "split_test", "split_tests"]
+__all__ = ["HOLE", "TRUSTED_MODULES", "CannotJudge", "Check", "split_test", "split_tests"]
 
 HOLE = "__hole__"
 """The name of the supervisor's function that fetches a hole's value in the remainder."""
 
 TRUSTED_MODULES = frozenset(
     {"math", "cmath", "re", "string", "operator", "itertools", "functools", "collections",
-     "heapq", "bisect"}
+     "heapq", "bisect", "sys"}
 )
 """Standard modules a test may use; the supervisor evaluates them itself (never the program's)."""
 
-# nodes the supervisor evaluates itself, recursing into their parts
+# nodes the supervisor evaluates itself, recursing into their parts (an attribute or a call only
+# when what it is taken of is not a name of the program: ``f(1).strip()`` is str.strip of f(1))
 _RECURSE = (
     ast.Compare, ast.BoolOp, ast.UnaryOp, ast.BinOp, ast.IfExp, ast.Tuple, ast.List, ast.Set,
     ast.Dict, ast.Subscript, ast.Slice, ast.Starred, ast.JoinedStr, ast.FormattedValue, ast.keyword,
+    ast.Attribute, ast.Call, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp,
+    ast.comprehension, ast.Lambda, ast.arguments, ast.arg,
 )
+_SCOPES = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.Lambda)
+
+
+class CannotJudge(ValueError):
+    """A test of a shape the supervisor cannot judge on plain data (the message says which part):
+    refused before anything runs, never judged "passed"."""
 
 
 @dataclass(frozen=True)
@@ -59,7 +68,11 @@ class Check:
 
 
 def split_test(source: str, entry_points: Iterable[str] = (), first_hole: int = 0) -> Check:
-    """Split one test, which must be a single ``assert`` statement (its message is ignored)."""
+    """Split one test, which must be a single ``assert`` statement (its message is ignored).
+
+    Raises ``ValueError`` for anything else, and :class:`CannotJudge` for an assert whose
+    program-dependent parts are not all holes of the two judged shapes (see the module docstring).
+    """
     try:
         module = ast.parse(source.strip(), mode="exec")
     except SyntaxError as exc:
@@ -67,7 +80,7 @@ def split_test(source: str, entry_points: Iterable[str] = (), first_hole: int = 
     if len(module.body) != 1 or not isinstance(module.body[0], ast.Assert):
         raise ValueError(f"a test must be one assert statement, got {source!r}")
     expr = module.body[0].test
-    splitter = _Splitter(_program_names(expr, set(entry_points)), first_hole)
+    splitter = _Splitter(_program_names(expr, set(entry_points)), first_hole, source.strip())
     remainder = splitter.visit(expr)
     modules = sorted({n.id for n in ast.walk(remainder) if isinstance(n, ast.Name)} & TRUSTED_MODULES)
     return Check(source.strip(), ast.unparse(remainder), tuple(splitter.holes), first_hole, tuple(modules))
@@ -85,36 +98,66 @@ def split_tests(sources: Iterable[str], entry_points: Iterable[str] = ()) -> tup
     return tuple(checks)
 
 
+def _bound_by(node: ast.AST) -> set[str]:
+    """The names a comprehension's targets or a lambda's parameters bind."""
+    if isinstance(node, ast.Lambda):
+        return {a.arg for a in ast.walk(node.args) if isinstance(a, ast.arg)}
+    return {n.id for g in node.generators for n in ast.walk(g.target) if isinstance(n, ast.Name)}  # type: ignore[attr-defined]
+
+
 def _program_names(expr: ast.expr, entry_points: set[str]) -> set[str]:
     """The names in ``expr`` that refer to the program."""
     bound: set[str] = set()
     for node in ast.walk(expr):
-        if isinstance(node, ast.Lambda):
-            bound.update(a.arg for a in ast.walk(node.args) if isinstance(a, ast.arg))
-        elif isinstance(node, ast.comprehension):
-            bound.update(n.id for n in ast.walk(node.target) if isinstance(n, ast.Name))
+        if isinstance(node, _SCOPES):
+            bound |= _bound_by(node)
     names = {n.id for n in ast.walk(expr) if isinstance(n, ast.Name)} - bound
     return {n for n in names if n in entry_points or not (hasattr(builtins, n) or n in TRUSTED_MODULES)}
 
 
 class _Splitter(ast.NodeTransformer):
-    """Replaces every hole by ``__hole__(k)`` and records its source."""
+    """Replaces every hole by ``__hole__(k)`` and records its source; refuses any other
+    program-dependent part (:class:`CannotJudge`)."""
 
-    def __init__(self, program_names: set[str], first_hole: int) -> None:
+    def __init__(self, program_names: set[str], first_hole: int, source: str) -> None:
         self.program_names = program_names
         self.first_hole = first_hole
+        self.source = source
         self.holes: list[str] = []
+        self.bound: list[set[str]] = []  # names bound by the comprehensions and lambdas around
 
     def depends(self, node: ast.AST) -> bool:
         return any(isinstance(n, ast.Name) and n.id in self.program_names for n in ast.walk(node))
 
+    def refuse(self, node: ast.AST, why: str) -> CannotJudge:
+        return CannotJudge(f"cannot judge the test {self.source!r}: {ast.unparse(node)!r} {why}")
+
     def visit(self, node: ast.AST) -> ast.AST:
         if not self.depends(node):
             return node
-        if isinstance(node, _RECURSE) or (isinstance(node, ast.Call) and not self.depends(node.func)):
-            return self.generic_visit(node)
-        # anything else (a call of the program, an attribute of its value, a comprehension or
-        # lambda over its names) is a hole as a whole
+        program_name = isinstance(node, ast.Name)
+        program_call = isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in self.program_names
+        if program_name or program_call:
+            return self.hole(node)
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in self.program_names:
+            raise self.refuse(node, "is an attribute of a name of the program (only its calls and values are judged)")
+        if not isinstance(node, _RECURSE):
+            raise self.refuse(node, "is not one of the expressions the supervisor evaluates on plain data")
+        if isinstance(node, _SCOPES):
+            self.bound.append(_bound_by(node))
+            try:
+                return self.generic_visit(node)
+            finally:
+                self.bound.pop()
+        return self.generic_visit(node)
+
+    def hole(self, node: ast.AST) -> ast.AST:
+        """``node`` (a call of the program, or one of its names) becomes ``__hole__(k)``."""
+        inner = set().union(*self.bound) if self.bound else set()
+        used = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} & inner
+        if used:
+            raise self.refuse(node, f"uses {', '.join(sorted(used))}, a variable of the test's own "
+                                    "comprehension or lambda, which the program's process cannot see")
         k = self.first_hole + len(self.holes)
         self.holes.append(ast.unparse(node))
         return ast.copy_location(ast.Call(ast.Name(HOLE, ast.Load()), [ast.Constant(k)], []), node)

@@ -10,7 +10,7 @@ import math
 import pytest
 
 from cel_lens.sandbox import codec
-from cel_lens.sandbox.judge import HOLE, TRUSTED_MODULES, split_test, split_tests
+from cel_lens.sandbox.judge import HOLE, TRUSTED_MODULES, CannotJudge, split_test, split_tests
 
 
 # ---------------------------------------------------------------------------------------------
@@ -25,9 +25,14 @@ from cel_lens.sandbox.judge import HOLE, TRUSTED_MODULES, split_test, split_test
         ("assert math.isclose(f(x), 1.0, rel_tol=0.1)", f"math.isclose({HOLE}(0), 1.0, rel_tol=0.1)", ("f(x)",)),
         ("assert f(x)[0] == set([1, 2])", f"{HOLE}(0)[0] == set([1, 2])", ("f(x)",)),
         ("assert (max_height(root)) == 3", f"{HOLE}(0) == 3", ("max_height(root)",)),
-        ("assert f(1).strip() == 'a'", f"{HOLE}(0) == 'a'", ("f(1).strip()",)),
+        ("assert f(1).strip() == 'a'", f"{HOLE}(0).strip() == 'a'", ("f(1)",)),
         ("assert f(1) == g(2) or not h()", f"{HOLE}(0) == {HOLE}(1) or not {HOLE}(2)", ("f(1)", "g(2)", "h()")),
-        ("assert all(g(x) for x in range(3))", f"all({HOLE}(0))", ("(g(x) for x in range(3))",)),
+        ("assert all(x % 2 == 0 for x in f(1))", f"all((x % 2 == 0 for x in {HOLE}(0)))", ("f(1)",)),
+        ("assert all(f(1) > x for x in range(3))", f"all(({HOLE}(0) > x for x in range(3)))", ("f(1)",)),
+        ("assert sorted(f(1), key=lambda t: t[1]) == []", f"sorted({HOLE}(0), key=lambda t: t[1]) == []", ("f(1)",)),
+        ("assert tuple_size(t) == sys.getsizeof(t)", f"{HOLE}(0) == sys.getsizeof({HOLE}(1))", ("tuple_size(t)", "t")),
+        ("assert f(g(1), [h(i) for i in range(2)]) == 1", f"{HOLE}(0) == 1", ("f(g(1), [h(i) for i in range(2)])",)),
+        ("assert f(1).count(2) == 1", f"{HOLE}(0).count(2) == 1", ("f(1)",)),
         ("assert sorted([3, 1]) == [1, 3]", "sorted([3, 1]) == [1, 3]", ()),
         ("assert f(1) == 2, 'a message'", f"{HOLE}(0) == 2", ("f(1)",)),
     ],
@@ -48,6 +53,21 @@ def test_holes_are_numbered_across_tests() -> None:
     a, b = split_tests(["assert f(1) == 1", "assert f(2) == g(3)"])
     assert (a.first_hole, a.holes, b.first_hole, b.holes) == (0, ("f(1)",), 1, ("f(2)", "g(3)"))
     assert b.remainder == f"{HOLE}(1) == {HOLE}(2)"
+
+
+@pytest.mark.parametrize(
+    "test",
+    [
+        "assert all(g(x) for x in range(3))",  # a call of the program with the test's own variable
+        "assert sorted(f(1), key=lambda t: g(t)) == []",
+        "assert obj.method(1) == 2",  # an attribute of a name of the program
+        "assert np.allclose(f(1), 2)",  # a name outside the trusted set, used as a module
+        "assert (y := f(1)) == 2",
+    ],
+)
+def test_what_the_supervisor_cannot_evaluate_is_refused(test: str) -> None:
+    with pytest.raises(CannotJudge, match="cannot judge"):
+        split_test(test)
 
 
 @pytest.mark.parametrize("bad", ["x = 1", "f(1) == 2", "assert (", "assert f(1)\nassert f(2)", ""])
