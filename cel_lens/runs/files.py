@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -135,8 +136,9 @@ def append_bytes(path: Path, data: bytes) -> None:
 
 
 def tmp_name(path: Path) -> Path:
-    """The temporary file an atomic write of ``path`` uses (one per process)."""
-    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    """The temporary file an atomic write of ``path`` uses (one per process and thread, so two
+    threads writing at once never share one)."""
+    return path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
