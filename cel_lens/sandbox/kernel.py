@@ -235,6 +235,9 @@ _METADATA_SYSCALLS = {
     _AUDIT_ARCH_AARCH64: (52, 53, 452, 54, 55, 88, 5, 6, 7, 14, 15, 16, 463, 466),
 }
 _MACHINES = {"x86_64": _AUDIT_ARCH_X86_64, "aarch64": _AUDIT_ARCH_AARCH64}
+_CLONE = {_AUDIT_ARCH_X86_64: (56, 435), _AUDIT_ARCH_AARCH64: (220, 435)}  # clone, clone3
+# CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET: clone may not make a namespace
+_CLONE_NAMESPACES = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000
 
 
 def seccomp(lib: ctypes.CDLL, layers: list[str], metadata: bool = False) -> None:
@@ -249,13 +252,20 @@ def seccomp(lib: ctypes.CDLL, layers: list[str], metadata: bool = False) -> None
     arch = _MACHINES.get(os.uname().machine)
     if arch is None:
         return
-    ld_abs, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
+    ld_abs, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
     allow, deny, kill = 0x7FFF0000, 0x00050000 | 1, 0x80000000  # ALLOW, ERRNO(EPERM), KILL_PROCESS
+    enosys = 0x00050000 | 38
     denied = _SOCKET_SYSCALLS[arch] + _DENIED_SYSCALLS[arch] + (_METADATA_SYSCALLS[arch] if metadata else ())
     n = len(denied)
+    clone, clone3 = _CLONE[arch]
     prog = [(ld_abs, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, kill), (ld_abs, 0, 0, 0)]
     if arch == _AUDIT_ARCH_X86_64:  # x32 system calls carry bit 30
-        prog.append((jge, n + 1, 0, 0x40000000))
+        prog += [(jge, 0, 1, 0x40000000), (ret, 0, 0, deny)]
+    # clone3 hides its flags in memory the filter cannot read: ENOSYS, so the C library falls back
+    # to clone, whose flags (args[0], low half at offset 16) may not ask for a new namespace
+    prog += [(jeq, 0, 1, clone3), (ret, 0, 0, enosys),
+             (jeq, 0, 4, clone), (ld_abs, 0, 0, 16), (jset, 0, 1, _CLONE_NAMESPACES), (ret, 0, 0, deny),
+             (ret, 0, 0, allow), (ld_abs, 0, 0, 0)]
     prog += [(jeq, n - i, 0, nr) for i, nr in enumerate(denied)]
     prog += [(ret, 0, 0, allow), (ret, 0, 0, deny)]
 

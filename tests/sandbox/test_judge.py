@@ -153,3 +153,48 @@ def test_decode_refuses_what_encode_does_not_write(data: bytes) -> None:
 
 def test_the_wire_format_is_small_and_readable() -> None:
     assert codec.encode([1, "ab", (None, True), {2.0: b"x"}]) == b"l4:i1;s2:abt2:NTd1:f0x1.0000000000000p+1;y1:x"
+
+
+def test_mbpp_assert_shapes() -> None:
+    """The shape counts that docs/sandbox.md states for MBPP's 2,922 assert lines: every one is
+    judged (none refused), each remainder of the form ``hole == expected``."""
+    import ast
+    import builtins
+    import json
+    from collections import Counter
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[3] / "shared" / "data" / "mbpp" / "mbpp.jsonl"
+    if not path.is_file():
+        pytest.skip(f"MBPP data not found at {path}")
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+
+    def is_hole(n: ast.AST) -> bool:
+        return isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == HOLE
+
+    def has_hole(n: ast.AST) -> bool:
+        return any(is_hole(x) for x in ast.walk(n))
+
+    shapes: Counter = Counter()
+    holes: Counter = Counter()
+    for row in rows:
+        tree = ast.parse(row["code"])
+        entry = [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and hasattr(builtins, n.name)]
+        for check in split_tests(row["test_list"], entry):
+            e = ast.parse(check.remainder, mode="eval").body
+            assert isinstance(e, ast.Compare) and len(e.ops) == 1 and isinstance(e.ops[0], ast.Eq), check
+            left, right = e.left, e.comparators[0]
+            assert not has_hole(right), check
+            if is_hole(left):
+                computed = any(isinstance(x, ast.Call) for x in ast.walk(right))
+                shapes["hole == computed" if computed else "hole == literal"] += 1
+            else:
+                shapes["built-in of hole == literal"] += 1
+            for h in check.holes:
+                call = ast.parse(h, mode="eval").body
+                assert isinstance(call, ast.Call)
+                names = {n.id for a in call.args for n in ast.walk(a) if isinstance(n, ast.Name)}
+                holes["with a program name" if names - set(dir(builtins)) else "literal arguments"] += 1
+    assert len(rows) == 974 and sum(shapes.values()) == 2922
+    assert shapes == {"hole == literal": 2916, "hole == computed": 3, "built-in of hole == literal": 3}
+    assert holes == {"literal arguments": 2913, "with a program name": 9}

@@ -144,3 +144,22 @@ def test_bounded_repr_never_raises_and_stays_short() -> None:
         assert len(text) <= 200
     assert bounded_repr([1, "a", (2, 3)]) == repr([1, "a", (2, 3)])
     assert bounded_repr({1: [2]}) == "{1: [2]}" and bounded_repr(frozenset()) == "frozenset({})"
+
+
+def test_no_new_namespace_but_threads_and_fork_work(mode: str, hostile) -> None:
+    """``unshare`` and ``clone`` with a namespace flag are refused (a new user namespace would give
+    every capability back inside it); ``clone3`` says ENOSYS so the C library uses ``clone``."""
+    code = (
+        "import sys, threading, posix\n"
+        "r = []\nt = threading.Thread(target=lambda: r.append(1))\nt.start()\nt.join()\n"
+        "pid = posix.fork()\nif pid == 0:\n    posix._exit(7)\n_, st = posix.waitpid(pid, 0)\n"
+        "for m in ('ctypes', '_ctypes'):\n    sys.modules.pop(m, None)\nimport ctypes\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\nout = [r, posix.waitstatus_to_exitcode(st)]\n"
+        "out += [libc.unshare(0x10000000), ctypes.get_errno()]\n"
+        "nr = {'x86_64': 56, 'aarch64': 220}[posix.uname().machine]\n"
+        "ret = libc.syscall(nr, 0x10000000 | 17, 0, 0, 0, 0)\nif ret == 0:\n    posix._exit(0)\n"
+        "out += [ret, ctypes.get_errno(), libc.syscall(435, 0, 0), ctypes.get_errno()]\nprint(out)\n"
+        "def f(x):\n    return 0\n"
+    )
+    out = hostile(code, tests=TESTS)
+    assert out.stdout.strip() == "[[1], 7, -1, 1, -1, 1, -1, 38]", out
