@@ -1,20 +1,24 @@
 """Split each test (an ``assert``) into what the program computes and what the sandbox checks.
 
 A test such as ``assert abs(area(2) - 12.56) < 0.01`` names something of the program (``area``)
-and things of Python (``abs``, ``-``, ``<``). The program-dependent sub-expressions are its
-**holes**: the largest sub-expressions that name something of the program and are not one of
-the operations the supervisor can finish on plain data itself (comparisons, boolean and
-arithmetic operators, literals, subscripts, calls of built-in functions and of a few standard
-modules). Here the one hole is ``area(2)``; the **remainder** ``abs(__hole__(0) - 12.56) < 0.01``
-is evaluated by the supervisor, a process that never runs the program's code, on the value that
-the program's process sent back as plain data (:mod:`cel_lens.sandbox.codec`).
+and things of Python (``abs``, ``-``, ``<``). The program's **holes** are of two shapes only: a
+call of one of its names (``area(2)``; the arguments are the test's inputs) and one of its names
+used as a value (``root``). The program's process evaluates a hole and sends its value back as
+plain data (:mod:`cel_lens.sandbox.codec`); everything else, the **remainder**
+``abs(__hole__(0) - 12.56) < 0.01``, is evaluated by the supervisor, a process that never runs the
+program's code: comparisons, boolean and arithmetic operators, literals, subscripts, calls of
+built-ins and of :data:`TRUSTED_MODULES`, attributes and methods of a value (``f(1).strip()`` is
+``str.strip`` of the decoded string), comprehensions, generator expressions and lambdas (their
+iterables are holes). What fits neither, such as a call of the program that uses the test's own
+comprehension variable (``all(g(x) for x in range(3))``) or an attribute of a name of the program
+(``obj.method(1)``), is refused with :class:`CannotJudge` before anything runs.
 
 A name refers to the program unless it is a built-in or one of :data:`TRUSTED_MODULES`; a
 built-in name listed in ``entry_points`` refers to the program too (MBPP task 126 asks for a
-function called ``sum``). Patching ``builtins`` or ``math`` in the program therefore changes
-nothing the supervisor computes. Consequence, by design: whatever the program controls enters the
-verdict only as the *value* of a hole, so a test passes only if those values satisfy it (a
-program can always return the expected values, as a table of answers would; it cannot make a
+function called ``sum``). Patching ``builtins``, ``math`` or ``sys`` in the program therefore
+changes nothing the supervisor computes. Consequence, by design: whatever the program controls
+enters the verdict only as the *value* of a hole, so a test passes only if those values satisfy it
+(a program can always return the expected values, as a table of answers would; it cannot make a
 wrong value compare equal, skip an assert, or report a pass).
 
 This module runs in the parent (the tests are the caller's, not the program's).
