@@ -39,7 +39,7 @@ from jaxtyping import Bool
 from torch import Tensor
 
 from cel_lens.heads import HeadSet
-from cel_lens.runs.files import RunRecordError, append_bytes, encode_lines, read_lines, write_json_atomic
+from cel_lens.runs.files import append_bytes, encode_lines, read_json_object, read_lines, write_json_atomic
 from cel_lens.runs.lock import LOCK, DirectoryLock, acquire_lock
 from cel_lens.runs.records import Evaluation
 
@@ -149,18 +149,6 @@ def _make_dir(path: Path) -> None:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise RunReadOnlyError(f"cannot create run directory {path}: {err.strerror or err}") from None
-
-
-def _read_json_object(path: Path) -> dict[str, Any]:
-    """A JSON object from ``path``; :class:`~cel_lens.runs.files.RunRecordError` naming the file
-    when it is not valid JSON or not an object (a corrupt ``result.json`` says which file)."""
-    try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise RunRecordError(f"{path} is corrupt: not valid JSON ({err})") from None
-    if not isinstance(obj, dict):
-        raise RunRecordError(f"{path} is corrupt: expected a JSON object, got {type(obj).__name__}")
-    return obj
 
 
 class RunDir:
@@ -291,7 +279,7 @@ class RunDir:
         """The manifest as written."""
         if not self.manifest_path.exists():
             raise FileNotFoundError(f"{self.path} is not a run directory (no {MANIFEST})")
-        return _read_json_object(self.manifest_path)
+        return read_json_object(self.manifest_path)
 
     @property
     def finished(self) -> bool:
@@ -321,7 +309,7 @@ class RunDir:
         """``result.json`` as a dict, or ``None`` if the run has not finished."""
         if not self.result_path.exists():
             return None
-        return _read_json_object(self.result_path)
+        return read_json_object(self.result_path)
 
     # -- writing
     @contextmanager
