@@ -67,7 +67,8 @@ def unpack(data: bytes) -> list[list[str]]:
                 return records
             fields.append(data[i + 2:i + 2 + n].decode("ascii", "backslashreplace"))
             i += 2 + n
-        records.append(fields)
+        if fields:  # an empty record says nothing
+            records.append(fields)
         pos = end
     return records
 

@@ -64,7 +64,7 @@ def test_frames_split_on_nothing_the_text_holds() -> None:
     records = frame.unpack(frame.pack("program", "raised", frame.escape(nasty)) + frame.pack("verdict", "failed", "x"))
     assert [r[:2] for r in records] == [["program", "raised"], ["verdict", "failed"]]
     assert len(records[0]) == 3 and len(records[0][2].splitlines()) == 1 and records[0][2].isascii()
-    assert frame.unpack(frame.pack("a", "b")[:-1]) == []  # a cut record is not read
+    assert frame.unpack(frame.pack("a", "b")[:-1]) == [] and frame.unpack(frame.pack() + frame.pack("x")) == [["x"]]
     assert len(frame.escape("x" * 10_000)) == frame.MAX_TEXT + 3
 
 
