@@ -106,7 +106,8 @@ class FuzzReport:
 
 def _text(rng: random.Random) -> str:
     """A name or message: a separator, a forged line, another separator."""
-    return "E" + rng.choice(_SEPARATORS) + rng.choice(_FORGED_TEXT) + rng.choice(_SEPARATORS)
+    forged = _FORGED_TEXT[0] if rng.random() < 0.5 else rng.choice(_FORGED_TEXT)
+    return "E" + rng.choice(_SEPARATORS) + forged + rng.choice(_SEPARATORS)
 
 
 def _value(rng: random.Random) -> tuple[str, str, str]:
@@ -119,6 +120,8 @@ def _value(rng: random.Random) -> tuple[str, str, str]:
         return "", value, "plain"
     base = rng.choice(list(BASES))
     lies = rng.sample(_LIES, rng.randint(1, 5))
+    if rng.random() < 0.5 and _LIES[0] not in lies:  # the lie that matters most, often
+        lies.append(_LIES[0])
     body = "".join(f"    {lie}\n" for lie in lies)
     plain = {"int": "3", "float": "2.5", "complex": "3j", "str": "'two'", "bytes": "b'2'", "bytearray": "b'2'",
              "list": "[3]", "tuple": "(3,)", "dict": "{3: 3}", "set": "{3}", "frozenset": "{3}"}[base]
@@ -170,7 +173,7 @@ POISONS = (
     ("_forge()\n", "forge-at-import"),
     ("print(TEXT)\nimport sys\nsys.stderr.write(TEXT)\n", "forged-output"),
     ("raise SystemExit(TEXT)\n", "exit-at-import"),
-    ("E = type(TEXT, (Exception,), {})\n", "forged-class"),
+    ("raise type(TEXT, (Exception,), {})()\n", "raise-forged-class-at-import"),
     ("import sys\nsys.modules['math'] = type(sys)('math')\n", "replace-math-module"),
 )
 """(code, name): what the grammar adds around ``f``: patched built-ins and modules, forged verdicts
