@@ -184,15 +184,21 @@ def bounded_repr(value: Any, limit: int = REPR_LIMIT) -> str:
     return text if len(text) <= limit else text[: max(0, limit - 3)] + "..."
 
 
+_BRACKETS = {list: ("[", "]"), tuple: ("(", ")"), dict: ("{", "}"), set: ("{", "}"),
+             frozenset: ("frozenset({", "})")}
+
+
 def _repr_into(v: Any, parts: list[str], limit: int, depth: int) -> None:
     if sum(len(p) for p in parts) > limit:
         return
     t = type(v)
     if t is int and v.bit_length() > 3 * limit:
         parts.append(f"<int of {v.bit_length()} bits>")
-    elif t in (list, tuple, set, frozenset, dict) and depth < 20:
-        open_, close = {list: "[]", tuple: "()", dict: "{}"}.get(t, "{}")
-        parts.append(open_ if t in (list, tuple, dict) else f"{t.__name__}({{")
+    elif t in (set, frozenset) and not v:
+        parts.append(f"{t.__name__}()")
+    elif t in _BRACKETS and depth < 20:
+        open_, close = _BRACKETS[t]
+        parts.append(open_)
         for j, item in enumerate(v.items() if t is dict else v):
             if sum(len(p) for p in parts) > limit:
                 parts.append("...")
@@ -204,7 +210,7 @@ def _repr_into(v: Any, parts: list[str], limit: int, depth: int) -> None:
                 _repr_into(item[1], parts, limit, depth + 1)
             else:
                 _repr_into(item, parts, limit, depth + 1)
-        parts.append(close if t in (list, tuple, dict) else "})")
+        parts.append("," + close if t is tuple and len(v) == 1 else close)
     elif t in (str, bytes, bytearray):
         parts.append(repr(v[: limit + 1]))
     else:
