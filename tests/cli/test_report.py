@@ -117,3 +117,17 @@ def test_flips_load_the_run_model_and_show_fixed_and_broken_examples(capsys, org
         wrong = e["intact"] if e["kind"] == "fixed" else e["ablated"]
         assert right.strip() == e["answer"].strip() != wrong.strip()
     assert (tmp_path / "flips.html").is_file()
+
+
+@pytest.mark.parametrize("text, problem", [('{"heads": ["L0H0"], "gain": }', "not valid JSON (Expecting value: line 1 column 29"),
+                                           ("[1, 2]", "expected a JSON object, got list"),
+                                           ('{"heads": 3}', "is corrupt: ")])
+def test_a_corrupt_result_json_is_named(capsys, tmp_path, text, problem):
+    """A corrupt ``result.json`` said only "Expecting value: line 1 column 27"; the error names the file."""
+    path = tmp_path / "run"
+    RunDir.open(path, {"model": {"id": "synthetic"}}).close()
+    (path / "result.json").write_text(text)
+    assert main(["report", str(path), "--no-figures"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"cel-lens: error: {path / 'result.json'} is corrupt: ") and problem in err, err
+    assert err.count("\n") == 1

@@ -234,8 +234,12 @@ def _example(tests: tuple[str, ...], setup: str = "") -> Example:
 def test_mbpp_judges_build_the_program_their_way(monkeypatch: pytest.MonkeyPatch) -> None:
     calls = []
 
-    def run(program: str, *, tests: list[str], setup: str = "", entry_points: tuple = ()) -> types.SimpleNamespace:
+    mains = []
+
+    def run(program: str, *, tests: list[str], setup: str = "", entry_points: tuple = (),
+            main: bool = True) -> types.SimpleNamespace:
         calls.append((program, setup, tests, entry_points))
+        mains.append(main)
         scope: dict = {}
         try:
             exec("\n".join([program, setup, *tests]), scope)  # trusted, hand-written code only
@@ -263,6 +267,7 @@ def test_mbpp_judges_build_the_program_their_way(monkeypatch: pytest.MonkeyPatch
                                                    "reference_code": "def sum(a, b):\n    return 6"})
     mbpp.judge(ref, "def sum(a, b):\n    return 6\n")
     assert calls[-1][3] == ("sum",)
+    assert set(mains) == {False}  # no __main__ block runs, as in lm-eval's exec(program, {})
 
 
 def test_mbpp_judge_option(data_dir: Path) -> None:
