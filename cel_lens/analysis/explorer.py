@@ -98,7 +98,8 @@ class Explorer:
         self.panel: Optional[dict[str, Any]] = None
         self.cache: Optional[ActivationCache] = None
         self.sets.observe(lambda ch: ch["new"] and self.select(ch["new"]), names="value")
-        self.examples.observe(lambda ch: ch["new"] is not None and self._show_example(ch["new"]), names="value")
+        self._quiet = False
+        self.examples.observe(lambda ch: ch["new"] is not None and not self._quiet and self._show_example(ch["new"]), names="value")
         self.cell.observe(lambda ch: ch["new"] and self.open(self.cells[ch["new"]]), names="value")
         self.open(next(iter(self.cells.values())) if self.cells else source)
 
@@ -138,9 +139,15 @@ class Explorer:
         self.panel_view.value = panel_html(self.panel, browse=False)
         dist = self.panel.get("dist") or {}
         options = [(f"{k}: {e['id']}", (k, j)) for k in ("fixed", "broken") for j, e in enumerate(dist.get(k) or [])]
-        self.examples.options = options
-        self.examples.value = options[0][1] if options else None
-        if not options:
+        self._quiet = True  # new options: show the first example once, below, not from the observer
+        try:
+            self.examples.options = options
+            self.examples.value = options[0][1] if options else None
+        finally:
+            self._quiet = False
+        if options:
+            self._show_example(options[0][1])
+        else:
             self.example_view.value = ""
             self._run_model(0)
         return self.panel
