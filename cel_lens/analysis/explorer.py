@@ -191,6 +191,18 @@ class Explorer:
                               self.example_view, self.model_view, self.logit, self.attention])
         return widgets.VBox([self.cell, self.summary, widgets.HBox([self.heatmap, right])])
 
+    def snapshot(self) -> list[go.Figure]:
+        """Show the explorer's current state as static output (the summary and panel as HTML, then
+        the heatmap and the model figures as plain figures): what a notebook exported to HTML keeps,
+        since a live widget needs its front end. Returns the figures shown."""
+        from IPython.display import HTML, display
+
+        display(HTML(self.summary.value + self.panel_view.value + self.example_view.value + self.model_view.value))
+        shown = [go.Figure(w) for w in (self.heatmap, self.logit, self.attention) if w.data]
+        for fig in shown:
+            fig.show()
+        return shown
+
     def _ipython_display_(self) -> None:
         from IPython.display import display
 

@@ -57,9 +57,9 @@ def heatmap_figure(r: Mapping[str, Any]) -> dict[str, Any]:
     add_head_grid(fig, scores, str(r.get("scorer")), HeadSet.parse(list(r.get("pool") or [])),
                   HeadSet.parse(r.get("heads") or []), colorbar={}, box_px=min(20.0, 560 / max(n_layers, n_heads)))
     xaxis, yaxis = head_axes(n_layers, n_heads, (0.0, 1.0))
-    fig.update_layout(xaxis=xaxis, yaxis=yaxis, width=min(760, 200 + 28 * n_heads), height=min(760, 160 + 26 * n_layers),
-                      margin=dict(l=50, r=20, t=30, b=40), legend=dict(orientation="h", y=-0.12), clickmode="event",
-                      title=dict(text="stage-1 scores: click a head", font=dict(size=13)))
+    fig.update_layout(xaxis=xaxis, yaxis=yaxis, width=max(440, min(760, 200 + 28 * n_heads)),
+                      height=max(340, min(760, 160 + 26 * n_layers)), margin=dict(l=50, r=20, t=10, b=90),
+                      legend=dict(orientation="h", y=-0.32 if n_layers < 6 else -0.12), clickmode="event")
     d = fig.to_plotly_json()
     d["layout"].pop("template", None)
     return rounded({"data": d["data"], "layout": d["layout"]})
@@ -134,7 +134,7 @@ def explorer_html(data: Mapping[str, Any]) -> str:
     statement = html.escape(_statement(data))
     body = (
         f"<h2>Run explorer</h2><p id=\"cel-summary\">{head}</p><p id=\"cel-precomputed\">{statement}</p>"
-        f"<div id=\"cel-main\"><div id=\"cel-left\"><div id=\"cel-heatmap\"></div></div><div id=\"cel-right\">"
+        f"<div id=\"cel-main\"><div id=\"cel-left\"><b>stage-1 scores: click a head</b><div id=\"cel-heatmap\"></div></div><div id=\"cel-right\">"
         f"<label>head set: <select id=\"cel-sets\">{options}</select></label> <span id=\"cel-current\"></span>"
         f"<div id=\"cel-panel\"></div><div id=\"cel-model\"><label id=\"cel-model-pick\" hidden>model panel example: "
         f"<select id=\"cel-model-example\"></select></label><div id=\"cel-model-html\"></div>"
