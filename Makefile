@@ -48,9 +48,12 @@ bench-quick: install
 	$(PY) -m benchmarks.run --quick
 
 # Execute every notebook and write its HTML render (figures kept as PNGs) to figures/notebooks/.
+# Widget state is not stored: a live widget needs a kernel, and each plotly FigureWidget's state
+# carries a copy of plotly.js (~5 MB); the notebooks show static copies of what their widgets show.
 render-notebooks: install
 	$(VENV)/bin/jupyter nbconvert --to html --execute --ExecutePreprocessor.timeout=1200 \
-	  --ExecutePreprocessor.kernel_name=python3 --output-dir figures/notebooks notebooks/*.ipynb
+	  --ExecutePreprocessor.kernel_name=python3 --ExecutePreprocessor.store_widget_state=False \
+	  --output-dir figures/notebooks notebooks/*.ipynb
 
 clean:
 	rm -rf $(VENV) runs

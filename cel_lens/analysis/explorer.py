@@ -1,6 +1,6 @@
 """``cl.explore(run, model=None)``: click a head, see what it does, in Jupyter.
 
-The layer x head heatmap of stage-1 scores (a plotly ``FigureWidget``) is the entry point; clicking
+The layer x head heatmap of stage-1 scores (a plotly ``FigureWidget`` once shown) is the entry point; clicking
 a cell, or picking a head set (S-hat, the pool's heads and subsets, the best heads of stage 1), shows
 beside it the panel of :mod:`cel_lens.report.explorer_data` (stage-1 score, D_dist gain with a 95%
 CI, the D_dist examples it fixes and breaks with a selector, D_test for S-hat only once the run
@@ -80,16 +80,17 @@ def explorer_panels(
 
 class Explorer:
     """The explorer widget (see the module docstring). ``select(heads)`` and ``click(layer, head)``
-    drive it from Python as a click does; ``panel`` is the current panel dict, ``figures`` the
-    figure widgets (``heatmap``, ``attention``, ``logit``) and ``cache`` the activation cache."""
+    drive it from Python as a click does; ``panel`` is the current panel dict, ``heatmap``,
+    ``attention`` and ``logit`` its figures (figure widgets once shown) and ``cache`` the activation
+    cache."""
 
     def __init__(self, source: Any, model: Optional["Model"] = None, *, data_dir: Optional[str] = None,
                  n_examples: int = 8, max_tokens: int = 24) -> None:
         self.model, self.data_dir, self.n_examples, self.max_tokens = model, data_dir, n_examples, max_tokens
         path = source if isinstance(source, (str, os.PathLike)) else getattr(source, "path", None)
         self.cells = grid_cells(path) if path is not None and not isinstance(source, RunRecord) else {}
-        self.heatmap, self.attention, self.logit = go.FigureWidget(), go.FigureWidget(), go.FigureWidget()
-        self.figures = {"heatmap": self.heatmap, "attention": self.attention, "logit": self.logit}
+        self._figs: dict[str, dict[str, Any]] = {}
+        self._live: dict[str, go.FigureWidget] = {}  # made when the widget is first shown (each holds plotly.js)
         self.summary, self.panel_view, self.example_view = widgets.HTML(), widgets.HTML(), widgets.HTML()
         self.model_view, self.status = widgets.HTML(), widgets.Label("")
         self.progress = widgets.IntProgress(min=0, max=3, layout=widgets.Layout(visibility="hidden", width="200px"))
@@ -112,13 +113,8 @@ class Explorer:
         s = explorer_summary(self.record, self.r)
         self.summary.value = (f"<b>{s['model']} × {s['task']}</b>: {s['state']} ({s['status']}); scorer {s['scorer']}; "
                               f"S-hat {s['selected']}" + (f"<br><i>example texts not loaded: {why}</i>" if why else ""))
-        fig = heatmap_figure(self.r)
-        with self.heatmap.batch_update():
-            self.heatmap.data = []
-            self.heatmap.add_traces(fig["data"])
-            self.heatmap.layout = fig["layout"]
-        for trace in self.heatmap.data:
-            trace.on_click(lambda _trace, points, _state: points.point_inds and self.click(int(points.ys[0]), int(points.xs[0])))
+        self._set("heatmap", heatmap_figure(self.r))
+        self._figs.pop("attention", None), self._figs.pop("logit", None)
         keys = panel_keys(self.r) if self.r.get("scores") is not None else []
         self.sets.options = keys
         if keys:
@@ -178,15 +174,48 @@ class Explorer:
             self.status.value = f"model runs so far: {self.cache.runs} (cached per example)"
         self.panel["model"] = block
         self.model_view.value = model_html(block)
-        for widget, fig in ((self.attention, attention_figure(block)), (self.logit, logit_figure(block))):
-            with widget.batch_update():
-                widget.data = []
-                widget.add_traces(fig["data"])
-                widget.layout = fig["layout"]
+        self._set("attention", attention_figure(block))
+        self._set("logit", logit_figure(block))
+
+    def _set(self, name: str, fig: dict[str, Any]) -> None:
+        """Keep figure ``name``; redraw its widget when the explorer is on screen."""
+        self._figs[name] = fig
+        live = self._live.get(name)
+        if live is None:
+            return
+        with live.batch_update():
+            live.data = []
+            live.add_traces(fig["data"])
+            live.layout = fig["layout"]
+        if name == "heatmap":
+            for trace in live.data:
+                trace.on_click(lambda _t, points, _s: points.point_inds and self.click(int(points.ys[0]), int(points.xs[0])))
+
+    def _figure(self, name: str) -> go.Figure:
+        return self._live.get(name) or go.Figure(self._figs.get(name) or {})
+
+    @property
+    def heatmap(self) -> go.Figure:
+        """The layer x head heatmap (a ``FigureWidget`` once the explorer is shown, clicks wired)."""
+        return self._figure("heatmap")
+
+    @property
+    def attention(self) -> go.Figure:
+        """Attention intact | ablated of the current head set and its most changed downstream heads."""
+        return self._figure("attention")
+
+    @property
+    def logit(self) -> go.Figure:
+        """Direct logit effects of the current head set on the answer and the best wrong answer."""
+        return self._figure("logit")
 
     @property
     def widget(self) -> widgets.Widget:
-        """The whole explorer as one widget."""
+        """The whole explorer as one widget (its figure widgets are made here, once)."""
+        if not self._live:
+            self._live = {name: go.FigureWidget() for name in ("heatmap", "attention", "logit")}
+            for name, fig in list(self._figs.items()):
+                self._set(name, fig)
         right = widgets.VBox([widgets.HBox([self.sets, self.progress, self.status]), self.panel_view, self.examples,
                               self.example_view, self.model_view, self.logit, self.attention])
         return widgets.VBox([self.cell, self.summary, widgets.HBox([self.heatmap, right])])
@@ -198,7 +227,7 @@ class Explorer:
         from IPython.display import HTML, display
 
         display(HTML(self.summary.value + self.panel_view.value + self.example_view.value + self.model_view.value))
-        shown = [go.Figure(w) for w in (self.heatmap, self.logit, self.attention) if w.data]
+        shown = [go.Figure(self._figs[n]) for n in ("heatmap", "logit", "attention") if self._figs.get(n)]
         for fig in shown:
             fig.show()
         return shown

@@ -145,4 +145,4 @@ def model_block(
         example=example_entry(cache.split[index], index), tokens=base["str_tokens"][start:], offset=start, patterns=rows,
         logit=dict(answer=decode([base["answer"]]) if base["answer"] is not None else None, rival=decode([base["rival"]]),
                    rows=logit_rows),
-    ), 3)
+    ), 3, decimals=True)

@@ -39,15 +39,18 @@ PROMPT_CHARS = 240
 """Characters of an example's prompt kept in a panel (the end of the prompt: where the answer goes)."""
 
 
-def rounded(value: Any, digits: int = 4) -> Any:
-    """``value`` with floats rounded (nested lists and dicts too) and NaN as ``None``: smaller JSON,
-    and JSON that a browser can parse."""
+def rounded(value: Any, digits: int = 4, *, decimals: bool = False) -> Any:
+    """``value`` with floats rounded to ``digits`` significant digits (``decimals``: decimal places),
+    nested lists and dicts too, and NaN as ``None``: smaller JSON, that a browser can parse, and a
+    p-value of 1e-7 stays 1e-7."""
     if isinstance(value, float):
-        return None if not math.isfinite(value) else round(value, digits)
+        if not math.isfinite(value):
+            return None
+        return round(value, digits) if decimals else float(f"{value:.{digits}g}")
     if isinstance(value, Mapping):
-        return {k: rounded(v, digits) for k, v in value.items()}
+        return {k: rounded(v, digits, decimals=decimals) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [rounded(v, digits) for v in value]
+        return [rounded(v, digits, decimals=decimals) for v in value]
     return value
 
 

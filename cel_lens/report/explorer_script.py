@@ -48,8 +48,8 @@ PAGE_SCRIPT = r"""
     }
     const b = blocks[i];
     html.innerHTML = b.html;
-    Plotly.react('cel-logit', b.logit.data, b.logit.layout, {displaylogo: false});
-    Plotly.react('cel-attention', b.attention.data, b.attention.layout, {displaylogo: false});
+    Plotly.react('cel-logit', b.logit.data, b.logit.layout, {displaylogo: false, displayModeBar: false});
+    Plotly.react('cel-attention', b.attention.data, b.attention.layout, {displaylogo: false, displayModeBar: false});
   }
   function show(key) {
     const box = document.getElementById('cel-panel');
@@ -71,7 +71,7 @@ PAGE_SCRIPT = r"""
       '<p>This page holds panels for ' + D.order.length + ' head sets (see above); this head shows its stage-1 score only.</p></div>';
     drawModel(null, 0);
   }
-  Plotly.newPlot(heat, D.heatmap.data, D.heatmap.layout, {displaylogo: false}).then(function () {
+  Plotly.newPlot(heat, D.heatmap.data, D.heatmap.layout, {displaylogo: false, displayModeBar: false}).then(function () {
     heat.on('plotly_click', function (ev) {
       const pt = ev.points[0];
       show('L' + Math.round(pt.y) + 'H' + Math.round(pt.x));

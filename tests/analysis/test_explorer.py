@@ -122,3 +122,16 @@ def test_explorer_panels_run_d_dist_only(organism, organism_run):
     ids = [b["example"]["id"] for b in panels["L0H0"]]
     task = run_task(organism_run)
     assert len(ids) == 2 and set(ids) <= {e.id for e in task.dist} and not set(ids) & {e.id for e in task.test}
+
+
+def test_widget_clicks_reach_the_panels(organism, organism_run):
+    ex = explore(organism_run, organism)
+    box = ex.widget
+    assert ex.heatmap is box.children[2].children[0]  # the live heatmap is the one on screen
+    trace = ex.heatmap.data[0]
+    from plotly.callbacks import InputDeviceState, Points
+
+    points = Points(point_inds=[2], xs=[2], ys=[0], trace_name=trace.name, trace_index=0)
+    trace._dispatch_on_click(points, InputDeviceState())  # what the front end sends on a click of L0H2
+    assert ex.panel["heads"] == "L0H2"
+    assert ex.attention.layout.annotations[0].text == "L0H2 intact"

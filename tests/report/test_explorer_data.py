@@ -38,4 +38,5 @@ def test_unevaluated_set_says_so(tiny_run):
 
 
 def test_rounded_drops_nan():
-    assert rounded({"a": [float("nan"), 0.123456789]}) == {"a": [None, 0.1235]}
+    assert rounded({"a": [float("nan"), 0.123456789, 1.23456e-7]}) == {"a": [None, 0.1235, 1.235e-7]}
+    assert rounded([0.123456, 1e-7], 3, decimals=True) == [0.123, 0.0]
