@@ -32,7 +32,10 @@ from cel_lens.runs.loading import RunRecord
 if TYPE_CHECKING:
     from cel_lens.model.types import Model
 
-__all__ = ["explore", "Explorer", "explorer_panels", "grid_cells"]
+__all__ = ["explore", "Explorer", "explorer_panels", "grid_cells", "ModelLike"]
+
+ModelLike = Union["Model", Mapping[str, "Model"], None]
+"""The explorer's model: the run's model, or for a grid a dict from manifest model id to model."""
 
 
 def grid_cells(path: Union[str, os.PathLike]) -> dict[str, Path]:
@@ -84,9 +87,12 @@ class Explorer:
     ``attention`` and ``logit`` its figures (figure widgets once shown) and ``cache`` the activation
     cache."""
 
-    def __init__(self, source: Any, model: Optional["Model"] = None, *, data_dir: Optional[str] = None,
+    def __init__(self, source: Any, model: ModelLike = None, *, data_dir: Optional[str] = None,
                  n_examples: int = 8, max_tokens: int = 24) -> None:
-        self.model, self.data_dir, self.n_examples, self.max_tokens = model, data_dir, n_examples, max_tokens
+        if n_examples < 1 or max_tokens < 2:
+            raise ValueError(f"n_examples must be >= 1 and max_tokens >= 2, got {n_examples} and {max_tokens}")
+        self.models, self.data_dir, self.n_examples, self.max_tokens = model, data_dir, n_examples, max_tokens
+        self.model: Optional["Model"] = None
         path = source if isinstance(source, (str, os.PathLike)) else getattr(source, "path", None)
         self.cells = grid_cells(path) if path is not None and not isinstance(source, RunRecord) else {}
         self._figs: dict[str, dict[str, Any]] = {}
@@ -110,12 +116,14 @@ class Explorer:
         self.r = result_dict(self.record, partial=True)
         self.task, why = load_examples_task(self.record, self.data_dir)
         self.cache = None
+        model_id = str((self.record.manifest.get("model") or {}).get("id"))
+        self.model = self.models.get(model_id) if isinstance(self.models, Mapping) else self.models
         s = explorer_summary(self.record, self.r)
         self.summary.value = (f"<b>{s['model']} × {s['task']}</b>: {s['state']} ({s['status']}); scorer {s['scorer']}; "
                               f"S-hat {s['selected']}" + (f"<br><i>example texts not loaded: {why}</i>" if why else ""))
         self._set("heatmap", heatmap_figure(self.r))
         self._figs.pop("attention", None), self._figs.pop("logit", None)
-        keys = panel_keys(self.r) if self.r.get("scores") is not None else []
+        keys = panel_keys(self.r, n_sets=len(self.r.get("subsets") or [])) if self.r.get("scores") is not None else []
         self.sets.options = keys
         if keys:
             self.select(keys[0])
@@ -161,7 +169,7 @@ class Explorer:
     def _run_model(self, index: int) -> None:
         """The model panel of the current head set on D_dist example ``index`` (cached activations)."""
         if self.model is None or self.task is None:
-            self.model_view.value = "<i>no model given: the panels show what the run recorded</i>"
+            self.model_view.value = "<i>no model given for this run: the panels show what the run recorded</i>"
             return
         if self.cache is None:
             chat = bool(self.task.options.get("chat_template"))
@@ -238,7 +246,8 @@ class Explorer:
         display(self.widget)
 
 
-def explore(run: Any, model: Optional["Model"] = None, *, data_dir: Optional[str] = None, n_examples: int = 8) -> Explorer:
+def explore(run: Any, model: ModelLike = None, *, data_dir: Optional[str] = None, n_examples: int = 8) -> Explorer:
     """The run explorer of ``run`` (a ``Run``, a record, a run directory or a grid directory) in
-    Jupyter; with ``model`` (the run's model) the attention and logit panels run it on D_dist."""
+    Jupyter; with ``model`` (the run's model; for a grid of several models, a dict from each
+    manifest model id to its model) the attention and logit panels run it on D_dist."""
     return Explorer(run, model, data_dir=data_dir, n_examples=n_examples)

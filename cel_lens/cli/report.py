@@ -57,7 +57,8 @@ def _single(args: argparse.Namespace, record: Any) -> dict[str, Any]:
     from cel_lens.selection import format_result
 
     figures = [] if args.no_figures else write_run_figures(record, _figures(args, record.path))
-    if not args.no_figures:
+    r = result_dict(record, partial=True)
+    if not args.no_figures and (r.get("scores") is not None or r.get("n_layers")):  # a layout to draw
         figures.append(_explorer(args, record))
     paths = [str(f) for f in figures]
     if record.result is None:

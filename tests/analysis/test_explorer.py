@@ -135,3 +135,14 @@ def test_widget_clicks_reach_the_panels(organism, organism_run):
     trace._dispatch_on_click(points, InputDeviceState())  # what the front end sends on a click of L0H2
     assert ex.panel["heads"] == "L0H2"
     assert ex.attention.layout.annotations[0].text == "L0H2 intact"
+
+
+def test_a_grid_of_models_takes_a_model_per_manifest_id(organism, tmp_path):
+    for task in ("organism_a", "organism_b"):
+        cl.search(organism, task, out=tmp_path / f"organism__{task}", progress=False, **cl.QUICK)
+    ex = explore(tmp_path, {"someone-else": organism})
+    assert ex.model is None and "no model given" in ex.model_view.value
+    ex = explore(tmp_path, {"organism": organism})
+    assert ex.model is organism and ex.panel["model"] is not None
+    with pytest.raises(ValueError, match="n_examples"):
+        Explorer(tmp_path, n_examples=0)
