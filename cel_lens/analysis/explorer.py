@@ -115,7 +115,7 @@ class Explorer:
         self.record = as_record(run)
         self.r = result_dict(self.record, partial=True)
         self.task, why = load_examples_task(self.record, self.data_dir)
-        self.cache = None
+        self.cache, self.panel = None, None  # another run: nothing shown so far holds
         model_id = str((self.record.manifest.get("model") or {}).get("id"))
         self.model = self.models.get(model_id) if isinstance(self.models, Mapping) else self.models
         s = explorer_summary(self.record, self.r)

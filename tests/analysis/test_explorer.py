@@ -144,5 +144,10 @@ def test_a_grid_of_models_takes_a_model_per_manifest_id(organism, tmp_path):
     assert ex.model is None and "no model given" in ex.model_view.value
     ex = explore(tmp_path, {"organism": organism})
     assert ex.model is organism and ex.panel["model"] is not None
+    first = ex.panel
+    ex.cell.value = "organism__organism_b"  # same head, another run: a fresh panel from that run's record
+    assert ex.panel is not first and ex.record.path.name == "organism__organism_b"
+    b_intact = [e for e in ex.record.evaluations if e.split == "dist" and not e.heads][-1].accuracy
+    assert ex.panel["dist"]["acc_intact"] == pytest.approx(b_intact, abs=1e-4)
     with pytest.raises(ValueError, match="n_examples"):
         Explorer(tmp_path, n_examples=0)
