@@ -131,3 +131,23 @@ def test_a_corrupt_result_json_is_named(capsys, tmp_path, text, problem):
     err = capsys.readouterr().err
     assert err.startswith(f"cel-lens: error: {path / 'result.json'} is corrupt: ") and problem in err, err
     assert err.count("\n") == 1
+
+
+def test_report_writes_the_explorer_page_with_model_panels(capsys, organism_runs, tmp_path):
+    out = tmp_path / "figs"
+    assert main(["report", str(organism_runs[0]), "--out", str(out), "--explorer-model", "--explorer-examples", "1",
+                 "--json"]) == 0
+    figures = json.loads(capsys.readouterr().out)["figures"]
+    assert str(out / "explorer.html") in figures
+    page = (out / "explorer.html").read_text()
+    assert "model panels (attention intact vs ablated, direct logit effects) for" in page
+    assert 'class=\\"cel-model-block\\"' in page or 'class="cel-model-block"' in page
+
+
+def test_explorer_options_are_checked_before_anything_runs(capsys, organism_runs, tmp_path):
+    out = tmp_path / "figs"
+    assert main(["report", str(organism_runs[0]), "--out", str(out), "--explorer-model", "--explorer-examples", "0"]) == 2
+    assert "--explorer-examples must lie in 1..8" in capsys.readouterr().err
+    assert main(["report", str(organism_runs[0]), "--no-figures", "--explorer-model"]) == 2
+    assert "--explorer-model adds model panels" in capsys.readouterr().err
+    assert not out.exists()
