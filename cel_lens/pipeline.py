@@ -38,7 +38,7 @@ from cel_lens.selection.result import Result, format_result
 from cel_lens.tasks.base import Task
 from cel_lens.tasks.registry import SPLIT_NAMES, load_task, loaded_splits
 
-__all__ = ["SearchConfig", "ExecutionSettings", "TASK_OPTIONS", "Run", "check_task", "search", "plan"]
+__all__ = ["SearchConfig", "ExecutionSettings", "TASK_OPTIONS", "SIZE_OPTIONS", "Run", "check_task", "resolve_task", "search", "plan"]
 
 TASK_OPTIONS = ("n_dist", "n_test", "data_dir", "chat_template", "max_new_tokens")
 """Keyword arguments of :func:`search` that load a task given by name (with ``seed``):
@@ -107,6 +107,32 @@ def check_task(task: Task) -> Task:
     return task
 
 
+SIZE_OPTIONS = ("n_dist", "n_test")
+"""Task options that also apply to a :class:`~cel_lens.tasks.Task` object: its first ``n`` examples
+of that split (splits are already shuffled by their seed), so ``search(model, task, **QUICK)`` and
+``plan(model, task, **QUICK)`` both work on a loaded task."""
+
+
+def resolve_task(task: Union[Task, str], config: SearchConfig, task_options: Mapping[str, Any]) -> Task:
+    """The task :func:`search` and :func:`plan` run on, resolved once for both: a name is loaded
+    with ``task_options``; a :class:`~cel_lens.tasks.Task` is cut to ``n_dist``/``n_test`` (its
+    first examples; never grown), and any other loading option is refused for it."""
+    if isinstance(task, str):
+        return check_task(load_task(task, seed=config.task_seed, **task_options))
+    loading = sorted(set(task_options) - set(SIZE_OPTIONS))
+    if loading:
+        raise TypeError(
+            f"option(s) {', '.join(loading)} apply only to a task given by name, not to a Task object "
+            "(pass them to load_task instead)"
+        )
+    check_task(task)
+    sizes = {name: task_options[name] for name in SIZE_OPTIONS if task_options.get(name) is not None}
+    if not sizes:
+        return task
+    cut = {split: task.split(split).subset(int(sizes[f"n_{split}"])) for split in ("dist", "test") if f"n_{split}" in sizes}
+    return replace(task, **cut)
+
+
 def _stage1_scores(
     config: SearchConfig, oracle: RecordingOracle, run: RunDir, settings: ExecutionSettings
 ) -> Optional[Stage1Scores]:
@@ -170,9 +196,7 @@ def plan(
     single-head ablations run on the first ``calibration_examples`` D_dist examples, and the plan
     carries the time they took per head set per example (:meth:`SearchPlan.seconds`)."""
     config, settings, task_options = _split_options(config, settings, options)
-    if isinstance(task, str):
-        task = load_task(task, seed=config.task_seed, **task_options)
-    check_task(task)
+    task = resolve_task(task, config, task_options)
     n = max(1, min(calibration_examples, len(task.dist)))
     sample = replace(task, dist=task.dist.subset(n), test=task.test.subset(1)) if calibrate else task
     oracle = get_backend(settings.backend).open(model, sample, replace(settings, progress=False))
@@ -218,11 +242,7 @@ def search(
     """
     config, settings, task_options = _split_options(config, settings, options)
     backend = get_backend(settings.backend)
-    if isinstance(task, str):
-        task = load_task(task, seed=config.task_seed, **task_options)
-    elif task_options:
-        raise TypeError(f"option(s) {', '.join(sorted(task_options))} apply only to a task given by name, not to a Task object")
-    check_task(task)
+    task = resolve_task(task, config, task_options)
     store_dtype = None if config.store_dtype is None else resolve_dtype(config.store_dtype)
     oracle = backend.open(model, task, settings, store_dtype=store_dtype)
     run_dir: Optional[RunDir] = None
