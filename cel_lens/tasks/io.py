@@ -94,13 +94,8 @@ def search_dirs() -> list[Path]:
     """Where task files are looked for when neither ``data_dir`` nor ``$CEL_LENS_DATA_DIR`` is
     given: ``./data`` and ``../shared/data`` (from the working directory, e.g. the repository
     root), and ``../shared/data`` next to the repository this package was installed from."""
-    here = Path.cwd()
-    repo = Path(__file__).resolve().parents[2]
-    found: list[Path] = []
-    for path in (here / "data", here.parent / "shared" / "data", repo.parent / "shared" / "data"):
-        if path not in found:
-            found.append(path)
-    return found
+    here, repo = Path.cwd(), Path(__file__).resolve().parents[2]
+    return list(dict.fromkeys((here / "data", here.parent / "shared" / "data", repo.parent / "shared" / "data")))
 
 
 def resolve_data_dir(data_dir: Optional[PathLike], needs: Sequence[str] = ()) -> Optional[Path]:
@@ -205,12 +200,10 @@ def _hub_rows(
         f"{what} not found: pass --data-dir DIR (or set ${ENV_DATA_DIR}) with {relpath}, "
         f"or connect to the Hugging Face hub ({hub_id})"
     )
-    # imported here, not at the top: cel_lens.model loads transformer_lens, which reading files never needs
-    from cel_lens.model.hub import hub_offline, hub_reachable
+    from cel_lens.model.hub import hub_offline, hub_reachable  # here: cel_lens.model loads transformer_lens
 
     if not hub_offline() and not hub_reachable():  # fail at once, not after the hub client's retries
-        raise DataNotFoundError(f"{hint}; the hub is not reachable from here, and no data directory was found in "
-                                f"{', '.join(str(p) for p in search_dirs())}")
+        raise DataNotFoundError(f"{hint}; the hub is not reachable, and {', '.join(map(str, search_dirs()))} lack it")
     try:
         import datasets
     except ImportError as err:  # pragma: no cover - datasets is a dependency
