@@ -118,7 +118,9 @@ def encode_pair(model, context: str, continuation: str) -> tuple[list[int], list
 
 
 def pad_id(model) -> int:
-    tok = _tokenizer(model)
+    """The id padding positions hold (never read): the tokenizer's pad, EOS or BOS id, else 0 (a
+    model without a tokenizer, evaluated on token ids)."""
+    tok = getattr(model, "tokenizer", None)
     for name in ("pad_token_id", "eos_token_id", "bos_token_id"):
         value = getattr(tok, name, None)
         if value is not None:
@@ -152,7 +154,18 @@ def chat_choice(split: Split, chat_template: Optional[bool]) -> bool:
     return bool(options.get("chat_template", False))
 
 
+def _encode_ids(model, ex: Example, kind: str, chat: bool) -> Encoded:
+    """An example given as token ids (:func:`cel_lens.tasks.tokens.token_task`): used as they are."""
+    if kind != "exact_match" or chat:
+        raise ValueError(f"example {ex.id} is given as token ids: only an exact-match task without a chat template can use it")
+    target = [int(i) for i in ex.meta["target_ids"]]
+    ctx = _fit([int(i) for i in ex.meta["prompt_ids"]], [target], int(model.cfg.n_ctx))
+    return ctx, [target], 0, [len(target)]
+
+
 def _encode_example(model, ex: Example, kind: str, chat: bool) -> Encoded:
+    if "prompt_ids" in ex.meta:
+        return _encode_ids(model, ex, kind, chat)
     prompt = format_prompt(model, ex.prompt, chat)
     if kind == "exact_match":
         if not ex.target:
