@@ -35,7 +35,7 @@ def test_export_of_a_run_reproduces_every_test_decision(qwen_run, data_dir, tmp_
     assert record["evaluation"]["prepend_bos"] is used and record["evaluation"]["dtype"] == "torch.float32"
     report = verify_export(out, run.path, data_dir=data_dir)
     assert report.ok and report.n == 24 and report.matches == 24, str(report)
-    assert report.files_ok == report.files_checked == len(record["files"])
+    assert report.files_ok == report.files_checked == len(record["files"]) + 1  # and the record itself
     assert 0 < report.exported_accuracy < 1 and report.exported_accuracy == pytest.approx(run.result.test_acc_ablated)
     assert "plain transformers" in report.mode
     # the same from a RunRecord, with the task given instead of loaded again
