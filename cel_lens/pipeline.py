@@ -16,7 +16,6 @@ directory behind to refuse the corrected rerun.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Mapping, Optional, Union
@@ -28,6 +27,7 @@ from cel_lens.config import ExecutionSettings, SearchConfig, check_split_sizes
 from cel_lens.model.load import resolve_dtype
 from cel_lens.heads import HeadSet
 from cel_lens.oracle import DIST_SPLIT, MemoOracle, Stage1Scores
+from cel_lens.progress import info_stream, progress_session
 from cel_lens.runs.directory import RunDir
 from cel_lens.runs.manifest import build_manifest, default_run_dir
 from cel_lens.runs.recording import RecordingOracle
@@ -164,8 +164,9 @@ def _plan_for(config: SearchConfig, n_layers: int, n_heads: int, task: Task) -> 
 
 
 class _PlanReport:
-    """Prints the plan before stage 1 and the estimate after the first timed batch (on stderr, when
-    progress is shown); keeps the timed plan for :attr:`Run.plan`."""
+    """Prints the plan before stage 1 and the estimate after the first timed batch (when progress is
+    shown: on stderr, or stdout in a notebook, :func:`~cel_lens.progress.info_stream`); keeps the
+    timed plan for :attr:`Run.plan`."""
 
     def __init__(self, plan: SearchPlan, show: bool) -> None:
         self.plan, self.show = plan, show
@@ -173,12 +174,12 @@ class _PlanReport:
     def start(self, recorded: int, finished: bool) -> None:
         self.plan = replace(self.plan, recorded=recorded)
         if self.show and not finished:
-            print(self.plan, file=sys.stderr, flush=True)
+            print(self.plan, file=info_stream(), flush=True)
 
     def timed(self, seconds_per_unit: float) -> None:
         self.plan = self.plan.timed(seconds_per_unit)
         if self.show:
-            print(self.plan.estimate_line(), file=sys.stderr, flush=True)
+            print(self.plan.estimate_line(), file=info_stream(), flush=True)
 
 
 def plan(
@@ -254,12 +255,13 @@ def search(
         recording = RecordingOracle(oracle, run_dir)
         recording.timer = BatchTimer(on_first=report.timed)
         report.start(recording.answered(), run_dir.finished)
-        result = run_search(
-            recording, k=config.k, pool_size=config.pool_size, scores=_stage1_scores(config, recording, run_dir, settings),
-            scorer=config.scorer, strategy=config.strategy, beam_width=config.beam_width, n_null=config.n_null,
-            n_boot=config.n_boot, posthoc=config.posthoc, seed=config.seed, n_specificity=config.n_specificity,
-            progress=settings.progress,
-        )
+        with progress_session(settings.progress, desc=f"search {task.name}"):
+            result = run_search(
+                recording, k=config.k, pool_size=config.pool_size,
+                scores=_stage1_scores(config, recording, run_dir, settings), scorer=config.scorer,
+                strategy=config.strategy, beam_width=config.beam_width, n_null=config.n_null, n_boot=config.n_boot,
+                posthoc=config.posthoc, seed=config.seed, n_specificity=config.n_specificity, progress=settings.progress,
+            )
     finally:
         if run_dir is not None:
             run_dir.close()
