@@ -257,3 +257,12 @@ def test_load_organism_loads_only_what_the_model_needs():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split("\n")[0] == "True []"
+
+
+def test_emergence_reference_labels_sit_above_the_bars():
+    """``figures/organism_emergence.png`` had a reference line's label drawn over the last bar."""
+    from cel_lens.organism import plot_emergence
+
+    rows = [dict(label=f"design {i}", beneficial=i, seeds=9, strong=i // 2) for i in range(4)]
+    notes = [a for a in plot_emergence(rows).layout.annotations if "4/9" in a.text or "2/9" in a.text]
+    assert len(notes) == 2 and all(a.yref == "paper" and a.y == 1.0 and a.yanchor == "bottom" for a in notes)
