@@ -54,6 +54,7 @@ def _figures(args: argparse.Namespace, base: Path) -> Path:
 def _single(args: argparse.Namespace, record: Any) -> dict[str, Any]:
     """Print one run (finished, or how far it got) and write its figures; return the JSON form."""
     from cel_lens.report import result_dict, write_run_figures
+    from cel_lens.runs.partial import format_partial
     from cel_lens.selection import format_result
 
     figures = [] if args.no_figures else write_run_figures(record, _figures(args, record.path))
@@ -66,6 +67,7 @@ def _single(args: argparse.Namespace, record: Any) -> dict[str, Any]:
         status = partial["progress"]["status"]
         if not args.json:
             print(f"unfinished run ({record.state}): {status}\n  run directory  {record.path}")
+            print("".join(f"  {line}\n" for line in format_partial(partial)), end="")
             print("".join(f"  wrote {f}\n" for f in paths), end="")
         return {**partial, "figures": paths}
     rows = [("run directory", str(record.path))] + ([("figures", ", ".join(paths))] if paths else [])

@@ -86,8 +86,14 @@ def _stability_row(r: Mapping[str, Any]) -> str:
     heads = str(HeadSet.parse(r.get("heads")))
     others = [w for w in st.get("wins", []) if w["heads"] != heads][:3]
     rest = "; ".join(f"{w['heads']} {w['frequency']:.1%}" for w in others) or "none"
+    ties = ""
+    if st.get("selected_by_tie_break"):
+        ties = f", {st['selected_by_tie_break']:.1%} of them only by the tie-break (another subset as many correct)"
+    if st.get("identical_subsets"):
+        ties += (f"; {st['identical_subsets']} other subset(s) give the same answer on every D_dist example, "
+                 "so the data cannot tell them apart")
     return (
-        f"{heads} wins {st['selected_frequency']:.1%} of {st['n_resamples']} bootstrap resamples of D_dist "
+        f"{heads} wins {st['selected_frequency']:.1%} of {st['n_resamples']} bootstrap resamples of D_dist{ties} "
         f"(other winners: {rest})"
     )
 

@@ -216,7 +216,7 @@ def _checked_row(row: Mapping[str, Any], index: int) -> Mapping[str, Any]:
 
 
 def _rows_by_split(data_dir: Optional[PathLike]) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, Any]]]:
-    root = resolve_data_dir(data_dir)
+    root = resolve_data_dir(data_dir, needs=(RELPATH,))
     if root is not None:
         rows, record = load_rows(
             what="MBPP (full)", data_dir=root, relpath=RELPATH, hub_id=HUB_ID, hub_config="full", hub_split="train"

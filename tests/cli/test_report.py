@@ -151,3 +151,20 @@ def test_explorer_options_are_checked_before_anything_runs(capsys, organism_runs
     assert main(["report", str(organism_runs[0]), "--no-figures", "--explorer-model"]) == 2
     assert "--explorer-model adds model panels" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_a_killed_run_reports_what_its_record_holds_not_one_status_line(capsys, tmp_path):
+    """``cel-lens report`` on a killed run printed one status line while ``.partial()`` held the
+    stage-1 scores and the pool; it now prints them, from the record alone."""
+    from cel_lens.runs import load_run
+
+    run = _interrupted_run(tmp_path / "run", calls=8)  # intact, stage 1 (48 heads in chunks of 8), stage 2 begun
+    partial = load_run(run).partial()
+    assert partial["pool"] and partial["subsets"]  # what the record holds
+    assert main(["report", str(run), "--no-figures"]) == 0
+    out = capsys.readouterr().out
+    best = max(((v, f"L{l}H{h}") for l, row in enumerate(partial["scores"]) for h, v in enumerate(row)))
+    assert out.startswith("unfinished run (stopped): stage 2:") and "S-hat (fixed" not in out
+    assert f"stage-1 best (exact, 48 scored)  {best[1]} {100 * best[0]:+.2f} pp" in out
+    assert f"pool (4 heads, each a candidate)  {', '.join(partial['pool'])}" in out
+    assert "best subsets on D_dist so far" in out and "intact D_dist accuracy" in out
