@@ -31,7 +31,7 @@ from cel_lens.oracle import DIST_SPLIT, MemoOracle, Stage1Scores
 from cel_lens.runs.directory import RunDir
 from cel_lens.runs.manifest import build_manifest, default_run_dir
 from cel_lens.runs.recording import RecordingOracle
-from cel_lens.scoring import score_heads
+from cel_lens.scoring import RacingOptions, score_heads
 from cel_lens.selection.algorithm import run_search
 from cel_lens.selection.plan import BatchTimer, SearchPlan, plan_search
 from cel_lens.selection.result import Result, format_result
@@ -123,7 +123,8 @@ def _stage1_scores(
         )
     return score_heads(
         config.scorer, oracle, batch_size=settings.batch_size, n_masks=config.n_masks,
-        sparsity=config.sparsity, seed=config.seed, progress=settings.progress,
+        sparsity=config.sparsity, seed=config.seed, progress=settings.progress, pool_size=config.pool_size,
+        racing=RacingOptions(delta=config.delta, margin=config.margin, seed=config.seed),
     )
 
 
