@@ -183,7 +183,8 @@ def plan(
             memo, timer = MemoOracle(oracle), BatchTimer()
             memo.timer = timer
             memo.evaluate(DIST_SPLIT, [HeadSet()], stage="intact")
-            heads = range(min(32, oracle.n_layers * oracle.n_heads))
+            total = oracle.n_layers * oracle.n_heads  # heads spread over the layers: a head's cost depends on its layer
+            heads = sorted({j * total // min(32, total) for j in range(min(32, total))})
             memo.evaluate(DIST_SPLIT, [HeadSet([divmod(i, oracle.n_heads)]) for i in heads], stage="stage1")
             result = result.timed(timer.seconds_per_unit)
     finally:
