@@ -33,7 +33,6 @@ from cel_lens.selection import candidate_pool  # noqa: E402
 from cel_lens.testing import SyntheticOracle  # noqa: E402
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
-START, END = "<!-- racing:start -->", "<!-- racing:end -->"
 SHAPES = ((8, 8), (30, 9), (28, 24))  # 64, 270 (SmolLM2-135M) and 672 (Llama-3.2-3B) heads
 
 
@@ -109,9 +108,10 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
-def write_section(text: str) -> None:
-    """Replace (or append) the racing section of RESULTS.md."""
+def write_section(text: str, key: str = "racing") -> None:
+    """Replace (or append) the section ``key`` of RESULTS.md (between ``<!-- key:start/end -->``)."""
     body = RESULTS.read_text() if RESULTS.exists() else ""
+    START, END = f"<!-- {key}:start -->", f"<!-- {key}:end -->"
     section = f"{START}\n{text}\n{END}"
     if START in body:
         body = re.sub(re.escape(START) + r".*?" + re.escape(END), lambda _: section, body, flags=re.S)
