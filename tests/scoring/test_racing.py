@@ -147,3 +147,17 @@ def test_subsplit_evaluations_on_a_model_equal_the_full_pass(tiny_model):
     race = racing_scores(oracle, 3, RacingOptions(first=4))
     assert race.pool == candidate_pool(exact_scores(oracle), 3)
     oracle.close()
+
+
+def test_a_search_with_the_racing_scorer_selects_as_exact_and_resumes(tiny_model, tmp_path):
+    import cel_lens as cl
+
+    task = planted_task(tiny_model, n=16, heads="L1H2", name="planted_l1h2")
+    exact = cl.search(tiny_model, task, k=1, pool_size=3, n_null=4, out=tmp_path / "exact", progress=False)
+    racing = cl.search(tiny_model, task, k=1, pool_size=3, n_null=4, scorer="racing", delta=0.1,
+                       out=tmp_path / "racing", progress=False)
+    assert racing.result.heads == exact.result.heads == "L1H2"
+    assert RunDir(tmp_path / "racing").manifest["options"]["racing"] == {"delta": 0.1, "margin": 0.0}
+    again = cl.search(tiny_model, task, k=1, pool_size=3, n_null=4, scorer="racing", delta=0.1,
+                      out=tmp_path / "racing", progress=False)
+    assert again.oracle.misses == 0 and again.result == racing.result
