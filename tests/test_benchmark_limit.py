@@ -63,3 +63,15 @@ def test_every_head_costs_less_than_the_floors_share(layer):
     T, S = 20, 2
     share = (s.n_layers - layer) / s.n_layers * intact_flops(s, T, S)  # the floor charges layers l.. in full
     assert head_flops(s, layer, T, S) < share
+
+
+def test_own_cpu_seconds_leave_out_child_processes():
+    import subprocess
+
+    from benchmarks.measure import cpu_seconds, own_cpu_seconds
+
+    own0, all0 = own_cpu_seconds(), cpu_seconds()
+    subprocess.run([sys.executable, "-c", "sum(range(3 * 10**7))"], check=True)
+    own, everything = own_cpu_seconds() - own0, cpu_seconds() - all0
+    assert everything - own > 0.05  # the child's CPU time is counted with children only
+    assert own < everything
