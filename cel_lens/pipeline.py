@@ -31,7 +31,7 @@ from cel_lens.progress import info_stream, progress_session
 from cel_lens.runs.directory import RunDir
 from cel_lens.runs.manifest import build_manifest, default_run_dir
 from cel_lens.runs.recording import RecordingOracle
-from cel_lens.scoring import score_heads
+from cel_lens.scoring import RacingOptions, score_heads
 from cel_lens.selection.algorithm import run_search
 from cel_lens.selection.plan import BatchTimer, SearchPlan, plan_search
 from cel_lens.selection.result import Result, format_result
@@ -149,7 +149,8 @@ def _stage1_scores(
         )
     return score_heads(
         config.scorer, oracle, batch_size=settings.batch_size, n_masks=config.n_masks,
-        sparsity=config.sparsity, seed=config.seed, progress=settings.progress,
+        sparsity=config.sparsity, seed=config.seed, progress=settings.progress, pool_size=config.pool_size,
+        racing=RacingOptions(delta=config.delta, margin=config.margin, seed=config.seed),
     )
 
 
@@ -207,7 +208,8 @@ def plan(
             memo, timer = MemoOracle(oracle), BatchTimer()
             memo.timer = timer
             memo.evaluate(DIST_SPLIT, [HeadSet()], stage="intact")
-            heads = range(min(32, oracle.n_layers * oracle.n_heads))
+            total = oracle.n_layers * oracle.n_heads  # heads spread over the layers: a head's cost depends on its layer
+            heads = sorted({j * total // min(32, total) for j in range(min(32, total))})
             memo.evaluate(DIST_SPLIT, [HeadSet([divmod(i, oracle.n_heads)]) for i in heads], stage="stage1")
             result = result.timed(timer.seconds_per_unit)
     finally:
