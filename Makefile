@@ -7,28 +7,41 @@ TORCH_SPEC ?= torch==2.13.0
 export HF_HUB_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 
-.PHONY: install demo test test-fast bench bench-quick render-notebooks clean
+.PHONY: install browser demo test test-fast bench bench-quick render-notebooks clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH_SPEC)"
 	$(PY) -m pip install -q -e ".[dev,ray,parity]"
-	@# PNG figures (kaleido >= 1) need a Chrome/Chromium: Debian's, installed only when none is found
-	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
-	  command -v google-chrome >/dev/null 2>&1 || [ -n "$$BROWSER_PATH" ] || \
-	  { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && apt-get update -qq && \
-	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
-	  echo "note: PNG figures need Chromium (apt-get install chromium) or BROWSER_PATH; HTML figures work without"
+	@$(MAKE) --no-print-directory browser
 	touch $@
 
 install: $(VENV)/.installed
 
+# PNG figures (kaleido >= 1) need a Chrome/Chromium: Debian's is installed (as root, with apt-get) only
+# when none is found, and said before it happens; NO_BROWSER=1 skips it (HTML figures need no browser)
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	  command -v google-chrome >/dev/null 2>&1 || [ -n "$$BROWSER_PATH" ] || \
+	  { [ -z "$(NO_BROWSER)" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	    echo "installing Debian's chromium with apt-get (for PNG figures; skip with: make NO_BROWSER=1 ...)" && \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
+	  echo "note: PNG figures need Chromium (apt-get install chromium) or BROWSER_PATH; HTML figures work without"
+	@# the explorer's browser test drives Debian's chromium through Debian's chromedriver (selenium, dev extra)
+	@command -v chromedriver >/dev/null 2>&1 || \
+	  { [ -z "$(NO_BROWSER)" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	    echo "installing Debian's chromium-driver with apt-get (for the explorer's browser test; skip with: make NO_BROWSER=1 ...)" && \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; } || \
+	  echo "note: the explorer's browser test needs chromedriver (apt-get install chromium-driver); it is skipped without"
+
 demo: install
 	$(VENV)/bin/cel-lens demo
 
+# CEL_LENS_REQUIRE_BROWSER: explorer.html's browser test fails (not skips) without chromium + chromedriver,
+# unless NO_BROWSER=1 said to install none
 test: install
-	$(PY) -m pytest -q -ra
+	CEL_LENS_REQUIRE_BROWSER=$(if $(NO_BROWSER),,1) $(PY) -m pytest -q -ra
 
 test-fast: install
 	$(PY) -m pytest -q -m "not slow"
@@ -42,9 +55,12 @@ bench-quick: install
 	$(PY) -m benchmarks.run --quick
 
 # Execute every notebook and write its HTML render (figures kept as PNGs) to figures/notebooks/.
+# Widget state is not stored: a live widget needs a kernel, and each plotly FigureWidget's state
+# carries a copy of plotly.js (~5 MB); the notebooks show static copies of what their widgets show.
 render-notebooks: install
 	$(VENV)/bin/jupyter nbconvert --to html --execute --ExecutePreprocessor.timeout=1200 \
-	  --ExecutePreprocessor.kernel_name=python3 --output-dir figures/notebooks notebooks/*.ipynb
+	  --ExecutePreprocessor.kernel_name=python3 --ExecutePreprocessor.store_widget_state=False \
+	  --output-dir figures/notebooks notebooks/*.ipynb
 
 clean:
 	rm -rf $(VENV) runs

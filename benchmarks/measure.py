@@ -84,6 +84,14 @@ def cpu_seconds() -> float:
     return time.process_time() + t.children_user + t.children_system
 
 
+def own_cpu_seconds() -> float:
+    """CPU time of this process alone (``getrusage(RUSAGE_SELF)``, user + system): without the
+    child processes a harness spawns (lm-eval runs ``git describe`` and torch's environment report
+    on every ``simple_evaluate``), whose time :func:`cpu_seconds` adds once they finish."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
 def measure(fn: Callable[[], Any]) -> Measurement:
     """Run ``fn`` once; wall time (``perf_counter``), CPU time (this process's threads and its
     finished children, :func:`cpu_seconds`), and the peak resident memory it added (reset before,

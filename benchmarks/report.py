@@ -42,6 +42,8 @@ def _summary(rec: dict[str, Any]) -> list[str]:
     ]
     for r in rec["cases"]:
         lm = f"{r['lmeval_cpu_s']:.1f}*" if "lmeval_cpu_s" in r else "n/a"
+        if "lmeval_own_cpu_s" in r:  # own process, then with its child processes
+            lm = f"{r['lmeval_own_cpu_s']:.1f}* own / {lm} with children"
         tl = f"{r['naive_cpu_s']:.1f}*" if "naive_cpu_s" in r else "n/a"
         checked = []
         if "naive_heads" in r:
@@ -51,7 +53,7 @@ def _summary(rec: dict[str, Any]) -> list[str]:
         out.append(
             f"| {KINDS[r['kind']]} | {r['task_label']} | {r['n_dist']} | {r['tokens_real']} / {r.get('tokens_computed', r.get('tokens_padded'))} "
             f"| {r['cel_cpu_s']:.1f} ({r['cel_wall_s']:.1f}) | {r['floor_cpu_s']:.1f} | **{r['efficiency_hf']:.2f}** "
-            f"| {r['efficiency_own']:.2f} | {lm} | **{_x(r.get('ratio_lmeval'))}** | {tl} | {_x(r.get('ratio_naive'))} "
+            f"| {r['efficiency_own']:.2f} | {lm} | **{_x(r.get('ratio_lmeval_own', r.get('ratio_lmeval')))}** own / {_x(r.get('ratio_lmeval'))} with children | {tl} | {_x(r.get('ratio_naive'))} "
             f"| {'yes' if r['identical'] else 'NO'} (+ intact; {', '.join(checked) or 'no loop'}) |"
         )
     return out

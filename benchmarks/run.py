@@ -38,7 +38,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch  # noqa: E402
 
-from benchmarks.measure import cpu_seconds, machine_info, measure, median, own_pass_seconds  # noqa: E402
+from benchmarks.measure import cpu_seconds, machine_info, measure, median, own_cpu_seconds, own_pass_seconds  # noqa: E402
 from benchmarks.workload import REPO  # noqa: E402
 
 warnings.filterwarnings("ignore")
@@ -188,7 +188,8 @@ def run_case(w: dict[str, Any], kind: str, task_key: str, reps: int, loops: dict
                    naive_heads=sum(k - 1 for _, k in naive_runs))
     if lm is not None:
         out.update(lmeval_eval_cpu_s=lm["eval_cpu_s"], lmeval_cpu_s=lm["eval_cpu_s"] * (N + 1),
-                   ratio_lmeval=lm["eval_cpu_s"] * (N + 1) / cel_cpu, lmeval_heads=len(lm["result"]["heads"]))
+                   ratio_lmeval=lm["eval_cpu_s"] * (N + 1) / cel_cpu, lmeval_heads=len(lm["result"]["heads"]),
+                   lmeval_own_cpu_s=lm["eval_own_cpu_s"] * (N + 1), ratio_lmeval_own=lm["eval_own_cpu_s"] * (N + 1) / cel_cpu)
     w["cel_correct"][(kind, task_key)] = cel_correct
     del oracle, store
     return out
@@ -201,18 +202,21 @@ def lm_eval_case(w: dict[str, Any], task_key: str, per_rep: int, reps: int, log)
     loop = LmEvalLoop(w["hf"], w["tokenizer"], w["tasks"][task_key].dist, f"cel_bench_{task_key}", batch_size=BATCH)
     L, H = w["shape"]["n_layers"], w["shape"]["n_heads"]
     loop.evaluate(None)  # the dataset's first load is cached by `datasets`: not part of a call's cost
-    heads, rows, times = [], [], []
-    t0 = cpu_seconds()
+    heads, rows, times, own = [], [], [], []
+    t0, o0 = cpu_seconds(), own_cpu_seconds()
     intact = loop.evaluate(None)
     times.append(cpu_seconds() - t0)
+    own.append(own_cpu_seconds() - o0)
     for rep in range(reps):
         for head in naive_heads(L, H, per_rep, rep + 1):
-            t0 = cpu_seconds()
+            t0, o0 = cpu_seconds(), own_cpu_seconds()
             rows.append(loop.evaluate(head))
             times.append(cpu_seconds() - t0)
+            own.append(own_cpu_seconds() - o0)
             heads.append(head)
-    log(f"  lm-eval {task_key}: {len(times)} harness calls, median {median(times):.2f} s cpu each")
-    return {"eval_cpu_s": median(times), "calls": times,
+    log(f"  lm-eval {task_key}: {len(times)} harness calls, median {median(times):.2f} s cpu each "
+        f"({median(own):.2f} s in its own process)")
+    return {"eval_cpu_s": median(times), "eval_own_cpu_s": median(own), "calls": times,
             "result": {"heads": heads, "intact": intact, "correct": torch.stack(rows)}}
 
 

@@ -51,7 +51,7 @@ most 2 of the 6 best heads (6 + 15 = 21 joint ablations instead of 298), a null 
 smallest p, 1/21, still below 0.05) and 1,000 bootstrap resamples. Any option given explicitly
 wins over the preset."""
 
-SCORERS: tuple[str, ...] = ("exact", "attribution", "compressed")
+SCORERS: tuple[str, ...] = ("exact", "attribution", "compressed", "racing")
 """Stage-1 scorers (:mod:`cel_lens.scoring`)."""
 STRATEGIES: tuple[str, ...] = ("exhaustive", "beam")
 """Stage-2 strategies (:mod:`cel_lens.selection.subsets`)."""
@@ -151,7 +151,8 @@ class SearchConfig:
     before it existed keeps its identity), to check stability across splits without changing the
     statistics; ``n_specificity``: random pools whose stage-2 winners S-hat's test gain is compared
     with (0: off; each costs a stage 2 on D_dist); ``n_masks``/``sparsity``: the compressed-sensing
-    scorer's knockouts; ``store_dtype``: the activation store's dtype (``"float16"`` halves its
+    scorer's knockouts; ``delta``/``margin``: the racing scorer's error probability and score margin
+    (:mod:`cel_lens.scoring.racing`); ``store_dtype``: the activation store's dtype (``"float16"`` halves its
     memory; resumed passes then differ within half-precision rounding).
 
     The manifest records ``split_seed`` and ``n_specificity`` only when they are set (absent means
@@ -172,6 +173,8 @@ class SearchConfig:
     store_dtype: Optional[str] = None
     split_seed: Optional[int] = None
     n_specificity: int = 0
+    delta: float = 0.05
+    margin: float = 0.0
     parsimony: str = "one_se"
     ci_method: str = "tango"
     n_adjusted: int = 999
@@ -207,6 +210,11 @@ class SearchConfig:
             _int("n_masks", self.n_masks, 1)
         if isinstance(self.sparsity, bool) or not isinstance(self.sparsity, numbers.Real) or not 0.0 < float(self.sparsity) < 1.0:
             raise OptionError("sparsity", f"sparsity must lie in (0, 1), got {self.sparsity!r}")
+        for name, value, top in (("delta", self.delta, 1.0), ("margin", self.margin, 2.0)):
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 <= float(value) < top:
+                raise OptionError(name, f"{name} must lie in [0, {top:g}), got {value!r}")
+        if float(self.delta) == 0.0:
+            raise OptionError("delta", "delta must be > 0 (the racing scorer's error probability)")
         if self.store_dtype is not None:
             canonical_dtype(self.store_dtype, "store_dtype")
         return self
@@ -224,6 +232,7 @@ class SearchConfig:
             "parsimony": self.parsimony, "ci_method": self.ci_method, "n_adjusted": self.n_adjusted,
             **({"split_seed": self.split_seed} if self.split_seed is not None else {}),
             **({"n_specificity": self.n_specificity} if self.n_specificity else {}),
+            **({"racing": {"delta": self.delta, "margin": self.margin}} if self.scorer == "racing" else {}),
         }
 
     def to_dict(self) -> dict[str, Any]:

@@ -16,7 +16,6 @@ directory behind to refuse the corrected rerun.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Mapping, Optional, Union
@@ -29,18 +28,19 @@ from cel_lens.evaluation.seal import reading_as, recorded_reads
 from cel_lens.model.load import resolve_dtype
 from cel_lens.heads import HeadSet
 from cel_lens.oracle import DIST_SPLIT, MemoOracle, Stage1Scores
+from cel_lens.progress import info_stream, progress_session
 from cel_lens.runs.directory import RunDir
 from cel_lens.runs.files import write_json_atomic
 from cel_lens.runs.manifest import build_manifest, default_run_dir
 from cel_lens.runs.recording import RecordingOracle
-from cel_lens.scoring import score_heads
+from cel_lens.scoring import RacingOptions, score_heads
 from cel_lens.selection.algorithm import run_search
 from cel_lens.selection.plan import BatchTimer, SearchPlan, plan_search
 from cel_lens.selection.result import Result, format_result
 from cel_lens.tasks.base import Task
 from cel_lens.tasks.registry import SPLIT_NAMES, load_task, loaded_splits
 
-__all__ = ["SearchConfig", "ExecutionSettings", "TASK_OPTIONS", "Run", "check_task", "search", "plan"]
+__all__ = ["SearchConfig", "ExecutionSettings", "TASK_OPTIONS", "SIZE_OPTIONS", "Run", "check_task", "resolve_task", "search", "plan"]
 
 TASK_OPTIONS = ("n_dist", "n_test", "data_dir", "chat_template", "max_new_tokens")
 """Keyword arguments of :func:`search` that load a task given by name (with ``seed``):
@@ -109,6 +109,32 @@ def check_task(task: Task) -> Task:
     return task
 
 
+SIZE_OPTIONS = ("n_dist", "n_test")
+"""Task options that also apply to a :class:`~cel_lens.tasks.Task` object: its first ``n`` examples
+of that split (splits are already shuffled by their seed), so ``search(model, task, **QUICK)`` and
+``plan(model, task, **QUICK)`` both work on a loaded task."""
+
+
+def resolve_task(task: Union[Task, str], config: SearchConfig, task_options: Mapping[str, Any]) -> Task:
+    """The task :func:`search` and :func:`plan` run on, resolved once for both: a name is loaded
+    with ``task_options``; a :class:`~cel_lens.tasks.Task` is cut to ``n_dist``/``n_test`` (its
+    first examples; never grown), and any other loading option is refused for it."""
+    if isinstance(task, str):
+        return check_task(load_task(task, seed=config.task_seed, **task_options))
+    loading = sorted(set(task_options) - set(SIZE_OPTIONS))
+    if loading:
+        raise TypeError(
+            f"option(s) {', '.join(loading)} apply only to a task given by name, not to a Task object "
+            "(pass them to load_task instead)"
+        )
+    check_task(task)
+    sizes = {name: task_options[name] for name in SIZE_OPTIONS if task_options.get(name) is not None}
+    if not sizes:
+        return task
+    cut = {split: task.split(split).subset(int(sizes[f"n_{split}"])) for split in ("dist", "test") if f"n_{split}" in sizes}
+    return replace(task, **cut)
+
+
 def _stage1_scores(
     config: SearchConfig, oracle: RecordingOracle, run: RunDir, settings: ExecutionSettings
 ) -> Optional[Stage1Scores]:
@@ -125,7 +151,8 @@ def _stage1_scores(
         )
     return score_heads(
         config.scorer, oracle, batch_size=settings.batch_size, n_masks=config.n_masks,
-        sparsity=config.sparsity, seed=config.seed, progress=settings.progress,
+        sparsity=config.sparsity, seed=config.seed, progress=settings.progress, pool_size=config.pool_size,
+        racing=RacingOptions(delta=config.delta, margin=config.margin, seed=config.seed),
     )
 
 
@@ -140,8 +167,9 @@ def _plan_for(config: SearchConfig, n_layers: int, n_heads: int, task: Task) -> 
 
 
 class _PlanReport:
-    """Prints the plan before stage 1 and the estimate after the first timed batch (on stderr, when
-    progress is shown); keeps the timed plan for :attr:`Run.plan`."""
+    """Prints the plan before stage 1 and the estimate after the first timed batch (when progress is
+    shown: on stderr, or stdout in a notebook, :func:`~cel_lens.progress.info_stream`); keeps the
+    timed plan for :attr:`Run.plan`."""
 
     def __init__(self, plan: SearchPlan, show: bool) -> None:
         self.plan, self.show = plan, show
@@ -149,12 +177,12 @@ class _PlanReport:
     def start(self, recorded: int, finished: bool) -> None:
         self.plan = replace(self.plan, recorded=recorded)
         if self.show and not finished:
-            print(self.plan, file=sys.stderr, flush=True)
+            print(self.plan, file=info_stream(), flush=True)
 
     def timed(self, seconds_per_unit: float) -> None:
         self.plan = self.plan.timed(seconds_per_unit)
         if self.show:
-            print(self.plan.estimate_line(), file=sys.stderr, flush=True)
+            print(self.plan.estimate_line(), file=info_stream(), flush=True)
 
 
 def plan(
@@ -172,9 +200,7 @@ def plan(
     single-head ablations run on the first ``calibration_examples`` D_dist examples, and the plan
     carries the time they took per head set per example (:meth:`SearchPlan.seconds`)."""
     config, settings, task_options = _split_options(config, settings, options)
-    if isinstance(task, str):
-        task = load_task(task, seed=config.task_seed, **task_options)
-    check_task(task)
+    task = resolve_task(task, config, task_options)
     n = max(1, min(calibration_examples, len(task.dist)))
     sample = replace(task, dist=task.dist.subset(n), test=task.test.subset(1)) if calibrate else task
     oracle = get_backend(settings.backend).open(model, sample, replace(settings, progress=False))
@@ -184,7 +210,8 @@ def plan(
             memo, timer = MemoOracle(oracle), BatchTimer()
             memo.timer = timer
             memo.evaluate(DIST_SPLIT, [HeadSet()], stage="intact")
-            heads = range(min(32, oracle.n_layers * oracle.n_heads))
+            total = oracle.n_layers * oracle.n_heads  # heads spread over the layers: a head's cost depends on its layer
+            heads = sorted({j * total // min(32, total) for j in range(min(32, total))})
             memo.evaluate(DIST_SPLIT, [HeadSet([divmod(i, oracle.n_heads)]) for i in heads], stage="stage1")
             result = result.timed(timer.seconds_per_unit)
     finally:
@@ -220,11 +247,7 @@ def search(
     """
     config, settings, task_options = _split_options(config, settings, options)
     backend = get_backend(settings.backend)
-    if isinstance(task, str):
-        task = load_task(task, seed=config.task_seed, **task_options)
-    elif task_options:
-        raise TypeError(f"option(s) {', '.join(sorted(task_options))} apply only to a task given by name, not to a Task object")
-    check_task(task)
+    task = resolve_task(task, config, task_options)
     store_dtype = None if config.store_dtype is None else resolve_dtype(config.store_dtype)
     oracle = backend.open(model, task, settings, store_dtype=store_dtype)
     run_dir: Optional[RunDir] = None
@@ -237,13 +260,13 @@ def search(
         recording.timer = BatchTimer(on_first=report.timed)
         report.start(recording.answered(), run_dir.finished)
         key = default_run_dir(manifest, root="").name  # the configuration's identity, whatever the directory
-        with reading_as(f"search {path}", key=key):
+        with progress_session(settings.progress, desc=f"search {task.name}"), reading_as(f"search {path}", key=key):
             result = run_search(
-                recording, k=config.k, pool_size=config.pool_size, scores=_stage1_scores(config, recording, run_dir, settings),
-                scorer=config.scorer, strategy=config.strategy, beam_width=config.beam_width, n_null=config.n_null,
-                n_boot=config.n_boot, posthoc=config.posthoc, seed=config.seed, n_specificity=config.n_specificity,
-                progress=settings.progress, parsimony=config.parsimony, ci_method=config.ci_method,
-                n_adjusted=config.n_adjusted,
+                recording, k=config.k, pool_size=config.pool_size,
+                scores=_stage1_scores(config, recording, run_dir, settings), scorer=config.scorer,
+                strategy=config.strategy, beam_width=config.beam_width, n_null=config.n_null, n_boot=config.n_boot,
+                posthoc=config.posthoc, seed=config.seed, n_specificity=config.n_specificity, progress=settings.progress,
+                parsimony=config.parsimony, ci_method=config.ci_method, n_adjusted=config.n_adjusted,
                 test_reads=lambda: recorded_reads(str(manifest["model"]["id"]), task.test, exclude_key=key),
             )
         manifest = record_seal(run_dir, manifest, result)

@@ -2,7 +2,9 @@
 
 Where the output goes decides the form:
 
-* a Jupyter kernel: a ``tqdm`` widget (``ipywidgets`` is a dependency of cel_lens);
+* a Jupyter kernel: a ``tqdm`` widget (``ipywidgets`` is a dependency of cel_lens), one for a whole
+  search (:func:`progress_session`): each loop reuses it, and a loop nested inside another one
+  adds no widget of its own (a saved notebook keeps no stale half-filled bars);
 * a terminal: a ``tqdm`` text bar; nested bars take the next line and vanish when done;
 * anything else (a pipe, a file, a notebook without ``ipywidgets``): a few plain lines, no carriage
   returns: one when a loop ends, and one at most every :data:`LOG_INTERVAL_S` seconds while it runs.
@@ -13,17 +15,20 @@ Where the output goes decides the form:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
-from typing import Any, Iterable, Iterator, Optional
+from typing import Any, Iterable, Iterator, Optional, TextIO
 
-__all__ = ["progress_bar", "progress_mode", "LogBar", "LOG_INTERVAL_S"]
+__all__ = ["progress_bar", "progress_mode", "progress_session", "info_stream", "LogBar", "WidgetBar", "LOG_INTERVAL_S"]
 
 LOG_INTERVAL_S = 30.0
 """Seconds between two lines of a plain-text progress report."""
 
 _open_bars = 0  # plain-text reports open now: an inner one stays silent
+_session: Optional[Any] = None  # the one notebook widget of a running search (progress_session)
+_widget_open = False  # a notebook loop is showing now: a nested one stays silent
 
 
 def _in_notebook() -> bool:
@@ -112,6 +117,73 @@ class LogBar:
         self.close()
 
 
+class WidgetBar:
+    """One loop shown on a notebook widget: the search's (:func:`progress_session`), reset to this
+    loop's total and description, or its own when no search is running (closed with the loop)."""
+
+    def __init__(self, total: int, desc: str, unit: str, iterable: Optional[Iterable[Any]], leave: bool) -> None:
+        global _widget_open
+        from tqdm.notebook import tqdm
+
+        self.iterable, self.own = iterable, _session is None
+        self.bar = tqdm(total=total, desc=desc, unit=unit, leave=leave) if self.own else _session
+        if not self.own:
+            self.bar.reset(total=total)
+            self.bar.set_description(desc, refresh=False)
+            self.bar.unit = unit
+        self.closed, _widget_open = False, True
+
+    def update(self, n: int = 1) -> None:
+        """Count ``n`` more steps."""
+        self.bar.update(n)
+
+    def close(self) -> None:
+        """End the loop: its own widget closes, the search's stays for the next loop."""
+        global _widget_open
+        if self.closed:
+            return
+        self.closed, _widget_open = True, False
+        self.bar.close() if self.own else self.bar.refresh()
+
+    def __iter__(self) -> Iterator[Any]:
+        try:
+            for item in self.iterable if self.iterable is not None else ():
+                yield item
+                self.update(1)
+        finally:
+            self.close()
+
+    def __enter__(self) -> "WidgetBar":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+@contextlib.contextmanager
+def progress_session(enabled: bool = True, desc: str = "search") -> Iterator[None]:
+    """Within it (a whole search), notebook progress is one widget that every loop reuses; outside a
+    notebook, or nested in another session, it changes nothing."""
+    global _session
+    if not enabled or _session is not None or progress_mode() != "notebook":
+        yield
+        return
+    from tqdm.notebook import tqdm
+
+    _session = tqdm(total=1, desc=desc, leave=True)
+    try:
+        yield
+    finally:
+        bar, _session = _session, None
+        bar.close()
+
+
+def info_stream() -> TextIO:
+    """Where a search's plan and estimate go: stdout in a notebook (stderr shows red there, like an
+    error), stderr elsewhere (stdout stays for results, and for ``--json`` alone)."""
+    return sys.stdout if progress_mode() == "notebook" else sys.stderr
+
+
 def progress_bar(
     total: int,
     enabled: bool = True,
@@ -127,7 +199,9 @@ def progress_bar(
     if mode in ("log", "off"):
         return LogBar(total, desc, unit, iterable, enabled=mode == "log")
     if mode == "notebook":
-        from tqdm.notebook import tqdm
-    else:
-        from tqdm import tqdm
+        if _widget_open:  # a loop inside a shown loop: no widget of its own
+            return LogBar(total, desc, unit, iterable, enabled=False)
+        return WidgetBar(total, desc, unit, iterable, leave)
+    from tqdm import tqdm
+
     return tqdm(iterable, total=total, desc=desc, unit=unit, leave=leave)

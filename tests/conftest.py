@@ -72,7 +72,7 @@ def tiny_checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path
 
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO.parent / "shared" / "data"
+SHARED_DATA = Path(os.environ.get("CEL_LENS_SHARED_DATA") or REPO.parent / "shared" / "data")  # override: a checkout elsewhere
 
 
 @pytest.fixture(scope="session")

@@ -14,9 +14,10 @@ nbclient = pytest.importorskip("nbclient")
 NOTEBOOK_DIR = Path(__file__).resolve().parent.parent / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
 # figures each notebook must display (plotly outputs), at least
-MIN_FIGURES = {"01_quickstart": 3, "02_theory": 3, "03_attention_patterns": 5, "04_exploring_a_run": 4}
+MIN_FIGURES = {"01_quickstart": 3, "02_theory": 3, "03_attention_patterns": 5, "04_exploring_a_run": 4, "06_run_explorer": 8}
 # modules a notebook is written against (the quickstart runs on the built-in model organism)
-NEEDS = {"01_quickstart": ("cel_lens.organism",), "04_exploring_a_run": ("cel_lens.organism",)}
+NEEDS = {"01_quickstart": ("cel_lens.organism",), "04_exploring_a_run": ("cel_lens.organism",),
+         "06_run_explorer": ("cel_lens.organism", "cel_lens.analysis.explorer")}
 
 
 def test_the_notebooks_exist_with_cleared_outputs():

@@ -110,7 +110,7 @@ API_CASES = [
     (dict(posthoc="no"), "posthoc must be True or False, got 'no'"),
     (dict(backend="spark"), "unknown backend 'spark'"),
     (dict(bogus=1), "search() got unknown option(s) bogus"),
-    (dict(n_dist=5), "option(s) n_dist apply only to a task given by name, not to a Task object"),
+    (dict(chat_template=True), "option(s) chat_template apply only to a task given by name, not to a Task object"),
     (dict(empty="dist"), "task 'planted' has an empty dist split (n_dist=0)"),
     (dict(empty="test"), "task 'planted' has an empty test split (n_test=0)"),
     (dict(task="arithmetic", n_dist=0), "n_dist must be >= 1, got 0 (the split would be empty)"),
@@ -232,3 +232,20 @@ def test_a_bos_rule_given_to_search_applies_to_a_model_object(tiny_checkpoints, 
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
     assert manifest["model"]["bos"]["rule"] == bos_rule(model)["rule"] != before
     assert run.result.heads
+
+
+def test_plan_and_search_do_the_same_with_the_quick_preset_on_a_task_object(tiny_model, task, tmp_path):
+    """``search(model, task, **cl.QUICK)`` raised on a Task object while ``plan`` planned something
+    else; both now cut the task to ``n_dist``/``n_test`` and refuse loading options alike."""
+    sizes = dict(n_dist=len(task.dist) - 3, n_test=len(task.test) - 2)
+    plan = cl.plan(tiny_model, task, k=1, pool_size=2, n_null=2, calibrate=False, **sizes)
+    assert plan.stages[0].examples == sizes["n_dist"] and plan.stages[-1].examples == sizes["n_test"]
+    run = cl.search(tiny_model, task, k=1, pool_size=2, n_null=2, n_boot=50, out=tmp_path / "run", progress=False, **sizes)
+    assert {s: run.manifest["splits"][s]["n"] for s in ("dist", "test")} == {"dist": sizes["n_dist"], "test": sizes["n_test"]}
+    assert run.manifest["splits"]["dist"]["content_sha256"] == task.dist.subset(sizes["n_dist"]).content_hash
+    for call in (cl.plan, cl.search):
+        with pytest.raises(TypeError, match="data_dir apply only to a task given by name"):
+            call(tiny_model, task, data_dir="somewhere", out=tmp_path / "x") if call is cl.search else call(
+                tiny_model, task, data_dir="somewhere")
+    quick = cl.plan(tiny_model, task, calibrate=False, **cl.QUICK)  # more than the task holds: all of it
+    assert quick.stages[0].examples == len(task.dist)

@@ -35,7 +35,7 @@ def test_notebook_bars_are_widgets_without_a_warning(monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # TqdmWarning "IProgress not found" would fail here
         bar = progress_bar(3, True, "x")
-        assert isinstance(bar, tqdm_notebook)
+        assert isinstance(bar.bar, tqdm_notebook)
         bar.close()
 
 
@@ -74,3 +74,56 @@ def test_piped_cli_writes_a_few_lines(tmp_path):
     assert out.returncode == 0, out.stderr
     progress_lines = [l for l in out.stderr.splitlines() if l.startswith("evaluate ")]
     assert "\r" not in out.stderr and 1 <= len(progress_lines) <= 3, out.stderr[-2000:]
+
+
+class _Widgets:
+    """A stand-in for ``tqdm.notebook.tqdm`` that counts the widgets made and what they last showed."""
+
+    made: list["_Widgets"] = []
+
+    def __init__(self, iterable=None, total=None, desc="", unit="it", leave=True):
+        self.total, self.desc, self.n, self.closed = total, desc, 0, False
+        _Widgets.made.append(self)
+
+    def update(self, n=1):
+        self.n += n
+
+    def reset(self, total=None):
+        self.total, self.n = total, 0
+
+    def set_description(self, desc, refresh=True):
+        self.desc = desc
+
+    def refresh(self):
+        pass
+
+    def close(self):
+        self.closed = True
+
+
+def test_a_notebook_search_shows_one_widget_and_its_plan_on_stdout(monkeypatch, tmp_path, capsys, tiny_model):
+    """A 5.6 s quick search made 13 widgets in a notebook, the saved notebook kept stale nested bars
+    ("evaluate organism_a/dist x1: 0% 0/25"), and the plan went to stderr (red, like an error)."""
+    import tqdm.notebook
+
+    import cel_lens as cl
+    from cel_lens.testing import planted_task
+
+    monkeypatch.delenv("CEL_LENS_PROGRESS", raising=False)
+    monkeypatch.setattr(progress, "_in_notebook", lambda: True)
+    monkeypatch.setattr(tqdm.notebook, "tqdm", _Widgets)
+    _Widgets.made = []
+    task = planted_task(tiny_model, n=24, heads="L1H2")
+    cl.search(tiny_model, task, k=2, pool_size=4, n_null=4, n_boot=50, out=tmp_path / "run", progress=True)
+    assert len(_Widgets.made) == 1  # one widget for the whole search, every loop on it
+    widget = _Widgets.made[0]
+    assert widget.closed and widget.n == widget.total  # the last loop ended full: nothing stale
+    captured = capsys.readouterr()
+    assert "search plan:" in captured.out and "search plan:" not in captured.err
+    _Widgets.made = []
+    with progress_bar(2, True, "outer") as outer:  # outside a search: one widget, nested loops silent
+        for _ in range(2):
+            for _ in progress_bar(3, True, "inner", iterable=range(3)):
+                pass
+            outer.update(1)
+    assert [w.desc for w in _Widgets.made] == ["outer"] and _Widgets.made[0].closed

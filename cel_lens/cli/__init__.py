@@ -14,7 +14,7 @@ import sys
 from types import ModuleType
 from typing import Optional, Sequence
 
-from cel_lens.cli import demo, evaluate, export, models, organism, report, search, table, tasks, theory
+from cel_lens.cli import demo, evaluate, export, models, organism, report, search, table, tasks, theory, verify
 from cel_lens.cli.common import Formatter, flag_message
 from cel_lens.config import OptionError
 
@@ -28,13 +28,14 @@ COMMANDS: dict[str, ModuleType] = {
     "evaluate": evaluate,
     "report": report,
     "export": export,
+    "verify": verify,
     "demo": demo,
     "theory": theory,
     "organism": organism,
 }
 """Subcommand name -> its module (``add`` and ``run``)."""
 
-COMPUTING = frozenset({"search", "evaluate", "demo", "theory", "organism"})
+COMPUTING = frozenset({"search", "evaluate", "demo", "theory", "organism", "verify"})
 """Subcommands that run torch: their thread count is set first (:mod:`cel_lens.threads`)."""
 
 

@@ -20,7 +20,9 @@ def add(sub: argparse._SubParsersAction) -> None:
         formatter_class=Formatter,
         description="One RUN (a run directory, or a file in it such as RUN/result.json): prints the result "
         "(selected heads, accuracies, gain with CI, McNemar p-value, random-subset null) and writes its figures "
-        "(gain heatmap with the ranked subsets; discovery vs test gain) as HTML and PNG. An unfinished run "
+        "(gain heatmap with the ranked subsets; discovery vs test gain) as HTML and PNG, and explorer.html: click a "
+        "head of the heatmap to see its panel (gain with CI, examples it fixes and breaks; with --explorer-model its "
+        "attention and direct logit effects). An unfinished run "
         "(running or killed) prints how far it got and writes the heatmap of what it recorded. Two runs: "
         "prints and draws how they compare (selected heads and pools, stage-1 heatmaps side by side). "
         "--flips loads the run's model (from its manifest, or --model) and shows the examples the "
@@ -37,6 +39,12 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", default=None, help="with --flips: the model to load (default: the run's, from its manifest)")
     p.add_argument("--device", default=None, help="with --flips: torch device (default: cuda if available, else cpu)")
     p.add_argument("--data-dir", default=None, help="with --flips: the run's task files, if not from the hub")
+    p.add_argument("--explorer-model", action="store_true",
+                   help="load the run's model (its manifest's, or --model) and add model panels (attention intact vs "
+                   "ablated, direct logit effects on D_dist examples) to explorer.html; without it the page shows what "
+                   "the run recorded")
+    p.add_argument("--explorer-examples", type=int, default=2,
+                   help="with --explorer-model: D_dist examples each precomputed head set is run on")
 
 
 def _figures(args: argparse.Namespace, base: Path) -> Path:
@@ -46,21 +54,40 @@ def _figures(args: argparse.Namespace, base: Path) -> Path:
 def _single(args: argparse.Namespace, record: Any) -> dict[str, Any]:
     """Print one run (finished, or how far it got) and write its figures; return the JSON form."""
     from cel_lens.report import result_dict, write_run_figures
+    from cel_lens.runs.partial import format_partial
     from cel_lens.selection import format_result
 
     figures = [] if args.no_figures else write_run_figures(record, _figures(args, record.path))
+    r = result_dict(record, partial=True)
+    if not args.no_figures and (r.get("scores") is not None or r.get("n_layers")):  # a layout to draw
+        figures.append(_explorer(args, record))
     paths = [str(f) for f in figures]
     if record.result is None:
         partial = result_dict(record, partial=True)
         status = partial["progress"]["status"]
         if not args.json:
             print(f"unfinished run ({record.state}): {status}\n  run directory  {record.path}")
+            print("".join(f"  {line}\n" for line in format_partial(partial)), end="")
             print("".join(f"  wrote {f}\n" for f in paths), end="")
         return {**partial, "figures": paths}
     rows = [("run directory", str(record.path))] + ([("figures", ", ".join(paths))] if paths else [])
     if not args.json:
         print(format_result(record.result, extra=rows))
     return {**record.result.to_dict(), "figures": paths}
+
+
+def _explorer(args: argparse.Namespace, record: Any) -> Path:
+    """Write ``explorer.html`` (with model panels when ``--explorer-model``)."""
+    from cel_lens.report.explorer_page import write_explorer_page
+
+    panels = None
+    if args.explorer_model:
+        from cel_lens.analysis.explorer import explorer_panels
+        from cel_lens.analysis.flips import load_run_model
+
+        model = load_run_model(record, args.model, device=args.device)
+        panels = explorer_panels(model, record, n_examples=args.explorer_examples, data_dir=args.data_dir)
+    return write_explorer_page(record, _figures(args, record.path), model_panels=panels, data_dir=args.data_dir)
 
 
 def _compare(args: argparse.Namespace, records: list) -> dict[str, Any]:
@@ -101,6 +128,10 @@ def run(args: argparse.Namespace) -> int:
 
     if len(args.runs) > 2:
         raise ValueError(f"report takes one run, or two to compare; got {len(args.runs)}")
+    if args.explorer_model and (args.no_figures or len(args.runs) != 1):
+        raise ValueError("--explorer-model adds model panels to one run's explorer.html: give one run, without --no-figures")
+    if not 1 <= args.explorer_examples <= 8:
+        raise ValueError(f"--explorer-examples must lie in 1..8 (the page's size budget), got {args.explorer_examples}")
     if args.flips and len(args.runs) != 1:
         raise ValueError("--flips shows one run's flipped examples: give one run")
     records = [load_run(r) for r in args.runs]

@@ -54,6 +54,10 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--n-boot", type=int, default=None,
                    help=f"paired bootstrap resamples (default: {d.n_boot}; --quick: {QUICK['n_boot']})")
     p.add_argument("--n-masks", type=int, default=d.n_masks, help="random masks for --scorer compressed")
+    p.add_argument("--delta", type=float, default=d.delta,
+                   help="--scorer racing: probability allowed for its pool to differ from exact scoring's")
+    p.add_argument("--margin", type=float, default=d.margin,
+                   help="--scorer racing: score difference (accuracy units) near the pool's boundary it may get wrong (0: none)")
     p.add_argument("--n-specificity", type=int, default=d.n_specificity,
                    help="random pools whose stage-2 winners S-hat's test gain is compared with (0: off)")
     p.add_argument("--parsimony", choices=PARSIMONY_RULES, default=d.parsimony,
@@ -100,8 +104,8 @@ def run(args: argparse.Namespace) -> int:
     config = SearchConfig(
         k=args.k, pool_size=args.pool, scorer=args.scorer, strategy=args.strategy, beam_width=args.beam_width,
         n_null=args.n_null, n_boot=args.n_boot, seed=args.seed, n_masks=args.n_masks, store_dtype=args.store_dtype,
-        split_seed=args.split_seed, n_specificity=args.n_specificity, parsimony=args.parsimony,
-        ci_method=args.ci_method, n_adjusted=args.n_adjusted, posthoc=args.posthoc,
+        split_seed=args.split_seed, n_specificity=args.n_specificity, delta=args.delta, margin=args.margin,
+        parsimony=args.parsimony, ci_method=args.ci_method, n_adjusted=args.n_adjusted, posthoc=args.posthoc,
     ).validate()
     budget = args.store_budget_mb
     if budget is not None and not 0 <= budget < float("inf"):

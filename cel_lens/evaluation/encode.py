@@ -17,7 +17,8 @@ from typing import Optional, Sequence
 from cel_lens.evaluation.batch import MAX_PADDING, Encoded, EncodedBatch, build_batch, length_groups
 from cel_lens.model.bos import bos_prefix, prompt_ids
 from cel_lens.model.forward import init_kv_cache
-from cel_lens.tasks.base import Example, Split
+from cel_lens.tasks.base import Example, Split, Task
+from cel_lens.tasks.registry import load_task
 
 __all__ = [
     "as_split",
@@ -75,11 +76,23 @@ def encode_prompt(model, text: str) -> list[int]:
     return prompt_ids(model, text)
 
 
-def as_split(split: Split | Sequence[Example]) -> Split:
-    """``split`` itself, or a :class:`~cel_lens.tasks.Split` named ``"split"`` of the given examples."""
+def as_split(split: Split | Task | str | Sequence[Example]) -> Split:
+    """``split`` itself; a task's test split (a :class:`~cel_lens.tasks.Task`, or a task name,
+    loaded with its test split only, as ``cel-lens evaluate`` does); or a
+    :class:`~cel_lens.tasks.Split` named ``"split"`` of the given examples."""
     if isinstance(split, Split):
         return split
-    return Split("split", tuple(split))
+    if isinstance(split, str):
+        return load_task(split, splits="test").test
+    if isinstance(split, Task):
+        return split.test
+    examples = tuple(split)
+    wrong = next((e for e in examples if not isinstance(e, Example)), None)
+    if wrong is not None:
+        raise TypeError(
+            f"evaluate() takes a Split, a Task, a task name or Examples, got a sequence holding {type(wrong).__name__}"
+        )
+    return Split("split", examples)
 
 
 def encode_pair(model, context: str, continuation: str) -> tuple[list[int], list[int]]:
@@ -105,7 +118,9 @@ def encode_pair(model, context: str, continuation: str) -> tuple[list[int], list
 
 
 def pad_id(model) -> int:
-    tok = _tokenizer(model)
+    """The id padding positions hold (never read): the tokenizer's pad, EOS or BOS id, else 0 (a
+    model without a tokenizer, evaluated on token ids)."""
+    tok = getattr(model, "tokenizer", None)
     for name in ("pad_token_id", "eos_token_id", "bos_token_id"):
         value = getattr(tok, name, None)
         if value is not None:
@@ -139,7 +154,18 @@ def chat_choice(split: Split, chat_template: Optional[bool]) -> bool:
     return bool(options.get("chat_template", False))
 
 
+def _encode_ids(model, ex: Example, kind: str, chat: bool) -> Encoded:
+    """An example given as token ids (:func:`cel_lens.tasks.tokens.token_task`): used as they are."""
+    if kind != "exact_match" or chat:
+        raise ValueError(f"example {ex.id} is given as token ids: only an exact-match task without a chat template can use it")
+    target = [int(i) for i in ex.meta["target_ids"]]
+    ctx = _fit([int(i) for i in ex.meta["prompt_ids"]], [target], int(model.cfg.n_ctx))
+    return ctx, [target], 0, [len(target)]
+
+
 def _encode_example(model, ex: Example, kind: str, chat: bool) -> Encoded:
+    if "prompt_ids" in ex.meta:
+        return _encode_ids(model, ex, kind, chat)
     prompt = format_prompt(model, ex.prompt, chat)
     if kind == "exact_match":
         if not ex.target:

@@ -42,7 +42,7 @@ from cel_lens.model.forward import forward_resid, param_device, unembed
 from cel_lens.model.identity import model_id
 from cel_lens.model.kinds import model_name, model_shape
 from cel_lens.model.processing import warn_if_processed
-from cel_lens.tasks.base import Example, Split
+from cel_lens.tasks.base import Example, Split, Task
 from cel_lens.threads import configure_threads
 
 __all__ = ["evaluate", "logprob_metric", "choice_margin", "default_max_rows"]
@@ -58,7 +58,7 @@ def default_max_rows(batch_size: int) -> int:
 
 def evaluate(
     model,
-    split: Split | Sequence[Example],
+    split: Split | Task | str | Sequence[Example],
     head_sets: Optional[Sequence[HeadsLike]] = None,
     *,
     batch_size: int = 8,
@@ -70,6 +70,9 @@ def evaluate(
     max_tokens: Optional[int] = None,
 ) -> EvalResult:
     """Evaluate ``model`` on ``split`` intact (``head_sets=None``) or under each head set.
+
+    ``split`` is a :class:`~cel_lens.tasks.Split`, a list of examples, or a task (a
+    :class:`~cel_lens.tasks.Task` or a name such as ``"organism_a"``), which means its test split.
 
     Results are per example, ``[V, n_examples]`` in the split's order. ``store`` (an
     :class:`~cel_lens.evaluation.store.ActivationStore` built for this model and split) supplies the intact

@@ -7,7 +7,7 @@ import json
 import math
 from typing import Any, Mapping, Optional
 
-__all__ = ["model_card", "front_matter"]
+__all__ = ["model_card", "front_matter", "edited_text"]
 
 TAGS = ("cel-lens", "head-ablation", "capability-enhancement")
 """Tags every exported checkpoint carries."""
@@ -88,6 +88,14 @@ def _effect(run: Mapping[str, Any]) -> list[str]:
     ]
 
 
+def edited_text(provenance: Mapping[str, Any]) -> str:
+    """The tensors an export zeroed, in index notation: ``blocks.0.attn.W_O[0]`` (native) or
+    ``model.layers.3.self_attn.o_proj.weight[:, 16:32]``."""
+    edits = provenance.get("edited_tensors") or []
+    parts = [f"`{e['tensor']}{z}`" for e in edits for z in e.get("zeroed") or []]
+    return ", ".join(parts) if parts else "`o_proj.weight[:, h*d_head:(h+1)*d_head]`"
+
+
 def model_card(provenance: Mapping[str, Any]) -> str:
     """``README.md`` of an export described by ``provenance`` (see :mod:`cel_lens.model.export`)."""
     meta = front_matter(provenance)
@@ -104,13 +112,16 @@ def model_card(provenance: Mapping[str, Any]) -> str:
             'tokenizer = AutoTokenizer.from_pretrained("path/to/this/directory")',
             "```",
         ]
+    native = provenance.get("kind") == "native"
     body = [
         f"# {source} without attention heads {heads}",
         "",
         f"`{source}` with the attention heads {heads} (layer L, head H, 0-based) removed: each head's slice of its "
-        "layer's output projection input (`o_proj.weight[:, h*d_head:(h+1)*d_head]`) is zero, which is exactly "
+        f"layer's output projection ({edited_text(provenance)}) is zero, which is exactly "
         "zero-ablating the head's output. Every other weight, the config, generation config, tokenizer and chat "
-        "template are byte for byte the source's. No hooks or custom code are needed to run it.",
+        "template are byte for byte the source's. No hooks or custom code are needed to run it."
+        + (" It is a TransformerLens-native checkpoint: it loads with `cl.load_model`, not with `transformers`."
+           if native else ""),
         "",
         "## Effect",
         "",
@@ -120,7 +131,9 @@ def model_card(provenance: Mapping[str, Any]) -> str:
         "",
         *load,
         "",
-        "`cel_lens_export.json` records the source, the edited tensors and the sha256 of every file; "
-        "`cel-lens export RUN_DIR --out DIR --verify` re-checks every test decision of the run against this checkpoint.",
+        "`cel_lens_export.json` records the source, the edited tensors and the sha256 of every file "
+        "(`cel_lens_export.json.sha256` that of the record itself); `cel-lens verify THIS_DIR [RUN_DIR]` re-checks "
+        "the files, that exactly these slices are zero, and every test decision of the run against this checkpoint.",
+        *([""] + [f"Left out: {line}" for line in provenance.get("not_in_shard_index") or []]),
     ]
     return "\n".join(["---", *_yaml(meta), "---", "", *body, ""])

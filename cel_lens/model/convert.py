@@ -17,6 +17,8 @@ from typing import Optional, Union
 
 import torch
 
+from cel_lens.model.hooked_fields import check_hooked_config
+
 __all__ = ["load_tokenizer", "load_hf", "quiet", "hooked_from_hf", "bridge_from_hf"]
 
 
@@ -78,6 +80,8 @@ def hooked_from_hf(source: Path, hf_model, tokenizer, official: Optional[str], d
     from transformer_lens import HookedTransformer
     from transformer_lens import loading_from_pretrained as loading
 
+    arch = (getattr(hf_model.config, "architectures", None) or [type(hf_model).__name__])[0]
+    check_hooked_config(arch, hf_model.config.to_dict(), str(official or source))
     if official is not None:
         with quiet():
             return HookedTransformer.from_pretrained(
@@ -90,7 +94,6 @@ def hooked_from_hf(source: Path, hf_model, tokenizer, official: Optional[str], d
                 **processing,
                 **tl_kwargs,
             )
-    arch = (getattr(hf_model.config, "architectures", None) or [type(hf_model).__name__])[0]
     with tempfile.TemporaryDirectory(prefix="cel_lens_") as tmp:
         # TransformerLens guesses the architecture from substrings ("llama", "gemma") of the name
         # before reading config.json; a neutral link name makes it read the config.

@@ -36,7 +36,7 @@ from cel_lens.model.native import NATIVE_KEY, is_native_checkpoint
 from cel_lens.version import __version__
 
 __all__ = [
-    "EXPORT_FORMAT", "PROVENANCE_FILE", "CARD_FILE", "CHUNK_BYTES", "Checkpoint", "TensorEdit",
+    "EXPORT_FORMAT", "PROVENANCE_FILE", "PROVENANCE_HASH_FILE", "CARD_FILE", "CHUNK_BYTES", "Checkpoint", "TensorEdit",
     "read_checkpoint", "read_header", "plan_edits", "stream_file", "check_out_dir", "export_checkpoint", "file_sha256",
 ]
 
@@ -44,6 +44,9 @@ EXPORT_FORMAT = "cel_lens-export/1"
 """The ``format`` entry of :data:`PROVENANCE_FILE`."""
 PROVENANCE_FILE = "cel_lens_export.json"
 """Machine-readable provenance written next to the weights."""
+PROVENANCE_HASH_FILE = "cel_lens_export.json.sha256"
+"""The sha256 of :data:`PROVENANCE_FILE` (``sha256sum -c`` format): the provenance lists every other
+file's hash, this one covers the provenance itself, so relabelled heads do not pass verification."""
 CARD_FILE = "README.md"
 """The model card (YAML front matter, as the Hugging Face hub reads it)."""
 CHUNK_BYTES = 1 << 20
@@ -68,6 +71,7 @@ class Checkpoint:
     n_layers: int
     n_heads: int
     d_head: int
+    extra: tuple[str, ...] = ()  # safetensors files outside the shard index: neither edited nor copied
 
 
 @dataclass(frozen=True)
@@ -124,6 +128,10 @@ def read_checkpoint(path: Union[str, Path]) -> Checkpoint:
     indexes = sorted(p.name for p in root.glob("*.safetensors.index.json"))
     if len(indexes) > 1:
         raise ValueError(f"{root} has several shard indexes ({', '.join(indexes)})")
+    extra: tuple[str, ...] = ()
+    if indexes:  # the index names the shards; another safetensors file beside them is not the model's
+        indexed = set(json.loads((root / indexes[0]).read_text(encoding="utf-8")).get("weight_map", {}).values())
+        shards, extra = tuple(s for s in shards if s in indexed), tuple(s for s in shards if s not in indexed)
     cfg = _config(root)
     text = cfg.get("text_config") if "num_attention_heads" not in cfg and isinstance(cfg.get("text_config"), dict) else cfg
     try:
@@ -132,7 +140,7 @@ def read_checkpoint(path: Union[str, Path]) -> Checkpoint:
         n_layers = int(text["num_hidden_layers"])
     except (KeyError, TypeError, ValueError) as err:
         raise ValueError(f"{root}/config.json lacks the attention shape ({err}): not a decoder export supports") from err
-    return Checkpoint(root, "hf", shards, indexes[0] if indexes else None, n_layers, n_heads, d_head)
+    return Checkpoint(root, "hf", shards, indexes[0] if indexes else None, n_layers, n_heads, d_head, extra)
 
 
 def _check_index(ckpt: Checkpoint, names: dict[str, str]) -> None:
@@ -267,9 +275,9 @@ def _other_files(ckpt: Checkpoint) -> tuple[list[str], list[str]]:
             if ckpt.kind == "hf":
                 left.append(rel + "/")
             continue
-        if rel in ckpt.shards or rel in (CARD_FILE, PROVENANCE_FILE):
+        if rel in ckpt.shards or rel in (CARD_FILE, PROVENANCE_FILE, PROVENANCE_HASH_FILE):
             continue
-        (left if p.name.endswith(_OTHER_WEIGHTS) else copy).append(rel)
+        (left if p.name.endswith(_OTHER_WEIGHTS) or rel in ckpt.extra else copy).append(rel)
     return copy, left
 
 
@@ -322,6 +330,7 @@ def export_checkpoint(
         record["files"] = dict(sorted(written.items()))
         record["export_seconds"] = round(time.perf_counter() - started, 3)
         (tmp / PROVENANCE_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+        (tmp / PROVENANCE_HASH_FILE).write_text(f"{file_sha256(tmp / PROVENANCE_FILE)}  {PROVENANCE_FILE}\n", encoding="utf-8")
         os.replace(tmp, out)  # an empty out_dir is replaced (POSIX rename)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -358,4 +367,8 @@ def _provenance(
         "source": source,
         "edited_tensors": edits,
         "not_copied": left_out,
+        "not_in_shard_index": [
+            f"{name}: a safetensors file the shard index {ckpt.index} does not name (e.g. consolidated weights): "
+            "not edited, not copied" for name in ckpt.extra
+        ],
     }

@@ -10,7 +10,8 @@ a model built elsewhere is checked here, once, and gets a one-line warning namin
 What can be read from the weights: ``b_V`` zero in every head of every layer while the architecture
 has value biases (Qwen2, GPT-2, GPT-NeoX, OPT, Bloom, Phi, ...: :data:`V_BIAS_ARCHITECTURES`, or a
 bridge whose Hugging Face modules carry a value bias). Architectures without value biases lose
-nothing to either flag, so nothing is said for them.
+nothing to either flag, so nothing is said for them; neither does a model whose ``b_O`` is zero too
+(a freshly initialised ``HookedTransformer``: nothing was folded into ``b_O``).
 """
 
 from __future__ import annotations
@@ -73,6 +74,20 @@ def _orthonormal_w_o(block: Any) -> bool:
     return bool(torch.allclose(gram, eye.expand_as(gram), atol=1e-3))
 
 
+def _output_biases_zero(blocks: list[Any]) -> bool:
+    """Whether ``b_O`` is zero in every layer: folding moves ``sum_h b_V[h] @ W_O[h]`` there, so a
+    model with zero ``b_V`` *and* zero ``b_O`` (a freshly initialised ``HookedTransformer``) has
+    nothing in ``b_O`` for an ablation to miss."""
+    for block in blocks:
+        try:
+            bias = block.attn.b_O
+        except Exception:  # noqa: BLE001 - cannot tell: assume something was folded
+            return False
+        if not isinstance(bias, torch.Tensor) or bool(bias.detach().ne(0).any()):
+            return False
+    return True
+
+
 def processing_problem(model: Any) -> Optional[str]:
     """The one-line reason ``model`` ablates inexactly (value biases folded or factored matrices
     refactored), or ``None`` when nothing of the kind can be seen."""
@@ -81,6 +96,8 @@ def processing_problem(model: Any) -> Optional[str]:
         return None
     biases = [_value_bias(b) for b in blocks]
     if any(b is None for b in biases) or any(bool(b.detach().ne(0).any()) for b in biases):
+        return None
+    if _output_biases_zero(blocks):  # nothing was folded into b_O: a never-processed (e.g. fresh) model
         return None
     flag = "refactor_factored_attn_matrices" if all(_orthonormal_w_o(b) for b in blocks) else "fold_value_biases"
     name = getattr(model.cfg, "model_name", None) or type(model).__name__

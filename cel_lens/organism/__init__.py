@@ -28,48 +28,57 @@ head that carries the conflict, from activations and weights), :mod:`~cel_lens.o
 (``cel-lens organism``), :mod:`~cel_lens.organism.demo` (``cel-lens demo``).
 """
 
-from cel_lens.organism.commands import config_with, describe_organism, format_summary, parse_seeds, train_and_save
-from cel_lens.organism.figures import plot_emergence, plot_head_effects, plot_training_log, save_training_figure
-from cel_lens.organism.ground_truth import (
-    FeatureCoefficients,
-    fit_feature_coefficients,
-    ground_truth_heads,
-    head_feature_coefficients,
-    ov_feature_reading,
-)
-from cel_lens.organism.model import (
-    ORGANISM_DIR,
-    build_model,
-    build_tokenizer,
-    hooked_config,
-    load_organism,
-    load_tokenizer,
-    organism_info,
-    save_organism,
-)
-from cel_lens.organism.sweep import SeedOutcome, emergence_sweep, evaluate_models, sweep_table
-from cel_lens.organism.train import (
-    PARAM_NAMES,
-    TrainingLog,
-    answer_head_outputs,
-    answer_logits,
-    encode_prompts,
-    init_parameters,
-    model_parameters,
-    train_organism,
-    train_organisms,
-)
-from cel_lens.tasks.organism import (
-    ORGANISM_TASK,
-    SIDE_TASK,
-    TOKEN_ID,
-    VOCAB,
-    OrganismBatch,
-    OrganismConfig,
-    organism_task,
-    prompt_text,
-    sample_prompts,
-)
+import importlib
+from typing import Any
+
+# public name -> module that defines it, imported on first use: `cl.load_organism()` loads the model
+# module alone, not the training, sweep and figure modules (plotly, pandas) beside it
+_LAZY: dict[str, str] = {
+    "config_with": "cel_lens.organism.commands",
+    "describe_organism": "cel_lens.organism.commands",
+    "format_summary": "cel_lens.organism.commands",
+    "parse_seeds": "cel_lens.organism.commands",
+    "train_and_save": "cel_lens.organism.commands",
+    "plot_emergence": "cel_lens.organism.figures",
+    "plot_head_effects": "cel_lens.organism.figures",
+    "plot_training_log": "cel_lens.organism.figures",
+    "save_training_figure": "cel_lens.organism.figures",
+    "FeatureCoefficients": "cel_lens.organism.ground_truth",
+    "fit_feature_coefficients": "cel_lens.organism.ground_truth",
+    "ground_truth_heads": "cel_lens.organism.ground_truth",
+    "head_feature_coefficients": "cel_lens.organism.ground_truth",
+    "ov_feature_reading": "cel_lens.organism.ground_truth",
+    "ORGANISM_DIR": "cel_lens.organism.model",
+    "build_model": "cel_lens.organism.model",
+    "build_tokenizer": "cel_lens.organism.model",
+    "hooked_config": "cel_lens.organism.model",
+    "load_organism": "cel_lens.organism.model",
+    "load_tokenizer": "cel_lens.organism.model",
+    "organism_info": "cel_lens.organism.model",
+    "save_organism": "cel_lens.organism.model",
+    "SeedOutcome": "cel_lens.organism.sweep",
+    "emergence_sweep": "cel_lens.organism.sweep",
+    "evaluate_models": "cel_lens.organism.sweep",
+    "sweep_table": "cel_lens.organism.sweep",
+    "PARAM_NAMES": "cel_lens.organism.train",
+    "TrainingLog": "cel_lens.organism.train",
+    "answer_head_outputs": "cel_lens.organism.train",
+    "answer_logits": "cel_lens.organism.train",
+    "encode_prompts": "cel_lens.organism.train",
+    "init_parameters": "cel_lens.organism.train",
+    "model_parameters": "cel_lens.organism.train",
+    "train_organism": "cel_lens.organism.train",
+    "train_organisms": "cel_lens.organism.train",
+    "ORGANISM_TASK": "cel_lens.tasks.organism",
+    "SIDE_TASK": "cel_lens.tasks.organism",
+    "TOKEN_ID": "cel_lens.tasks.organism",
+    "VOCAB": "cel_lens.tasks.organism",
+    "OrganismBatch": "cel_lens.tasks.organism",
+    "OrganismConfig": "cel_lens.tasks.organism",
+    "organism_task": "cel_lens.tasks.organism",
+    "prompt_text": "cel_lens.tasks.organism",
+    "sample_prompts": "cel_lens.tasks.organism",
+}
 
 __all__ = [
     "ORGANISM_TASK", "SIDE_TASK", "ORGANISM_DIR", "VOCAB", "TOKEN_ID", "OrganismConfig", "OrganismBatch",
@@ -82,3 +91,15 @@ __all__ = [
     "plot_head_effects", "plot_emergence", "parse_seeds", "config_with", "train_and_save",
     "describe_organism", "format_summary",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'cel_lens.organism' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

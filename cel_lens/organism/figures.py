@@ -111,11 +111,17 @@ def plot_emergence(rows: Sequence[Mapping[str, Any]], title: Optional[str] = Non
             error_x=dict(type="data", symmetric=False, array=[hi - p for p, (_, hi) in zip(rate, ci)],
                          arrayminus=[p - lo for p, (lo, _) in zip(rate, ci)], thickness=1),
         ))
-    for x, name, pos in ((2 / 9, "issue's starting point 2/9", "bottom left"), (4 / 9, "theory (Thm 4.3) 4/9", "bottom right")):
-        fig.add_vline(x=x, line_dash="dot", line_color="gray", annotation_text=name, annotation_position=pos)
+    for x, name, side in ((2 / 9, "issue's starting point 2/9", "right"), (4 / 9, "theory (Thm 4.3) 4/9", "left")):
+        fig.add_vline(x=x, line_dash="dot", line_color="gray")
+        # labelled above the plot area (under the legend), where no bar can sit beneath the text
+        fig.add_annotation(x=x, y=1.0, xref="x", yref="paper", yanchor="bottom", xanchor=side, text=name,
+                           showarrow=False, font=dict(size=11, color="#555555"), xshift=-3 if side == "right" else 3)
     fig.update_xaxes(title_text="fraction of training seeds (Wilson 95% CI)", range=[0, 1.02])
     fig.update_yaxes(autorange="reversed")
-    fig.update_layout(template="plotly_white", barmode="group", height=160 + 44 * len(rows), width=1000,
+    height = 180 + 44 * len(rows)
+    fig.update_layout(template="plotly_white", barmode="group", height=height, width=1000,
                       title=title or "How often a beneficial single head emerges over training seeds",
-                      legend=dict(orientation="h", y=1.0, yanchor="bottom"), margin=dict(l=300, t=110, b=90))
+                      # the legend between the title and the reference lines' labels (85 px from the top)
+                      legend=dict(orientation="h", y=1 - 85 / height, yanchor="middle", yref="container", x=0.05, xanchor="left"),
+                      margin=dict(l=300, t=130, b=70))
     return fig

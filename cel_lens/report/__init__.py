@@ -8,17 +8,22 @@
 * :mod:`~cel_lens.report.compare`: :func:`plot_compare` and :func:`compare_runs`, two runs side by side;
 * :mod:`~cel_lens.report.flips`: :class:`Flips` and :func:`plot_flips`, the examples an ablation fixes and breaks;
 * :mod:`~cel_lens.report.attention`: :class:`AttentionPatterns` and its figures;
+* :mod:`~cel_lens.report.circuits_view`: the same patterns laid out for CircuitsVis;
 * :mod:`~cel_lens.report.run_figures`: :func:`write_run_figures`, every figure of a run;
 * :mod:`~cel_lens.report.save`: :func:`save_figure`, HTML always and PNG when a browser can render it;
-* :mod:`~cel_lens.report.data`: :func:`result_dict`, a result in any form as the dict figures read.
+* :mod:`~cel_lens.report.data`: :func:`result_dict`, a result in any form as the dict figures read;
+* :mod:`~cel_lens.report.explorer_page`: :func:`write_explorer_page`, ``explorer.html`` (click a head, see its
+  panel), from the panels of :mod:`~cel_lens.report.explorer_data` drawn by :mod:`~cel_lens.report.explorer_render`.
 
 Figures that need a model's forward passes (attention patterns, side-effect matrices, flips) are
 computed by :mod:`cel_lens.analysis` and drawn here.
 """
 
 from cel_lens.report.attention import AttentionPatterns, pattern_change, plot_attention, plot_pattern_change
+from cel_lens.report.circuits_view import circuitsvis_patterns
 from cel_lens.report.compare import compare_runs, format_comparison, plot_compare
 from cel_lens.report.data import ResultLike, ranked_subsets, result_dict
+from cel_lens.report.explorer_page import PAGE_BUDGET_BYTES, write_explorer_page
 from cel_lens.report.flips import Flips, format_flips, plot_flips
 from cel_lens.report.heatmap import plot_gain_heatmap
 from cel_lens.report.run_figures import write_run_figures
@@ -44,7 +49,10 @@ __all__ = [
     "pattern_change",
     "plot_pattern_change",
     "plot_attention",
+    "circuitsvis_patterns",
     "write_run_figures",
+    "write_explorer_page",
+    "PAGE_BUDGET_BYTES",
     "save_figure",
     "write_static_image",
     "png_export_available",

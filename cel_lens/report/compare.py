@@ -79,7 +79,9 @@ def compare_runs(a: ResultLike, b: ResultLike, *, labels: Sequence[Optional[str]
 
 
 def _heads_text(heads: Sequence[str]) -> str:
-    return "+".join(heads) if heads else "none"
+    """Heads listed one by one (``L0H0, L0H1``): a pool's or an overlap's heads, not one head set,
+    so never joined with ``+`` (which reads as a set ablated together)."""
+    return ", ".join(heads) if heads else "none"
 
 
 def format_comparison(cmp: Mapping[str, Any]) -> str:

@@ -122,14 +122,20 @@ def _attends(view: HeadView) -> str:
 def _columns(flips: Flips) -> list[str]:
     heads = [h.head for h in flips.examples[0].heads] if flips.examples else []
     return ["kind", "prompt (end)", "answer", "intact", "ablated"] + [
-        c for h in heads for c in (f"{h} attends to", f"{h} direct effect")
+        c for h in heads for c in (f"{h} attends to", f"{h} direct effect on answer vs rival")
     ]
 
 
+def _answer_text(text: Any) -> str:
+    """An answer as the table shows it: quoted, without the leading space a continuation carries, so
+    the target ``' pos'`` and a model's ``'pos'`` read alike (correctness is the ``kind`` column)."""
+    return repr(str(text).lstrip())
+
+
 def _row(e: FlippedExample, width: int = 48) -> list[str]:
-    cells = [e.kind, _short(e.prompt, width), repr(e.answer), repr(e.intact), repr(e.ablated)]
+    cells = [e.kind, _short(e.prompt, width), _answer_text(e.answer), _answer_text(e.intact), _answer_text(e.ablated)]
     for h in e.heads:
-        cells += [_attends(h), f"{h.effect_on_margin:+.2f} (answer {h.effect_on_answer:+.2f})"]
+        cells += [_attends(h), f"{h.effect_on_margin:+.2f} vs {_answer_text(e.rival)} (answer alone {h.effect_on_answer:+.2f})"]
     return cells
 
 

@@ -147,7 +147,7 @@ def _add_ranked_subsets(
 def _placeholders(fig: go.Figure, r: Mapping[str, Any], geo: _Geometry, shown: list[dict[str, Any]]) -> None:
     """Notes in the empty panels of an unfinished run: no subset yet, no test gain yet."""
     for empty, (a, b), text in (
-        (not shown, geo.d_sub, "no subset evaluated yet"), (r.get("gain") is None, geo.d_gain, "not measured yet"),
+        (not shown, geo.d_sub, "no subset evaluated yet"), (r.get("gain") is None, geo.d_gain, "not<br>measured<br>yet"),
     ):
         if empty:
             fig.add_annotation(text=text, x=(a + b) / 2, y=0.65, xref="paper", yref="paper", showarrow=False,
@@ -156,7 +156,7 @@ def _placeholders(fig: go.Figure, r: Mapping[str, Any], geo: _Geometry, shown: l
 
 def _add_test_gain(fig: go.Figure, r: Mapping[str, Any], selected: HeadSet) -> None:
     """The selected subset's test gain with its CI as error bars, over the null's 95% band."""
-    null = null_gains(r)
+    null = [100 * g for g in null_gains(r)]  # the panel is in percentage points
     if null:
         lo, hi = float(np.quantile(null, 0.025)), float(np.quantile(null, 0.975))
         fig.add_shape(
@@ -175,12 +175,12 @@ def _add_test_gain(fig: go.Figure, r: Mapping[str, Any], selected: HeadSet) -> N
     fig.add_trace(
         go.Scatter(
             x=[f"{pp(g)}<br>[{pp(lo_ci)},<br>{pp(hi_ci)}]" if has_ci else pp(g)],
-            y=[g],
+            y=[100 * g],
             mode="markers",
             marker=dict(_STAR, size=15),
             error_y=dict(
-                type="data", symmetric=False, array=[hi_ci - g if has_ci else 0],
-                arrayminus=[g - lo_ci if has_ci else 0], color="black", thickness=1.5, width=8,
+                type="data", symmetric=False, array=[100 * (hi_ci - g) if has_ci else 0],
+                arrayminus=[100 * (g - lo_ci) if has_ci else 0], color="black", thickness=1.5, width=8,
             ),
             hovertemplate=(
                 f"{selected}<br>test gain: {pp(g)}<br>95% CI [{pp(lo_ci)}, {pp(hi_ci)}]"
@@ -197,8 +197,8 @@ def _add_test_gain(fig: go.Figure, r: Mapping[str, Any], selected: HeadSet) -> N
 def _axes(r: Mapping[str, Any], geo: _Geometry, shown: list[dict[str, Any]]) -> dict[str, Any]:
     """The layout's six axes: heatmap (x, y), subsets (x2, y2) and test gain (x3, y3). Accuracy
     never runs below 0 % or above 100 %, and ticks carry the decimals their spacing needs."""
-    gains = [as_float(r.get(k)) for k in ("gain", "ci_low", "ci_high")] + null_gains(r) + [0.0]
-    gain_range = padded_range(gains, 0.15, floor=0.002, bounds=(-1.0, 1.0))
+    gains = [100 * as_float(r.get(k)) for k in ("gain", "ci_low", "ci_high")] + [100 * g for g in null_gains(r)] + [0.0]
+    gain_range = padded_range(gains, 0.15, floor=0.2, bounds=(-100.0, 100.0))  # percentage points
     intact = r.get("dist_acc_intact")
     accs = [as_float(s.get("dist_acc")) for s in shown] + ([float(intact)] if intact is not None else [])
     acc_range = padded_range(accs, 0.08, floor=0.002, bounds=(0.0, 1.0))
@@ -213,10 +213,29 @@ def _axes(r: Mapping[str, Any], geo: _Geometry, shown: list[dict[str, Any]]) -> 
         yaxis2=dict(anchor="x2", autorange="reversed", type="category", tickfont=dict(size=11), dtick=1),
         xaxis3=dict(domain=list(geo.d_gain), anchor="y3", type="category"),
         yaxis3=dict(
-            anchor="x3", title=dict(text="test gain", standoff=4), zeroline=False, range=gain_range,
-            tickformat=percent_tickformat(gain_range[1] - gain_range[0], signed=True),
+            anchor="x3", title=dict(text="test gain (pp)", standoff=4), zeroline=False, range=gain_range,
+            tickformat=f"+.{_decimals(gain_range[1] - gain_range[0])}f", ticksuffix=" pp",
         ),
     )
+
+
+def _decimals(span: float, n_ticks: int = 5) -> int:
+    """Decimals that tell ``n_ticks`` ticks over ``span`` (in pp) apart: 0 for 10 pp, 2 for 0.05 pp."""
+    step = max(span, 1e-12) / n_ticks
+    return min(3, max(0, math.ceil(-math.log10(step)))) if step < 1 else 0
+
+
+def _title_notes(r: Mapping[str, Any]) -> list[str]:
+    """What the title must not leave to the text report: a selection that is no enhancement, and
+    one that only the tie-break made."""
+    notes = []
+    dist_gain = r.get("dist_gain")
+    if dist_gain is not None and not math.isnan(float(dist_gain)) and float(dist_gain) <= 0:
+        notes.append(f"⚠ not an enhancement: no evaluated ablation raised D_dist accuracy (discovery gain {pp(dist_gain)})")
+    st = r.get("selection_stability") or {}
+    if st.get("identical_subsets"):
+        notes.append(f"⚠ Ŝ ties {st['identical_subsets']} other subset(s) on every D_dist example: chosen by the tie-break")
+    return notes
 
 
 def heatmap_title(r: Mapping[str, Any], selected: HeadSet) -> str:
@@ -225,11 +244,17 @@ def heatmap_title(r: Mapping[str, Any], selected: HeadSet) -> str:
     if is_unfinished(r):
         progress = r.get("progress") or {}
         return f"unfinished run ({r.get('state', 'unfinished')}): {progress.get('status', 'nothing recorded yet')}"
-    return (
+    line = (
         f"Ŝ = {selected}: test accuracy {pp(r.get('test_acc_intact'), False)} -> "
         f"{pp(r.get('test_acc_ablated'), False)}, gain {pp(r.get('gain'))} "
         f"[{pp(r.get('ci_low'))}, {pp(r.get('ci_high'))}], p={format_p(r.get('p_value'))}"
     )
+    return "<br>".join([line, *(f"<sup>{note}</sup>" for note in _title_notes(r))])
+
+
+def _count(n: int, noun: str) -> str:
+    """``1 layer``, ``3 layers``."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _subset_heading(r: Mapping[str, Any], shown: int, total: int) -> str:
@@ -267,12 +292,12 @@ def plot_gain_heatmap(obj: ResultLike, *, max_subsets: int = 20, title: Optional
         font=FONT,
         template="plotly_white",
         title=dict(text=title or heatmap_title(r, selected), x=0.01, xanchor="left", font=dict(size=16)),
-        margin=dict(l=70, r=20, t=95, b=120),
+        margin=dict(l=70, r=20, t=95 + (24 * len(_title_notes(r)) if title is None and not is_unfinished(r) else 0), b=120),
         legend=dict(orientation="h", x=0.0, y=0.02, xanchor="left", yanchor="bottom", yref="container"),
         **_axes(r, geo, shown),
     )
     for text, (a, b) in (
-        (f"stage-1 {score_units(scorer).noun}s ({geo.n_layers} layers x {geo.n_heads} heads)", geo.d_heat),
+        (f"stage-1 {score_units(scorer).noun}s ({_count(geo.n_layers, 'layer')} x {_count(geo.n_heads, 'head')})", geo.d_heat),
         (_subset_heading(r, len(shown), len(ranked)), geo.d_sub),
         ("Ŝ on test", geo.d_gain),
     ):

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Sequence, Union
 
 __all__ = [
-    "save_figure", "png_export_available", "write_static_image", "static_image", "shared_plotlyjs", "CHROMIUM_HINT",
+    "save_figure", "png_export_available", "write_static_image", "static_image", "shared_plotlyjs", "CHROMIUM_HINT", "one_line",
 ]
 
 #: What to install when PNG export cannot start a browser.
@@ -128,13 +128,21 @@ def save_figure(
             try:
                 write_static_image(fig, path, fmt=fmt, scale=scale)
             except Exception as err:  # kaleido raises various errors when Chrome is missing
-                _static_failure = f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"
+                _static_failure = one_line(err)
                 _warn_once(f"static figure export unavailable ({_static_failure}); wrote HTML only")
                 continue
             written.append(path)
         else:
             raise ValueError(f"unknown figure format {fmt!r}; use html or one of {sorted(_STATIC_FORMATS)}")
     return written
+
+
+def one_line(err: BaseException, width: int = 120) -> str:
+    """``Type: first line of the message``, cut to ``width`` characters (kaleido's JavaScript errors
+    are one 700-character line of JSON)."""
+    text = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    text = text if len(text) <= width else text[: width - 1] + "…"
+    return f"{type(err).__name__}: {text}"
 
 
 def _kaleido_options() -> dict[str, Any]:
@@ -167,15 +175,20 @@ def static_image(fig: Any, fmt: str = "png", scale: float = 2.0) -> bytes:
     fig_dict = fig.to_dict() if hasattr(fig, "to_dict") else dict(fig)
     layout = fig_dict.get("layout", {})
     opts = {"format": fmt, "width": layout.get("width") or 700, "height": layout.get("height") or 500, "scale": scale}
-    try:
-        if _png_server_started is None:  # first image: one-shot browser, errors surface
-            data = kaleido.calc_fig_sync(fig_dict, opts=opts, kopts=_kaleido_options())
-            _png_server_started = False
-        else:  # a browser works: keep one open for this and later images
-            if not _png_server_started:
-                kaleido.start_sync_server(silence_warnings=True, **_kaleido_options())
-                _png_server_started = True
-            data = kaleido.calc_fig_sync(fig_dict, opts=opts)
-    except ChromeNotFoundError as err:
-        raise RuntimeError(CHROMIUM_HINT) from err
-    return data
+    for attempt in (1, 2):  # a freshly installed browser's first page can miss kaleido's scripts: retry once
+        try:
+            if _png_server_started is None:  # first image: one-shot browser, errors surface
+                data = kaleido.calc_fig_sync(fig_dict, opts=opts, kopts=_kaleido_options())
+                _png_server_started = False
+            else:  # a browser works: keep one open for this and later images
+                if not _png_server_started:
+                    kaleido.start_sync_server(silence_warnings=True, **_kaleido_options())
+                    _png_server_started = True
+                data = kaleido.calc_fig_sync(fig_dict, opts=opts)
+            return data
+        except ChromeNotFoundError as err:
+            raise RuntimeError(CHROMIUM_HINT) from err
+        except Exception:  # noqa: BLE001 - anything else: once more, then the caller's one-line warning
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover

@@ -39,7 +39,7 @@ from jaxtyping import Bool
 from torch import Tensor
 
 from cel_lens.heads import HeadSet
-from cel_lens.runs.files import append_bytes, encode_lines, read_lines, write_json_atomic
+from cel_lens.runs.files import append_bytes, encode_lines, read_json_object, read_lines, write_json_atomic
 from cel_lens.runs.lock import LOCK, DirectoryLock, acquire_lock
 from cel_lens.runs.records import Evaluation
 
@@ -279,7 +279,7 @@ class RunDir:
         """The manifest as written."""
         if not self.manifest_path.exists():
             raise FileNotFoundError(f"{self.path} is not a run directory (no {MANIFEST})")
-        return json.loads(self.manifest_path.read_text(encoding="utf-8"))
+        return read_json_object(self.manifest_path)
 
     @property
     def finished(self) -> bool:
@@ -309,7 +309,7 @@ class RunDir:
         """``result.json`` as a dict, or ``None`` if the run has not finished."""
         if not self.result_path.exists():
             return None
-        return json.loads(self.result_path.read_text(encoding="utf-8"))
+        return read_json_object(self.result_path)
 
     # -- writing
     @contextmanager

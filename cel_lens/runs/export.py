@@ -22,7 +22,7 @@ from cel_lens.config import canonical_dtype
 from cel_lens.evaluation.evaluator import evaluate
 from cel_lens.evaluation.hf import evaluate_plain, load_plain_model
 from cel_lens.heads import Head, HeadSet
-from cel_lens.model.export import PROVENANCE_FILE, check_out_dir, export_checkpoint, file_sha256
+from cel_lens.model.export import PROVENANCE_FILE, PROVENANCE_HASH_FILE, check_out_dir, export_checkpoint, file_sha256
 from cel_lens.model.export_source import encoding_defaults, export_source
 from cel_lens.model.identity import weights_hash
 from cel_lens.model.load import load_model
@@ -31,7 +31,7 @@ from cel_lens.runs.loading import RunRecord, load_run
 from cel_lens.tasks.base import Task
 from cel_lens.tasks.registry import load_task
 
-__all__ = ["export_model", "verify_export", "VerifyReport", "selected_heads", "run_task"]
+__all__ = ["export_model", "verify_export", "VerifyReport", "selected_heads", "run_task", "heads_zeroed"]
 
 
 def _as_record(run: Any) -> RunRecord:
@@ -151,18 +151,21 @@ class VerifyReport:
     files_checked: int
     files_ok: int
     settings: dict[str, Any] = field(default_factory=dict)
+    zeroed_ok: bool = True
 
     @property
     def ok(self) -> bool:
-        """Every decision and every file matches."""
-        return self.matches == self.n and self.files_ok == self.files_checked
+        """Every decision and every file matches, and the recorded heads are the zeroed slices."""
+        return self.matches == self.n and self.files_ok == self.files_checked and self.zeroed_ok
 
     def __str__(self) -> str:
         lines = [
             f"{self.matches}/{self.n} per-example decisions on D_test equal the run's ablated evaluation of {self.heads} "
             f"({self.mode})",
             f"accuracy {self.exported_accuracy:.2%} (run: {self.recorded_accuracy:.2%}); "
-            f"{self.files_ok}/{self.files_checked} files match their recorded sha256",
+            f"{self.files_ok}/{self.files_checked} files match their recorded sha256 (the record itself included); "
+            + ("the recorded heads' slices are zero in the weights" if self.zeroed_ok
+               else "the recorded heads are NOT the zeroed slices of the weights"),
         ]
         if self.mismatched_ids:
             lines.append("differing examples: " + ", ".join(self.mismatched_ids[:10]) + (" ..." if len(self.mismatched_ids) > 10 else ""))
@@ -191,13 +194,37 @@ def run_task(record: RunRecord, task: Optional[Task] = None, data_dir: Optional[
 
 
 def _check_files(out: Path, provenance: dict[str, Any]) -> tuple[int, int]:
+    """``(files checked, files whose sha256 matches)``: every file the record lists, and the record
+    itself against :data:`PROVENANCE_HASH_FILE` (missing: a mismatch)."""
     files = provenance.get("files") or {}
-    return len(files), sum(1 for rel, sha in files.items() if (out / rel).is_file() and file_sha256(out / rel) == sha)
+    ok = sum(1 for rel, sha in files.items() if (out / rel).is_file() and file_sha256(out / rel) == sha)
+    sidecar = out / PROVENANCE_HASH_FILE
+    recorded = sidecar.read_text(encoding="utf-8").split()[0] if sidecar.is_file() and sidecar.read_text().strip() else None
+    return len(files) + 1, ok + int(recorded == file_sha256(out / PROVENANCE_FILE))
+
+
+def heads_zeroed(out: Path, provenance: dict[str, Any]) -> bool:
+    """Whether the edited tensors name exactly the recorded heads, and each head's slice is zero in
+    the written weights (a record relabelled to other heads fails here as well as on its hash)."""
+    from safetensors import safe_open
+
+    edits, d_head = provenance.get("edited_tensors") or [], int(provenance.get("d_head") or 0)
+    named = HeadSet.parse("+".join(h for e in edits for h in e.get("heads") or []) or None)
+    if not edits or named != HeadSet.parse(provenance.get("heads")):
+        return False
+    for edit in edits:
+        with safe_open(str(out / edit["file"]), framework="pt") as f:
+            tensor = f.get_tensor(edit["tensor"])
+        for head in HeadSet.parse("+".join(edit["heads"])):
+            part = tensor[head.head] if provenance.get("kind") == "native" else tensor[:, head.head * d_head:(head.head + 1) * d_head]
+            if bool(part.ne(0).any()):
+                return False
+    return True
 
 
 def verify_export(
     out_dir: Union[str, os.PathLike],
-    run: Any,
+    run: Any = None,
     *,
     task: Optional[Task] = None,
     data_dir: Optional[str] = None,
@@ -207,7 +234,9 @@ def verify_export(
     progress: bool = False,
 ) -> VerifyReport:
     """Evaluate the export in ``out_dir`` on ``run``'s D_test with plain ``transformers`` and compare
-    each per-example decision with the run's recorded D_test evaluation of S-hat.
+    each per-example decision with the run's recorded D_test evaluation of S-hat; check every file's
+    sha256, the record's own (:data:`~cel_lens.model.export.PROVENANCE_HASH_FILE`), and that the
+    recorded heads are exactly the zeroed slices. ``run`` defaults to the run the record names.
 
     D_test is ``task``'s or the run's task loaded again (from ``data_dir``), checked against the
     manifest's content hash; ``dtype`` defaults to the run's model dtype. A TransformerLens-native
@@ -218,6 +247,10 @@ def verify_export(
     if not (out / PROVENANCE_FILE).is_file():
         raise FileNotFoundError(f"{out} is not a cel_lens export (no {PROVENANCE_FILE})")
     provenance = json.loads((out / PROVENANCE_FILE).read_text(encoding="utf-8"))
+    if run is None:
+        run = (provenance.get("run") or {}).get("path")
+        if run is None:
+            raise ValueError(f"{out} was exported from heads, not a run: give the run directory whose decisions it must make")
     record = _as_record(run)
     heads = selected_heads(record)
     if HeadSet.parse(provenance.get("heads")) != heads:
@@ -227,6 +260,7 @@ def verify_export(
         raise ValueError(f"{record.path} has no recorded D_test evaluation of {heads} (the search has not reached the test split)")
     split = run_task(record, task, data_dir).test
     files_checked, files_ok = _check_files(out, provenance)
+    zeroed_ok = heads_zeroed(out, provenance)
     dtype = canonical_dtype(dtype or (record.manifest.get("model") or {}).get("dtype") or "float32")
     settings = dict(provenance.get("evaluation") or encoding_defaults(out))
     if provenance.get("kind") == "native":
@@ -245,5 +279,5 @@ def verify_export(
         heads=str(heads), mode=mode, n=int(theirs.shape[0]), matches=int(theirs.shape[0]) - len(differ),
         mismatched_ids=[split.ids[i] for i in differ], recorded_accuracy=float(theirs.float().mean()),
         exported_accuracy=float(mine.float().mean()), files_checked=files_checked, files_ok=files_ok,
-        settings={**settings, "dtype": dtype, "source": (provenance.get("source") or {}).get("id")},
+        settings={**settings, "dtype": dtype, "source": (provenance.get("source") or {}).get("id")}, zeroed_ok=zeroed_ok,
     )

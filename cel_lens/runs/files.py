@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -30,6 +31,7 @@ __all__ = [
     "append_bytes",
     "write_json_atomic",
     "tmp_name",
+    "read_json_object",
 ]
 
 CHECK = "check"
@@ -135,8 +137,9 @@ def append_bytes(path: Path, data: bytes) -> None:
 
 
 def tmp_name(path: Path) -> Path:
-    """The temporary file an atomic write of ``path`` uses (one per process)."""
-    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    """The temporary file an atomic write of ``path`` uses (one per process and thread, so two
+    threads writing at once never share one)."""
+    return path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
@@ -156,3 +159,15 @@ def write_json_atomic(path: Path, obj: Any) -> None:
         except OSError:
             pass
         raise _write_error(path, err) from err
+
+
+def read_json_object(path: Path) -> dict[str, Any]:
+    """A JSON object from ``path``; :class:`RunRecordError` naming the file
+    when it is not valid JSON or not an object (a corrupt ``result.json`` says which file)."""
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise RunRecordError(f"{path} is corrupt: not valid JSON ({err})") from None
+    if not isinstance(obj, dict):
+        raise RunRecordError(f"{path} is corrupt: expected a JSON object, got {type(obj).__name__}")
+    return obj

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 from cel_lens.runs.directory import EVALUATIONS, MANIFEST, RESULT, RunDir
+from cel_lens.runs.files import RunRecordError
 from cel_lens.runs.lock import held_by
 from cel_lens.runs.partial import partial_result
 from cel_lens.runs.records import Evaluation
@@ -83,5 +84,8 @@ def load_run(path: Union[str, os.PathLike]) -> RunRecord:
     evaluations = [Evaluation.from_line(o) for o in lines if o.get("type") == "eval"]
     events = [o for o in lines if o.get("type") == "event"]
     raw = run.read_result()
-    result = Result.from_dict(raw) if raw is not None else None
+    try:
+        result = Result.from_dict(raw) if raw is not None else None
+    except (KeyError, TypeError, ValueError) as err:
+        raise RunRecordError(f"{run.result_path} is corrupt: {type(err).__name__}: {err}") from None
     return RunRecord(run.path, manifest, evaluations, events, result)

@@ -7,8 +7,12 @@ manifest, the second finds it. The holder writes ``pid host start-time`` into th
 one that has to wait (or give up) can say who holds it. ``flock`` locks belong to an open file, so
 the kernel drops them when the holder dies: a SIGKILLed search never leaves a stale lock.
 
-Inside one process the lock is shared: every :class:`~cel_lens.runs.RunDir` of one directory holds
-one reference to it, and the last to let go releases it.
+Inside one process a second lock, per directory, stands beside the ``flock`` (which does not
+tell threads apart): the thread that took the directory may open it again (every
+:class:`~cel_lens.runs.RunDir` of one directory holds one reference, and the last to let go
+releases it), while another thread of the process waits or is refused like another process, with
+a message naming that thread. Two searches in two threads of one process therefore cannot write
+one directory at once either.
 """
 
 from __future__ import annotations
@@ -38,12 +42,14 @@ class RunBusyError(RuntimeError):
 
 @dataclass
 class _Held:
-    fd: int
+    fd: int  # -1 while the owner is still taking the flock
     count: int
+    owner: int  # threading.get_ident() of the thread that took it
+    owner_name: str
 
 
 _HELD: dict[str, _Held] = {}
-_GUARD = threading.Lock()
+_GUARD = threading.Condition()  # guards _HELD; notified whenever a directory is let go
 
 
 def lock_holder(directory: Path, *, patience: float = 1.0) -> str:
@@ -110,6 +116,7 @@ class DirectoryLock:
             if held.count == 0:
                 del _HELD[self.key]
                 os.close(held.fd)  # closing the file releases the flock
+                _GUARD.notify_all()
 
 
 def _open_lock_file(path: Path) -> int:
@@ -138,18 +145,21 @@ def acquire_lock(directory: Path, *, wait: float = 0.0) -> "DirectoryLock | None
     writable (nothing can be written there anyway; reading needs no lock).
     """
     key = os.path.realpath(directory)
-    with _GUARD:
-        held = _HELD.get(key)
-        if held is not None:
-            held.count += 1
-            return DirectoryLock(key)
+    deadline = time.monotonic() + wait
+    if not _reserve(key, deadline, directory):
+        return DirectoryLock(key)  # this thread holds it already: one more share
     try:
         fd = _open_lock_file(directory / LOCK)
     except OSError as err:
+        _unreserve(key)
         if err.errno in _NOT_WRITABLE:
             return None
         raise
-    _try_flock(fd, wait, directory)
+    try:
+        _try_flock(fd, max(0.0, deadline - time.monotonic()) if math.isfinite(wait) else wait, directory)
+    except BaseException:
+        _unreserve(key)
+        raise
     stamp = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     try:
         line = f"{os.getpid()} {socket.gethostname()} {stamp}\n".encode()
@@ -158,5 +168,36 @@ def acquire_lock(directory: Path, *, wait: float = 0.0) -> "DirectoryLock | None
     except OSError:
         pass  # the holder's name is a courtesy; the lock itself holds
     with _GUARD:
-        _HELD[key] = _Held(fd, 1)
+        _HELD[key].fd = fd
     return DirectoryLock(key)
+
+
+def _reserve(key: str, deadline: float, directory: Path) -> bool:
+    """Take ``key`` for this thread inside the process (True), or add a share to this thread's
+    hold (False); wait for another thread's hold until ``deadline``, then :class:`RunBusyError`."""
+    me = threading.get_ident()
+    with _GUARD:
+        while True:
+            held = _HELD.get(key)
+            if held is None:
+                _HELD[key] = _Held(-1, 1, me, threading.current_thread().name)
+                return True
+            if held.owner == me:
+                held.count += 1
+                return False
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise RunBusyError(
+                    f"run directory {directory} is in use by another thread ({held.owner_name}) of this process "
+                    f"({os.getpid()}); wait for it to finish, or choose another output directory"
+                )
+            _GUARD.wait(timeout=min(left, 1.0))
+
+
+def _unreserve(key: str) -> None:
+    """Drop a reservation whose ``flock`` was not taken."""
+    with _GUARD:
+        held = _HELD.get(key)
+        if held is not None and held.fd == -1:
+            del _HELD[key]
+            _GUARD.notify_all()

@@ -21,7 +21,7 @@ from typing import Any, Mapping, Optional, Sequence
 from cel_lens.heads import HeadSet
 from cel_lens.runs.records import Evaluation
 
-__all__ = ["partial_result", "run_layout"]
+__all__ = ["partial_result", "run_layout", "format_partial"]
 
 
 def _first(events: Sequence[Mapping[str, Any]], name: str) -> Optional[Mapping[str, Any]]:
@@ -111,3 +111,32 @@ def partial_result(
         progress=dict(evaluations=len(evaluations), test_evaluations=n_test,
                       status=_status(layout, scores, pool, subsets, selected.get("heads") if selected else None, n_test)),
     )
+
+
+def _score_text(value: float, scorer: str) -> str:
+    """A stage-1 score in its scorer's unit: pp of accuracy (exact, compressed) or nats (attribution)."""
+    return f"{value:+.4f} nats" if scorer == "attribution" else f"{100 * value:+.2f} pp"
+
+
+def format_partial(partial: Mapping[str, Any], top: int = 5) -> list[str]:
+    """Lines for an unfinished run beyond its one-line status: intact D_dist accuracy, the best
+    stage-1 heads so far, the pool, the best subsets evaluated and the selection, whichever the
+    record already holds (a killed run keeps all of them)."""
+    lines = []
+    if partial.get("dist_acc_intact") is not None:
+        lines.append(f"intact D_dist accuracy  {100 * float(partial['dist_acc_intact']):.2f}% (n = {partial.get('n_dist')})")
+    scores, scorer = partial.get("scores"), str(partial.get("scorer", "exact"))
+    if scores:
+        scored = [(v, f"L{l}H{h}") for l, row in enumerate(scores) for h, v in enumerate(row) if not math.isnan(v)]
+        best = sorted(scored, key=lambda t: -t[0])[:top]
+        lines.append(f"stage-1 best ({scorer}, {len(scored)} scored)  "
+                     + ", ".join(f"{name} {_score_text(v, scorer)}" for v, name in best))
+    if partial.get("pool"):
+        lines.append(f"pool ({len(partial['pool'])} heads, each a candidate)  {', '.join(partial['pool'])}")
+    subsets = sorted(partial.get("subsets") or [], key=lambda s: -float(s.get("dist_acc") or 0))[:top]
+    if subsets:
+        lines.append("best subsets on D_dist so far  " + ", ".join(
+            f"{s['heads']} {100 * float(s['dist_acc']):.2f}%" for s in subsets))
+    if partial.get("heads"):
+        lines.append(f"S-hat (fixed before D_test)  {partial['heads']}")
+    return lines

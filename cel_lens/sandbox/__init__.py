@@ -21,19 +21,22 @@ How one run goes
   (``RLIMIT_AS`` = ``memory_mb``, CPU, processes, file size, open files, no core), drops every
   capability, sets ``no_new_privs``, restricts itself with Landlock where the kernel has it
   (writes only under the working directory; no signal to or ``ptrace`` of processes outside),
-  installs a seccomp filter (no ``socket``: no path to a host Unix-domain socket and no network
-  even without namespaces; no io_uring, ``ptrace``, ``process_vm_*``, key rings, ``bpf``; without
-  namespaces also no chmod/chown/utime/xattr calls), installs the Python guard
+  installs a seccomp filter (no socket call of any kind, ``socketpair`` and ``sendto`` included:
+  no path to a host Unix-domain socket and no network even without namespaces; no new namespace
+  or mount; no io_uring, ``ptrace``, ``process_vm_*``, key rings, ``bpf``; without namespaces also
+  no chmod/chown/utime/xattr calls; the audit is in ``docs/sandbox.md``), installs the Python guard
   (:mod:`~cel_lens.sandbox.guard`) and runs the program. Both die with their parent
   (``PR_SET_PDEATHSIG``); leftovers of a caller
   that was killed (cgroups, temporary directories) are removed at the next start.
 * **The verdict.** The program is parsed on its own and runs as ``__main__``; ``setup`` runs in its
   namespace; then the supervisor judges each test (:mod:`~cel_lens.sandbox.judge`,
   :mod:`~cel_lens.sandbox.verdict`): the program's process only evaluates the sub-expressions
-  that name the program's functions and sends their values as plain data
-  (:mod:`~cel_lens.sandbox.codec`); comparisons, built-ins and the pass/fail decision are
-  computed by the supervisor, which never runs the program's code, and written on a pipe the
-  program's process never holds. The program can change only those values: it cannot skip an
+  that call the program's functions (or name its values) and sends their values as plain data
+  (:mod:`~cel_lens.sandbox.codec`); comparisons, built-ins, methods, comprehensions and the
+  pass/fail decision are computed by the supervisor, which never runs the program's code, and
+  written on a pipe the program's process never holds, as length-prefixed records
+  (:mod:`~cel_lens.sandbox.frame`) that nothing the program writes can split; a test of any other
+  shape is refused (:class:`CannotJudge`). The program can change only those values: it cannot skip an
   assert, make a wrong value compare equal (a custom ``__eq__`` never reaches the comparison),
   patch a built-in the test uses, or write a pass (no secret exists to steal). A passing result
   therefore means the values the program produced satisfy every test.
@@ -81,6 +84,7 @@ from cel_lens.sandbox.runner import (
     run_many,
 )
 from cel_lens.sandbox.process import STARTUP_LIMIT
+from cel_lens.sandbox.judge import CannotJudge
 
 __all__ = [
     "ALLOW_ENV",
@@ -91,6 +95,7 @@ __all__ = [
     "DEFAULT_OUTPUT_LIMIT",
     "SENTINEL",
     "STARTUP_LIMIT",
+    "CannotJudge",
     "WEAK_ENV",
     "CodeExecutionNotAllowed",
     "NamespacesUnavailable",

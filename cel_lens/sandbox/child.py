@@ -13,10 +13,11 @@ writes what the parent believes. The tests (with their expected values) come in 
 which the supervisor opens and unlinks before the fork and reads after it, so they never enter
 the program's memory.
 
-Supervisor -> parent, one line each: ``ready LAYERS``, ``program EVENT`` (what the program's
-process said of its own run: ``done``, ``end``, ``raised NAME``, ``exit CODE``; its word only),
-``test I STATUS REASON``, ``verdict STATUS REASON``, ``child exit|signal N CPU``,
-``setup-error TEXT`` and ``refused TEXT`` (no namespaces and the weaker mode not allowed).
+Supervisor -> parent, one record each (:mod:`cel_lens.sandbox.frame`: length-prefixed fields,
+never split on anything the program can write): ``ready LAYER...``, ``program EVENT TEXT`` (what
+the program's process said of its own run: ``done``, ``end``, ``raised NAME``, ``exit CODE``; its
+word only, escaped), ``test I STATUS REASON``, ``verdict STATUS REASON``, ``child exit|signal N
+CPU``, ``setup-error TEXT`` and ``refused TEXT`` (no namespaces and the weaker mode not allowed).
 
 Only what the two processes need is imported, all of it before the program starts (so a file
 the program writes can never become the supervisor's code); this file never imports the parent's
@@ -36,7 +37,7 @@ if __name__ == "__main__":  # pragma: no cover - make cel_lens.sandbox importabl
         _package.__path__ = [_path]  # type: ignore[attr-defined]
         sys.modules.setdefault(_name, _package)
 
-from cel_lens.sandbox import guard, kernel, verdict  # noqa: E402
+from cel_lens.sandbox import frame, guard, kernel, verdict  # noqa: E402
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -60,9 +61,9 @@ def main(config_path: str, tests_path: str) -> None:  # pragma: no cover - runs 
     sys.path.extend(cfg["site_paths"])
     verdict_fd: int = cfg["verdict_fd"]
 
-    def report(msg: str) -> None:
+    def report(*fields: str) -> None:
         try:
-            verdict.write_line(verdict_fd, msg)
+            frame.write(verdict_fd, *fields)
         except OSError:
             pass
 
@@ -76,10 +77,10 @@ def main(config_path: str, tests_path: str) -> None:  # pragma: no cover - runs 
     if not namespaces:
         why = "namespaces are turned off" if cfg["namespaces"] == "off" else f"unshare: {kernel.errno_text()}"
         if cfg["namespaces"] == "require":
-            report(f"setup-error namespaces required but unavailable ({why})")
+            report("setup-error", f"namespaces required but unavailable ({why})")
             os._exit(4)
         if not cfg["weak"]:
-            report(f"refused {why}")
+            report("refused", why)
             os._exit(4)
     else:
         kernel.isolate_files(lib, cfg["workdir"], 4 * cfg["file_size_bytes"], layers)
@@ -112,21 +113,31 @@ def _read_event(replies: BinaryIO) -> list[str] | None:
     return line.rstrip(b"\n").decode("utf-8", "replace").split(" ")
 
 
-def _supervise(checks: list, pid: int, request_fd: int, replies: BinaryIO, report: Callable[[str], None]) -> None:
-    """Relay the program's start and end, run the tests if it ended well, reap it, exit alike."""
+_PROGRAM_EVENTS = ("done", "end", "raised", "exit")
+
+
+def _supervise(checks: list, pid: int, request_fd: int, replies: BinaryIO, report: Callable[..., None]) -> None:
+    """Relay the program's start and end, run the tests if it ended well, reap it, exit alike.
+
+    Every field relayed is either one of the supervisor's fixed tokens or escaped text
+    (:func:`cel_lens.sandbox.frame.escape`): what the program's process wrote never becomes a
+    record or a field of its own."""
     first = _read_event(replies)
-    if first is not None and first[0] in ("ready", "setup-error"):
-        report(" ".join(first))
+    if first is not None and first[0] == "ready":
+        report("ready", *(frame.escape(layer, 40) for layer in first[1:40]))
+    elif first is not None and first[0] == "setup-error":
+        report("setup-error", frame.escape(" ".join(first[1:])))
     ended = None
     while first is not None and first[0] == "ready":
         event = _read_event(replies)
         if event is None:
             break
-        report("program " + " ".join(event)[:200])
+        if event[0] not in _PROGRAM_EVENTS:  # out of protocol: the program wrote on the pipe itself
+            report("program", "unknown", frame.escape(" ".join(event)))
+            break
+        report("program", event[0], *([frame.escape(" ".join(event[1:]))] if len(event) > 1 else []))
         if event[0] in ("done", "raised", "exit"):
             ended = event[0]
-            break
-        if event[0] != "end":  # out of protocol: the program wrote on the pipe itself
             break
     if ended == "done" and checks:
         verdict.run_tests(checks, lambda seen: verdict.hole_fetcher(request_fd, replies, seen), report)
@@ -137,7 +148,7 @@ def _supervise(checks: list, pid: int, request_fd: int, replies: BinaryIO, repor
     _reap(pid, grace, report)
 
 
-def _reap(pid: int, grace: float | None, report: Callable[[str], None]) -> None:
+def _reap(pid: int, grace: float | None, report: Callable[..., None]) -> None:
     """Wait for the program's process (killing it after ``grace`` seconds), report, exit alike."""
     import time
 
@@ -153,9 +164,9 @@ def _reap(pid: int, grace: float | None, report: Callable[[str], None]) -> None:
             time.sleep(0.005)
     cpu = usage.ru_utime + usage.ru_stime
     if os.WIFSIGNALED(wstatus):
-        report(f"child signal {os.WTERMSIG(wstatus)} {cpu:.3f}")
+        report("child", "signal", str(os.WTERMSIG(wstatus)), f"{cpu:.3f}")
         os._exit(128 + os.WTERMSIG(wstatus))
-    report(f"child exit {os.WEXITSTATUS(wstatus)} {cpu:.3f}")
+    report("child", "exit", str(os.WEXITSTATUS(wstatus)), f"{cpu:.3f}")
     os._exit(os.WEXITSTATUS(wstatus))
 
 
@@ -183,7 +194,7 @@ def _program_process(lib: ctypes.CDLL, cfg: dict, namespaces: bool, layers: list
     codes = [compile(h, f"<hole {k}>", "eval") for k, h in enumerate(cfg["holes"])]
     guard.reliability_guard(cfg["workdir"], patch_socket=not namespaces)
     verdict.write_line(reply_fd, "ready " + " ".join(layers))
-    namespace = _run_program(cfg["source"], cfg["setup"], cfg["workdir"], reply_fd)
+    namespace = _run_program(cfg["source"], cfg["setup"], cfg["workdir"], reply_fd, cfg.get("main", True))
     if cfg["holes"]:
         verdict.serve_holes(codes, namespace, request_fd, reply_fd)
     _flush()
@@ -198,9 +209,25 @@ def _flush() -> None:
             pass
 
 
-def _run_program(source: str, setup: str, workdir: str, reply_fd: int) -> dict:
-    """Run the program as ``__main__`` (parsed on its own), then ``setup`` in its namespace;
-    say how it ended; return its namespace, or exit if it did not end well."""
+def _exit_code_text(exc: SystemExit) -> str:
+    """``SystemExit``'s code as the program's process reports it: an ``int`` (bounded), ``None``,
+    or the code's type; never the program's own ``repr`` (it may raise, or carry a line end)."""
+    try:
+        code = exc.code
+        if code is None or type(code) is bool:
+            return str(code)
+        if type(code) is int:
+            return str(code) if code.bit_length() < 64 else "a large int"
+        return "a " + frame.escape(type.__dict__["__name__"].__get__(type(code)), 60)
+    except BaseException:  # noqa: BLE001
+        return "?"
+
+
+def _run_program(source: str, setup: str, workdir: str, reply_fd: int, main: bool = True) -> dict:
+    """Run the program (parsed on its own) as ``__main__``, or with ``main=False`` in a namespace
+    without ``__name__`` (as lm-eval's ``exec(program, {})``: ``__name__`` is then the built-ins'
+    ``'builtins'``, so an ``if __name__ == "__main__":`` block does not run); then ``setup`` in
+    its namespace; say how it ended; return its namespace, or exit if it did not end well."""
     import builtins
 
     write, exit_now = os.write, os._exit
@@ -212,14 +239,16 @@ def _run_program(source: str, setup: str, workdir: str, reply_fd: int) -> dict:
             reached_end.append(True)
             verdict.write_line(reply_fd, "end")
 
-    namespace = {"__name__": "__main__", "__builtins__": builtins, SENTINEL_NAME: end}
+    namespace = {"__builtins__": builtins, SENTINEL_NAME: end}
+    if main:
+        namespace["__name__"] = "__main__"
     try:
         exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - the program under test
         if setup:
             exec(compile(setup, "<setup>", "exec"), namespace)  # noqa: S102
     except SystemExit as exc:
         _flush()
-        verdict.write_line(reply_fd, f"exit {exc.code!r}"[:200])
+        verdict.write_line(reply_fd, "exit " + _exit_code_text(exc))
         exit_now(1)
     except BaseException as exc:  # noqa: BLE001 - how the program failed is the result
         verdict.write_line(reply_fd, "raised " + verdict.exception_name(exc))

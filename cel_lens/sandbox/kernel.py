@@ -192,18 +192,41 @@ def no_new_privs(lib: ctypes.CDLL) -> None:
     lib.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
 
 
-# seccomp: the system calls refused with EPERM, by architecture (audit arch -> numbers).
-# socket: no socket at all, so no path to a host Unix-domain socket (a network namespace does not
-# hide those) and no network without a network namespace; io_uring could open and connect sockets
-# behind seccomp's back; ptrace, process_vm_*: no reading or writing another process's memory;
-# the key-ring calls, bpf, perf_event_open, userfaultfd: kernel interfaces a program never needs.
+# seccomp: the system calls refused with EPERM, by architecture (audit arch -> numbers); the full
+# audit of what stays allowed is in docs/sandbox.md ("The system-call filter").
+# * every socket call: socket and socketpair (a paired Unix datagram socket can sendto() any host
+#   socket path, which neither a network namespace nor Landlock's TCP rules stop), connect, bind,
+#   listen, accept(4), send*/recv* (msg, mmsg), shutdown, get/setsockopt, getsockname, getpeername:
+#   the program's process holds no socket and can make none, so the filter alone decides;
+# * io_uring (it could open and connect sockets behind seccomp's back);
+# * ptrace, process_vm_*, pidfd_getfd, kcmp: no reading or writing another process's memory or
+#   descriptors;
+# * unshare, setns, mount and the new mount API, umount2, pivot_root, chroot: no new user namespace
+#   (which would give back every capability inside it) and no change of the mount tree;
+# * the key-ring calls, bpf, perf_event_open, userfaultfd, fanotify_init, name_to_handle_at,
+#   open_by_handle_at, kexec_*, *_module, acct, swapon/off, reboot, sethost/domainname, quotactl:
+#   kernel interfaces a program never needs (most need a capability it has dropped anyway).
 _AUDIT_ARCH_X86_64 = 0xC000003E
 _AUDIT_ARCH_AARCH64 = 0xC00000B7
+_SOCKET_SYSCALLS = {
+    # socket, connect, accept, sendto, recvfrom, sendmsg, recvmsg, shutdown, bind, listen,
+    # getsockname, getpeername, socketpair, setsockopt, getsockopt, accept4, recvmmsg, sendmmsg
+    _AUDIT_ARCH_X86_64: (41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 288, 299, 307),
+    _AUDIT_ARCH_AARCH64: (198, 203, 202, 206, 207, 211, 212, 210, 200, 201, 204, 205, 199, 208, 209, 242, 243, 269),
+}
 _DENIED_SYSCALLS = {
-    # socket, ptrace, add_key, request_key, keyctl, perf_event_open, process_vm_readv,
-    # process_vm_writev, bpf, userfaultfd, io_uring_setup, io_uring_enter, io_uring_register
-    _AUDIT_ARCH_X86_64: (41, 101, 248, 249, 250, 298, 310, 311, 321, 323, 425, 426, 427),
-    _AUDIT_ARCH_AARCH64: (198, 117, 217, 218, 219, 241, 270, 271, 280, 282, 425, 426, 427),
+    # ptrace, add_key, request_key, keyctl, perf_event_open, process_vm_readv, process_vm_writev,
+    # bpf, userfaultfd, io_uring_setup, io_uring_enter, io_uring_register, pidfd_getfd, kcmp,
+    # unshare, setns, mount, umount2, pivot_root, chroot, open_tree, move_mount, fsopen, fsconfig,
+    # fsmount, fspick, mount_setattr, fanotify_init, name_to_handle_at, open_by_handle_at,
+    # kexec_load, init_module, finit_module, delete_module, acct, swapon, swapoff, reboot,
+    # sethostname, setdomainname, quotactl
+    _AUDIT_ARCH_X86_64: (101, 248, 249, 250, 298, 310, 311, 321, 323, 425, 426, 427, 438, 312,
+                         272, 308, 165, 166, 155, 161, 428, 429, 430, 431, 432, 433, 442, 300, 303, 304,
+                         246, 175, 313, 176, 163, 167, 168, 169, 170, 171, 179),
+    _AUDIT_ARCH_AARCH64: (117, 217, 218, 219, 241, 270, 271, 280, 282, 425, 426, 427, 438, 272,
+                          97, 268, 40, 39, 41, 51, 428, 429, 430, 431, 432, 433, 442, 262, 264, 265,
+                          104, 105, 273, 106, 89, 224, 225, 142, 161, 162, 60),
 }
 # Without a read-only file system (no namespaces), also every call that changes a file's metadata
 # (Landlock does not cover them): chmod, chown, utime and extended attributes, all variants.
@@ -212,11 +235,14 @@ _METADATA_SYSCALLS = {
     _AUDIT_ARCH_AARCH64: (52, 53, 452, 54, 55, 88, 5, 6, 7, 14, 15, 16, 463, 466),
 }
 _MACHINES = {"x86_64": _AUDIT_ARCH_X86_64, "aarch64": _AUDIT_ARCH_AARCH64}
+_CLONE = {_AUDIT_ARCH_X86_64: (56, 435), _AUDIT_ARCH_AARCH64: (220, 435)}  # clone, clone3
+# CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET: clone may not make a namespace
+_CLONE_NAMESPACES = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000
 
 
 def seccomp(lib: ctypes.CDLL, layers: list[str], metadata: bool = False) -> None:
-    """Install a seccomp filter refusing :data:`_DENIED_SYSCALLS` (and, with ``metadata``, the
-    calls that change file metadata) with EPERM; needs no_new_privs first.
+    """Install a seccomp filter refusing every socket call, :data:`_DENIED_SYSCALLS` (and, with
+    ``metadata``, the calls that change file metadata) with EPERM; needs no_new_privs first.
 
     Any other architecture's system calls (the i386 ABI on x86_64, x32) kill the process, so the
     filter cannot be walked around. Irrevocable, and inherited by every child.
@@ -226,13 +252,20 @@ def seccomp(lib: ctypes.CDLL, layers: list[str], metadata: bool = False) -> None
     arch = _MACHINES.get(os.uname().machine)
     if arch is None:
         return
-    ld_abs, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
+    ld_abs, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
     allow, deny, kill = 0x7FFF0000, 0x00050000 | 1, 0x80000000  # ALLOW, ERRNO(EPERM), KILL_PROCESS
-    denied = _DENIED_SYSCALLS[arch] + (_METADATA_SYSCALLS[arch] if metadata else ())
+    enosys = 0x00050000 | 38
+    denied = _SOCKET_SYSCALLS[arch] + _DENIED_SYSCALLS[arch] + (_METADATA_SYSCALLS[arch] if metadata else ())
     n = len(denied)
+    clone, clone3 = _CLONE[arch]
     prog = [(ld_abs, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, kill), (ld_abs, 0, 0, 0)]
     if arch == _AUDIT_ARCH_X86_64:  # x32 system calls carry bit 30
-        prog.append((jge, n + 1, 0, 0x40000000))
+        prog += [(jge, 0, 1, 0x40000000), (ret, 0, 0, deny)]
+    # clone3 hides its flags in memory the filter cannot read: ENOSYS, so the C library falls back
+    # to clone, whose flags (args[0], low half at offset 16) may not ask for a new namespace
+    prog += [(jeq, 0, 1, clone3), (ret, 0, 0, enosys),
+             (jeq, 0, 4, clone), (ld_abs, 0, 0, 16), (jset, 0, 1, _CLONE_NAMESPACES), (ret, 0, 0, deny),
+             (ret, 0, 0, allow), (ld_abs, 0, 0, 0)]
     prog += [(jeq, n - i, 0, nr) for i, nr in enumerate(denied)]
     prog += [(ret, 0, 0, allow), (ret, 0, 0, deny)]
 

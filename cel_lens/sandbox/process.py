@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from cel_lens.sandbox import cgroups as cg
+from cel_lens.sandbox import frame
 
 __all__ = ["STARTUP_LIMIT", "Finished", "execute"]
 
@@ -39,7 +40,7 @@ _STATUS_LIMIT = 1 << 16
 class Finished:
     """What came back from one sandbox process.
 
-    ``events``: the supervisor's lines, split on spaces; ``killed``: ``"timeout"`` or
+    ``events``: the supervisor's records (:mod:`cel_lens.sandbox.frame`), each a list of fields; ``killed``: ``"timeout"`` or
     ``"startup"`` when the parent killed it, else None; ``returncode`` and ``cpu``: the sandbox
     process's own exit code and CPU seconds.
     """
@@ -128,9 +129,8 @@ def execute(config: dict, tests: list, workdir: str, timeout: float, output_limi
         pump.loop(timeout)
     finally:
         rc, cpu = pump.close()
-    lines = pump.status.bytes().decode("utf-8", errors="replace").splitlines()
-    return Finished([line.split(" ") for line in lines if line], pump.killed, rc, cpu,
-                    pump.out.text(), pump.err.text())
+    # records cut at their lengths only (frame.py): nothing the program writes can start one
+    return Finished(frame.unpack(pump.status.bytes()), pump.killed, rc, cpu, pump.out.text(), pump.err.text())
 
 
 class _Pump:
@@ -208,7 +208,8 @@ class _Pump:
             open_fds.discard(fd)
             return
         self.streams[fd].add(data)
-        if fd == self.verdict_r and self.ready_at is None and self.status.bytes().startswith(b"ready "):
+        if fd == self.verdict_r and self.ready_at is None and frame.unpack(self.status.bytes())[:1] \
+                and frame.unpack(self.status.bytes())[0][0] == "ready":
             self.ready_at = time.monotonic()
 
     def close(self) -> tuple[Optional[int], float]:

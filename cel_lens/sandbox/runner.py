@@ -114,6 +114,7 @@ class Program:
     tests: tuple[str, ...] = ()
     setup: str = ""
     entry_points: tuple[str, ...] = ()
+    main: bool = True
 
 
 def check_program(code: str, test_setup_code: str, tests: Sequence[str]) -> str:
@@ -152,10 +153,13 @@ def run(
     max_processes: int = DEFAULT_MAX_PROCESSES,
     max_open_files: int = DEFAULT_MAX_OPEN_FILES,
     tmp_root: Optional[str] = None,
+    main: bool = True,
 ) -> Outcome:
     """Run ``code`` in a fresh, limited, isolated interpreter; judge ``tests``; say how it ended.
 
-    ``code`` is parsed on its own and runs as ``__main__``; then ``setup`` runs in its namespace;
+    ``code`` is parsed on its own and runs as ``__main__`` (``main=False``: in a namespace without
+    ``__name__``, as lm-eval's ``exec(program, {})``, so ``if __name__ == "__main__":`` blocks do not
+    run); then ``setup`` runs in its namespace;
     then each of ``tests`` (one ``assert`` statement each) is judged by the supervisor, the
     program contributing only the values of its sub-expressions (:mod:`cel_lens.sandbox.judge`;
     ``entry_points``: built-in names the tests use for the program's own functions).
@@ -191,7 +195,7 @@ def run(
             "site_paths": site_paths(), "namespaces": NAMESPACES, "weak": bool(weak),
             "cgroups": [list(g) for g in groups], "memory_bytes": memory_mb << 20,
             "cpu_seconds": cpu_limit, "file_size_bytes": file_size_mb << 20,
-            "max_processes": max_processes, "max_open_files": max_open_files,
+            "max_processes": max_processes, "max_open_files": max_open_files, "main": bool(main),
         }
         start = time.monotonic()
         # the supervisor's part (the expected values) never enters the program's process
@@ -288,7 +292,7 @@ def run_many(
         if isinstance(p, str):
             p = Program(p)
         return run(p.code, timeout, memory_mb, output_limit, tests=p.tests, setup=p.setup,
-                   entry_points=p.entry_points, allow=True, **limits)  # type: ignore[arg-type]
+                   entry_points=p.entry_points, main=p.main, allow=True, **limits)  # type: ignore[arg-type]
 
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="cel_lens_sandbox") as pool:
         results = pool.map(one, programs)

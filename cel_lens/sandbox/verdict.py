@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 
-from cel_lens.sandbox import codec
+from cel_lens.sandbox import codec, frame
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -45,8 +45,15 @@ def write_line(fd: int, text: str | bytes) -> None:
 
 
 def exception_name(exc: BaseException) -> str:
-    """How a failure is named: ``AssertionError`` for any of its subclasses (as an assert is)."""
-    return "AssertionError" if isinstance(exc, AssertionError) else type(exc).__name__
+    """How a failure is named: ``AssertionError`` for any of its subclasses (as an assert is);
+    else the class's name, escaped (:func:`cel_lens.sandbox.frame.escape`: one ASCII field)."""
+    if isinstance(exc, AssertionError):
+        return "AssertionError"
+    try:
+        name = type.__dict__["__name__"].__get__(type(exc))
+    except BaseException:  # noqa: BLE001
+        name = "Exception"
+    return frame.escape(name, 100)
 
 
 # ----------------------------------------------------------------------- the program's process
@@ -98,9 +105,9 @@ def hole_fetcher(request_fd: int, replies: BinaryIO, seen: dict) -> Callable[[in
         kind, _, rest = line.rstrip(b"\n").partition(b" ")
         text = rest.decode("utf-8", "replace")
         if kind == b"x":
-            raise HoleRaised(text[:100] or "Exception")
+            raise HoleRaised(frame.escape(text, 100) or "Exception")
         if kind == b"n":
-            raise HoleFailed("the value is not plain data (" + text[:200] + ")")
+            raise HoleFailed("the value is not plain data (" + frame.escape(text) + ")")
         if kind != b"v" or not rest.isdigit() or int(rest) > MAX_MESSAGE:
             raise HoleFailed(f"an answer out of protocol ({line[:40]!r})")
         payload = replies.read(int(rest) + 1)  # the value and the line's end
@@ -117,8 +124,9 @@ def hole_fetcher(request_fd: int, replies: BinaryIO, seen: dict) -> Callable[[in
 
 
 def run_tests(checks: list[dict], fetch_for: Callable[[dict], Callable[[int], Any]],
-              report: Callable[[str], None]) -> None:
-    """Judge ``checks`` in order; report ``test I STATUS REASON`` for each and one ``verdict``."""
+              report: Callable[..., None]) -> None:
+    """Judge ``checks`` in order; report ``test I STATUS REASON`` for each and one ``verdict``
+    (each a record of fields, :mod:`cel_lens.sandbox.frame`; ``STATUS`` a fixed token)."""
     import builtins
 
     for i, check in enumerate(checks):
@@ -135,22 +143,75 @@ def run_tests(checks: list[dict], fetch_for: Callable[[dict], Callable[[int], An
             status, reason = "error", str(exc)
         except Exception as exc:  # noqa: BLE001 - e.g. a TypeError comparing the values
             status, reason = "error", type(exc).__name__
-        report(f"test {i} {status} {reason}".rstrip())
+        report("test", str(i), status, reason)
         if status != "passed":
             _explain(i, len(checks), check, seen, reason)
-            report(f"verdict {status} {reason}")
+            report("verdict", status, reason)
             return
-    report(f"verdict passed {len(checks)} test{'' if len(checks) == 1 else 's'} held")
+    report("verdict", "passed", f"{len(checks)} test{'' if len(checks) == 1 else 's'} held")
 
 
 def _explain(i: int, n: int, check: dict, seen: dict, reason: str) -> None:
-    """Say on stderr which test failed and what the program's values were."""
-    lines = [f"cel_lens.sandbox: test {i + 1} of {n} did not hold: {check['source']}"]
-    for k, source in enumerate(check["holes"], check["first_hole"]):
-        if k in seen:
-            lines.append(f"  {source} -> {repr(seen[k])[:200]}")
-    lines.append(reason or "AssertionError")
+    """Say on stderr which test failed and what the program's values were (never raises: the
+    verdict is written after it)."""
     try:
+        lines = [f"cel_lens.sandbox: test {i + 1} of {n} did not hold: {check['source']}"]
+        for k, source in enumerate(check["holes"], check["first_hole"]):
+            if k in seen:
+                lines.append(f"  {source} -> {bounded_repr(seen[k])}")
+        lines.append(reason or "AssertionError")
         write_line(2, "\n".join(lines))
-    except OSError:
+    except BaseException:  # noqa: BLE001 - e.g. a closed stderr
         pass
+
+
+REPR_LIMIT = 200
+"""Characters of a failing value shown on stderr."""
+
+
+def bounded_repr(value: Any, limit: int = REPR_LIMIT) -> str:
+    """``repr`` of a decoded value in at most about ``limit`` characters; never raises.
+
+    Python's ``repr`` of an ``int`` over 4,300 digits raises ``ValueError``, and a large container
+    takes long to print: both are cut here (an ``int`` over ``limit`` digits is shown by its size).
+    """
+    try:
+        parts: list[str] = []
+        _repr_into(value, parts, limit, 0)
+        text = "".join(parts)
+    except BaseException:  # noqa: BLE001 - say what it was, at least
+        text = f"<a {type(value).__name__}>"
+    return text if len(text) <= limit else text[: max(0, limit - 3)] + "..."
+
+
+_BRACKETS = {list: ("[", "]"), tuple: ("(", ")"), dict: ("{", "}"), set: ("{", "}"),
+             frozenset: ("frozenset({", "})")}
+
+
+def _repr_into(v: Any, parts: list[str], limit: int, depth: int) -> None:
+    if sum(len(p) for p in parts) > limit:
+        return
+    t = type(v)
+    if t is int and v.bit_length() > 3 * limit:
+        parts.append(f"<int of {v.bit_length()} bits>")
+    elif t in (set, frozenset) and not v:
+        parts.append(f"{t.__name__}()")
+    elif t in _BRACKETS and depth < 20:
+        open_, close = _BRACKETS[t]
+        parts.append(open_)
+        for j, item in enumerate(v.items() if t is dict else v):
+            if sum(len(p) for p in parts) > limit:
+                parts.append("...")
+                break
+            parts.append(", " if j else "")
+            if t is dict:
+                _repr_into(item[0], parts, limit, depth + 1)
+                parts.append(": ")
+                _repr_into(item[1], parts, limit, depth + 1)
+            else:
+                _repr_into(item, parts, limit, depth + 1)
+        parts.append("," + close if t is tuple and len(v) == 1 else close)
+    elif t in (str, bytes, bytearray):
+        parts.append(repr(v[: limit + 1]))
+    else:
+        parts.append(repr(v)[: limit + 1])

@@ -209,13 +209,15 @@ def _discovery_checks(
     sets, bits = memo.recorded(DIST_SPLIT)
     sub_bits = memo.evaluate(DIST_SPLIT, [s.heads for s in subsets], stage="stage2")
     singles = singles_from(sets, bits, memo.n_layers, memo.n_heads)
-    if n_stability >= 1 and singles is not None:
-        reselector = Reselector(singles, subsets, sub_bits, intact, pool_size=pool_size, k=k, rule=rule)
-        out["selection_stability"] = reselecting_stability(reselector, selected, n_resamples=n_stability, seed=seed)
-        out["split_half"] = split_half_agreement(reselector, seed=seed)
-    elif n_stability >= 1:
+    if n_stability >= 1:
         fixed = selection_stability(subsets, sub_bits, n_resamples=n_stability, seed=seed)
         out["selection_stability"] = {"method": "fixed pool", **fixed}
+    if n_stability >= 1 and singles is not None:
+        reselector = Reselector(singles, subsets, sub_bits, intact, pool_size=pool_size, k=k, rule=rule)
+        ties = {key: fixed.get(key) for key in ("selected_by_tie_break", "identical_subsets") if key in fixed}
+        out["selection_stability"] = {**reselecting_stability(reselector, selected, n_resamples=n_stability, seed=seed),
+                                      "fixed_pool_frequency": fixed["selected_frequency"], **ties}
+        out["split_half"] = split_half_agreement(reselector, seed=seed)
     if n_adjusted >= 1:
         evaluated = [i for i, s in enumerate(sets) if len(s) > 0]
         out["adjusted"] = selection_adjusted_test(bits[evaluated], intact, n_permutations=n_adjusted, seed=seed, alpha=alpha)

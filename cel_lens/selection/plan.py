@@ -150,6 +150,9 @@ def stage2_sets(m: int, k: int, strategy: str = "exhaustive", beam_width: int = 
 def _stage1(scorer: str, n_total: int, n_dist: int, n_masks: Optional[int], sparsity: float) -> StagePlan:
     if scorer == "exact":
         return StagePlan("stage 1 (exact)", "dist", n_total, n_dist, note="every head alone")
+    if scorer == "racing":
+        return StagePlan("stage 1 (racing)", "dist", n_total, n_dist, True,
+                         "every head alone on growing batches, at most as exact; heads ruled out stop early")
     if scorer == "compressed":
         masks = n_masks if n_masks is not None else max(32, n_total // 2, math.ceil(5 / sparsity))
         return StagePlan("stage 1 (compressed)", "dist", masks, n_dist, note="random multi-head knockouts")

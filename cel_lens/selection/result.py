@@ -98,14 +98,20 @@ def _stability_row(r: Mapping[str, Any]) -> str:
     heads = str(HeadSet.parse(r.get("heads")))
     others = [w for w in st.get("wins", []) if w["heads"] != heads][:3]
     rest = "; ".join(f"{w['heads']} {w['frequency']:.1%}" for w in others) or "none"
+    ties = ""
+    if st.get("selected_by_tie_break"):
+        ties = f", {st['selected_by_tie_break']:.1%} of them only by the tie-break (another subset as many correct)"
+    if st.get("identical_subsets"):
+        ties += (f"; {st['identical_subsets']} other subset(s) give the same answer on every D_dist example, "
+                 "so the data cannot tell them apart")
     if st.get("method") == "reselect":
         bound = (f"{st['selected_frequency']:.1%}" if not st.get("unknown")
                  else f"between {st['selected_frequency']:.1%} and {st['upper']:.1%} ({st['unknown']} resamples "
                       "needed a subset that was never evaluated)")
         text = (f"the whole selection (pool and stage 2) redone on {st['n_resamples']} bootstrap resamples of D_dist "
-                f"picks {heads} {bound}")
+                f"picks {heads} {bound}{ties}")
     else:
-        text = f"{heads} wins {st['selected_frequency']:.1%} of {st['n_resamples']} bootstrap resamples of D_dist (pool fixed)"
+        text = f"{heads} wins {st['selected_frequency']:.1%} of {st['n_resamples']} bootstrap resamples of D_dist{ties} (pool fixed)"
     half = r.get("split_half")
     if half:
         text += f"; selections on two halves of D_dist agree in {half['agree']:.1%} of {half['n_splits']} splits"

@@ -45,9 +45,12 @@ def selection_stability(
     """How often each subset wins stage 2's selection on ``n_resamples`` bootstrap resamples of
     D_dist. ``correct[i]`` is ``subsets[i]``'s per-example D_dist correctness.
 
-    Returns ``{"n_resamples", "selected", "selected_frequency", "wins"}``: the subset the rule picks
-    on the full data, the fraction of resamples it wins, and the ``top`` most frequent winners as
-    ``{"heads", "frequency"}`` (best first). Deterministic given ``seed``.
+    Returns ``{"n_resamples", "selected", "selected_frequency", "selected_by_tie_break",
+    "identical_subsets", "wins"}``: the subset the rule picks on the full data, the fraction of
+    resamples it wins, the fraction it wins only by the tie-break (another subset as many correct),
+    how many other subsets answer every example as it does (no resample can separate them), and
+    the ``top`` most frequent winners as ``{"heads", "frequency"}`` (best first). Deterministic
+    given ``seed``.
     """
     if len(subsets) == 0:
         raise ValueError("no subsets to resample")
@@ -62,16 +65,23 @@ def selection_stability(
     full = int(np.argmax(bits.sum(1)))
     rng = np.random.default_rng([seed, 0x5EED])
     wins = np.zeros(len(order), dtype=np.int64)
+    by_tie = 0  # resamples S-hat won only by the tie-break (another subset had as many correct)
     chunk = max(1, min(n_resamples, 4_000_000 // max(n, 1)))
     for start in range(0, n_resamples, chunk):
         b = min(chunk, n_resamples - start)
         counts = bits @ _resample_weights(rng, b, n).T  # [subset, resample], exact integers
-        wins += np.bincount(counts.argmax(0), minlength=len(order))
+        winners = counts.argmax(0)
+        wins += np.bincount(winners, minlength=len(order))
+        tied = (counts == counts.max(0, keepdims=True)).sum(0) > 1
+        by_tie += int(((winners == full) & tied).sum())
+    identical = int((bits == bits[full]).all(1).sum()) - 1  # same answer on every example: never separable
     ranked = sorted(range(len(order)), key=lambda j: (-wins[j], j))[:top]
     return {
         "n_resamples": int(n_resamples),
         "selected": str(subsets[order[full]].heads),
         "selected_frequency": float(wins[full] / n_resamples),
+        "selected_by_tie_break": float(by_tie / n_resamples),
+        "identical_subsets": identical,
         "wins": [
             {"heads": str(subsets[order[j]].heads), "frequency": float(wins[j] / n_resamples)}
             for j in ranked

@@ -3,12 +3,14 @@
 * :mod:`~cel_lens.tasks.base`: :class:`Example`, :class:`Split`, :class:`Task`;
 * :mod:`~cel_lens.tasks.registry`: :func:`load_task` by name (imports only that task's module);
 * :mod:`~cel_lens.tasks.io`: local files or the Hugging Face hub, with provenance;
+* :mod:`~cel_lens.tasks.tokens`: :func:`token_task`, a task from token tensors and answer ids (no tokenizer);
 * one module per task: ``arithmetic``, ``boolq``, ``hellaswag``, ``mbpp``, ``organism``.
 """
 
 from cel_lens.tasks.base import Example, Split, SplitOverlapError, Task, TaskKind, check_disjoint, sample_disjoint
 from cel_lens.tasks.io import DataNotFoundError, fixture_data_dir
 from cel_lens.tasks.registry import BUILTIN_TASKS, available_tasks, load_task, register_task, task_info
+from cel_lens.tasks.tokens import token_task
 
 __all__ = [
     "Example",
@@ -25,4 +27,5 @@ __all__ = [
     "task_info",
     "fixture_data_dir",
     "DataNotFoundError",
+    "token_task",
 ]

@@ -78,7 +78,7 @@ def load_arithmetic(
     unknown = [c for c in configs if c not in CONFIGS]
     if unknown or not configs:
         raise ValueError(f"unknown arithmetic config(s) {unknown or configs!r}; choose from {', '.join(CONFIGS)}")
-    root = resolve_data_dir(data_dir)
+    root = resolve_data_dir(data_dir, needs=[f"arithmetic/{CONFIGS[c]}" for c in configs])
     pool: list[Example] = []
     sources = []
     for cfg in configs:

@@ -27,6 +27,8 @@ import unicodedata
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator, Literal, Mapping, Optional, Sequence, overload
 
+from cel_lens.oracle import parse_subsplit, subsplit_indices
+
 __all__ = [
     "Example",
     "Split",
@@ -215,7 +217,11 @@ class Task:
             object.__setattr__(self, attr, split)
 
     def split(self, name: str) -> Split:
-        """``"dist"`` or ``"test"``."""
+        """``"dist"`` or ``"test"``, or a subsplit of D_dist (:func:`cel_lens.oracle.subsplit`:
+        its examples, named ``"dist"``, in the subsplit's order)."""
+        if parse_subsplit(name) is not None:
+            idx = subsplit_indices(name, len(self.dist)).tolist()
+            return replace(self.dist, examples=tuple(self.dist.examples[i] for i in idx))
         if name not in ("dist", "test"):
             raise ValueError(f"unknown split {name!r}: expected 'dist' or 'test'")
         return self.dist if name == "dist" else self.test

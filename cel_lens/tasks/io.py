@@ -46,6 +46,7 @@ __all__ = [
     "require",
     "build_examples",
     "resolve_data_dir",
+    "search_dirs",
     "sha256_file",
     "read_jsonl",
     "load_rows",
@@ -89,11 +90,25 @@ class DataNotFoundError(FileNotFoundError):
     """A task's split is in neither the data directory nor (reachable on) the hub."""
 
 
-def resolve_data_dir(data_dir: Optional[PathLike]) -> Optional[Path]:
-    """``data_dir`` if given, else ``$CEL_LENS_DATA_DIR`` if set, else None (use the hub)."""
+def search_dirs() -> list[Path]:
+    """Where task files are looked for when neither ``data_dir`` nor ``$CEL_LENS_DATA_DIR`` is
+    given: ``./data`` and ``../shared/data`` (from the working directory, e.g. the repository
+    root), and ``../shared/data`` next to the repository this package was installed from."""
+    here, repo = Path.cwd(), Path(__file__).resolve().parents[2]
+    return list(dict.fromkeys((here / "data", here.parent / "shared" / "data", repo.parent / "shared" / "data")))
+
+
+def resolve_data_dir(data_dir: Optional[PathLike], needs: Sequence[str] = ()) -> Optional[Path]:
+    """``data_dir`` if given, else ``$CEL_LENS_DATA_DIR`` if set, else the first of
+    :func:`search_dirs` that holds every file in ``needs`` (the task's relative paths), else None
+    (use the hub)."""
     if data_dir is None:
         data_dir = os.environ.get(ENV_DATA_DIR) or None
     if data_dir is None:
+        if needs:
+            for path in search_dirs():
+                if all((path / relpath).is_file() for relpath in needs):
+                    return path
         return None
     path = Path(data_dir).expanduser()
     if not path.is_dir():
@@ -185,6 +200,10 @@ def _hub_rows(
         f"{what} not found: pass --data-dir DIR (or set ${ENV_DATA_DIR}) with {relpath}, "
         f"or connect to the Hugging Face hub ({hub_id})"
     )
+    from cel_lens.model.hub import hub_offline, hub_reachable  # here: cel_lens.model loads transformer_lens
+
+    if not hub_offline() and not hub_reachable():  # fail at once, not after the hub client's retries
+        raise DataNotFoundError(f"{hint}; the hub is not reachable, and {', '.join(map(str, search_dirs()))} lack it")
     try:
         import datasets
     except ImportError as err:  # pragma: no cover - datasets is a dependency
@@ -346,7 +365,7 @@ def train_val_splits(
     train file is not needed); the validation rows are read either way, since D_dist is defined by
     what it must not share with them. D_test is the same whichever splits are asked for.
     """
-    root = resolve_data_dir(data_dir)
+    root = resolve_data_dir(data_dir, needs=(val_relpath, train_relpath) if "dist" in splits else (val_relpath,))
     val_rows, val_src = load_rows(
         what=f"{label} validation", data_dir=root, relpath=val_relpath, hub_id=hub_id, hub_split="validation",
         hub_config=hub_config,

@@ -31,6 +31,7 @@ import builtins
 import re
 from typing import Any, Callable, Mapping, Optional
 
+from cel_lens.sandbox.judge import split_tests
 from cel_lens.tasks.base import Example, Task, dedup_record, drop_same_text
 from cel_lens.tasks.paraphrase import NEAR_PARAPHRASE_JACCARD, drop_near_paraphrases, paraphrase_record
 from cel_lens.tasks.io import (
@@ -127,8 +128,12 @@ def extract_code(completion: str) -> str:
 def _entry_points(meta: Mapping[str, Any]) -> tuple[str, ...]:
     """Built-in names the reference solution defines at its top level (task 126 defines ``sum``):
     in the tests they mean the program's function, not the built-in."""
+    return _defined_builtins(meta.get("reference_code") or "")
+
+
+def _defined_builtins(code: str) -> tuple[str, ...]:
     try:
-        tree = ast.parse(meta.get("reference_code") or "")
+        tree = ast.parse(code)
     except SyntaxError:
         return ()
     defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
@@ -139,16 +144,20 @@ def _passes(example: Example, program: str, setup: str) -> bool:
     from cel_lens import sandbox
 
     meta: Mapping[str, Any] = example.meta
-    outcome = sandbox.run(program, tests=list(meta["test_list"]), setup=setup, entry_points=_entry_points(meta))
+    # main=False: no ``if __name__ == "__main__":`` block runs, as in lm-eval's exec(program, {})
+    outcome = sandbox.run(program, tests=list(meta["test_list"]), setup=setup, entry_points=_entry_points(meta),
+                          main=False)
     return bool(outcome.passed)
 
 
 def judge(example: Example, completion: str) -> bool:
     """pass@1 as lm-evaluation-harness judges MBPP (the default judge, ``judge="lm-eval"``).
 
-    lm-eval runs ``completion + "\\n" + "\\n".join(test_list)`` (code_eval); here the program
-    is the completion up to ``[DONE]`` (no fence extraction, no ``test_setup_code``), parsed on
-    its own, then the ``test_list`` asserts are judged by the sandbox's supervisor. The one
+    lm-eval runs ``completion + "\\n" + "\\n".join(test_list)`` (code_eval, ``exec(program, {})``);
+    here the program is the completion up to ``[DONE]`` (no fence extraction, no
+    ``test_setup_code``), parsed on its own and run, as there, without ``__name__ == "__main__"``
+    (a ``unittest.main()`` block does not run), then the ``test_list`` asserts are judged by the
+    sandbox's supervisor. The one
     difference: a completion that parses only together with the asserts (it ends inside a block,
     a string or a line continuation, which would swallow them) fails here. MBPP's
     ``challenge_test_list`` is not used, as in lm-eval. Requires ``CEL_LENS_ALLOW_CODE_EXECUTION=1``.
@@ -198,13 +207,19 @@ def _checked_row(row: Mapping[str, Any], index: int) -> Mapping[str, Any]:
     tests = require(row, "test_list", list)
     if not all(isinstance(t, str) for t in tests):
         raise RowError(f"field 'test_list' must be a list of strings, got {tests!r:.80}")
+    if not tests:
+        raise RowError("field 'test_list' is empty: every completion would pass")
+    try:  # judged at load: each test one assert that parses and that the sandbox can judge
+        split_tests(tests, _defined_builtins(row["code"]))
+    except ValueError as err:
+        raise RowError(f"field 'test_list': {err}") from None
     require(row, "test_setup_code", str, optional=True)
     require(row, "challenge_test_list", list, optional=True)
     return row
 
 
 def _rows_by_split(data_dir: Optional[PathLike]) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, Any]]]:
-    root = resolve_data_dir(data_dir)
+    root = resolve_data_dir(data_dir, needs=(RELPATH,))
     if root is not None:
         rows, record = load_rows(
             what="MBPP (full)", data_dir=root, relpath=RELPATH, hub_id=HUB_ID, hub_config="full", hub_split="train"

@@ -12,6 +12,7 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from cel_lens.heads import Head, HeadSet, HeadsLike
+from cel_lens.oracle import parse_subsplit, subsplit_indices
 
 __all__ = ["SyntheticOracle", "realistic_oracle"]
 
@@ -108,7 +109,11 @@ class SyntheticOracle:
     def evaluate(
         self, split: str, head_sets: Sequence[HeadsLike], *, stage: str = ""
     ) -> Bool[Tensor, "variant example"]:
-        """Per-example correctness ``[variant, example]`` (see the class docstring)."""
+        """Per-example correctness ``[variant, example]`` (see the class docstring). A subsplit of
+        D_dist (:func:`cel_lens.oracle.subsplit`) answers the same bits as D_dist at its positions."""
+        if parse_subsplit(split) is not None:
+            idx = subsplit_indices(split, self.n["dist"])
+            return self.evaluate("dist", head_sets, stage=stage)[:, idx]
         u = self._difficulty(split)
         rows = []
         for s in head_sets:

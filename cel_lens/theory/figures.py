@@ -16,6 +16,12 @@ from cel_lens.theory.experiment import TheoryRun, in_event_e, take_head
 from cel_lens.theory.model import FEATURE_WEIGHTS, N_FEATURES, N_HEADS
 from cel_lens.theory.table import TheoryTable
 
+LOG_TICKS: dict[str, Any] = dict(
+    tickvals=[v * 10**e for e in range(7) for v in (1, 2, 5)], ticktext=[f"{v * 10**e:,}" for e in range(7) for v in (1, 2, 5)],
+    minor=dict(showgrid=False, ticks=""),
+)
+"""Log axes labelled 1, 2, 5 per decade, without the default's crowded minor labels and grid."""
+
 _HEAD_COLORS = ("#1f77b4", "#d62728", "#2ca02c")
 
 
@@ -107,8 +113,8 @@ def plot_escape_order(table: Union[TheoryTable, TheoryRun]) -> Any:
                                name=f"winner ≠ argmin T ({int((~match).sum())} of {match.size})"), row=1, col=1)
     lim = [max(1.0, float(np.nanmin(pred_step[pred_step > 0]))), float(np.nanmax(take_head(pred_step, meas))) * 1.2]
     fig.add_trace(go.Scatter(x=lim, y=lim, mode="lines", line=dict(color="gray", dash="dot"), name="measured = predicted"), row=1, col=1)
-    fig.update_xaxes(type="log", title_text="predicted: T(G)/(α²ηp_jβ_j)", row=1, col=1)
-    fig.update_yaxes(type="log", title_text="measured: first step with |c| ≥ β_j/2", row=1, col=1)
+    fig.update_xaxes(type="log", title_text="predicted: T(G)/(α²ηp_jβ_j)", row=1, col=1, **LOG_TICKS)
+    fig.update_yaxes(type="log", title_text="measured: first step with |c| ≥ β_j/2", row=1, col=1, **LOG_TICKS)
     rank_pred = np.argsort(np.argsort(run.escape_times, axis=1), axis=1)  # 0 = escapes first
     rank_meas = np.argsort(np.argsort(-np.abs(run.result.contributions.numpy()), axis=1), axis=1)  # 0 = largest
     counts = np.zeros((N_HEADS, N_HEADS), dtype=int)

@@ -117,3 +117,54 @@ def test_flips_load_the_run_model_and_show_fixed_and_broken_examples(capsys, org
         wrong = e["intact"] if e["kind"] == "fixed" else e["ablated"]
         assert right.strip() == e["answer"].strip() != wrong.strip()
     assert (tmp_path / "flips.html").is_file()
+
+
+@pytest.mark.parametrize("text, problem", [('{"heads": ["L0H0"], "gain": }', "not valid JSON (Expecting value: line 1 column 29"),
+                                           ("[1, 2]", "expected a JSON object, got list"),
+                                           ('{"heads": 3}', "is corrupt: ")])
+def test_a_corrupt_result_json_is_named(capsys, tmp_path, text, problem):
+    """A corrupt ``result.json`` said only "Expecting value: line 1 column 27"; the error names the file."""
+    path = tmp_path / "run"
+    RunDir.open(path, {"model": {"id": "synthetic"}}).close()
+    (path / "result.json").write_text(text)
+    assert main(["report", str(path), "--no-figures"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"cel-lens: error: {path / 'result.json'} is corrupt: ") and problem in err, err
+    assert err.count("\n") == 1
+
+
+def test_report_writes_the_explorer_page_with_model_panels(capsys, organism_runs, tmp_path):
+    out = tmp_path / "figs"
+    assert main(["report", str(organism_runs[0]), "--out", str(out), "--explorer-model", "--explorer-examples", "1",
+                 "--json"]) == 0
+    figures = json.loads(capsys.readouterr().out)["figures"]
+    assert str(out / "explorer.html") in figures
+    page = (out / "explorer.html").read_text()
+    assert "model panels (attention intact vs ablated, direct logit effects) for" in page
+    assert 'class=\\"cel-model-block\\"' in page or 'class="cel-model-block"' in page
+
+
+def test_explorer_options_are_checked_before_anything_runs(capsys, organism_runs, tmp_path):
+    out = tmp_path / "figs"
+    assert main(["report", str(organism_runs[0]), "--out", str(out), "--explorer-model", "--explorer-examples", "0"]) == 2
+    assert "--explorer-examples must lie in 1..8" in capsys.readouterr().err
+    assert main(["report", str(organism_runs[0]), "--no-figures", "--explorer-model"]) == 2
+    assert "--explorer-model adds model panels" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_a_killed_run_reports_what_its_record_holds_not_one_status_line(capsys, tmp_path):
+    """``cel-lens report`` on a killed run printed one status line while ``.partial()`` held the
+    stage-1 scores and the pool; it now prints them, from the record alone."""
+    from cel_lens.runs import load_run
+
+    run = _interrupted_run(tmp_path / "run", calls=8)  # intact, stage 1 (48 heads in chunks of 8), stage 2 begun
+    partial = load_run(run).partial()
+    assert partial["pool"] and partial["subsets"]  # what the record holds
+    assert main(["report", str(run), "--no-figures"]) == 0
+    out = capsys.readouterr().out
+    best = max(((v, f"L{l}H{h}") for l, row in enumerate(partial["scores"]) for h, v in enumerate(row)))
+    assert out.startswith("unfinished run (stopped): stage 2:") and "S-hat (fixed" not in out
+    assert f"stage-1 best (exact, 48 scored)  {best[1]} {100 * best[0]:+.2f} pp" in out
+    assert f"pool (4 heads, each a candidate)  {', '.join(partial['pool'])}" in out
+    assert "best subsets on D_dist so far" in out and "intact D_dist accuracy" in out

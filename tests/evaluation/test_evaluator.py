@@ -466,3 +466,19 @@ def test_a_single_head_set_string_is_one_variant(model, arithmetic_split):
         got = evaluate(model, split, single, progress=False)
         assert got.head_sets == [HeadSet.parse("L1H2+L2H0")]
         assert torch.equal(got.correct, want.correct) and torch.equal(got.scores, want.scores)
+
+
+def test_a_task_or_its_name_means_its_test_split():
+    """``cl.evaluate(model, "organism_a", ["L0H0"])`` raised AttributeError ('str' object has no
+    attribute 'choices'), although ``search`` and ``plan`` take task names."""
+    import cel_lens as cl
+
+    organism = cl.load_model("organism")
+    task = cl.load_task("organism_a", n_test=12, n_dist=4)
+    by_name = cl.evaluate(organism, "organism_a", ["L0H0"], progress=False)
+    assert by_name.ids == cl.load_task("organism_a", splits="test").test.ids and by_name.split == "test"
+    by_task = cl.evaluate(organism, task, ["L0H0"], progress=False)
+    by_split = cl.evaluate(organism, task.test, ["L0H0"], progress=False)
+    assert by_task.ids == by_split.ids and torch.equal(by_task.correct, by_split.correct)
+    with pytest.raises(TypeError, match="got a sequence holding int"):
+        cl.evaluate(organism, [1, 2], ["L0H0"], progress=False)

@@ -129,8 +129,10 @@ def test_provenance_and_model_card(sharded, exported):
     out = exported["qwen2"]
     record = json.loads((out / PROVENANCE_FILE).read_text())
     assert record["heads"] == HEADS and record["kind"] == "hf"
-    written = sorted(p.name for p in out.iterdir() if p.name != PROVENANCE_FILE)
+    written = sorted(p.name for p in out.iterdir() if p.name not in (PROVENANCE_FILE, PROVENANCE_FILE + ".sha256"))
     assert sorted(record["files"]) == written
+    sidecar = (out / (PROVENANCE_FILE + ".sha256")).read_text()  # the record's own hash, sha256sum format
+    assert sidecar == f"{hashlib.sha256((out / PROVENANCE_FILE).read_bytes()).hexdigest()}  {PROVENANCE_FILE}\n"
     for name, sha in record["files"].items():
         assert hashlib.sha256((out / name).read_bytes()).hexdigest() == sha
     for name, sha in record["source"]["shards_sha256"].items():
@@ -142,6 +144,7 @@ def test_provenance_and_model_card(sharded, exported):
     meta = yaml.safe_load(card.split("---\n")[1])
     assert meta["cel_lens"]["removed_heads"] == HEADS and "cel-lens" in meta["tags"]
     assert "base_model" not in meta  # a local directory is no hub id
+    assert "`model.layers.1.self_attn.o_proj.weight[:, 32:48]`" in card  # the tensors actually edited
 
 
 def test_o_proj_bias_stays(tmp_path):
@@ -279,3 +282,19 @@ def test_hub_id_exports_from_its_cached_snapshot(tiny_checkpoints, tmp_path, mon
     assert record["source"]["id"] == "someone/tiny-llama" and record["source"]["revision"] == commit
     meta = yaml.safe_load((out / "README.md").read_text().split("---\n")[1])
     assert meta["base_model"] == "someone/tiny-llama" and meta["library_name"] == "transformers"
+
+
+def test_a_safetensors_file_outside_the_shard_index_is_left_out_and_said(sharded, tmp_path):
+    """A ``consolidated.safetensors`` beside the shards made export fail ("index.json does not match
+    the shards' headers"): the indexed shards are edited, the extra file is neither edited nor
+    copied, and the provenance and the card say so."""
+    src = tmp_path / "src"
+    shutil.copytree(sharded["llama"], src)
+    shutil.copy(next(src.glob("model-*.safetensors")), src / "consolidated.safetensors")
+    out = export_checkpoint(src, "L1H0", tmp_path / "out")
+    provenance = json.loads((out / PROVENANCE_FILE).read_text())
+    assert not (out / "consolidated.safetensors").exists() and "consolidated.safetensors" in provenance["not_copied"]
+    assert provenance["not_in_shard_index"][0].startswith("consolidated.safetensors: a safetensors file the shard index")
+    assert "consolidated.safetensors" in (out / "README.md").read_text()
+    assert "consolidated.safetensors" not in provenance["files"] and provenance["edited_tensors"]
+    torch.testing.assert_close(_hf(out)(_tokens()).logits, _zeroed(_hf(src), "L1H0")(_tokens()).logits)

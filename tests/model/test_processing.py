@@ -129,3 +129,24 @@ def test_refactored_factored_matrices_are_named():
     assert (got - want).abs().max() > 1e-2
     assert processing_problem(plain) is None
     assert "refactor_factored_attn_matrices=True" in (processing_problem(refactored) or "")
+
+
+def test_a_freshly_initialised_model_is_not_called_processed():
+    """``HookedTransformer(HookedTransformerConfig(..., original_architecture="GPT2LMHeadModel"))``
+    starts with ``b_V = 0`` and was warned about as folded; its ``b_O`` is zero too, so nothing was
+    folded. The same model with its value biases folded away (a non-zero ``b_O``) is still named."""
+    from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+    cfg = HookedTransformerConfig(
+        n_layers=1, d_model=16, n_heads=2, d_head=8, n_ctx=8, d_vocab=10, act_fn="gelu",
+        original_architecture="GPT2LMHeadModel", seed=0,
+    )
+    fresh = HookedTransformer(cfg)
+    assert all(bool((b.attn.b_V == 0).all()) for b in fresh.blocks)  # the case the check used to misread
+    assert processing_problem(fresh) is None and _caught(lambda: warn_if_processed(fresh)) == []
+    folded = HookedTransformer(cfg)
+    state = fresh.state_dict()
+    state["blocks.0.attn.b_V"] = torch.randn_like(state["blocks.0.attn.b_V"])
+    folded.load_and_process_state_dict(state, fold_ln=False, center_writing_weights=False, center_unembed=False,
+                                       fold_value_biases=True)
+    assert "fold_value_biases=True" in (processing_problem(folded) or "")

@@ -23,6 +23,7 @@ def test_overlaps_by_hand(hand):
     assert cmp["pool"]["only_b"] == ["L0H0"] and cmp["pool"]["jaccard"] == pytest.approx(2 / 5)
     text = format_comparison(cmp)
     assert "selected: both L2H1; only a L1H0; only b L3H2 (Jaccard 0.33)" in text
+    assert "pool: both L2H1, L3H2; only a L1H0, L1H1; only b L0H0 (Jaccard 0.40)" in text  # heads, not a head set
 
 
 def test_rank_correlation_is_spearmans_and_needs_one_layout(hand):

@@ -34,3 +34,13 @@ def test_text_and_table_show_every_example_and_head():
     html = FLIPS._repr_html_()
     assert "&lt;s&gt;" in html and html.count("<tr") == 3
     assert "no example changes" in format_flips(Flips("L0H0", "t", "test", 10, 0, 0))
+
+
+def test_the_table_writes_answers_alike_and_names_the_rival():
+    """The table showed ``' pos'`` beside ``'pos'`` and "+3.25 (answer +1.50)" without saying
+    against which token the margin is taken."""
+    table = plot_flips(FLIPS).data[0]
+    answers, intact = list(table.cells.values[2]), list(table.cells.values[3])
+    assert answers == ["&#x27;pos&#x27;", "&#x27;neg&#x27;"] and intact[1] == "&#x27;neg&#x27;"  # no leading space
+    assert table.cells.values[6][0] == "+3.25 vs &#x27;skip&#x27; (answer alone +1.50)"
+    assert "direct effect on answer vs rival" in table.header.values[6]

@@ -46,11 +46,13 @@ def test_subsets_are_ranked_like_the_search_and_the_selected_is_highlighted(hand
     assert list(panel.x) == [by_heads[h] for h in hand.expected_rank]
     colours = list(panel.marker.color)
     assert colours[0] == SELECTED_COLOUR and colours.count(SELECTED_COLOUR) == 1
-    # the selected subset's test gain with its CI
+    # the selected subset's test gain with its CI, in percentage points (the axis says pp, not %)
     gain = [t for t in fig.data if t.type == "scatter" and t.xaxis == "x3"][0]
-    assert gain.y[0] == pytest.approx(0.045)
-    assert gain.error_y.array[0] == pytest.approx(0.08 - 0.045)
-    assert gain.error_y.arrayminus[0] == pytest.approx(0.045 - 0.01)
+    assert gain.y[0] == pytest.approx(4.5)
+    assert gain.error_y.array[0] == pytest.approx(8 - 4.5)
+    assert gain.error_y.arrayminus[0] == pytest.approx(4.5 - 1)
+    assert fig.layout.yaxis3.ticksuffix == " pp" and "%" not in fig.layout.yaxis3.tickformat
+    assert "(pp)" in fig.layout.yaxis3.title.text
 
 
 def test_max_subsets_keeps_the_selected_one(hand):
@@ -151,6 +153,22 @@ def test_an_unfinished_run_draws_what_it_recorded(hand):
     assert "not scored yet" in heat.customdata[3][2]
     assert fig.layout.title.text == "unfinished run (stopped): stage 1: 6 of 12 heads scored"
     notes = {a.text for a in fig.layout.annotations}
-    assert {"no subset evaluated yet", "not measured yet"} <= notes
+    assert {"no subset evaluated yet", "not<br>measured<br>yet"} <= notes  # wrapped: clear of the tick labels
     empty = plot_gain_heatmap(dict(partial, scores=None))  # a scorer still running: the grid, blank
     assert all(v is None for row in _heat(empty).z for v in row)
+
+
+def test_the_title_carries_the_warnings_and_one_layer_is_singular(hand):
+    """"Not an enhancement" was in the text report but not the heatmap's title; a tie-break win read
+    as a clear one; a one-layer model was "1 layers"."""
+    r = hand.make()
+    assert "not an enhancement" not in plot_gain_heatmap(r).layout.title.text  # a real discovery gain
+    flat = dict(r, dist_gain=0.0, selection_stability={"n_resamples": 10, "selected": "L2H1+L1H0",
+                                                                 "selected_frequency": 1.0, "selected_by_tie_break": 1.0,
+                                                                 "identical_subsets": 20, "wins": []})
+    fig = plot_gain_heatmap(flat)
+    assert "not an enhancement" in fig.layout.title.text and "ties 20 other subset(s)" in fig.layout.title.text
+    subset = {"heads": "L0H1", "size": 1, "dist_acc": 0.6, "dist_gain": 0.05, "score_sum": 0.02, "test_gain_posthoc": 0.01}
+    one_layer = dict(r, scores=[hand.scores[0]], n_layers=1, heads="L0H1", pool=["L0H1"], subsets=[subset])
+    texts = [a.text for a in plot_gain_heatmap(one_layer).layout.annotations]
+    assert any("(1 layer x 3 heads)" in t for t in texts) and not any("1 layers" in t for t in texts)

@@ -88,3 +88,34 @@ def test_png_export_names_the_fix_when_no_browser_can_start(tmp_path: Path, monk
     with pytest.raises(RuntimeError, match="apt-get install chromium"):
         save.write_static_image(plot_side_effects([[0.1]], ["a"]), tmp_path / "x.png")
     assert not (tmp_path / "x.png").exists()
+
+
+def test_a_first_render_that_fails_is_retried_once_and_a_failure_is_one_short_line(tmp_path, monkeypatch):
+    """The first ``make demo`` after Chromium was installed printed a 700-character RuntimeWarning
+    ("kaleido_scopes is not defined") and wrote HTML only; the next run wrote the PNGs."""
+    import kaleido
+
+    calls = []
+
+    def flaky(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("{'result': {'description': 'ReferenceError: kaleido_scopes is not defined'" + "x" * 700)
+        return b"\x89PNG ok"
+
+    monkeypatch.setattr(kaleido, "calc_fig_sync", flaky)
+    monkeypatch.setattr(save, "_png_server_started", None)
+    assert save.static_image(_fig()) == b"\x89PNG ok" and len(calls) == 2
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("ReferenceError: kaleido_scopes is not defined " + "x" * 700)
+
+    monkeypatch.setattr(kaleido, "calc_fig_sync", broken)
+    monkeypatch.setattr(save, "_png_server_started", None)
+    monkeypatch.setattr(save, "_static_failure", None)
+    monkeypatch.setattr(save, "_warned", False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert [p.name for p in save.save_figure(_fig(), tmp_path / "a")] == ["a.html"]
+    (message,) = [str(w.message) for w in caught if "static figure export unavailable" in str(w.message)]
+    assert len(message) < 200 and "\n" not in message and "kaleido_scopes is not defined" in message

@@ -35,7 +35,7 @@ def test_export_of_a_run_reproduces_every_test_decision(qwen_run, data_dir, tmp_
     assert record["evaluation"]["prepend_bos"] is used and record["evaluation"]["dtype"] == "torch.float32"
     report = verify_export(out, run.path, data_dir=data_dir)
     assert report.ok and report.n == 24 and report.matches == 24, str(report)
-    assert report.files_ok == report.files_checked == len(record["files"])
+    assert report.files_ok == report.files_checked == len(record["files"]) + 1  # and the record itself
     assert 0 < report.exported_accuracy < 1 and report.exported_accuracy == pytest.approx(run.result.test_acc_ablated)
     assert "plain transformers" in report.mode
     # the same from a RunRecord, with the task given instead of loaded again
@@ -78,3 +78,44 @@ def test_organism_run_exports_natively_and_verifies(tmp_path):
     assert json.loads((out / PROVENANCE_FILE).read_text())["kind"] == "native"
     report = verify_export(out, run.path)
     assert report.ok and report.n == 60 and "native" in report.mode, str(report)
+
+
+def test_verify_an_existing_export_from_the_command_line_and_refuse_relabelled_heads(tmp_path, capsys):
+    """``cel-lens export RUN --out DIR --verify`` could not re-check an existing export; ``cel-lens
+    verify DIR [RUN]`` does, and a record relabelled to other heads fails on the record's own hash
+    and on the zeroed slices. The organism's card names the tensor edited and how it loads."""
+    from cel_lens.cli import main
+    from cel_lens.model.export import PROVENANCE_HASH_FILE
+
+    organism = load_model("organism", device="cpu")
+    run = search(organism, cel_lens.load_task("organism_a", n_dist=60, n_test=60), out=tmp_path / "run", **SEARCH)
+    out = export_model(run, tmp_path / "out")
+    head = run.result.head_set.heads[0]
+    card = (out / "README.md").read_text()
+    assert f"`blocks.{head.layer}.attn.W_O[{head.head}]`" in card and "loads with `cl.load_model`" in card
+    assert "cel-lens verify" in card and "o_proj" not in card
+    assert main(["verify", str(out), "--no-progress"]) == 0  # RUN_DIR from the record
+    assert capsys.readouterr().out.startswith("verified: 60/60")
+    assert main(["verify", str(out), str(run.path), "--json", "--no-progress"]) == 0
+    assert json.loads(capsys.readouterr().out)["zeroed_ok"] is True
+    record = json.loads((out / PROVENANCE_FILE).read_text())
+    other = f"L{head.layer}H{(head.head + 1) % 4}"
+    record["heads"] = other
+    for edit in record["edited_tensors"]:
+        edit["heads"] = [other]
+    (out / PROVENANCE_FILE).write_text(json.dumps(record, indent=2) + "\n")
+    with pytest.raises(ValueError, match=f"removes {other} but"):  # relabelled: not the run's heads
+        verify_export(out, run.path)
+    from cel_lens.runs.export import heads_zeroed
+
+    assert heads_zeroed(out, record) is False  # the weights zero the run's head, not the relabelled one
+    record["heads"] = str(head)
+    for edit in record["edited_tensors"]:
+        edit["heads"] = [str(head)]
+    record["created"] = "1970-01-01T00:00:00Z"  # any other edit of the record: its own hash no longer matches
+    (out / PROVENANCE_FILE).write_text(json.dumps(record, indent=2) + "\n")
+    assert heads_zeroed(out, record) is True
+    report = verify_export(out, run.path)
+    assert report.files_ok == report.files_checked - 1 and not report.ok
+    (out / PROVENANCE_HASH_FILE).unlink()
+    assert main(["verify", str(out), "--no-progress"]) == 1 and "FAILED" in capsys.readouterr().out

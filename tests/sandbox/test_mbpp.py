@@ -37,7 +37,8 @@ def entry_points(code: str) -> tuple[str, ...]:
 
 def judged(rows: list[dict], setup: bool) -> list[sb.Program]:
     """The reference as the ``lm-eval`` judge (no setup) or the ``fenced`` judge (setup) runs it."""
-    return [sb.Program(r["code"], tuple(r["test_list"]), r["test_setup_code"] if setup else "", entry_points(r["code"]))
+    return [sb.Program(r["code"], tuple(r["test_list"]), r["test_setup_code"] if setup else "", entry_points(r["code"]),
+                       main=False)  # as cel_lens.tasks.mbpp's judges (and lm-eval's exec(program, {}))
             for r in rows]
 
 

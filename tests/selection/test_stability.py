@@ -78,3 +78,29 @@ def test_validates_its_input():
         selection_stability(subsets, bits[:1])
     with pytest.raises(ValueError, match="n_resamples"):
         selection_stability(subsets, bits, n_resamples=0)
+
+
+def test_ties_are_said_not_reported_as_a_clear_win():
+    """Every one of 21 subsets scored 0 pp (no ablation changed an answer), yet "L0H0 wins 100.0%"
+    was reported: S-hat won every resample by the tie-break alone. The record and the text now say
+    so, and count the subsets the data cannot separate from it."""
+    from cel_lens.selection.result import format_result
+
+    correct = torch.tensor([True, False, True, True, False, True] * 10)
+    texts = ["L0H0", "L0H1", "L1H0", "L0H0+L0H1", "L0H0+L1H0"]
+    subsets = [SubsetScore(HeadSet.parse(t), int(correct.sum()), 60, 0.0, 0.0) for t in texts]
+    bits = correct.expand(len(texts), -1).clone()
+    st = selection_stability(subsets, bits, n_resamples=100)
+    assert st["selected"] == "L0H0" and st["selected_frequency"] == 1.0
+    assert st["selected_by_tie_break"] == 1.0 and st["identical_subsets"] == 4
+    planted = SyntheticOracle(2, 2, n_dist=400, effects={"L0H1": 0.2})  # a real winner: no tie at all
+    subsets, bits = _subsets(planted, ["L0H0", "L0H1", "L1H1"])
+    clear = selection_stability(subsets, bits, n_resamples=100)
+    assert clear["selected_by_tie_break"] == 0.0 and clear["identical_subsets"] == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        r = run_search(SyntheticOracle(2, 2, n_dist=50, n_test=50, noise=0.0, seed=0), k=1, pool_size=4, n_null=0,
+                       posthoc=False, n_stability=50, progress=False)  # no head changes any answer
+    text = format_result(r)
+    assert r.selection_stability["identical_subsets"] == 3 and "only by the tie-break" in text
+    assert "3 other subset(s) give the same answer on every D_dist example" in text

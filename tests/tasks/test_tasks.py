@@ -235,8 +235,12 @@ def _example(tests: tuple[str, ...], setup: str = "") -> Example:
 def test_mbpp_judges_build_the_program_their_way(monkeypatch: pytest.MonkeyPatch) -> None:
     calls = []
 
-    def run(program: str, *, tests: list[str], setup: str = "", entry_points: tuple = ()) -> types.SimpleNamespace:
+    mains = []
+
+    def run(program: str, *, tests: list[str], setup: str = "", entry_points: tuple = (),
+            main: bool = True) -> types.SimpleNamespace:
         calls.append((program, setup, tests, entry_points))
+        mains.append(main)
         scope: dict = {}
         try:
             exec("\n".join([program, setup, *tests]), scope)  # trusted, hand-written code only
@@ -264,6 +268,7 @@ def test_mbpp_judges_build_the_program_their_way(monkeypatch: pytest.MonkeyPatch
                                                    "reference_code": "def sum(a, b):\n    return 6"})
     mbpp.judge(ref, "def sum(a, b):\n    return 6\n")
     assert calls[-1][3] == ("sum",)
+    assert set(mains) == {False}  # no __main__ block runs, as in lm-eval's exec(program, {})
 
 
 def test_mbpp_judge_option(data_dir: Path) -> None:
@@ -542,7 +547,7 @@ def test_env_var_names_the_data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         load_task("boolq")
 
 
-def test_offline_without_data_dir_fails_fast_with_the_same_advice() -> None:
+def test_offline_without_data_dir_fails_fast_with_the_same_advice(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "CEL_LENS_DATA_DIR"}
     env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
     code = textwrap.dedent(
@@ -554,7 +559,7 @@ def test_offline_without_data_dir_fails_fast_with_the_same_advice() -> None:
             print("ERR", err)
         """
     )
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert "ERR BoolQ validation not found: pass --data-dir DIR" in out.stdout
     assert "boolq/dev.jsonl" in out.stdout and "aps/super_glue" in out.stdout
@@ -619,3 +624,37 @@ def test_mbpp_generation_budget_is_an_option(data_dir: Path) -> None:
     assert load_task("mbpp", n_dist=3, n_test=3, data_dir=data_dir).test.max_new_tokens == mbpp.MAX_NEW_TOKENS
     with pytest.raises(ValueError, match="max_new_tokens must be an integer >= 1"):
         load_task("mbpp", n_dist=3, n_test=3, data_dir=data_dir, max_new_tokens=0)
+
+
+def test_task_files_are_found_from_the_repository_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``load_task("arithmetic")`` needed ``CEL_LENS_DATA_DIR`` even with ``./data`` or
+    ``../shared/data`` holding the files; a directory missing one of the task's files is passed over."""
+    from cel_lens.tasks import io
+
+    monkeypatch.delenv("CEL_LENS_DATA_DIR", raising=False)
+    root = tmp_path / "repo"
+    (root / "data" / "arithmetic").mkdir(parents=True)
+    (tmp_path / "shared" / "data" / "arithmetic").mkdir(parents=True)
+    row = json.dumps({"context": "Q: What is 1 plus 2?\n\nA:", "completion": " 3"})
+    for name in io.OFFICIAL_SHA256:
+        if name.startswith("arithmetic/"):
+            rows = "\n".join(row.replace("1 plus", f"{i} plus") for i in range(12))
+            (tmp_path / "shared" / "data" / name).write_text(rows + "\n")
+    (root / "data" / "arithmetic" / "two_digit_addition.jsonl").write_text(row + "\n")  # one file of ten
+    monkeypatch.chdir(root)
+    assert io.resolve_data_dir(None, needs=["arithmetic/two_digit_addition.jsonl"]) == root / "data"
+    task = load_task("arithmetic", n_dist=5, n_test=5)
+    assert task.options["sources"][0]["data_dir"] == str(tmp_path / "shared" / "data")  # ./data lacks nine files
+    assert io.resolve_data_dir(None, needs=["mbpp/nope.jsonl"]) is None  # nothing holds it: the hub
+
+
+def test_an_unreachable_hub_fails_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the offline switches, an unreachable hub took ~20 s of retries before the error."""
+    from cel_lens.model import hub
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("CEL_LENS_DATA_DIR", raising=False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(hub, "_hub_reachable", lambda endpoint, timeout=5.0: False)
+    with pytest.raises(DataNotFoundError, match="the hub is not reachable"):
+        load_task("boolq", n_dist=1)

@@ -1,0 +1,43 @@
+"""``make``'s browser step: it says before it apt-installs Chromium, and ``NO_BROWSER=1`` skips it.
+Run with a PATH holding only stand-ins (no browser, a root ``id``, an ``apt-get`` that logs)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _make_browser(tmp_path: Path, *args: str) -> tuple[str, list[str]]:
+    bin_dir, log = tmp_path / "bin", tmp_path / "apt.log"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "id").write_text("#!/bin/sh\necho 0\n")
+    (bin_dir / "apt-get").write_text(f'#!/bin/sh\necho "apt-get $*" >> {log}\necho "apt-get ran" \n')
+    for stub in bin_dir.iterdir():
+        stub.chmod(0o755)
+    make = shutil.which("make")
+    if make is None:
+        pytest.fail("make is not installed: the repository's set-up path needs it")
+    out = subprocess.run([make, "-s", "-C", str(REPO), "browser", *args], env={"PATH": str(bin_dir)},
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout, (log.read_text().splitlines() if log.exists() else [])
+
+
+def test_the_browser_install_is_announced_first(tmp_path):
+    stdout, calls = _make_browser(tmp_path)
+    assert calls == ["apt-get update -qq", "apt-get install -y -qq chromium",
+                     "apt-get update -qq", "apt-get install -y -qq chromium chromium-driver"]
+    lines = [line for line in stdout.splitlines() if line != "apt-get ran"]
+    assert lines[0].startswith("installing Debian's chromium with apt-get") and "NO_BROWSER=1" in lines[0]
+    assert lines[1].startswith("installing Debian's chromium-driver with apt-get") and "NO_BROWSER=1" in lines[1]
+
+
+def test_no_browser_skips_it(tmp_path):
+    stdout, calls = _make_browser(tmp_path, "NO_BROWSER=1")
+    assert calls == [] and stdout.startswith("note: PNG figures need Chromium")
+    assert "the explorer's browser test needs chromedriver" in stdout
