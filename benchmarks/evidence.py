@@ -13,6 +13,9 @@
   the differentiated metric of :func:`cel_lens.evaluation.logprob_metric` and for the log-prob of
   the correct choice alone.
 
+* **claims** (:mod:`benchmarks.claims`): before/after numbers on planted oracles for exact S-hat
+  recovery, reported vs observed stability, "nothing helps", interval coverage and the grid's FWER.
+
 It runs against whichever ``cel_lens`` is importable (so an older checkout on ``PYTHONPATH`` gives
 the numbers before a change; the multiple-choice part needs the current one). ``--quick``: fewer seeds.
 """
@@ -128,7 +131,7 @@ def main() -> None:
     """Print the three checks."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer seeds (a rough read in a minute or two)")
-    parser.add_argument("--only", choices=["null", "pool", "attribution"], default=None, help="run one check")
+    parser.add_argument("--only", choices=["null", "pool", "attribution", "claims"], default=None, help="run one check")
     args = parser.parse_args()
     torch.set_num_threads(1)
     q = args.quick
@@ -139,6 +142,10 @@ def main() -> None:
             print(f"pool recall {shape[0]}x{shape[1]}:", pool_recall(*shape, seeds), flush=True)
     if args.only in (None, "attribution"):
         print("attribution on multiple choice:", attribution_ranking(2 if q else 8), flush=True)
+    if args.only in (None, "claims"):  # before/after: parsimony, stability, guardrails, intervals, the grid
+        from benchmarks.claims import main as claims
+
+        claims(q)
 
 
 if __name__ == "__main__":

@@ -55,6 +55,14 @@ SCORERS: tuple[str, ...] = ("exact", "attribution", "compressed", "racing")
 """Stage-1 scorers (:mod:`cel_lens.scoring`)."""
 STRATEGIES: tuple[str, ...] = ("exhaustive", "beam")
 """Stage-2 strategies (:mod:`cel_lens.selection.subsets`)."""
+PARSIMONY_RULES: tuple[str, ...] = ("one_se", "simultaneous", "best")
+"""Stage 2's choice (:mod:`cel_lens.selection.parsimony`): the smallest subset within one standard
+error of the most accurate (``one_se``), within ``z(1 - 0.05/m)`` standard errors for ``m`` subsets
+(``simultaneous``), or the most accurate (``best``)."""
+CI_METHODS: tuple[str, ...] = ("tango", "newcombe", "bootstrap")
+"""Intervals of the test gain (:mod:`cel_lens.selection.paired`): Tango's score interval (the
+default: it keeps its coverage with few discordant pairs, ``benchmarks/claims.py``), Newcombe's
+paired interval, or the paired bootstrap."""
 
 BACKENDS: dict[str, str] = {
     "local": "cel_lens.backends.local:LocalBackend",
@@ -134,7 +142,10 @@ class SearchConfig:
     ``"exact"``, ``"attribution"`` or ``"compressed"``; ``strategy``: ``"exhaustive"`` (every subset
     of the pool up to ``k`` heads) or ``"beam"`` (``beam_width`` best sets grown per size);
     ``n_null``: random head sets in the null; ``n_boot``: bootstrap resamples; ``posthoc``: also
-    evaluate every stage-2 subset on D_test (for plots); ``seed``: the statistics' randomness (null,
+    evaluate every stage-2 subset on D_test (exploratory, off by default); ``parsimony``: stage 2's
+    rule (``"one_se"``: the smallest subset within one standard error of the best; ``"best"``);
+    ``ci_method``: the test gain's interval (``"tango"``, ``"newcombe"`` or ``"bootstrap"``); ``n_adjusted``:
+    sign-flip permutations of the selection-adjusted test on D_dist (0: off); ``seed``: the statistics' randomness (null,
     bootstrap, selection stability, random pools) and, unless ``split_seed`` is given, the splits of
     a task loaded by name; ``split_seed``: the splits alone (``None``: follow ``seed``, so a run made
     before it existed keeps its identity), to check stability across splits without changing the
@@ -155,7 +166,7 @@ class SearchConfig:
     beam_width: int = 8
     n_null: int = DEFAULT_N_NULL
     n_boot: int = 10000
-    posthoc: bool = True
+    posthoc: bool = False
     seed: int = 0
     n_masks: Optional[int] = None
     sparsity: float = 0.05
@@ -164,6 +175,9 @@ class SearchConfig:
     n_specificity: int = 0
     delta: float = 0.05
     margin: float = 0.0
+    parsimony: str = "one_se"
+    ci_method: str = "tango"
+    n_adjusted: int = 999
 
     @property
     def task_seed(self) -> int:
@@ -189,6 +203,9 @@ class SearchConfig:
         if self.split_seed is not None:
             _int("split_seed", self.split_seed, 0)
         _int("n_specificity", self.n_specificity, 0)
+        _choice("parsimony", self.parsimony, PARSIMONY_RULES)
+        _choice("ci_method", self.ci_method, CI_METHODS)
+        _int("n_adjusted", self.n_adjusted, 0)
         if self.n_masks is not None:
             _int("n_masks", self.n_masks, 1)
         if isinstance(self.sparsity, bool) or not isinstance(self.sparsity, numbers.Real) or not 0.0 < float(self.sparsity) < 1.0:
@@ -212,6 +229,7 @@ class SearchConfig:
             "beam_width": self.beam_width if self.strategy == "beam" else None,
             "n_masks": self.n_masks if compressed else None, "sparsity": self.sparsity if compressed else None,
             "posthoc": self.posthoc, "store_dtype": store_dtype,
+            "parsimony": self.parsimony, "ci_method": self.ci_method, "n_adjusted": self.n_adjusted,
             **({"split_seed": self.split_seed} if self.split_seed is not None else {}),
             **({"n_specificity": self.n_specificity} if self.n_specificity else {}),
             **({"racing": {"delta": self.delta, "margin": self.margin}} if self.scorer == "racing" else {}),

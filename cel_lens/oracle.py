@@ -245,6 +245,7 @@ class MemoOracle:
         self._clean: Optional[bool] = None
         self._test_seen = False
         self.timer: Optional[Callable[[list[HeadSet], Tensor, float], Any]] = None
+        self.prior_reads: list[dict[str, Any]] = []
         if journal is not None:
             self.note_selection()
 
@@ -274,6 +275,14 @@ class MemoOracle:
     def answered(self) -> int:
         """Head-set x example evaluations held in memory (a run directory's, when resumed)."""
         return sum(int(c.shape[0]) for c in self._cache.values())
+
+    def recorded(self, split: str) -> tuple[list[HeadSet], Bool[Tensor, "variant example"]]:
+        """Every head set answered on ``split`` so far and its correctness (the intact model
+        included when it was evaluated), in the order they were first answered."""
+        sets = [hs for (sp, hs) in self._cache if sp == split]
+        if not sets:
+            return [], torch.zeros(0, self._n.get(split, 0), dtype=torch.bool)
+        return sets, torch.stack([self._cache[(split, hs)] for hs in sets])
 
     def is_recorded(self, split: str, head_set: HeadsLike) -> bool:
         """Whether ``head_set`` already has an answer on ``split``."""
@@ -323,15 +332,20 @@ class MemoOracle:
             raise ValueError(f"{type(self.oracle).__name__} cannot compute attribution scores (it has no model)")
         return self.oracle.attribution_scores(batch_size)
 
-    def fix_selection(self, heads: HeadsLike, **data: Any) -> bool:
+    def fix_selection(self, heads: HeadsLike, *, prior_reads: Sequence[dict[str, Any]] = (), **data: Any) -> bool:
         """Fix S-hat before the test split is read; returns :attr:`selected_before_test`.
 
         With a journal a ``selected`` event (with ``data`` and the flag) is appended, or, when one
         is recorded already, checked: a run's selection cannot change once D_test may have been read.
         In memory a new selection replaces the old one, and is marked as made after the test split
-        was read if it was."""
+        was read if it was. ``prior_reads``: reads of D_test recorded elsewhere before this moment
+        (the seal's ledger, :mod:`cel_lens.evaluation.seal`); any makes the flag false, and they
+        are kept (:attr:`prior_reads`) and recorded as the reason."""
         hs = HeadSet.parse(heads)
         prev = self.journal.selection() if self.journal is not None else None
+        if prev is None and self._selection != hs:
+            self.prior_reads = list(prior_reads)
+            self._test_seen |= bool(prior_reads)
         if prev is not None and HeadSet.parse(prev.get("heads")) != hs:
             raise RuntimeError(
                 f"{getattr(self.journal, 'path', 'the run')} already selected {prev.get('heads')} before reading the "
@@ -343,7 +357,8 @@ class MemoOracle:
         elif self._selection != hs:
             self._selection, self._clean = hs, not self._test_seen
             if self.journal is not None:
-                self.journal.record_event("selected", heads=str(hs), selected_before_test=self._clean, **data)
+                seal = {"prior_test_reads": len(self.prior_reads), "reads": self.prior_reads[:5]}
+                self.journal.record_event("selected", heads=str(hs), selected_before_test=self._clean, seal=seal, **data)
         return bool(self._clean)
 
     def note_selection(self) -> None:
@@ -355,3 +370,4 @@ class MemoOracle:
         if self._selection != hs:
             # records written before the flag existed: the guard held for run directories
             self._selection, self._clean = hs, bool(sel.get("selected_before_test", True))
+            self.prior_reads = list((sel.get("seal") or {}).get("reads") or [])

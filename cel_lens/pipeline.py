@@ -24,11 +24,13 @@ import torch
 
 from cel_lens.backends.base import get_backend
 from cel_lens.config import ExecutionSettings, SearchConfig, check_split_sizes
+from cel_lens.evaluation.seal import reading_as, recorded_reads
 from cel_lens.model.load import resolve_dtype
 from cel_lens.heads import HeadSet
 from cel_lens.oracle import DIST_SPLIT, MemoOracle, Stage1Scores
 from cel_lens.progress import info_stream, progress_session
 from cel_lens.runs.directory import RunDir
+from cel_lens.runs.files import write_json_atomic
 from cel_lens.runs.manifest import build_manifest, default_run_dir
 from cel_lens.runs.recording import RecordingOracle
 from cel_lens.scoring import RacingOptions, score_heads
@@ -253,19 +255,40 @@ def search(
         report = _PlanReport(_plan_for(config, oracle.n_layers, oracle.n_heads, task), settings.progress)
         manifest = build_manifest(oracle.model_manifest, task, config.manifest_options(settings.use_store))
         path = Path(out) if out is not None else default_run_dir(manifest)
-        run_dir = RunDir.open(path, manifest, ignore=("versions", "cel_lens"))
+        run_dir = RunDir.open(path, manifest, ignore=("versions", "cel_lens", TEST_SEAL))
         recording = RecordingOracle(oracle, run_dir)
         recording.timer = BatchTimer(on_first=report.timed)
         report.start(recording.answered(), run_dir.finished)
-        with progress_session(settings.progress, desc=f"search {task.name}"):
+        key = default_run_dir(manifest, root="").name  # the configuration's identity, whatever the directory
+        with progress_session(settings.progress, desc=f"search {task.name}"), reading_as(f"search {path}", key=key):
             result = run_search(
                 recording, k=config.k, pool_size=config.pool_size,
                 scores=_stage1_scores(config, recording, run_dir, settings), scorer=config.scorer,
                 strategy=config.strategy, beam_width=config.beam_width, n_null=config.n_null, n_boot=config.n_boot,
                 posthoc=config.posthoc, seed=config.seed, n_specificity=config.n_specificity, progress=settings.progress,
+                parsimony=config.parsimony, ci_method=config.ci_method, n_adjusted=config.n_adjusted,
+                test_reads=lambda: recorded_reads(str(manifest["model"]["id"]), task.test, exclude_key=key),
             )
+        manifest = record_seal(run_dir, manifest, result)
     finally:
         if run_dir is not None:
             run_dir.close()
         oracle.close()
     return Run(path=path, result=result, manifest=manifest, oracle=recording, plan=report.plan)
+
+
+TEST_SEAL = "test_seal"
+"""The manifest's entry, added once the selection is fixed: whether D_test was read before it, and why."""
+
+
+def record_seal(run_dir: RunDir, manifest: dict[str, Any], result: Result) -> dict[str, Any]:
+    """``manifest`` with its :data:`TEST_SEAL` entry (``selected_before_test`` and the ledger's
+    record, :mod:`cel_lens.evaluation.seal`), written into the run directory's manifest once (a
+    reopened run ignores the entry when it compares manifests; a read-only directory keeps its own)."""
+    seal = {"selected_before_test": result.selected_before_test, **(result.seal or {})}
+    if run_dir.manifest.get(TEST_SEAL) is None:
+        try:
+            write_json_atomic(run_dir.manifest_path, {**run_dir.manifest, TEST_SEAL: seal})
+        except OSError:
+            pass  # a read-only run directory: the result still says it
+    return {**manifest, TEST_SEAL: run_dir.manifest.get(TEST_SEAL, seal)}

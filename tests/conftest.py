@@ -8,6 +8,7 @@
   ``cel_lens.load_model(path, loader="hooked")`` (HookedTransformer; Llama and Qwen2).
 
 Tests never touch the Hugging Face hub: the offline switches are set before anything imports it.
+Every test gets its own empty ledger of test-split reads (``isolated_ledger``, ``$CEL_LENS_LEDGER``).
 """
 
 from __future__ import annotations
@@ -19,10 +20,35 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+import tempfile  # noqa: E402
 from pathlib import Path  # noqa: E402
+from typing import Iterator  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+
+# The sealed test split's ledger (cel_lens.evaluation.seal): never the user's cache, and one per
+# test (the autouse fixture below), so that one test's reads of D_test cannot mark another's search.
+os.environ["CEL_LENS_LEDGER"] = tempfile.mkdtemp(prefix="cel_lens_ledger_")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def module_ledger(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A fresh ledger for each test module, so that module-scoped fixtures (which run before any
+    test's own ledger exists) do not share one with other modules."""
+    path = tmp_path_factory.mktemp("module_ledger")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CEL_LENS_LEDGER", str(path))
+        yield path
+
+
+@pytest.fixture(autouse=True)
+def isolated_ledger(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh, empty test-read ledger for each test (``$CEL_LENS_LEDGER``)."""
+    path = tmp_path_factory.mktemp("ledger")
+    monkeypatch.setenv("CEL_LENS_LEDGER", str(path))
+    return path
+
 
 # Tests run tiny models: one thread is faster than two fighting over a shared machine's cores.
 torch.set_num_threads(1)

@@ -11,9 +11,10 @@ from torch import Tensor
 
 from cel_lens.backends.base import ExecutionSettings
 from cel_lens.evaluation.evaluator import evaluate
+from cel_lens.evaluation.seal import recorded_reads
 from cel_lens.evaluation.store import ActivationStore
 from cel_lens.heads import HeadSet
-from cel_lens.model.identity import model_manifest
+from cel_lens.model.identity import model_id, model_manifest
 from cel_lens.model.kinds import model_shape
 from cel_lens.model.load import load_model
 from cel_lens.scoring.attribution import attribution_scores
@@ -90,6 +91,10 @@ class LocalOracle:
             progress=self.progress,
         )
         return result.correct
+
+    def test_reads(self) -> list[dict[str, Any]]:
+        """The seal ledger's reads of this task's D_test by this model (:mod:`cel_lens.evaluation.seal`)."""
+        return recorded_reads(model_id(self.model), self.task.test)
 
     def attribution_scores(self, batch_size: int) -> Float[Tensor, "layer head"]:
         """Attribution scores of every head on the discovery split

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from cel_lens.cli.common import Formatter, add_model_task_options, load_model_and_task, print_json
 
@@ -16,20 +17,27 @@ def add(sub: argparse._SubParsersAction) -> None:
     )
     add_model_task_options(p)
     p.add_argument("--heads", default="", help="head set to ablate, e.g. L3H1,L12H7 (empty: intact only)")
-    p.add_argument("--split", choices=["dist", "test"], default="test", help="which split to evaluate")
+    p.add_argument("--split", choices=["dist", "test"], default="test",
+                   help="which split to evaluate (test: recorded in the seal's ledger, and a later search of this "
+                   "model on this task reports that D_test was read before its selection; explore on dist)")
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the subcommand; returns the exit code."""
     from cel_lens.evaluation import evaluate
+    from cel_lens.evaluation.seal import SEAL_WARNING, reading_as
     from cel_lens.heads import HeadSet
+    from cel_lens.model.identity import model_id
     from cel_lens.stats import accuracy_interval, mcnemar_exact, paired_bootstrap_ci
 
     model, task = load_model_and_task(args)
     heads = HeadSet.parse(args.heads)
     sets = [HeadSet()] + ([heads] if heads else [])
-    res = evaluate(model, task.split(args.split), sets, batch_size=args.batch_size, progress=not args.no_progress)
+    if args.split == "test":  # one line, not a Python warning with its source line
+        print("note: " + SEAL_WARNING.format(task=task.name, model=model_id(model)), file=sys.stderr)
+    with reading_as("cel-lens evaluate"):
+        res = evaluate(model, task.split(args.split), sets, batch_size=args.batch_size, progress=not args.no_progress)
     out: dict = {"task": task.name, "split": args.split, "n": len(res.ids), "metric": task.metric,
                  "chat_template": bool(res.chat_template)}
     for name, row in zip(("intact", "ablated"), res.correct):

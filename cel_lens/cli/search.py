@@ -15,7 +15,7 @@ from cel_lens.cli.common import (
     print_json,
     settings_from_args,
 )
-from cel_lens.config import QUICK, SCORERS, STRATEGIES, OptionError, SearchConfig, check_split_sizes
+from cel_lens.config import CI_METHODS, PARSIMONY_RULES, QUICK, SCORERS, STRATEGIES, OptionError, SearchConfig, check_split_sizes
 
 __all__ = ["add", "run", "apply_quick", "FLAG_OF"]
 
@@ -60,6 +60,14 @@ def add(sub: argparse._SubParsersAction) -> None:
                    help="--scorer racing: score difference (accuracy units) near the pool's boundary it may get wrong (0: none)")
     p.add_argument("--n-specificity", type=int, default=d.n_specificity,
                    help="random pools whose stage-2 winners S-hat's test gain is compared with (0: off)")
+    p.add_argument("--parsimony", choices=PARSIMONY_RULES, default=d.parsimony,
+                   help="stage 2's choice: the smallest subset within one standard error of the best (one_se), or the best")
+    p.add_argument("--ci-method", choices=CI_METHODS, default=d.ci_method,
+                   help="interval of the test gain: Tango's score interval, Newcombe's paired interval, or the paired bootstrap")
+    p.add_argument("--n-adjusted", type=int, default=d.n_adjusted,
+                   help="sign-flip permutations of the selection-adjusted test of 'any ablation helps' on D_dist (0: off)")
+    p.add_argument("--posthoc", action="store_true",
+                   help="also measure every stage-2 subset on D_test (exploratory: never choose by it)")
     p.add_argument("--no-store", action="store_true", help="no activation store: full forward passes")
     p.add_argument("--store-budget-mb", type=float, default=None, help="byte budget of the activation store")
     p.add_argument("--store-dtype", default=d.store_dtype, help="store the residual stream in this dtype (e.g. float16)")
@@ -97,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
         k=args.k, pool_size=args.pool, scorer=args.scorer, strategy=args.strategy, beam_width=args.beam_width,
         n_null=args.n_null, n_boot=args.n_boot, seed=args.seed, n_masks=args.n_masks, store_dtype=args.store_dtype,
         split_seed=args.split_seed, n_specificity=args.n_specificity, delta=args.delta, margin=args.margin,
+        parsimony=args.parsimony, ci_method=args.ci_method, n_adjusted=args.n_adjusted, posthoc=args.posthoc,
     ).validate()
     budget = args.store_budget_mb
     if budget is not None and not 0 <= budget < float("inf"):

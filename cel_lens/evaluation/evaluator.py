@@ -34,10 +34,12 @@ from cel_lens.evaluation.choices import aggregate
 from cel_lens.evaluation.encode import as_split, chat_choice, default_max_tokens, encode_split, split_kind
 from cel_lens.evaluation.generation import evaluate_generation
 from cel_lens.evaluation.result import EvalResult
+from cel_lens.evaluation.seal import record_test_read
 from cel_lens.evaluation.store import ActivationStore
 from cel_lens.evaluation.teacher_forced import score_batches
 from cel_lens.heads import Head, HeadSet, HeadsLike
 from cel_lens.model.forward import forward_resid, param_device, unembed
+from cel_lens.model.identity import model_id
 from cel_lens.model.kinds import model_name, model_shape
 from cel_lens.model.processing import warn_if_processed
 from cel_lens.tasks.base import Example, Split, Task
@@ -98,6 +100,7 @@ def evaluate(
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     chat = chat_choice(split, chat_template)
+    record_test_read(model_id(model), split, sets)  # the sealed test split: every D_test read is recorded
     rows_budget = int(max_rows) if max_rows else default_max_rows(batch_size)
     tokens_budget = int(max_tokens) if max_tokens else default_max_tokens(batch_size)
     metric = split.metric or "acc"

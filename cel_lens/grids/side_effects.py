@@ -19,6 +19,7 @@ from cel_lens.backends.base import get_backend
 from cel_lens.grids.plan import SIDE_EFFECTS_DIR, GridPlan, Pair
 from cel_lens.grids.resources import ModelSession, TaskCache, describe_error
 from cel_lens.grids.state import GridState
+from cel_lens.evaluation.seal import reading_as
 from cel_lens.heads import HeadSet
 from cel_lens.model.load import resolve_dtype
 from cel_lens.runs.directory import RunDir
@@ -66,7 +67,8 @@ def _evaluate(plan: GridPlan, handle: Any, tasks: TaskCache, model: str, target:
     try:
         manifest = build_manifest(oracle.model_manifest, task, {"purpose": SIDE_EFFECTS_DIR, "seed": plan.config.seed})
         run = RunDir.open(plan.side_effect_dir(model, target), manifest, ignore=("versions", "cel_lens"))
-        RecordingOracle(oracle, run, guard_test=False).evaluate("test", sets, stage=STAGE)
+        with reading_as(f"grid side effects on {target}"):  # recorded in the seal's ledger, owned by the grid
+            RecordingOracle(oracle, run, guard_test=False).evaluate("test", sets, stage=STAGE)
     finally:
         oracle.close()
 

@@ -10,7 +10,6 @@ import os
 from pathlib import Path
 from typing import Any, Mapping, Optional, Union
 
-import numpy as np
 import torch
 
 from cel_lens.grids.plan import SIDE_EFFECTS_DIR, Pair
@@ -20,11 +19,12 @@ from cel_lens.heads import HeadSet
 from cel_lens.runs.directory import RunDir
 from cel_lens.stats import holm_adjust, mcnemar_exact, paired_bootstrap_ci
 
-__all__ = ["selection_stability", "build_table", "pair_row", "side_effect_block"]
+__all__ = ["selection_stability", "build_table", "pair_row", "side_effect_block", "enhancement_p", "holm_family"]
 
 _RESULT_KEYS = (
     "n_dist", "n_test", "dist_acc_intact", "dist_acc_ablated", "dist_gain", "test_acc_intact", "test_acc_ablated",
     "gain", "ci_low", "ci_high", "alpha", "p_value", "heads", "null_p", "k", "pool_size", "scorer",
+    "selected_before_test", "p_enhance",
 )
 
 
@@ -37,6 +37,37 @@ def selection_stability(result: Mapping[str, Any]) -> Optional[float]:
     return float(value) if isinstance(value, numbers.Real) else None
 
 
+def enhancement_p(result: Mapping[str, Any]) -> Optional[float]:
+    """The one-sided p of "ablation raises D_test accuracy" of a finished pair: recorded as
+    ``p_enhance``, or, for results written before it, from the two-sided exact McNemar p (half of it
+    when the gain is positive and it is below 1, where the two tails are known to be equal; 1
+    otherwise: a harmful or unchanged Ŝ is never a discovery)."""
+    if result.get("p_enhance") is not None:
+        return float(result["p_enhance"])
+    p, gain = result.get("p_value"), result.get("gain")
+    if p is None or gain is None:
+        return None
+    return float(p) / 2 if float(gain) > 0 and float(p) < 1 else 1.0
+
+
+def holm_family(rows: list[dict[str, Any]], alpha: float) -> dict[str, Any]:
+    """Holm across the grid, one-sided for enhancement, over the family declared by the plan:
+    every planned pair counts, and a failed or unfinished one enters with p = 1, so a failure cannot
+    shrink the family. Sets each row's ``p_holm``; harmful pairs (significant two-sided, Δ < 0) are
+    counted apart and never as discoveries."""
+    p = [1.0 if r.get("p_enhance") is None else float(r["p_enhance"]) for r in rows]
+    for row, adjusted in zip(rows, holm_adjust(p) if rows else []):
+        row["p_holm"] = float(adjusted) if row.get("p_enhance") is not None else None
+    harmful = sum(1 for r in rows if r["status"] == "ok" and r["gain"] is not None and r["gain"] < 0
+                  and r["p_value"] is not None and r["p_value"] <= alpha)
+    return {"family": len(rows), "finished": sum(r["status"] == "ok" for r in rows), "alpha": alpha,
+            "sided": "one-sided (ablation helps)",
+            "rejected": sum(1 for r in rows if r["p_holm"] is not None and r["p_holm"] <= alpha),
+            "harmful": harmful,
+            "sealed": sum(1 for r in rows if r["status"] == "ok" and r.get("selected_before_test")),
+            "unsealed": [f"{r['model']} × {r['task']}" for r in rows if r["status"] == "ok" and not r.get("selected_before_test")]}
+
+
 def pair_row(out: Union[str, os.PathLike], pair: Pair, error: Optional[str]) -> tuple[dict[str, Any], Optional[dict]]:
     """The table row of ``pair`` and its raw ``result.json`` (``None`` unless finished).
 
@@ -46,9 +77,11 @@ def pair_row(out: Union[str, os.PathLike], pair: Pair, error: Optional[str]) -> 
     raw = run.read_result()
     row: dict[str, Any] = {"model": pair.model, "task": pair.task, "status": "not run", "error": None}
     row.update({k: None for k in _RESULT_KEYS})
-    row.update(selection_stability=None, run_dir=pair.name)
+    row.update(selection_stability=None, run_dir=pair.name, seal_reason=None)
     if raw is not None:
         row.update({k: raw.get(k) for k in _RESULT_KEYS}, status="ok", selection_stability=selection_stability(raw))
+        row.update(selected_before_test=bool(raw.get("selected_before_test", True)),
+                   seal_reason=(raw.get("seal") or {}).get("reason"), p_enhance=enhancement_p(raw))
     elif error is not None:
         row.update(status="failed", error=error)
     elif run.manifest_path.exists():
@@ -127,10 +160,8 @@ def build_table(out: Union[str, os.PathLike]) -> tuple[dict[str, Any], dict[str,
             by_model.setdefault(model, {})[task] = row
             if raw is not None:
                 results[pair.name] = raw
-    p = [np.nan if r["p_value"] is None else float(r["p_value"]) for r in rows]
-    for row, adjusted in zip(rows, holm_adjust(p)):
-        row["p_holm"] = None if math.isnan(adjusted) else float(adjusted)
     alpha = next((float(r["alpha"]) for r in rows if r["alpha"] is not None), 0.05)
+    holm = holm_family(rows, alpha)
     side = {
         model: side_effect_block(out, model, list(plan["tasks"][model]), by_model[model], plan["config"], state.errors)
         for model in plan["models"]
@@ -138,8 +169,7 @@ def build_table(out: Union[str, os.PathLike]) -> tuple[dict[str, Any], dict[str,
     table = {
         "grid": plan,
         "rows": rows,
-        "holm": {"family": sum(1 for x in p if not math.isnan(x)), "alpha": alpha,
-                 "rejected": sum(1 for r in rows if r["p_holm"] is not None and r["p_holm"] <= alpha)},
+        "holm": holm,
         "side_effects": side,
         "timings": {k: dict(v) for k, v in sorted(state.timings.items())},
     }

@@ -21,7 +21,10 @@ from cel_lens.report.heatmap import plot_gain_heatmap
 from cel_lens.report.save import save_figure
 from cel_lens.selection.result import format_p, pp
 
-__all__ = ["grid_markdown", "grid_html", "write_grid_outputs", "TABLE_MD", "TABLE_JSON", "REPORT_HTML", "SUMMARY"]
+__all__ = [
+    "holm_sentence", "seal_sentence", "grid_markdown", "grid_html", "write_grid_outputs", "TABLE_MD", "TABLE_JSON",
+    "REPORT_HTML", "SUMMARY",
+]
 
 TABLE_MD, TABLE_JSON, REPORT_HTML = "table.md", "table.json", "report.html"
 """The grid's output files."""
@@ -64,14 +67,36 @@ def _timing_rows(timings: Mapping[str, Mapping[str, float]]) -> list[list[str]]:
     return [[k, f"{float(v['seconds']):.1f}", str(int(v['calls']))] for k, v in timings.items()]
 
 
+def holm_sentence(holm: Mapping[str, Any]) -> str:
+    """How the grid's p-values are adjusted: one-sided (ablation helps), over the declared family
+    of every planned pair, failed and unfinished ones included, and the harmful pairs apart."""
+    missing = holm["family"] - holm.get("finished", holm["family"])
+    text = (f"Holm-adjusted one-sided p (ablation helps) across the grid's family of {holm['family']} planned pairs "
+            f"({holm['rejected']} at ≤ {holm['alpha']:g})"
+            + (f"; {missing} of them without a result, counted with p = 1." if missing else "."))
+    if holm.get("harmful"):
+        text += f" {holm['harmful']} pair(s) are significantly harmed by ablation (reported, not discoveries)."
+    return text
+
+
+def seal_sentence(holm: Mapping[str, Any]) -> str:
+    """Whether each finished pair's Ŝ was fixed before D_test was read, from the runs' own flags."""
+    finished, unsealed = holm.get("finished", 0), list(holm.get("unsealed") or [])
+    if not finished:
+        return "No pair has finished."
+    if not unsealed:
+        return f"In all {finished} finished pairs Ŝ was fixed on D_dist before D_test was read (each run's record)."
+    return (f"Ŝ was fixed on D_dist before D_test was read in {finished - len(unsealed)} of {finished} finished pairs; "
+            f"NOT in {', '.join(unsealed)} (D_test was read before the selection).")
+
+
 def grid_markdown(table: Mapping[str, Any]) -> str:
     """``table.md``: the pairs, the Holm note, each model's side-effect matrix and the timings."""
     holm = table["holm"]
     lines = [
         "# CEL grid", "",
-        f"Held-out (D_test) accuracy intact and with Ŝ ablated; Δ with its {1 - holm['alpha']:.0%} paired bootstrap CI, "
-        f"exact McNemar p, and Holm-adjusted p across the grid's {holm['family']} finished pairs "
-        f"({holm['rejected']} at ≤ {holm['alpha']:g}). Ŝ was fixed on D_dist before D_test was read.", "",
+        f"Held-out (D_test) accuracy intact and with Ŝ ablated; Δ with its {1 - holm['alpha']:.0%} CI, "
+        f"two-sided exact McNemar p. {holm_sentence(holm)} {seal_sentence(holm)}", "",
         *_md_table([*ROW_HEADER, "run directory"], [_row_texts(r) for r in table["rows"]]), "",
         "## Side effects", "",
         "Test gain of each task's Ŝ on every task of the same model (the diagonal is the pair's own result).", "",
@@ -117,9 +142,8 @@ def grid_html(table: Mapping[str, Any], results: Mapping[str, Mapping[str, Any]]
         "<!DOCTYPE html><html><head><meta charset='utf-8'><title>CEL grid</title>",
         f"<style>{_STYLE}</style><script src='plotly.min.js'></script></head><body>",
         "<h1>CEL grid</h1>",
-        f"<p class=note>Held-out accuracy intact and with Ŝ ablated; Δ with its {1 - holm['alpha']:.0%} paired "
-        f"bootstrap CI, exact McNemar p and Holm-adjusted p across the {holm['family']} finished pairs "
-        f"({holm['rejected']} at ≤ {holm['alpha']:g}).</p>",
+        f"<p class=note>Held-out accuracy intact and with Ŝ ablated; Δ with its {1 - holm['alpha']:.0%} CI, "
+        f"two-sided exact McNemar p. {html.escape(holm_sentence(holm))} {html.escape(seal_sentence(holm))}</p>",
         _pair_rows_html(table), "<h2>Side effects</h2>",
     ]
     try:

@@ -16,7 +16,7 @@ from cel_lens.selection.result import format_p, pp
 __all__ = ["short_model", "row_cells", "ROW_HEADER", "plot_grid_side_effects", "plot_grid_summary"]
 
 ROW_HEADER: tuple[str, ...] = (
-    "model", "task", "|D_dist|", "|D_test|", "intact", "ablated", "Δ (95% CI)", "McNemar p", "Holm p", "Ŝ",
+    "model", "task", "|D_dist|", "|D_test|", "intact", "ablated", "Δ (95% CI)", "McNemar p", "Holm p (one-sided)", "Ŝ",
     "stability",
 )
 """Column titles of a grid row as figures and tables show it (the run directory comes after)."""
@@ -49,7 +49,8 @@ def row_cells(row: Mapping[str, Any], *, short: bool = False) -> list[str]:
     return [
         model, row["task"], _int(row["n_dist"]), _int(row["n_test"]), pp(row["test_acc_intact"], False),
         pp(row["test_acc_ablated"], False), delta, format_p(row["p_value"]), format_p(row.get("p_holm")),
-        str(row["heads"]), _stability(row.get("selection_stability")),
+        str(row["heads"]) + ("" if row.get("selected_before_test", True) else " (NOT fixed before D_test)"),
+        _stability(row.get("selection_stability")),
     ]
 
 

@@ -4,13 +4,21 @@
 * :mod:`~cel_lens.selection.subsets`: joint ablations of subsets on D_dist, the selection rule;
 * :mod:`~cel_lens.selection.stability`: how often stage 2 picks each subset on resamples of D_dist;
 * :mod:`~cel_lens.selection.specificity`: S-hat against the winners of random pools (optional);
+* :mod:`~cel_lens.selection.parsimony`: the smallest subset within one standard error of the best;
+* :mod:`~cel_lens.selection.reselect`: stability that redoes the whole selection, split-half agreement;
+* :mod:`~cel_lens.selection.guardrails`: the selection-adjusted test of "any ablation helps" on D_dist;
+* :mod:`~cel_lens.selection.paired`: one-sided McNemar, Newcombe's interval, leave-one-out per head;
 * :mod:`~cel_lens.selection.algorithm`: :func:`run_search`, Algorithm 1 over an oracle;
 * :mod:`~cel_lens.selection.result`: :class:`Result` and the one text form of a result.
 """
 
 from cel_lens.selection.algorithm import fix_selection, run_search, stage1, stage2, test_statistics
+from cel_lens.selection.guardrails import selection_adjusted_test
+from cel_lens.selection.paired import leave_one_out, mcnemar_enhancement_p, newcombe_paired_ci, tango_paired_ci
+from cel_lens.selection.parsimony import select_parsimonious
 from cel_lens.selection.pool import DEFAULT_POOL_SIZE, candidate_pool
 from cel_lens.selection.result import DEFAULT_N_NULL, Result, format_result, result_rows
+from cel_lens.selection.reselect import Reselector, reselecting_stability, split_half_agreement
 from cel_lens.selection.specificity import random_pool_winners, specificity_statistics
 from cel_lens.selection.stability import DEFAULT_N_STABILITY, selection_stability
 from cel_lens.selection.subsets import DEFAULT_K, SubsetScore, evaluate_subsets, select_best, selection_key
@@ -36,4 +44,13 @@ __all__ = [
     "Result",
     "result_rows",
     "format_result",
+    "select_parsimonious",
+    "selection_adjusted_test",
+    "leave_one_out",
+    "mcnemar_enhancement_p",
+    "newcombe_paired_ci",
+    "tango_paired_ci",
+    "Reselector",
+    "reselecting_stability",
+    "split_half_agreement",
 ]

@@ -6,14 +6,20 @@ Each step is one function, and :func:`run_search` calls them in order:
    (:func:`cel_lens.scoring.exact_scores`), or :class:`~cel_lens.oracle.Stage1Scores` from another
    scorer, refused unless computed on D_dist;
 2. :func:`stage2` — the top ``pool_size`` heads form the pool, every subset of size 1..k is
-   evaluated jointly on D_dist, and the best is S-hat (:mod:`cel_lens.selection.subsets`); its
-   selection stability is measured on bootstrap resamples of D_dist from the recorded bits
-   (:mod:`cel_lens.selection.stability`), and, as an option, stage 2 is rerun on random pools
+   evaluated jointly on D_dist, and S-hat is the smallest subset within one standard error of the
+   best (:mod:`cel_lens.selection.parsimony`); from the recorded bits alone, its stability with the
+   whole selection redone on bootstrap resamples and on split halves
+   (:mod:`cel_lens.selection.reselect`) and the selection-adjusted test of "any ablation helps"
+   (:mod:`cel_lens.selection.guardrails`); as an option, stage 2 is rerun on random pools
    (:mod:`cel_lens.selection.specificity`);
 3. :func:`fix_selection` — S-hat is fixed in the :class:`~cel_lens.oracle.MemoOracle` (with a
    journal: the ``selected`` event) *before* any test-split evaluation, and a rerun may not change it;
-4. :func:`test_statistics` — intact and ablated test accuracy, Δ with a paired bootstrap CI, the
-   exact McNemar p-value, a random-subset null and the post-hoc test gains of every subset.
+   a read of D_test recorded in the seal's ledger before this moment (:mod:`cel_lens.evaluation.seal`)
+   makes ``selected_before_test`` false, with the reason;
+4. :func:`test_statistics` — intact and ablated test accuracy, Δ with Tango's interval, the exact
+   McNemar p-values (two-sided, and one-sided for "ablation helps"), each head's leave-one-out
+   contribution (:mod:`cel_lens.selection.paired`), a random-subset null, and, on request, the
+   post-hoc test gains of every subset (exploratory).
 
 The search knows nothing of models: everything goes through the oracle (:mod:`cel_lens.oracle`),
 wrapped in a :class:`~cel_lens.oracle.MemoOracle` that refuses the test split before step 3, with
@@ -25,12 +31,13 @@ from __future__ import annotations
 import time
 import warnings
 from contextlib import contextmanager
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import torch
 from jaxtyping import Bool
 from torch import Tensor
 
+from cel_lens.evaluation.seal import describe_reads, reading_as, summarize_read
 from cel_lens.heads import Head, HeadSet
 from cel_lens.oracle import (
     DIST_SPLIT,
@@ -46,6 +53,11 @@ from cel_lens.scoring.exact import exact_scores
 from cel_lens.selection.pool import DEFAULT_POOL_SIZE, candidate_pool
 from cel_lens.selection.result import DEFAULT_N_NULL, Result, nonpositive_gain_warning
 from cel_lens.selection.specificity import random_pool_winners, specificity_statistics
+from cel_lens.selection.guardrails import DEFAULT_N_ADJUSTED, nothing_helps_warning, selection_adjusted_test
+from cel_lens.config import CI_METHODS, PARSIMONY_RULES
+from cel_lens.selection.paired import DEFAULT_CI_METHOD, leave_one_out, mcnemar_enhancement_p, paired_interval
+from cel_lens.selection.parsimony import DEFAULT_PARSIMONY, select_parsimonious
+from cel_lens.selection.reselect import Reselector, reselecting_stability, singles_from, split_half_agreement
 from cel_lens.selection.stability import DEFAULT_N_STABILITY, selection_stability
 from cel_lens.selection.subsets import DEFAULT_K, Strategy, SubsetScore, evaluate_subsets, select_best
 from cel_lens.stats import mcnemar_exact, paired_bootstrap_ci, random_subset_null
@@ -89,13 +101,31 @@ def stage2(
     return subsets, select_best(subsets)
 
 
-def fix_selection(oracle: Oracle, best: SubsetScore) -> bool:
+def fix_selection(oracle: Oracle, best: SubsetScore, prior_reads: Sequence[dict[str, Any]] = ()) -> bool:
     """Fix S-hat in the :class:`~cel_lens.oracle.MemoOracle` before the test split is read (with a
     journal: a ``selected`` event is appended, or on a rerun checked: a selection cannot change once
-    D_test may have been read). Returns whether it was fixed before any test read."""
+    D_test may have been read). ``prior_reads``: the seal ledger's reads of this model's D_test
+    before now (:mod:`cel_lens.evaluation.seal`). Returns whether it was fixed before any test read."""
     if not isinstance(oracle, MemoOracle):
         raise TypeError("fix_selection needs the search's MemoOracle (it holds the test-split guard)")
-    return oracle.fix_selection(best.heads, dist_acc=best.dist_acc, dist_gain=best.dist_gain)
+    return oracle.fix_selection(best.heads, prior_reads=prior_reads, dist_acc=best.dist_acc, dist_gain=best.dist_gain)
+
+
+def seal_record(memo: MemoOracle) -> dict[str, Any]:
+    """What the result says about the sealed test split: how many reads of D_test the ledger held
+    before the selection, the first of them, and the reason ``selected_before_test`` is false."""
+    reads = list(memo.prior_reads)
+    reason = None
+    if memo.selected_before_test is False:
+        reason = describe_reads(reads) if reads else "the test split was read through this search's oracle first"
+    return {"prior_test_reads": len(reads), "reads": reads[:5], "reason": reason}
+
+
+def _prior_reads(memo: MemoOracle, test_reads: Optional[Callable[[], Sequence[dict[str, Any]]]]) -> list[dict[str, Any]]:
+    """The ledger's reads of this model's D_test now (``test_reads``, else the wrapped oracle's
+    ``test_reads`` method when it has one; none for oracles without a model and task)."""
+    fn = test_reads if test_reads is not None else getattr(memo.oracle, "test_reads", None)
+    return [summarize_read(r) for r in fn()] if fn is not None else []
 
 
 def _check_fixed(oracle: Oracle, best: SubsetScore) -> None:
@@ -114,22 +144,32 @@ def test_statistics(
     n_null: int = DEFAULT_N_NULL,
     n_boot: int = 10000,
     alpha: float = 0.05,
-    posthoc: bool = True,
+    posthoc: bool = False,
     seed: int = 0,
     chunk: int = 64,
     progress: bool = False,
+    ci_method: str = DEFAULT_CI_METHOD,
 ) -> dict[str, Any]:
     """D_test statistics of S-hat (``oracle``: the search's MemoOracle, S-hat fixed): accuracies,
-    gain, paired bootstrap CI, McNemar p, the null of ``n_null`` random head sets of |S-hat| heads
-    other than S-hat (all of them when there are at most ``n_null``), and every subset's record
-    (with its post-hoc test gain when ``posthoc``: for plots only, choosing by it would leak the
-    test split)."""
+    gain, its interval (``ci_method``: Tango's score interval by default, Newcombe's, or the paired
+    bootstrap), the two-sided McNemar p and the one-sided ``p_enhance`` ("ablation helps"), each
+    head's leave-one-out contribution (:func:`~cel_lens.selection.paired.leave_one_out`), the null
+    of ``n_null`` random head sets of |S-hat| heads other than S-hat (all of them when there are at
+    most ``n_null``; it asks "better than random heads?", not "better than intact?"), and every
+    subset's record, with its post-hoc test gain only when ``posthoc`` (exploratory: choosing by it
+    would leak the test split)."""
     _check_fixed(oracle, best)
+    if ci_method not in CI_METHODS:
+        raise ValueError(f"unknown ci_method {ci_method!r}; choose one of {', '.join(CI_METHODS)}")
     pair = call_oracle(oracle, "test", [HeadSet(), best.heads], "test")
     intact, ablated = pair[0], pair[1]
     n_test = int(intact.shape[0])
     gain = (int(ablated.sum()) - int(intact.sum())) / n_test
-    ci_low, ci_high = paired_bootstrap_ci(intact, ablated, n_boot=n_boot, alpha=alpha, seed=seed)
+    if ci_method != "bootstrap":
+        ci_low, ci_high = paired_interval(intact, ablated, alpha, ci_method)
+    else:
+        ci_low, ci_high = paired_bootstrap_ci(intact, ablated, n_boot=n_boot, alpha=alpha, seed=seed)
+    loo = leave_one_out(lambda sets: call_oracle(oracle, "test", sets, "leave_one_out"), best.heads, ablated, alpha=alpha)
     null = random_subset_null(
         lambda sets: evaluate_chunked(oracle, "test", sets, "null", chunk, progress),
         oracle.n_layers, oracle.n_heads, len(best.heads), n_null, seed, exclude=[best.heads],
@@ -143,7 +183,8 @@ def test_statistics(
     return dict(
         test_acc_intact=float(intact.to(torch.float64).mean()),
         test_acc_ablated=float(ablated.to(torch.float64).mean()),
-        gain=gain, ci_low=ci_low, ci_high=ci_high, p_value=mcnemar_exact(intact, ablated),
+        gain=gain, ci_low=ci_low, ci_high=ci_high, ci_method=ci_method, p_value=mcnemar_exact(intact, ablated),
+        p_enhance=mcnemar_enhancement_p(intact, ablated), leave_one_out=loo,
         null_gains=[float(g) for g in null.gains], null_p=null.p_value(gain), null_min_p=null.min_p,
         null_exhaustive=null.exhaustive, subsets=records, n_test=n_test,
     )
@@ -156,12 +197,31 @@ def _timed(timings: dict[str, float], name: str) -> Iterator[None]:
     timings[name] = time.perf_counter() - t0
 
 
-def _stability(memo: MemoOracle, subsets: list[SubsetScore], n_resamples: int, seed: int) -> Optional[dict[str, Any]]:
-    """Selection stability from the recorded D_dist bits (all answered from memory)."""
-    if n_resamples < 1:
-        return None
-    bits = memo.evaluate(DIST_SPLIT, [s.heads for s in subsets], stage="stage2")
-    return selection_stability(subsets, bits, n_resamples=n_resamples, seed=seed)
+def _discovery_checks(
+    memo: MemoOracle, subsets: list[SubsetScore], selected: HeadSet, intact: Tensor, *, pool_size: int, k: int,
+    rule: str, n_stability: int, n_adjusted: int, seed: int, alpha: float,
+) -> dict[str, Any]:
+    """What the recorded D_dist bits say about the selection, without a forward pass: its
+    stability (the whole selection redone on bootstrap resamples when every single head is
+    recorded, else stage 2 alone on a fixed pool), the split-half agreement, and the
+    selection-adjusted test of "no head set helps" (:mod:`cel_lens.selection.guardrails`)."""
+    out: dict[str, Any] = {"selection_stability": None, "split_half": None, "adjusted": None}
+    sets, bits = memo.recorded(DIST_SPLIT)
+    sub_bits = memo.evaluate(DIST_SPLIT, [s.heads for s in subsets], stage="stage2")
+    singles = singles_from(sets, bits, memo.n_layers, memo.n_heads)
+    if n_stability >= 1:
+        fixed = selection_stability(subsets, sub_bits, n_resamples=n_stability, seed=seed)
+        out["selection_stability"] = {"method": "fixed pool", **fixed}
+    if n_stability >= 1 and singles is not None:
+        reselector = Reselector(singles, subsets, sub_bits, intact, pool_size=pool_size, k=k, rule=rule)
+        ties = {key: fixed.get(key) for key in ("selected_by_tie_break", "identical_subsets") if key in fixed}
+        out["selection_stability"] = {**reselecting_stability(reselector, selected, n_resamples=n_stability, seed=seed),
+                                      "fixed_pool_frequency": fixed["selected_frequency"], **ties}
+        out["split_half"] = split_half_agreement(reselector, seed=seed)
+    if n_adjusted >= 1:
+        evaluated = [i for i, s in enumerate(sets) if len(s) > 0]
+        out["adjusted"] = selection_adjusted_test(bits[evaluated], intact, n_permutations=n_adjusted, seed=seed, alpha=alpha)
+    return out
 
 
 def _record_start(memo: MemoOracle, **options: Any) -> None:
@@ -183,12 +243,16 @@ def run_search(
     n_null: int = DEFAULT_N_NULL,
     n_boot: int = 10000,
     alpha: float = 0.05,
-    posthoc: bool = True,
+    posthoc: bool = False,
     seed: int = 0,
     n_stability: int = DEFAULT_N_STABILITY,
     n_specificity: int = 0,
     chunk: int = 64,
     progress: bool = True,
+    test_reads: Optional[Callable[[], Sequence[dict[str, Any]]]] = None,
+    parsimony: str = DEFAULT_PARSIMONY,
+    n_adjusted: int = DEFAULT_N_ADJUSTED,
+    ci_method: str = DEFAULT_CI_METHOD,
 ) -> Result:
     """Algorithm 1 over ``oracle`` (see the module docstring); returns the :class:`Result`.
 
@@ -196,58 +260,96 @@ def run_search(
     D_dist (``scorer`` renames them); default: exact scores. The oracle is wrapped in a
     :class:`~cel_lens.oracle.MemoOracle` unless it is one (nothing evaluated twice, the test split
     refused until S-hat is fixed); with a journal (:class:`cel_lens.runs.RecordingOracle`) every
-    step is recorded and a rerun resumes and must select the same subset. ``seed`` seeds the null,
-    the bootstrap and the selection stability (``n_stability`` resamples of D_dist, no forward
-    pass; 0 skips it); ``n_specificity`` > 0 reruns stage 2 on that many random pools
-    (:mod:`cel_lens.selection.specificity`); ``chunk`` head sets go to the oracle per call.
+    step is recorded and a rerun resumes and must select the same subset. ``parsimony``: stage 2's
+    rule (:mod:`~cel_lens.selection.parsimony`). ``seed`` seeds the null, the intervals, the
+    selection stability (``n_stability`` resamples that redo the selection; 0 skips it) and the
+    selection-adjusted test (``n_adjusted`` permutations; 0 skips it); ``n_specificity`` > 0 reruns
+    stage 2 on random pools (:mod:`cel_lens.selection.specificity`); ``ci_method``: ``"tango"``,
+    ``"newcombe"`` or ``"bootstrap"``; ``posthoc``: every subset on D_test too (exploratory). ``test_reads``: the
+    seal ledger's reads of this D_test (:mod:`cel_lens.evaluation.seal`; default: the oracle's
+    ``test_reads``); any before the selection makes ``selected_before_test`` false.
     """
-    if k > pool_size:
-        raise ValueError(f"k={k} is larger than the pool ({pool_size} heads): every subset is drawn from the pool")
+    _check_options(k, pool_size, parsimony, ci_method, n_adjusted)
     memo = oracle if isinstance(oracle, MemoOracle) else MemoOracle(oracle)
     journal = memo.journal
     given = None if scores is None else discovery_scores(scores, memo.n_layers, memo.n_heads)
     name = scorer or (given.scorer if given is not None else "exact")
     beam = beam_width if strategy == "beam" else None
     _record_start(memo, k=k, pool_size=pool_size, scorer=name, strategy=strategy, beam_width=beam, n_null=n_null,
-                  n_boot=n_boot, alpha=alpha, posthoc=posthoc, seed=seed,
-                  **({"n_specificity": n_specificity} if n_specificity else {}))
+                  n_boot=n_boot, alpha=alpha, posthoc=posthoc, seed=seed, parsimony=parsimony,
+                  n_adjusted=n_adjusted, ci_method=ci_method, **({"n_specificity": n_specificity} if n_specificity else {}))
     timings: dict[str, float] = {}
-    with _timed(timings, "stage1_s"):
-        intact, stage1_scores = stage1(memo, given, chunk=chunk, progress=progress)
-    if journal is not None and not any(e.get("scorer") == name for e in journal.events("stage1_scores")):
-        # kept so that a resumed pipeline can reuse scores that are costly or not bit-reproducible
-        journal.record_event("stage1_scores", **{**stage1_scores.record(), "scorer": name})
+    intact, stage1_scores = _recorded_stage1(memo, given, name, timings, chunk=chunk, progress=progress)
     search = dict(k=k, strategy=strategy, beam_width=beam_width, chunk=chunk, progress=progress)
     with _timed(timings, "stage2_s"):
         pool = candidate_pool(stage1_scores.values, pool_size)
         if journal is not None:
             journal.record_event("pool", scorer=name, pool=[str(h) for h in pool])
-        subsets, best = stage2(memo, pool, stage1_scores, intact, **search)
-        stability = _stability(memo, subsets, n_stability, seed)
+        subsets, _ = stage2(memo, pool, stage1_scores, intact, **search)
+        bits = memo.evaluate(DIST_SPLIT, [s.heads for s in subsets], stage="stage2")
+        best, choice = select_parsimonious(subsets, bits, parsimony)
+        checks = _discovery_checks(memo, subsets, best.heads, intact, pool_size=pool_size, k=k, rule=parsimony,
+                                   n_stability=n_stability, n_adjusted=n_adjusted, seed=seed, alpha=alpha)
         if n_specificity:  # on D_dist, before the selection is fixed
             winners, n_possible = random_pool_winners(
                 memo, pool, n_specificity, seed=seed, intact=intact, scores=stage1_scores.values, **search
             )
-    if best.dist_gain <= 0:
-        warnings.warn(nonpositive_gain_warning(best.dist_gain), UserWarning, stacklevel=2)
-    selected_before_test = fix_selection(memo, best)
-    with _timed(timings, "test_s"):
-        stats = test_statistics(
-            memo, best, subsets, n_null=n_null, n_boot=n_boot, alpha=alpha,
-            posthoc=posthoc, seed=seed, chunk=chunk, progress=progress,
-        )
+    _warn_nothing_helps(best, checks["adjusted"], alpha)
+    selected_before_test = fix_selection(memo, best, _prior_reads(memo, test_reads))
+    where = getattr(journal, "path", None) if journal is not None else "in memory"
+    with _timed(timings, "test_s"), reading_as(f"search ({where}) after selecting {best.heads}"):
+        stats = test_statistics(memo, best, subsets, n_null=n_null, n_boot=n_boot, alpha=alpha, posthoc=posthoc,
+                                seed=seed, chunk=chunk, progress=progress, ci_method=ci_method)
         if n_specificity:
             stats["specificity"] = specificity_statistics(memo, winners, stats["gain"], n_possible, chunk=chunk)
-    result = Result(
+    return _finish(memo, Result(
         heads=str(best.heads), dist_acc_intact=float(intact.to(torch.float64).mean()),
-        dist_acc_ablated=best.dist_acc, dist_gain=best.dist_gain, **stats,
+        dist_acc_ablated=best.dist_acc, dist_gain=best.dist_gain, **stats, **checks,
         scores=stage1_scores.values.tolist(), scorer=name, scores_split=stage1_scores.split,
         pool=[str(h) for h in pool], k=k, pool_size=pool_size, n_dist=int(intact.shape[0]), seed=seed,
         n_layers=memo.n_layers, n_heads=memo.n_heads, strategy=strategy, beam_width=beam, n_null=n_null,
-        n_boot=n_boot, alpha=alpha, selected_before_test=selected_before_test,
-        selection_stability=stability, timings=timings,
-    )
-    if journal is not None:
-        journal.write_result(result.to_dict())
-        journal.record_event("finished", heads=result.heads, gain=result.gain)
+        n_boot=n_boot, alpha=alpha, selected_before_test=selected_before_test, seal=seal_record(memo),
+        parsimony=choice, timings=timings,
+    ))
+
+
+def _finish(memo: MemoOracle, result: Result) -> Result:
+    """Write the result to the journal (when there is one) and return it."""
+    if memo.journal is not None:
+        memo.journal.write_result(result.to_dict())
+        memo.journal.record_event("finished", heads=result.heads, gain=result.gain)
     return result
+
+
+def _recorded_stage1(
+    memo: MemoOracle, given: Optional[Stage1Scores], name: str, timings: dict[str, float], *, chunk: int, progress: bool
+) -> tuple[Bool[Tensor, " example"], Stage1Scores]:
+    """Stage 1, timed, with its scores recorded in the journal (once per scorer): a resumed
+    pipeline reuses scores that are costly or not bit-reproducible."""
+    with _timed(timings, "stage1_s"):
+        intact, scores = stage1(memo, given, chunk=chunk, progress=progress)
+    journal = memo.journal
+    if journal is not None and not any(e.get("scorer") == name for e in journal.events("stage1_scores")):
+        journal.record_event("stage1_scores", **{**scores.record(), "scorer": name})
+    return intact, scores
+
+
+def _check_options(k: int, pool_size: int, parsimony: str, ci_method: str, n_adjusted: int) -> None:
+    """Every option of :func:`run_search` that can be wrong, checked before any evaluation."""
+    if k > pool_size:
+        raise ValueError(f"k={k} is larger than the pool ({pool_size} heads): every subset is drawn from the pool")
+    if parsimony not in PARSIMONY_RULES:
+        raise ValueError(f"unknown parsimony rule {parsimony!r}; choose one of {', '.join(PARSIMONY_RULES)}")
+    if ci_method not in CI_METHODS:
+        raise ValueError(f"unknown ci_method {ci_method!r}; choose one of {', '.join(CI_METHODS)}")
+    if n_adjusted < 0:
+        raise ValueError(f"n_adjusted must be >= 0, got {n_adjusted}")
+
+
+def _warn_nothing_helps(best: SubsetScore, adjusted: Optional[dict[str, Any]], alpha: float) -> None:
+    """Warn when no evaluated ablation raised D_dist accuracy, or when the selection-adjusted test
+    does not reject "no head set helps"."""
+    if best.dist_gain <= 0:
+        warnings.warn(nonpositive_gain_warning(best.dist_gain), UserWarning, stacklevel=3)
+    elif adjusted is not None and not adjusted["rejects"]:
+        warnings.warn(nothing_helps_warning(adjusted, alpha), UserWarning, stacklevel=3)

@@ -161,7 +161,7 @@ def _stage1(scorer: str, n_total: int, n_dist: int, n_masks: Optional[int], spar
 
 def plan_search(
     n_layers: int, n_heads: int, n_dist: int, n_test: int, *, k: int, pool_size: int, scorer: str = "exact",
-    strategy: str = "exhaustive", beam_width: int = 8, n_null: int = 100, posthoc: bool = True,
+    strategy: str = "exhaustive", beam_width: int = 8, n_null: int = 100, posthoc: bool = False,
     n_specificity: int = 0, n_masks: Optional[int] = None, sparsity: float = 0.05,
 ) -> SearchPlan:
     """The evaluations a search with these options runs on a model of ``n_layers`` x ``n_heads``
@@ -185,9 +185,11 @@ def plan_search(
     ]
     if n_specificity:
         stages.append(StagePlan("specificity", "dist", n_specificity * sets, n_dist, True, f"{n_specificity} random pools"))
-    stages.append(StagePlan("test", "test", 2 + null, n_test, True, f"intact, S-hat and a null of up to {null} sets"))
+    loo = k if k > 1 else 0  # S-hat without each of its heads (a one-head S-hat's is the intact model)
+    stages.append(StagePlan("test", "test", 2 + null + loo, n_test, True,
+                            f"intact, S-hat, S-hat without each head and a null of up to {null} sets"))
     if posthoc:
-        stages.append(StagePlan("post-hoc", "test", max(sets - 1, 0), n_test, False, "every subset, for the figures"))
+        stages.append(StagePlan("post-hoc", "test", max(sets - 1, 0), n_test, False, "every subset (exploratory)"))
     if n_specificity:
         stages.append(StagePlan("specificity (test)", "test", n_specificity, n_test, True))
     notes.append("selection stability resamples recorded D_dist answers: no forward pass")

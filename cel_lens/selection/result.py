@@ -25,7 +25,7 @@ from cel_lens.stats import null_min_p, null_p_value
 
 __all__ = [
     "DEFAULT_N_NULL", "RESULT_TITLE", "LABEL_WIDTH", "Result", "result_rows", "format_result", "pp", "format_p",
-    "nonpositive_gain_warning",
+    "nonpositive_gain_warning", "selection_sentence",
 ]
 
 RESULT_TITLE = "CEL search result"
@@ -34,6 +34,9 @@ LABEL_WIDTH = 24
 """Width of the label column of every result block (labels are padded to it, so a block with more
 rows after it lines up with the bare result's)."""
 
+
+
+_CI_NAMES = {"tango": "Tango score", "newcombe": "Newcombe paired", "bootstrap": "paired bootstrap"}
 
 
 def pp(x: Any, signed: bool = True) -> str:
@@ -59,6 +62,15 @@ def nonpositive_gain_warning(dist_gain: float) -> str:
     )
 
 
+def selection_sentence(r: Mapping[str, Any]) -> str:
+    """Whether S-hat was fixed before D_test was read, from the run's own flag and, when it was
+    not, the recorded reason (the seal ledger's earlier reads, :mod:`cel_lens.evaluation.seal`)."""
+    if r.get("selected_before_test", True):
+        return "fixed on D_dist before D_test was read"
+    reason = (r.get("seal") or {}).get("reason") or "the test split was read first"
+    return f"NOT fixed before D_test was read: {reason}"
+
+
 def _null_row(r: Mapping[str, Any]) -> str:
     null = [float(g) for g in (r.get("null_gains") or [])]
     if not null:
@@ -69,7 +81,7 @@ def _null_row(r: Mapping[str, Any]) -> str:
     legacy = r.get("null_min_p") is None
     which = f"all {R} other" if r.get("null_exhaustive") else f"{R} random" if legacy else f"{R} random other"
     spread = (
-        f"{which} {size}-head sets on D_test: mean {pp(np.mean(null))}, 95% range "
+        f"better than random heads? (not: than intact) {which} {size}-head sets on D_test: mean {pp(np.mean(null))}, 95% range "
         f"[{pp(np.quantile(null, 0.025))}, {pp(np.quantile(null, 0.975))}]"
     )
     min_p = null_min_p(R)
@@ -92,10 +104,39 @@ def _stability_row(r: Mapping[str, Any]) -> str:
     if st.get("identical_subsets"):
         ties += (f"; {st['identical_subsets']} other subset(s) give the same answer on every D_dist example, "
                  "so the data cannot tell them apart")
-    return (
-        f"{heads} wins {st['selected_frequency']:.1%} of {st['n_resamples']} bootstrap resamples of D_dist{ties} "
-        f"(other winners: {rest})"
-    )
+    if st.get("method") == "reselect":
+        bound = (f"{st['selected_frequency']:.1%}" if not st.get("unknown")
+                 else f"between {st['selected_frequency']:.1%} and {st['upper']:.1%} ({st['unknown']} resamples "
+                      "needed a subset that was never evaluated)")
+        text = (f"the whole selection (pool and stage 2) redone on {st['n_resamples']} bootstrap resamples of D_dist "
+                f"picks {heads} {bound}{ties}")
+    else:
+        text = f"{heads} wins {st['selected_frequency']:.1%} of {st['n_resamples']} bootstrap resamples of D_dist{ties} (pool fixed)"
+    half = r.get("split_half")
+    if half:
+        text += f"; selections on two halves of D_dist agree in {half['agree']:.1%} of {half['n_splits']} splits"
+    return f"{text} (other winners: {rest})"
+
+
+def _evidence_rows(r: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The rows on whether ablation helps: the selection-adjusted test on D_dist, the one-sided
+    McNemar p on D_test, and which heads of S-hat their leave-one-out contribution supports."""
+    rows = []
+    adj = r.get("adjusted")
+    if adj:
+        verdict = "some ablation helps" if adj["rejects"] else "NOTHING HELPS (not rejected)"
+        rows.append(("any ablation helps?", f"{verdict}: best discovery gain {pp(adj['observed'])} vs the best of "
+                     f"{adj['n_sets']} head sets with no effect (sign-flip max statistic, {adj['n_permutations']} "
+                     f"permutations): selection-adjusted p = {format_p(adj['p_value'])}"))
+    if r.get("p_enhance") is not None:
+        rows.append(("one-sided McNemar p", f"{format_p(r['p_enhance'])} (ablation raises D_test accuracy)"))
+    loo = r.get("leave_one_out")
+    if loo:
+        parts = "; ".join(f"{h['head']} {pp(h['gain'])} [{pp(h['ci_low'])}, {pp(h['ci_high'])}], Holm p "
+                          f"{format_p(h['p_holm'])}" for h in loo["heads"])
+        supported = ", ".join(loo["supported"]) or "none"
+        rows.append(("each head (leave-one-out)", f"data support {supported} at α = {loo['alpha']:g}: {parts}"))
+    return rows
 
 
 def _specificity_row(r: Mapping[str, Any]) -> Optional[str]:
@@ -124,22 +165,32 @@ def _top_subsets(r: Mapping[str, Any], n: int = 5) -> str:
     subsets = r.get("subsets") or []
     top = sorted(subsets, key=lambda s: (-s["dist_acc"], s["size"], -s.get("score_sum", 0.0)))[:n]
     return "; ".join(
-        f"{s['heads']} {pp(s['dist_gain'])} (test {pp(s.get('test_gain_posthoc'))}, post-hoc)" for s in top
+        f"{s['heads']} {pp(s['dist_gain'])}"
+        + (f" (test {pp(s['test_gain_posthoc'])}, exploratory post-hoc)" if s.get("test_gain_posthoc") is not None else "")
+        for s in top
     )
+
+
+def _selected_row(r: Mapping[str, Any]) -> str:
+    """S-hat, whether it was fixed before D_test was read, and the parsimony rule's choice."""
+    text = f"{HeadSet.parse(r.get('heads'))} ({selection_sentence(r)})"
+    par = r.get("parsimony")
+    if par and par.get("rule") == "one_se" and par.get("best") != par.get("chosen"):
+        text += (f"; smallest subset within one standard error ({pp(par['tolerance'])}) of the most accurate, "
+                 f"{par['best']} ({pp(par['best_dist_gain'])})")
+    return text
 
 
 def result_rows(result: Union["Result", Mapping[str, Any]]) -> list[tuple[str, str]]:
-    """The result as ``(label, value)`` rows: selected heads (and whether they were fixed before
-    D_test was read), a warning when the discovery gain is not positive, the search, discovery
-    (selection-biased) and test accuracies, the gain's CI and p-value, the random-subset null, the
-    selection stability, the optional specificity comparison and the best stage-2 subsets."""
+    """The result as ``(label, value)`` rows: selected heads (whether they were fixed before D_test
+    was read, and the parsimony rule's choice), a warning when the discovery gain is not positive,
+    the search, discovery (selection-biased) and test accuracies, the gain's CI and p-value, whether
+    any ablation helps (selection-adjusted test, one-sided p, each head's leave-one-out), the
+    random-subset null, the selection stability, the optional specificity comparison and the best
+    stage-2 subsets (their post-hoc test gains only when measured, labelled exploratory)."""
     r = result.to_dict() if isinstance(result, Result) else dict(result)
-    fixed = (
-        "fixed on D_dist before D_test was read" if r.get("selected_before_test", True)
-        else "NOT fixed before D_test was read: the test split was read first"
-    )
     alpha = float(r.get("alpha", 0.05))
-    rows = [("selected heads", f"{HeadSet.parse(r.get('heads'))} ({fixed})")]
+    rows = [("selected heads", _selected_row(r))]
     dist_gain = r.get("dist_gain")
     if dist_gain is not None and float(dist_gain) <= 0:
         rows.append(("warning", nonpositive_gain_warning(float(dist_gain))))
@@ -151,15 +202,17 @@ def result_rows(result: Union["Result", Mapping[str, Any]]) -> list[tuple[str, s
                                                 "(selection-biased: Ŝ was chosen for it)"),
         (f"D_test (n={r.get('n_test', '?')})", f"intact {pp(r.get('test_acc_intact'), False)} -> ablated "
                                                 f"{pp(r.get('test_acc_ablated'), False)}, gain {pp(r.get('gain'))}"),
-        (f"{1 - alpha:.0%} paired bootstrap CI", f"[{pp(r.get('ci_low'))}, {pp(r.get('ci_high'))}]"),
+        (f"{1 - alpha:.0%} {_CI_NAMES.get(r.get('ci_method'), 'paired bootstrap')} CI",
+         f"[{pp(r.get('ci_low'))}, {pp(r.get('ci_high'))}]"),
         ("McNemar exact p", format_p(r.get("p_value"))),
+        *_evidence_rows(r),
         ("random-subset null", _null_row(r)),
         ("selection stability", _stability_row(r)),
     ]
     specificity = _specificity_row(r)
     if specificity is not None:
         rows.append(("specificity", specificity))
-    rows.append(("top stage-2 subsets", "discovery gain (selection-biased), post-hoc test gain: " + _top_subsets(r)))
+    rows.append(("top stage-2 subsets", "discovery gain (selection-biased): " + _top_subsets(r)))
     return rows
 
 
@@ -195,7 +248,15 @@ class Result:
     split). ``selected_before_test`` is computed from what the oracle saw;
     ``selection_stability`` is how often stage 2 picks each subset on bootstrap resamples of
     D_dist (:func:`~cel_lens.selection.stability.selection_stability`); ``specificity`` the
-    optional comparison with random pools' winners (:mod:`~cel_lens.selection.specificity`).
+    optional comparison with random pools' winners (:mod:`~cel_lens.selection.specificity`);
+    ``seal`` what the test split's ledger held before the selection (``prior_test_reads``, the
+    first ``reads`` and the ``reason`` the flag is false, :mod:`cel_lens.evaluation.seal`);
+    ``ci_method`` the interval's method (``"tango"``, ``"newcombe"`` or ``"bootstrap"``); ``p_enhance`` the
+    one-sided exact McNemar p of "ablation helps"; ``leave_one_out`` each head's contribution
+    (:func:`~cel_lens.selection.paired.leave_one_out`); ``parsimony`` the stage-2 rule and its
+    choice (:mod:`~cel_lens.selection.parsimony`); ``adjusted`` the selection-adjusted test on
+    D_dist (:mod:`~cel_lens.selection.guardrails`); ``split_half`` the split-half agreement
+    (:mod:`~cel_lens.selection.reselect`).
     """
 
     heads: str
@@ -232,6 +293,13 @@ class Result:
     scores_split: str = "dist"
     selection_stability: Optional[dict[str, Any]] = None
     specificity: Optional[dict[str, Any]] = None
+    seal: Optional[dict[str, Any]] = field(default=None, compare=False)
+    ci_method: str = "bootstrap"
+    p_enhance: Optional[float] = None
+    leave_one_out: Optional[dict[str, Any]] = None
+    parsimony: Optional[dict[str, Any]] = None
+    adjusted: Optional[dict[str, Any]] = None
+    split_half: Optional[dict[str, Any]] = None
     timings: dict[str, float] = field(default_factory=dict, compare=False)
 
     @property

@@ -17,9 +17,11 @@ code in :mod:`cel_lens.sandbox`, which needs its opt-in) is chosen with
 
 Splits (paper, Table 3; ``full`` config, by task_id): D_dist = the ``train`` problems (601-974)
 but those worded like a test problem, D_test = the 500 ``test`` problems (11-510). Three train
-problems repeat a test problem's text with other tests (602 = 217, 704 = 248, 872 = 216): they are
-left out of D_dist (371 problems) and listed in ``Task.options["deduplication"]``. Smaller sizes
-are seeded samples.
+problems repeat a test problem's text with other tests (602 = 217, 704 = 248, 872 = 216), and ten
+more are near-paraphrases of one (token Jaccard >= 0.9, :mod:`cel_lens.tasks.paraphrase`; 658 and
+362 differ by one word): all are left out of D_dist (361 problems) and listed in
+``Task.options["deduplication"]`` (the near-paraphrases under ``"near_paraphrases"``, with their
+similarity). Smaller sizes are seeded samples.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from typing import Any, Callable, Mapping, Optional
 
 from cel_lens.sandbox.judge import split_tests
 from cel_lens.tasks.base import Example, Task, dedup_record, drop_same_text
+from cel_lens.tasks.paraphrase import NEAR_PARAPHRASE_JACCARD, drop_near_paraphrases, paraphrase_record
 from cel_lens.tasks.io import (
     PathLike,
     RowError,
@@ -78,9 +81,9 @@ FEWSHOT_DELIMITER = "\n\n"  # lm-eval's default between shots and before the pro
 INFO: dict[str, Any] = {
     "kind": "generation",
     "metric": "pass@1",
-    "n_dist": 371,
+    "n_dist": 361,
     "n_test": 500,
-    "dist_from": "train (task_id 601-974) minus 3 worded like a test problem",
+    "dist_from": "train (task_id 601-974) minus 3 worded like a test problem and 10 near-paraphrases of one",
     "test_from": "test (task_id 11-510)",
     "hub": f"{HUB_ID} (full)",
     "files": [RELPATH],
@@ -248,7 +251,7 @@ def load_mbpp(
     max_new_tokens: int = MAX_NEW_TOKENS,
     **kw: Any,
 ) -> Task:
-    """MBPP with D_dist from ``train`` (default all 371 not worded like a test problem) and D_test
+    """MBPP with D_dist from ``train`` (default all 361 not worded like, or nearly like, a test problem) and D_test
     from ``test`` (default all 500), 3-shot prompts, judged by the judge named ``judge`` (see
     :data:`JUDGES`), generating up to ``max_new_tokens`` tokens (default 256, lm-eval's; a run's
     manifest records it)."""
@@ -267,8 +270,11 @@ def load_mbpp(
     train, same_text = drop_same_text(
         [_example(r, prefix) for r in sorted(by_split["train"], key=lambda r: int(r["task_id"]))], test_pool
     )
+    train, near = drop_near_paraphrases(train, test_pool, NEAR_PARAPHRASE_JACCARD)
     n_t = check_size(n_test, len(test_pool), len(test_pool), "MBPP D_test", "the MBPP test split (task_id 11-510)")
     note = f" after leaving out {len(same_text)} worded like a test problem" if same_text else ""
+    if near:
+        note += f"{' and' if same_text else ' after leaving out'} {len(near)} near-paraphrases of one"
     n_d = check_size(n_dist, len(train), len(train), "MBPP D_dist", "the MBPP train split (task_id 601-974)", note)
     test = seeded_sample(test_pool, n_t, seed, "mbpp/test")
     dist = seeded_sample(train, n_d, seed, "mbpp/dist")
@@ -294,6 +300,8 @@ def load_mbpp(
             "protocol": "lm-evaluation-harness mbpp: 3-shot (task_id 2-4), greedy until [DONE], "
             "pass@1 with the test_list asserts",
             "sources": sources,
-            **({"deduplication": dedup_record(same_text)} if same_text else {}),
+            **({"deduplication": {**dedup_record(same_text), **(
+                {"near_paraphrases": paraphrase_record(near, NEAR_PARAPHRASE_JACCARD)} if near else {})}}
+               if same_text or near else {}),
         },
     )

@@ -253,7 +253,13 @@ def test_result_dict_roundtrip_and_display():
     assert Result.from_dict(d) == r
     assert r.head_set == HeadSet.parse(r.heads)
     text = str(r)
-    assert r.heads in text and "McNemar" in text and "post-hoc" in text
+    assert r.heads in text and "McNemar" in text
+    # post-hoc test gains of every subset are not measured or shown by default (choosing by them leaks
+    # D_test); asked for, they are labelled exploratory
+    assert "post-hoc" not in text and all(s["test_gain_posthoc"] is None for s in d["subsets"])
+    shown = str(run_search(planted_oracle(0, n_dist=200, n_test=200), k=2, pool_size=5, n_null=10, posthoc=True,
+                           progress=False))
+    assert "exploratory post-hoc" in shown
     assert "<table>" in r._repr_html_()
 
 

@@ -24,8 +24,9 @@ def _calls(oracle: SyntheticOracle, split: str) -> int:
 @pytest.mark.parametrize("k, pool, strategy", [(2, 5, "exhaustive"), (3, 6, "exhaustive"), (3, 8, "beam")])
 def test_plan_counts_the_evaluations_the_search_makes(k, pool, strategy):
     oracle = SyntheticOracle(4, 5, **ORACLE)
-    plan = plan_search(4, 5, 120, 80, k=k, pool_size=pool, strategy=strategy, beam_width=3, n_null=10)
-    run_search(oracle, k=k, pool_size=pool, strategy=strategy, beam_width=3, n_null=10, n_boot=100, progress=False)
+    plan = plan_search(4, 5, 120, 80, k=k, pool_size=pool, strategy=strategy, beam_width=3, n_null=10, posthoc=True)
+    run_search(oracle, k=k, pool_size=pool, strategy=strategy, beam_width=3, n_null=10, n_boot=100, posthoc=True,
+               progress=False)
     stages = {s.name: s for s in plan.stages}
     dist = stages["intact"].head_sets + stages["stage 1 (exact)"].head_sets + stages["stage 2"].head_sets
     if strategy == "exhaustive":

@@ -71,7 +71,7 @@ def test_registry_lists_the_four_tasks_with_paper_defaults() -> None:
     assert {"arithmetic", "mbpp", "hellaswag", "boolq"} <= set(available_tasks())
     sizes = {n: (task_info(n)["n_dist"], task_info(n)["n_test"]) for n in ("arithmetic", "mbpp", "hellaswag", "boolq")}
     # MBPP: the paper's 374 train problems but 3 worded like a test problem
-    assert sizes == {"arithmetic": (2000, 1000), "mbpp": (371, 500), "hellaswag": (2000, 10042), "boolq": (2000, 3270)}
+    assert sizes == {"arithmetic": (2000, 1000), "mbpp": (361, 500), "hellaswag": (2000, 10042), "boolq": (2000, 3270)}
     assert task_info("hellaswag")["metric"] == "acc_norm" and task_info("mbpp")["metric"] == "pass@1"
 
 
@@ -184,8 +184,9 @@ EXPECTED_MBPP_11 = (
 
 @needs_data
 def test_mbpp_splits_are_the_official_task_id_ranges(mbpp_task: Task) -> None:
-    assert (len(mbpp_task.dist), len(mbpp_task.test)) == (371, 500)
-    assert {e.meta["task_id"] for e in mbpp_task.dist} == set(range(601, 975)) - {602, 704, 872}
+    assert (len(mbpp_task.dist), len(mbpp_task.test)) == (361, 500)
+    near = {606, 683, 731, 658, 965, 952, 673, 777, 837, 945}  # near-paraphrases of test problems
+    assert {e.meta["task_id"] for e in mbpp_task.dist} == set(range(601, 975)) - {602, 704, 872} - near
     assert {e.meta["task_id"] for e in mbpp_task.test} == set(range(11, 511))
     assert mbpp_task.kind == "generation" and mbpp_task.metric == "pass@1"
     assert mbpp_task.judge is mbpp.judge and mbpp_task.test.judge is mbpp.judge
@@ -216,8 +217,8 @@ def test_mbpp_seeded_subsamples(data_dir: Path) -> None:
     c = load_task("mbpp", n_dist=20, n_test=10, seed=4, data_dir=data_dir)
     assert a.dist.ids == b.dist.ids and a.test.ids == b.test.ids and a.dist.ids != c.dist.ids
     assert all(601 <= e.meta["task_id"] <= 974 for e in a.dist) and all(11 <= e.meta["task_id"] <= 510 for e in a.test)
-    with pytest.raises(ValueError, match="has 371 after leaving out 3 worded like a test problem"):
-        load_task("mbpp", n_dist=372, data_dir=data_dir)
+    with pytest.raises(ValueError, match="has 361 after leaving out 3 worded like a test problem and 10 near-paraphrases"):
+        load_task("mbpp", n_dist=362, data_dir=data_dir)
 
 
 def test_extract_code() -> None:
@@ -332,6 +333,18 @@ def test_mbpp_real_near_duplicates_are_the_three_known_twins(mbpp_task: Task) ->
     assert sorted(map(tuple, pairs)) == [("mbpp/602", "mbpp/217"), ("mbpp/704", "mbpp/248"), ("mbpp/872", "mbpp/216")]
     texts = {e.dedup_key for e in mbpp_task.test}
     assert not any(e.dedup_key in texts for e in mbpp_task.dist)
+
+
+@needs_data
+def test_mbpp_near_paraphrases_are_dropped_and_recorded(mbpp_task: Task) -> None:
+    from cel_lens.tasks.paraphrase import jaccard, tokens
+
+    near = mbpp_task.options["deduplication"]["near_paraphrases"]
+    pairs = {(a, b): s for a, b, s in near["pairs"]}
+    assert near["removed"] == 10 and ("mbpp/658", "mbpp/362") in pairs and ("mbpp/673", "mbpp/439") in pairs
+    test = [tokens(e.meta.get("text") or e.prompt) for e in mbpp_task.test]
+    worst = max(jaccard(tokens(e.meta.get("text") or e.prompt), t) for e in mbpp_task.dist for t in test)
+    assert worst < 0.9  # no pair of D_dist/D_test problems left at or above the stated threshold
 
 
 def test_same_text_across_splits_is_an_overlap_even_with_other_content() -> None:

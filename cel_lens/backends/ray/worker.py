@@ -20,6 +20,7 @@ import torch
 from cel_lens.backends.ray.factory import ModelFactory
 from cel_lens.backends.ray.shards import Shard, plan_shards, shard_split
 from cel_lens.evaluation.evaluator import evaluate
+from cel_lens.evaluation.seal import reading_as
 from cel_lens.evaluation.store import ActivationStore
 from cel_lens.heads import HeadSet, HeadsLike
 from cel_lens.model.identity import model_manifest
@@ -106,7 +107,8 @@ class ShardWorker:
         (in the shard's order), as a boolean array."""
 
         split = shard_split(self.task.split(shard.split), shard)
-        with redirect_stdout(sys.stderr):
+        # a test read is recorded in the seal's ledger where the worker runs (no warning: the driver owns it)
+        with redirect_stdout(sys.stderr), reading_as(f"ray worker {socket.gethostname()}:{os.getpid()}"):
             result = evaluate(
                 self.model, split, [HeadSet.parse(s) for s in head_sets], batch_size=self.batch_size,
                 store=self._store(shard, split), progress=False, max_rows=shard.max_rows,

@@ -1,0 +1,164 @@
+"""The sealed test split: a ledger of every read of D_test, that any later search can see.
+
+Every evaluation of a split named ``"test"`` goes through :func:`cel_lens.evaluation.evaluate`
+(``cl.evaluate``, :func:`cel_lens.analysis.flipped_examples`, ``cel-lens evaluate``, the local and
+Ray backends, ``MemoOracle(guard_test=False)`` over a model...), and that one choke point appends
+a line to the ledger: which model, which test examples (by the split's content hash, with the
+example ids written once per hash), which head sets, when, and by which entry point
+(:func:`reading_as`; ``"evaluate"`` when no caller said). A search asks :func:`recorded_reads` when it
+fixes its selection: any read of one of its D_test examples by the same model before that moment
+makes ``selected_before_test`` false, with the reads as the reason.
+
+The ledger is one append-only JSONL file per task under :func:`ledger_dir` (``$CEL_LENS_LEDGER``,
+else ``$CEL_LENS_CACHE/test_reads``, else ``~/.cache/cel_lens/test_reads``). Writers take an
+exclusive ``flock`` (one per open file description, so threads of one process take turns too),
+readers a shared one: safe across processes and threads. A read outside any search warns in one
+line that it breaks the seal (:data:`SEAL_WARNING`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import datetime as dt
+import fcntl
+import json
+import os
+import re
+import socket
+import warnings
+from pathlib import Path
+from typing import Any, Iterator, Optional, Sequence
+
+from cel_lens.heads import HeadSet
+from cel_lens.tasks.base import Split
+
+__all__ = ["TEST_SPLIT_NAME", "SEAL_WARNING", "ledger_dir", "ledger_file", "reading_as", "record_test_read",
+           "recorded_reads", "summarize_read", "describe_reads"]
+
+TEST_SPLIT_NAME = "test"
+"""The split name whose reads are recorded."""
+SEAL_WARNING = (
+    "reading D_test of {task} with {model} breaks its seal: a later search of this model on this task "
+    "will report that its selection was not fixed before D_test was read (explore on D_dist instead)"
+)
+"""The one line a read of D_test outside a search prints (as a :class:`UserWarning`)."""
+
+_ENTRY: contextvars.ContextVar[Optional[tuple[str, Optional[str]]]] = contextvars.ContextVar(
+    "cel_lens_test_read_entry", default=None
+)
+
+
+_KNOWN: set[tuple[str, str]] = set()  # (ledger file, split hash) whose ids this process knows are written
+
+
+def ledger_dir() -> Path:
+    """Where the ledger lives: ``$CEL_LENS_LEDGER``, else ``$CEL_LENS_CACHE/test_reads``, else
+    ``$XDG_CACHE_HOME/cel_lens/test_reads`` (``~/.cache`` by default)."""
+    if os.environ.get("CEL_LENS_LEDGER"):
+        return Path(os.environ["CEL_LENS_LEDGER"])
+    cache = os.environ.get("CEL_LENS_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cel_lens"
+    return Path(cache) / "test_reads"
+
+
+def ledger_file(task: str) -> Path:
+    """The ledger file of ``task`` (its name made safe for a file name)."""
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", task or "unnamed") or "unnamed"
+    return ledger_dir() / f"{safe}.jsonl"
+
+
+@contextlib.contextmanager
+def reading_as(entry: str, key: Optional[str] = None) -> Iterator[None]:
+    """Test reads inside this block are recorded as made by ``entry`` (``"search <run>"``, ...);
+    a read inside it prints no seal warning (the caller owns the read). ``key`` (inherited from an
+    enclosing block when not given) names a search configuration: its own reads after its
+    selection do not mark a later search of the same configuration, whose selection, a function
+    of D_dist alone, they cannot have changed (:func:`recorded_reads` ``exclude_key``)."""
+    outer = _ENTRY.get()
+    token = _ENTRY.set((entry, key if key is not None else (outer[1] if outer else None)))
+    try:
+        yield
+    finally:
+        _ENTRY.reset(token)
+
+
+@contextlib.contextmanager
+def _locked(path: Path, exclusive: bool) -> Iterator[Any]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+", encoding="utf-8") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        try:
+            fh.seek(0)
+            yield fh
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def _lines(fh: Any) -> list[dict[str, Any]]:
+    out = []
+    for line in fh.read().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # a line cut by a crash: the rest of the ledger still counts
+    return out
+
+
+def record_test_read(model: str, split: Split, head_sets: Sequence[HeadSet], *, entry: Optional[str] = None) -> None:
+    """Append a read of ``split`` (a test split) by ``model`` with ``head_sets`` to the ledger, and
+    warn (:data:`SEAL_WARNING`) when no caller claimed the read (:func:`reading_as`). Splits not
+    named ``"test"`` are not recorded."""
+    if split.name != TEST_SPLIT_NAME:
+        return
+    owner, key = _ENTRY.get() or (None, None)
+    if owner is None and entry is None:
+        warnings.warn(SEAL_WARNING.format(task=split.task or "this task", model=model), UserWarning, stacklevel=3)
+    digest = split.content_hash
+    now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="microseconds")
+    read = {"kind": "read", "time": now, "model": model, "task": split.task, "split": digest, "n": len(split),
+            "head_sets": [str(h) for h in head_sets], "entry": entry or owner or "evaluate", "key": key,
+            "pid": os.getpid(), "host": socket.gethostname()}
+    path = ledger_file(split.task)
+    with _locked(path, exclusive=True) as fh:
+        # the split's ids are written once; a process reads the ledger for that only the first time
+        known = (str(path), digest) in _KNOWN or any(e.get("kind") == "split" and e.get("split") == digest for e in _lines(fh))
+        _KNOWN.add((str(path), digest))
+        lines = [] if known else [{"kind": "split", "split": digest, "ids": split.ids}]
+        fh.seek(0, os.SEEK_END)
+        fh.write("".join(json.dumps(e) + "\n" for e in [*lines, read]))
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def recorded_reads(model: str, split: Split, *, exclude_key: Optional[str] = None) -> list[dict[str, Any]]:
+    """Recorded reads by ``model`` of any example of ``split`` (a test split), oldest first; reads
+    made under ``exclude_key`` (the same search configuration, :func:`reading_as`) left out."""
+    path = ledger_file(split.task)
+    if not path.is_file():
+        return []
+    with _locked(path, exclusive=False) as fh:
+        entries = _lines(fh)
+    ours = set(split.ids)
+    overlapping = {e["split"] for e in entries if e.get("kind") == "split" and ours & set(e.get("ids") or [])}
+    overlapping.add(split.content_hash)
+    return [e for e in entries if e.get("kind") == "read" and e.get("model") == model and e.get("split") in overlapping
+            and (exclude_key is None or e.get("key") != exclude_key)]
+
+
+def summarize_read(read: dict[str, Any]) -> dict[str, Any]:
+    """A ledger read without its head-set list (what a result and a journal keep): entry point,
+    time, model, process and how many head sets were read."""
+    keep = {k: read.get(k) for k in ("entry", "time", "model", "task", "pid", "host", "n")}
+    n_sets = read.get("n_head_sets")
+    return {**keep, "n_head_sets": int(n_sets) if n_sets is not None else len(read.get("head_sets") or [])}
+
+
+def describe_reads(reads: Sequence[dict[str, Any]], limit: int = 3) -> str:
+    """One line that says what read D_test before (the first ``limit`` reads, then a count)."""
+    if not reads:
+        return "no recorded read of D_test"
+    shown = "; ".join(
+        f"{r.get('entry', '?')} at {r.get('time', '?')} ({summarize_read(r)['n_head_sets']} head sets)" for r in reads[:limit]
+    )
+    more = f"; and {len(reads) - limit} more" if len(reads) > limit else ""
+    return f"D_test was read {len(reads)} time(s) before the selection: {shown}{more}"

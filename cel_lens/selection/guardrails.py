@@ -1,0 +1,78 @@
+"""Does any ablation help? A selection-adjusted test on D_dist, from the recorded evaluations.
+
+S-hat's discovery gain is the largest of hundreds: with no head that helps it is still positive
+on average (the winner's curse), so "the best gain is > 0" says nothing. This test compares the
+best discovery gain with its distribution under "no head set helps": a *max statistic* over every
+head set the search evaluated on D_dist (stage 1's singles and stage 2's subsets), under sign-flip
+permutations of the per-example paired differences against the intact model. Flipping an
+example's signs together across all head sets keeps their dependence; the same flips apply to
+every set, so the whole selection (over everything evaluated) is redone on each permutation, with
+no forward pass. The p-value is ``(1 + #{permutations whose max >= observed}) / (1 + B)``.
+
+Under "no head changes anything" each example's differences are symmetric about 0 and the test is
+exact; when some heads harm, their flipped gains can only look better, so the test stays
+conservative. "Nothing helps" is then the verdict whenever it does not reject at ``alpha``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from jaxtyping import Bool
+from torch import Tensor
+
+__all__ = ["DEFAULT_N_ADJUSTED", "selection_adjusted_test", "nothing_helps_warning"]
+
+DEFAULT_N_ADJUSTED = 999
+"""Sign-flip permutations of the selection-adjusted test."""
+
+
+def selection_adjusted_test(
+    correct: Bool[Tensor, "set example"],
+    intact: Bool[Tensor, " example"],
+    *,
+    n_permutations: int = DEFAULT_N_ADJUSTED,
+    seed: int = 0,
+    alpha: float = 0.05,
+) -> dict[str, Any]:
+    """The max-statistic sign-flip test of "no evaluated head set raises D_dist accuracy".
+    ``correct``: every evaluated head set's D_dist correctness; ``intact``: the intact model's.
+
+    Returns ``{"observed", "p_value", "min_p", "n_permutations", "n_sets", "null_mean",
+    "null_quantile", "rejects"}`` (``null_quantile``: the ``1 - alpha`` quantile of the max gain
+    under the null, what the best discovery gain must exceed)."""
+    if n_permutations < 1:
+        raise ValueError(f"n_permutations must be >= 1, got {n_permutations}")
+    if correct.ndim != 2 or correct.shape[1] != intact.shape[0]:
+        raise ValueError(f"correct must be [set, {intact.shape[0]}], got shape {tuple(correct.shape)}")
+    d = (correct.to(torch.int64) - intact.to(torch.int64)[None, :]).to(torch.float32).numpy()  # [set, example]
+    n = d.shape[1]
+    keep = np.flatnonzero(np.abs(d).sum(0) > 0)  # examples where no set differs carry nothing
+    d = d[:, keep]
+    observed = float(d.sum(1).max()) / n if d.size else 0.0
+    rng = np.random.default_rng([seed, 0xF11])
+    maxima = np.empty(n_permutations, dtype=np.float64)
+    chunk = max(1, min(n_permutations, 2_000_000 // max(d.shape[1], 1)))
+    for start in range(0, n_permutations, chunk):
+        b = min(chunk, n_permutations - start)
+        signs = rng.choice(np.array([-1.0, 1.0], dtype=np.float32), size=(d.shape[1], b))
+        maxima[start : start + b] = (d @ signs).max(0) / n if d.size else 0.0
+    exceed = int((maxima >= observed - 1e-12).sum())
+    p = (1 + exceed) / (1 + n_permutations)
+    return {
+        "observed": observed, "p_value": p, "min_p": 1 / (1 + n_permutations), "n_permutations": int(n_permutations),
+        "n_sets": int(correct.shape[0]), "null_mean": float(maxima.mean()),
+        "null_quantile": float(np.quantile(maxima, 1 - alpha)), "rejects": bool(p <= alpha),
+    }
+
+
+def nothing_helps_warning(adjusted: dict[str, Any], alpha: float) -> str:
+    """The one line shown when the selection-adjusted test does not reject: no evidence on D_dist
+    that any ablation helps, whatever S-hat's (selection-biased) discovery gain."""
+    return (
+        f"nothing helps: the best discovery gain {100 * adjusted['observed']:+.2f} pp is within what the best of "
+        f"{adjusted['n_sets']} evaluated head sets reaches when none helps (selection-adjusted p = "
+        f"{adjusted['p_value']:.3g} > α = {alpha:g}); this is not evidence of an enhancement"
+    )

@@ -1,0 +1,139 @@
+"""Selection stability that redoes the selection: pool and stage 2 on resampled discovery data.
+
+:func:`~cel_lens.selection.stability.selection_stability` keeps the pool fixed and resamples only
+stage 2's data, which favours the original winner (the pool was chosen on the same examples). Here
+each bootstrap resample of D_dist redoes everything from the recorded bits: stage-1 exact scores
+(every single head's gain, recorded by stage 1), the top-``pool_size`` pool, and stage 2 with the
+search's rule (:mod:`~cel_lens.selection.parsimony`) over the subsets of the new pool that were
+evaluated. When a new pool needs a subset that was never evaluated, that resample's winner is
+unknown: the stability is reported as the bound ``[wins, wins + unknown] / B`` (its lower end
+first). :func:`split_half_agreement` selects on one half of D_dist and again on the other half, and
+reports how often the two agree: a direct reproducibility figure (each half has half the data).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional, Sequence
+
+import numpy as np
+import torch
+from jaxtyping import Bool
+from torch import Tensor
+
+from cel_lens.heads import Head, HeadSet
+from cel_lens.selection.parsimony import tolerance_width
+from cel_lens.selection.subsets import SubsetScore, selection_key
+
+__all__ = ["Reselector", "reselecting_stability", "split_half_agreement"]
+
+
+class Reselector:
+    """The whole selection (pool from exact stage-1 scores, then stage 2 with ``rule``), rerun
+    on any example weights from recorded D_dist bits. ``singles``: every head's D_dist correctness
+    (``{Head: bits}``); ``subsets``/``subset_bits``: stage 2's evaluated subsets."""
+
+    def __init__(self, singles: dict[Head, Tensor], subsets: Sequence[SubsetScore], subset_bits: Tensor,
+                 intact: Tensor, *, pool_size: int, k: int, rule: str = "one_se") -> None:
+        self.heads = sorted(singles)
+        index = {h: i for i, h in enumerate(self.heads)}
+        self.single_d = np.stack([singles[h].numpy().astype(np.float64) for h in self.heads]) - intact.numpy()
+        order = sorted(range(len(subsets)), key=lambda i: selection_key(subsets[i])[1:])
+        self.subsets = [subsets[i] for i in order]
+        self.bits = subset_bits[order].to(torch.float64).numpy()
+        self.sizes = np.array([len(s.heads) for s in self.subsets])
+        width = int(self.sizes.max()) if len(self.subsets) else 1
+        self.members = np.full((len(self.subsets), width), -1)
+        for i, s in enumerate(self.subsets):
+            self.members[i, : len(s.heads)] = [index.get(h, -1) for h in s.heads]
+        m = min(pool_size, len(self.heads))
+        self.pool_size, self.rule = m, rule
+        self.width = tolerance_width(rule, len(self.subsets))
+        self.needed = sum(math.comb(m, j) for j in range(1, min(k, m) + 1))
+
+    def select(self, w: np.ndarray) -> tuple[Optional[HeadSet], bool]:
+        """The selection under example weights ``w`` and whether it is certain: ``(winner, True)``
+        when every subset the new pool needs was evaluated, ``(best of those evaluated, False)``
+        otherwise (an unevaluated subset might have won instead); ``(None, False)`` when none was."""
+        scores = self.single_d @ w
+        pool = np.zeros(len(self.heads) + 1, dtype=bool)  # the last entry stands for "not a head" (-1)
+        pool[np.argsort(-scores, kind="stable")[: self.pool_size]] = True
+        inside = np.where(self.members >= 0, pool[self.members], True).all(1)
+        cands = np.flatnonzero(inside)
+        if len(cands) == 0:
+            return None, False
+        complete = len(cands) >= self.needed
+        counts = self.bits[cands] @ w
+        best = int(np.argmax(counts))
+        if self.rule == "best":
+            return self.subsets[cands[best]].heads, complete
+        total = float(w.sum())
+        diff = self.bits[cands] - self.bits[cands[best]]
+        mean = (diff @ w) / total
+        var = ((diff - mean[:, None]) ** 2 @ w) / max(total - 1.0, 1.0)
+        within = mean >= -self.width * np.sqrt(var / total) - 1e-12
+        smallest = self.sizes[cands][within].min()
+        pick = np.flatnonzero(within & (self.sizes[cands] == smallest))[0]  # first in the rule's order
+        return self.subsets[cands[pick]].heads, complete
+
+
+def _summary(picks: list[tuple[Optional[HeadSet], bool]], selected: HeadSet) -> dict[str, Any]:
+    """Frequencies of the winners; S-hat's as a bound: certain wins, and wins that an unevaluated
+    subset might have taken (``unknown``)."""
+    b = len(picks)
+    wins = sum(w == selected and sure for w, sure in picks)
+    unknown = sum(w == selected and not sure for w, sure in picks)
+    freq: dict[str, int] = {}
+    for w, sure in picks:
+        if w is not None and sure:
+            freq[str(w)] = freq.get(str(w), 0) + 1
+    top = sorted(freq.items(), key=lambda kv: -kv[1])[:10]
+    return {"selected": str(selected), "selected_frequency": wins / b, "upper": (wins + unknown) / b,
+            "unknown": unknown, "incomplete": sum(not sure for _, sure in picks) / b,
+            "wins": [{"heads": h, "frequency": c / b} for h, c in top]}
+
+
+def reselecting_stability(
+    reselector: Reselector, selected: HeadSet, *, n_resamples: int = 200, seed: int = 0
+) -> dict[str, Any]:
+    """How often the whole selection, redone on a bootstrap resample of D_dist, picks ``selected``:
+    ``{"method": "reselect", "n_resamples", "selected", "selected_frequency" (certain wins: the
+    lower bound), "upper" (also counting resamples where it beat every evaluated candidate but an
+    unevaluated subset was needed), "unknown", "incomplete", "wins"}``."""
+    n = reselector.single_d.shape[1]
+    rng = np.random.default_rng([seed, 0x5E1])
+    picks = [reselector.select(np.bincount(rng.integers(0, n, n), minlength=n).astype(np.float64))
+             for _ in range(n_resamples)]
+    return {"method": "reselect", "n_resamples": int(n_resamples), **_summary(picks, selected)}
+
+
+def split_half_agreement(reselector: Reselector, *, n_splits: int = 100, seed: int = 0) -> dict[str, Any]:
+    """Select on a random half of D_dist and again on the other half, ``n_splits`` times:
+    ``{"n_splits", "agree", "agree_upper", "unknown"}`` (``agree``: the fraction of splits whose two
+    halves certainly chose the same subset; ``agree_upper`` also counts agreements where a half
+    needed an unevaluated subset; ``unknown``: the fraction of such splits)."""
+    n = reselector.single_d.shape[1]
+    rng = np.random.default_rng([seed, 0x4A1F])
+    agree = maybe = unknown = 0
+    for _ in range(n_splits):
+        half = np.zeros(n)
+        half[rng.permutation(n)[: n // 2]] = 1.0
+        (a, sure_a), (b, sure_b) = reselector.select(half), reselector.select(1.0 - half)
+        unknown += not (sure_a and sure_b)
+        same = a is not None and a == b
+        agree += same and sure_a and sure_b
+        maybe += same
+    return {"n_splits": int(n_splits), "agree": agree / n_splits, "agree_upper": maybe / n_splits,
+            "unknown": unknown / n_splits}
+
+
+def singles_from(
+    sets: Sequence[HeadSet], bits: Bool[Tensor, "set example"], n_layers: int, n_heads: int
+) -> Optional[dict[Head, Tensor]]:
+    """Every single head's recorded correctness (``None`` unless all ``n_layers * n_heads`` are
+    recorded, as after exact stage-1 scores)."""
+    singles = {next(iter(s)): b for s, b in zip(sets, bits) if len(s) == 1}
+    return singles if len(singles) == n_layers * n_heads else None
+
+
+__all__ += ["singles_from"]

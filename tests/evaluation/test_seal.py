@@ -1,0 +1,118 @@
+"""The sealed test split: every read of D_test is in the ledger, and a later search says so."""
+
+from __future__ import annotations
+
+import json
+import threading
+import warnings
+
+import pytest
+
+import cel_lens as cl
+from cel_lens.analysis import flipped_examples
+from cel_lens.backends import LocalOracle
+from cel_lens.evaluation.seal import ledger_file, reading_as, record_test_read, recorded_reads
+from cel_lens.heads import HeadSet
+from cel_lens.model.identity import model_id
+from cel_lens.oracle import MemoOracle
+from cel_lens.selection.result import format_result
+from cel_lens.testing import planted_task
+
+PLANTED = "L2H1"
+
+
+@pytest.fixture(scope="module")
+def task(tiny_model):
+    return planted_task(tiny_model, heads=PLANTED)
+
+
+def test_evaluate_on_test_records_the_read_and_warns_in_one_line(tiny_model, task):
+    with pytest.warns(UserWarning, match="breaks its seal") as caught:
+        cl.evaluate(tiny_model, task.test, [HeadSet(), HeadSet.parse("L0H0")], progress=False)
+    assert len([w for w in caught if "seal" in str(w.message)]) == 1
+    assert "\n" not in str(caught[0].message)
+    reads = recorded_reads(model_id(tiny_model), task.test)
+    assert len(reads) == 1
+    assert reads[0]["head_sets"] == ["intact", "L0H0"] and reads[0]["entry"] == "evaluate"
+    assert reads[0]["n"] == len(task.test)
+
+
+def test_evaluate_on_dist_records_nothing(tiny_model, task):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        cl.evaluate(tiny_model, task.dist, [HeadSet()], progress=False)
+    assert recorded_reads(model_id(tiny_model), task.test) == []
+    assert not ledger_file(task.test.task).exists()
+
+
+def test_a_read_of_a_part_of_the_test_split_counts(tiny_model, task):
+    with reading_as("a notebook"):
+        cl.evaluate(tiny_model, task.test.subset(3), [HeadSet()], progress=False)
+    reads = recorded_reads(model_id(tiny_model), task.test)
+    assert [r["entry"] for r in reads] == ["a notebook"]
+    assert recorded_reads("another model", task.test) == []
+
+
+def test_search_after_a_test_read_is_not_selected_before_test(tiny_model, task, tmp_path):
+    clean = cl.search(tiny_model, task, k=1, pool_size=3, n_null=4, out=tmp_path / "a", progress=False)
+    assert clean.result.selected_before_test is True
+    assert clean.result.seal["prior_test_reads"] == 0
+    # the search's own test reads are recorded, and owned (they are after its selection)
+    assert any("search" in r["entry"] for r in recorded_reads(model_id(tiny_model), task.test))
+
+
+def test_a_second_configuration_is_flagged_and_the_same_one_is_not(tiny_model, task, tmp_path):
+    first = cl.search(tiny_model, task, k=1, pool_size=3, n_null=4, out=tmp_path / "first", progress=False)
+    assert first.result.selected_before_test is True
+    # the same configuration elsewhere: its selection is a function of D_dist, the first's reads cannot change it
+    same = cl.search(tiny_model, task, k=1, pool_size=3, n_null=4, out=tmp_path / "same", progress=False)
+    assert same.result.selected_before_test is True
+    # another configuration, chosen after the first one's test statistics were seen: flagged
+    other = cl.search(tiny_model, task, k=1, pool_size=4, n_null=4, out=tmp_path / "other", progress=False)
+    assert other.result.selected_before_test is False and "search" in other.result.seal["reason"]
+
+
+def test_flipped_examples_then_search_is_flagged_with_the_reason(tiny_model, task, tmp_path):
+    with pytest.warns(UserWarning, match="breaks its seal"):
+        flipped_examples(tiny_model, task, heads=PLANTED, split="test", progress=False)
+    run = cl.search(tiny_model, task, k=1, pool_size=3, n_null=4, out=tmp_path / "b", progress=False)
+    res = run.result
+    assert res.selected_before_test is False
+    assert res.seal["prior_test_reads"] >= 1
+    assert "D_test was read" in res.seal["reason"]
+    assert "NOT fixed before D_test was read: D_test was read" in format_result(res)
+    selected = [json.loads(x) for x in (tmp_path / "b" / "evaluations.jsonl").read_text().splitlines()]
+    event = next(x for x in selected if x.get("event") == "selected")
+    assert event["selected_before_test"] is False and event["seal"]["prior_test_reads"] >= 1
+    manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
+    assert manifest["test_seal"]["selected_before_test"] is False and "D_test was read" in manifest["test_seal"]["reason"]
+    assert run.manifest["test_seal"] == manifest["test_seal"]
+    # resuming keeps the flag the run recorded
+    again = cl.search(tiny_model, task, k=1, pool_size=3, n_null=4, out=tmp_path / "b", progress=False)
+    assert again.result.selected_before_test is False
+
+
+def test_unguarded_memo_oracle_over_a_model_reads_are_recorded(tiny_model, task):
+    memo = MemoOracle(LocalOracle(tiny_model, task, progress=False), guard_test=False)
+    with pytest.warns(UserWarning, match="breaks its seal"):
+        memo.evaluate("test", [HeadSet.parse("L1H1")])
+    reads = recorded_reads(model_id(tiny_model), task.test)
+    assert len(reads) == 1 and reads[0]["head_sets"] == ["L1H1"]
+
+
+def test_ledger_is_safe_across_threads(task):
+    def write(i: int) -> None:
+        with reading_as(f"thread {i}"):
+            for j in range(20):
+                record_test_read("m", task.test, [HeadSet.parse(f"L0H{j % 4}")])
+
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    lines = ledger_file(task.test.task).read_text().splitlines()
+    parsed = [json.loads(x) for x in lines]  # no interleaved, torn line
+    assert sum(p["kind"] == "read" for p in parsed) == 80
+    assert sum(p["kind"] == "split" for p in parsed) == 1
+    assert len(recorded_reads("m", task.test)) == 80

@@ -1,0 +1,57 @@
+"""The selection-adjusted test of "any ablation helps" on D_dist, and "nothing helps" built on it."""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from cel_lens.selection import run_search, selection_adjusted_test
+from cel_lens.testing import SyntheticOracle
+
+
+def test_matches_the_exact_sign_flip_distribution_on_a_small_case():
+    rng = np.random.default_rng(0)
+    intact = torch.tensor(rng.random(12) < 0.5)
+    correct = torch.stack([intact ^ torch.tensor(rng.random(12) < 0.3) for _ in range(4)])
+    got = selection_adjusted_test(correct, intact, n_permutations=20000, seed=1)
+    d = (correct.long() - intact.long()).numpy().astype(float)
+    observed = d.sum(1).max()
+    flips = np.array(list(itertools.product((-1.0, 1.0), repeat=12)))  # every sign vector
+    exact = float(((d @ flips.T).max(0) >= observed - 1e-12).mean())
+    assert got["observed"] == pytest.approx(observed / 12)
+    assert got["p_value"] == pytest.approx(exact, abs=0.01)
+
+
+def test_rejects_with_a_real_effect_and_rarely_without():
+    strong = SyntheticOracle(4, 4, n_dist=400, effects={"L2H1": 0.1}, noise=0.02, seed=0)
+    sets = [[(l, h)] for l in range(4) for h in range(4)]
+    intact = strong.evaluate("dist", [[]])[0]
+    assert selection_adjusted_test(strong.evaluate("dist", sets), intact, n_permutations=199)["rejects"]
+    rejections = 0
+    for seed in range(30):
+        null = SyntheticOracle(4, 4, n_dist=400, noise=0.05, seed=seed)
+        intact = null.evaluate("dist", [[]])[0]
+        rejections += selection_adjusted_test(null.evaluate("dist", sets), intact, n_permutations=199, seed=seed)["rejects"]
+    assert rejections <= 4  # about 5% of 30 expected; the raw "best gain > 0" is positive nearly always
+
+
+def test_nothing_helps_fires_when_the_best_gain_is_positive_but_not_beyond_chance():
+    oracle = SyntheticOracle(4, 4, n_dist=300, n_test=100, noise=0.05, seed=2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        r = run_search(oracle, k=2, pool_size=4, n_null=5, progress=False)
+    assert r.dist_gain > 0  # before, no warning was given for a positive discovery gain
+    assert not r.adjusted["rejects"]
+    assert any("nothing helps" in str(w.message) for w in caught)
+    assert "NOTHING HELPS" in str(r)
+
+
+def test_validates_its_input():
+    with pytest.raises(ValueError, match="n_permutations"):
+        selection_adjusted_test(torch.zeros(1, 3, dtype=torch.bool), torch.zeros(3, dtype=torch.bool), n_permutations=0)
+    with pytest.raises(ValueError, match="shape"):
+        selection_adjusted_test(torch.zeros(1, 4, dtype=torch.bool), torch.zeros(3, dtype=torch.bool))

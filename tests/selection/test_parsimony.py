@@ -1,0 +1,43 @@
+"""The one-standard-error rule drops heads that do nothing; the raw rule keeps them."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from cel_lens.heads import Head, HeadSet
+from cel_lens.oracle import MemoOracle
+from cel_lens.selection import candidate_pool, run_search, select_best, select_parsimonious, stage1, stage2
+from cel_lens.testing import SyntheticOracle
+
+
+def _stage2(oracle):
+    memo = MemoOracle(oracle)
+    intact, scores = stage1(memo)
+    subsets, best = stage2(memo, candidate_pool(scores.values, 6), scores, intact, k=3)
+    return subsets, memo.evaluate("dist", [s.heads for s in subsets])
+
+
+def test_padding_with_null_heads_is_dropped():
+    # one real head; every other head only adds independent label noise, so some padded set wins raw
+    oracle = SyntheticOracle(4, 4, n_dist=300, n_test=50, effects={"L1H2": 0.08}, noise=0.05, seed=3)
+    subsets, bits = _stage2(oracle)
+    raw = select_best(subsets)
+    chosen, record = select_parsimonious(subsets, bits, "one_se")
+    assert len(raw.heads) > 1 and Head.parse("L1H2") in raw.heads  # the raw rule pads (the failure before)
+    assert chosen.heads == HeadSet.parse("L1H2")
+    assert record["best"] == str(raw.heads) and record["chosen"] == "L1H2" and record["tolerance"] > 0
+    assert select_parsimonious(subsets, bits, "best")[0] == raw
+
+
+def test_the_rule_and_its_choice_are_recorded_in_the_result():
+    oracle = SyntheticOracle(4, 4, n_dist=300, n_test=300, effects={"L1H2": 0.08}, noise=0.05, seed=3)
+    r = run_search(oracle, k=3, pool_size=6, n_null=5, progress=False)
+    assert r.parsimony["rule"] == "one_se" and r.parsimony["chosen"] == r.heads == "L1H2"
+    assert "within one standard error" in str(r)
+    raw = run_search(oracle, k=3, pool_size=6, n_null=5, parsimony="best", progress=False)
+    assert raw.heads == r.parsimony["best"] and raw.parsimony["rule"] == "best"
+    with pytest.raises(ValueError, match="parsimony"):
+        run_search(oracle, k=3, pool_size=6, parsimony="smallest", progress=False)
+    with pytest.raises(ValueError, match="shape"):
+        select_parsimonious([], torch.zeros(1, 3, dtype=torch.bool))
