@@ -22,6 +22,7 @@ __all__ = [
     "SCORERS",
     "STRATEGIES",
     "BACKENDS",
+    "ABLATION_KINDS",
     "BOS_RULES",
     "DTYPE_ALIASES",
     "QUICK",
@@ -62,6 +63,17 @@ BACKENDS: dict[str, str] = {
 }
 """Backend name -> ``"module:Class"`` (:func:`cel_lens.backends.get_backend` imports it when
 chosen, so an optional backend costs nothing until used)."""
+
+ABLATION_KINDS: dict[str, str] = {
+    "zero": "cel_lens.model.ablation:ZeroAblation",
+    "mean": "cel_lens.model.ablation_kinds:MeanAblation",
+    "resample": "cel_lens.model.ablation_kinds:ResampleAblation",
+}
+"""Ablation kind name -> ``"module:Class"`` (:mod:`cel_lens.model.ablation`): what replaces an
+ablated head's ``hook_z``. ``"zero"`` is the paper's protocol; ``"mean"`` the head's mean over
+D_dist; ``"resample"`` a seeded D_dist example's. The one table every part of cel_lens reads
+(``SearchConfig.ablation``, the CLI, the manifest, export): adding a kind is a subclass of
+:class:`~cel_lens.model.ablation.Ablation` and one line here."""
 
 BOS_RULES: tuple[str, ...] = ("tokenizer", "always", "never")
 """How prompts start (:mod:`cel_lens.model.bos`): ``"tokenizer"``: BOS where the checkpoint's
@@ -141,9 +153,12 @@ class SearchConfig:
     statistics; ``n_specificity``: random pools whose stage-2 winners S-hat's test gain is compared
     with (0: off; each costs a stage 2 on D_dist); ``n_masks``/``sparsity``: the compressed-sensing
     scorer's knockouts; ``store_dtype``: the activation store's dtype (``"float16"`` halves its
-    memory; resumed passes then differ within half-precision rounding).
+    memory; resumed passes then differ within half-precision rounding); ``ablation``: what replaces
+    an ablated head's ``hook_z`` (:data:`ABLATION_KINDS`: ``"zero"``, the paper's, ``"mean"`` or
+    ``"resample"``, learnt once from D_dist and recorded; the result also reports S-hat's test gain
+    under the other kinds, as a control).
 
-    The manifest records ``split_seed`` and ``n_specificity`` only when they are set (absent means
+    The manifest records ``split_seed``, ``n_specificity`` and ``ablation`` only when they are set (absent means
     the default), so run directories made before these options existed resume unchanged.
     """
 
@@ -161,6 +176,7 @@ class SearchConfig:
     store_dtype: Optional[str] = None
     split_seed: Optional[int] = None
     n_specificity: int = 0
+    ablation: str = "zero"
 
     @property
     def task_seed(self) -> int:
@@ -186,6 +202,7 @@ class SearchConfig:
         if self.split_seed is not None:
             _int("split_seed", self.split_seed, 0)
         _int("n_specificity", self.n_specificity, 0)
+        _choice("ablation", self.ablation, tuple(ABLATION_KINDS))
         if self.n_masks is not None:
             _int("n_masks", self.n_masks, 1)
         if isinstance(self.sparsity, bool) or not isinstance(self.sparsity, numbers.Real) or not 0.0 < float(self.sparsity) < 1.0:
@@ -206,6 +223,7 @@ class SearchConfig:
             "posthoc": self.posthoc, "store_dtype": store_dtype,
             **({"split_seed": self.split_seed} if self.split_seed is not None else {}),
             **({"n_specificity": self.n_specificity} if self.n_specificity else {}),
+            **({"ablation": self.ablation} if self.ablation != "zero" else {}),
         }
 
     def to_dict(self) -> dict[str, Any]:

@@ -16,6 +16,7 @@ directory behind to refuse the corrected rerun.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -24,10 +25,12 @@ from typing import Any, Mapping, Optional, Union
 import torch
 
 from cel_lens.backends.base import get_backend
-from cel_lens.config import ExecutionSettings, SearchConfig, check_split_sizes
+from cel_lens.config import ExecutionSettings, OptionError, SearchConfig, check_split_sizes
 from cel_lens.model.load import resolve_dtype
 from cel_lens.heads import HeadSet
 from cel_lens.oracle import DIST_SPLIT, MemoOracle, Stage1Scores
+from cel_lens.model.ablation import using_ablation
+from cel_lens.runs.ablation_kind import ablation_controls, learn_ablation
 from cel_lens.runs.directory import RunDir
 from cel_lens.runs.manifest import build_manifest, default_run_dir
 from cel_lens.runs.recording import RecordingOracle
@@ -86,7 +89,13 @@ def _split_options(
     settings = replace(settings or ExecutionSettings(), **{k: v for k, v in options.items() if k in settings_names})
     task_options = {k: v for k, v in options.items() if k in TASK_OPTIONS}
     check_split_sizes(task_options.get("n_dist"), task_options.get("n_test"))
-    return config.validate(), settings.validate(), task_options
+    config, settings = config.validate(), settings.validate()
+    if config.ablation != "zero" and settings.backend != "local":
+        raise OptionError(
+            "ablation", f"ablation={config.ablation!r} runs on the local backend only ({settings.backend} workers "
+            "load their own model copies, which would not carry the learnt ablation)"
+        )
+    return config, settings, task_options
 
 
 def check_task(task: Task) -> Task:
@@ -135,6 +144,33 @@ def _plan_for(config: SearchConfig, n_layers: int, n_heads: int, task: Task) -> 
         scorer=config.scorer, strategy=config.strategy, beam_width=config.beam_width, n_null=config.n_null,
         posthoc=config.posthoc, n_specificity=config.n_specificity, n_masks=config.n_masks, sparsity=config.sparsity,
     )
+
+
+def _search_with_controls(
+    config: SearchConfig, settings: ExecutionSettings, oracle: Any, recording: RecordingOracle, run_dir: RunDir,
+    task: Task,
+) -> Result:
+    """Algorithm 1 under the config's ablation kind (learnt on D_dist first, when it learns), then
+    S-hat's D_test gain under the other kinds (:func:`~cel_lens.runs.ablation_kind.ablation_controls`;
+    only where the oracle evaluates a model in this process)."""
+    model = getattr(oracle, "model", None)
+    ablation = learn_ablation(model, task.dist, config.ablation, config.seed, run_dir) if model is not None else None
+    with using_ablation(model, ablation) if model is not None else contextlib.nullcontext():
+        result = run_search(
+            recording, k=config.k, pool_size=config.pool_size,
+            scores=_stage1_scores(config, recording, run_dir, settings), scorer=config.scorer,
+            strategy=config.strategy, beam_width=config.beam_width, n_null=config.n_null, n_boot=config.n_boot,
+            posthoc=config.posthoc, seed=config.seed, n_specificity=config.n_specificity, progress=settings.progress,
+        )
+    if model is None:
+        return result
+    controls = ablation_controls(
+        model, oracle, result.head_set, config.ablation, task.dist, seed=config.seed, n_boot=config.n_boot,
+        journal=run_dir,
+    )
+    result = replace(result, ablation=config.ablation, ablation_controls=controls)
+    run_dir.write_result(result.to_dict())
+    return result
 
 
 class _PlanReport:
@@ -234,12 +270,7 @@ def search(
         recording = RecordingOracle(oracle, run_dir)
         recording.timer = BatchTimer(on_first=report.timed)
         report.start(recording.answered(), run_dir.finished)
-        result = run_search(
-            recording, k=config.k, pool_size=config.pool_size, scores=_stage1_scores(config, recording, run_dir, settings),
-            scorer=config.scorer, strategy=config.strategy, beam_width=config.beam_width, n_null=config.n_null,
-            n_boot=config.n_boot, posthoc=config.posthoc, seed=config.seed, n_specificity=config.n_specificity,
-            progress=settings.progress,
-        )
+        result = _search_with_controls(config, settings, oracle, recording, run_dir, task)
     finally:
         if run_dir is not None:
             run_dir.close()

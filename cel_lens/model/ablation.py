@@ -16,7 +16,7 @@ What replaces ``z`` is the ablation's *kind*, one entry of :data:`ABLATION_KINDS
 
 A kind is a small class (:class:`Ablation`): ``values(z, layer)`` says what replaces ``z``;
 ``fit`` builds it from a model and D_dist prompts. Adding a kind is one class and one line in
-:data:`ABLATION_KINDS`; :func:`ablate`, :func:`run_variants`, the fused stack
+:data:`~cel_lens.config.ABLATION_KINDS` (name -> ``"module:Class"``); :func:`ablate`, :func:`run_variants`, the fused stack
 (:mod:`~cel_lens.model.stack`, :meth:`Ablation.replace`), the resumed passes
 (:mod:`~cel_lens.model.forward`, :meth:`Ablation.variant_hooks`), evaluation, search and export
 (:meth:`Ablation.constant`) all ask it. A model carries its kind (:func:`set_ablation`,
@@ -43,6 +43,7 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
+from cel_lens.config import ABLATION_KINDS
 from cel_lens.heads import HeadSet, HeadsLike, masks_from_head_sets
 from cel_lens.model.bos import prompt_ids
 from cel_lens.model.forward import Hook, check_hooks, forward_resid, param_device, unembed
@@ -150,16 +151,6 @@ ZeroAblation = Ablation
 """The paper's zero ablation (the base kind)."""
 ZERO = Ablation()
 """The default ablation."""
-
-
-ABLATION_KINDS: dict[str, str] = {
-    "zero": "cel_lens.model.ablation:ZeroAblation",
-    "mean": "cel_lens.model.ablation_kinds:MeanAblation",
-    "resample": "cel_lens.model.ablation_kinds:ResampleAblation",
-}
-"""Ablation kind name -> ``"module:Class"``: the one table every part of cel_lens reads
-(``SearchConfig.ablation``, the CLI's ``--ablation``, the manifest, export). Adding a kind is a
-subclass of :class:`Ablation` (``name``, ``values``, ``fit``, ``constant``) and one line here."""
 
 
 def ablation_kind(name: str) -> type[Ablation]:

@@ -92,6 +92,16 @@ def _stability_row(r: Mapping[str, Any]) -> str:
     )
 
 
+def _controls_row(r: Mapping[str, Any]) -> Optional[str]:
+    """S-hat's D_test gain under the ablation kinds the search did not use (a control: removing the
+    heads' information, or only shifting their mean?)."""
+    controls = r.get("ablation_controls")
+    if not controls:
+        return None
+    parts = [f"{kind}: {pp(c['gain'])} [{pp(c['ci_low'])}, {pp(c['ci_high'])}]" for kind, c in controls.items()]
+    return f"S-hat's D_test gain; searched with {r.get('ablation', 'zero')} ablation ({pp(r['gain'])}); " + "; ".join(parts)
+
+
 def _specificity_row(r: Mapping[str, Any]) -> Optional[str]:
     sp = r.get("specificity")
     if not sp:
@@ -153,6 +163,9 @@ def result_rows(result: Union["Result", Mapping[str, Any]]) -> list[tuple[str, s
     specificity = _specificity_row(r)
     if specificity is not None:
         rows.append(("specificity", specificity))
+    controls = _controls_row(r)
+    if controls is not None:
+        rows.append(("other ablations (control)", controls))
     rows.append(("top stage-2 subsets", "discovery gain (selection-biased), post-hoc test gain: " + _top_subsets(r)))
     return rows
 
@@ -226,6 +239,8 @@ class Result:
     scores_split: str = "dist"
     selection_stability: Optional[dict[str, Any]] = None
     specificity: Optional[dict[str, Any]] = None
+    ablation: str = "zero"
+    ablation_controls: Optional[dict[str, Any]] = None
     timings: dict[str, float] = field(default_factory=dict, compare=False)
 
     @property
