@@ -88,8 +88,12 @@ class Ablation:
         return torch.zeros(n_heads, d_head)
 
     def record(self) -> dict[str, Any]:
-        """What the run manifest records of this ablation (its identity)."""
+        """What the run records of this ablation (its identity)."""
         return {"kind": self.name}
+
+    def state(self) -> dict[str, Any]:
+        """:meth:`record` plus whatever :func:`ablation_from_state` needs to rebuild it."""
+        return self.record()
 
     def replace(self, z: Tensor, layer: int, ablated: Bool[Tensor, "row head"]) -> Tensor:
         """``z`` (``[row, pos, head, d_head]``, or flattened ``[row, pos, head * d_head]``) with the

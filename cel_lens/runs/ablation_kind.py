@@ -37,7 +37,7 @@ def learn_ablation(model: Any, dist: Split, kind: str, seed: int, journal: Optio
                 return ablation_from_state({k: v for k, v in event.items() if k not in ("type", "event", "time")})
     ablation = _fit(model, dist, kind, seed)
     if journal is not None and kind != "zero":
-        journal.record_event("ablation", **ablation.state())  # type: ignore[attr-defined]
+        journal.record_event("ablation", **ablation.state())
     return ablation
 
 

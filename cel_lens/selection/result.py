@@ -99,7 +99,7 @@ def _controls_row(r: Mapping[str, Any]) -> Optional[str]:
     if not controls:
         return None
     parts = [f"{kind}: {pp(c['gain'])} [{pp(c['ci_low'])}, {pp(c['ci_high'])}]" for kind, c in controls.items()]
-    return f"S-hat's D_test gain; searched with {r.get('ablation', 'zero')} ablation ({pp(r['gain'])}); " + "; ".join(parts)
+    return f"Ŝ's D_test gain under {'; '.join(parts)} (searched with {r.get('ablation', 'zero')}: {pp(r['gain'])})"
 
 
 def _specificity_row(r: Mapping[str, Any]) -> Optional[str]:
@@ -165,7 +165,7 @@ def result_rows(result: Union["Result", Mapping[str, Any]]) -> list[tuple[str, s
         rows.append(("specificity", specificity))
     controls = _controls_row(r)
     if controls is not None:
-        rows.append(("other ablations (control)", controls))
+        rows.append(("ablation kinds (control)", controls))
     rows.append(("top stage-2 subsets", "discovery gain (selection-biased), post-hoc test gain: " + _top_subsets(r)))
     return rows
 
