@@ -31,7 +31,9 @@ from typing import Any, Callable, Literal, Mapping, Optional, Sequence, Union
 import numpy as np
 
 from cel_lens.heads import HeadSet, HeadsLike
+from cel_lens.model.ablation import Ablation
 from cel_lens.model.card import model_card
+from cel_lens.model.export_fold import fold_bias
 from cel_lens.model.native import NATIVE_KEY, is_native_checkpoint
 from cel_lens.version import __version__
 
@@ -81,6 +83,7 @@ class TensorEdit:
     row_bytes: int
     spans: tuple[tuple[int, int], ...]
     heads: tuple[str, ...]
+    data: Optional[bytes] = None  # the tensor's new bytes (a folded bias), written before the spans
 
     @property
     def nbytes(self) -> int:
@@ -235,6 +238,8 @@ def stream_file(src: Path, dst: Path, edits: Sequence[TensorEdit] = (), chunk: i
             if fi.readinto(tensor) != edit.nbytes:
                 raise ValueError(f"{src} ends inside {edit.name}")
             src_hash.update(tensor)
+            if edit.data is not None:
+                tensor[:] = edit.data
             rows = np.frombuffer(tensor, dtype=np.uint8).reshape(edit.rows, edit.row_bytes)
             for a, b in edit.spans:
                 rows[:, a:b] = 0
@@ -292,6 +297,7 @@ def export_checkpoint(
     *,
     provenance: Optional[Mapping[str, Any]] = None,
     card: Optional[Callable[[Mapping[str, Any]], str]] = None,
+    ablation: Optional[Ablation] = None,
 ) -> Path:
     """Write ``source`` with ``heads`` removed (their output-projection input columns zeroed) to
     ``out_dir``, which must not exist or be empty; see the module docstring.
@@ -300,11 +306,16 @@ def export_checkpoint(
     entries, plus the heads, the edited tensors, the source files' and every written file's sha256)
     and :data:`CARD_FILE` (``card(provenance)``; default :func:`cel_lens.model.card.model_card`).
     Files are written to a sibling temporary directory that is renamed to ``out_dir`` when complete.
+    ``ablation`` other than zero (a mean or resample ablation) is folded into the output biases
+    (:mod:`~cel_lens.model.export_fold`), or refused in one line where that is not exact.
     """
     ckpt = source if isinstance(source, Checkpoint) else read_checkpoint(source)
     out = Path(out_dir)
     check_out_dir(out, ckpt.path)
     plan = plan_edits(ckpt, heads)  # validates everything before a byte is written
+    if ablation is not None and ablation.name != "zero":
+        plan = _with_folded_bias(ckpt, heads, ablation, plan)
+        provenance = {**(provenance or {}), "ablation": ablation.record()}
     copy, left_out = _other_files(ckpt)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}.partial-{os.getpid()}"
@@ -329,6 +340,26 @@ def export_checkpoint(
     return out
 
 
+def _with_folded_bias(
+    ckpt: Checkpoint, heads: HeadsLike, ablation: Ablation, plan: dict[str, list[TensorEdit]]
+) -> dict[str, list[TensorEdit]]:
+    """``plan`` plus one edit per ablated layer writing its folded output bias."""
+    headers = {shard: read_header(ckpt.path / shard) for shard in ckpt.shards}
+    names = {n: shard for shard, (_, h) in headers.items() for n in h if n != "__metadata__"}
+    plan = {k: list(v) for k, v in plan.items()}
+    for shard, tensors in fold_bias(ckpt, heads, ablation, names).items():
+        data_start, header = headers[shard]
+        for name, data in tensors.items():
+            begin, end = (int(x) for x in header[name]["data_offsets"])
+            if end - begin != len(data):
+                raise ValueError(f"{name}: {end - begin} bytes stored, {len(data)} folded")
+            layer = name.split("layers.")[-1].split(".")[0] if ckpt.kind == "hf" else name.split(".")[1]
+            plan.setdefault(shard, []).append(
+                TensorEdit(name, data_start + begin, 1, len(data), (), (f"bias of layer {layer}",), data)
+            )
+    return plan
+
+
 def _slice_text(ckpt: Checkpoint, head: str) -> str:
     """The zeroed part of a head's tensor in index notation: ``[:, 16:32]`` (o_proj) or ``[1]`` (W_O)."""
     h = HeadSet.parse(head).heads[0].head
@@ -345,6 +376,7 @@ def _provenance(
               "shards_sha256": shard_sha}
     edits = [
         {"file": shard, "tensor": e.name, "heads": list(e.heads), "zeroed": [_slice_text(ckpt, h) for h in e.heads]}
+        if e.data is None else {"file": shard, "tensor": e.name, "folded": "b + sum of W_O[h] c_h over the ablated heads"}
         for shard, es in sorted(plan.items()) for e in es
     ]
     return {
