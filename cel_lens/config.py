@@ -52,8 +52,13 @@ most 2 of the 6 best heads (6 + 15 = 21 joint ablations instead of 298), a null 
 smallest p, 1/21, still below 0.05) and 1,000 bootstrap resamples. Any option given explicitly
 wins over the preset."""
 
-SCORERS: tuple[str, ...] = ("exact", "attribution", "compressed")
-"""Stage-1 scorers (:mod:`cel_lens.scoring`)."""
+SCORERS: dict[str, str] = {
+    "exact": "cel_lens.scoring.exact:ExactScorer",
+    "attribution": "cel_lens.scoring.attribution:AttributionScorer",
+    "compressed": "cel_lens.scoring.compressed:CompressedScorer",
+}
+"""Stage-1 scorer name -> ``"module:Class"`` (:mod:`cel_lens.scoring.registry`: adding a scorer is
+one file there and one line here)."""
 STRATEGIES: tuple[str, ...] = ("exhaustive", "beam")
 """Stage-2 strategies (:mod:`cel_lens.selection.subsets`)."""
 
@@ -192,7 +197,7 @@ class SearchConfig:
                 "k", f"k must be at most the pool size ({self.pool_size}): every subset is drawn from the pool, "
                 f"so k={self.k} could never be reached"
             )
-        _choice("scorer", self.scorer, SCORERS)
+        _choice("scorer", self.scorer, tuple(SCORERS))
         _choice("strategy", self.strategy, STRATEGIES)
         _int("beam_width", self.beam_width, 1)
         _int("n_null", self.n_null, 1, why=" (the random-subset null needs at least one head set)")

@@ -34,7 +34,7 @@ from cel_lens.runs.ablation_kind import ablation_controls, learn_ablation
 from cel_lens.runs.directory import RunDir
 from cel_lens.runs.manifest import build_manifest, default_run_dir
 from cel_lens.runs.recording import RecordingOracle
-from cel_lens.scoring import score_heads
+from cel_lens.scoring.registry import scorer_from_config
 from cel_lens.selection.algorithm import run_search
 from cel_lens.selection.plan import BatchTimer, SearchPlan, plan_search
 from cel_lens.selection.result import Result, format_result
@@ -119,21 +119,19 @@ def check_task(task: Task) -> Task:
 def _stage1_scores(
     config: SearchConfig, oracle: RecordingOracle, run: RunDir, settings: ExecutionSettings
 ) -> Optional[Stage1Scores]:
-    """Scores of a non-exact scorer (``None`` for exact: the search computes them): read back from
-    the run directory when recorded (attribution scores are not bit-reproducible across machines),
-    with the split they were recorded with (records older than that field were all written by this
-    function, which scores D_dist only)."""
-    if config.scorer == "exact":
+    """Scores of the config's scorer (:mod:`~cel_lens.scoring.registry`; ``None`` when the search
+    computes them itself, as exact), read back from the run directory when recorded (attribution
+    scores are not bit-reproducible across machines), with the split they were recorded with
+    (records older than that field were all written by this function, which scores D_dist only)."""
+    scorer = scorer_from_config(config)
+    if scorer.in_search:
         return None
     recorded = [e for e in run.events("stage1_scores") if e.get("scorer") == config.scorer]
     if recorded:
         return Stage1Scores(
             torch.tensor(recorded[0]["scores"], dtype=torch.float64), recorded[0].get("split", DIST_SPLIT), config.scorer
         )
-    return score_heads(
-        config.scorer, oracle, batch_size=settings.batch_size, n_masks=config.n_masks,
-        sparsity=config.sparsity, seed=config.seed, progress=settings.progress,
-    )
+    return scorer.score(oracle, batch_size=settings.batch_size, progress=settings.progress)
 
 
 def _plan_for(config: SearchConfig, n_layers: int, n_heads: int, task: Task) -> SearchPlan:
@@ -141,8 +139,8 @@ def _plan_for(config: SearchConfig, n_layers: int, n_heads: int, task: Task) -> 
     exceeds the model's heads)."""
     return plan_search(
         n_layers, n_heads, len(task.dist), len(task.test), k=config.k, pool_size=config.pool_size,
-        scorer=config.scorer, strategy=config.strategy, beam_width=config.beam_width, n_null=config.n_null,
-        posthoc=config.posthoc, n_specificity=config.n_specificity, n_masks=config.n_masks, sparsity=config.sparsity,
+        scorer=scorer_from_config(config), strategy=config.strategy, beam_width=config.beam_width,
+        n_null=config.n_null, posthoc=config.posthoc, n_specificity=config.n_specificity,
     )
 
 

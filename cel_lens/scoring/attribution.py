@@ -13,6 +13,8 @@ estimate. It needs the model itself (not just an oracle) and a scorable (non-gen
 
 from __future__ import annotations
 
+from typing import Any, Optional
+
 import torch
 from jaxtyping import Float
 from torch import Tensor
@@ -21,10 +23,16 @@ from cel_lens.evaluation.encode import encode_split
 from cel_lens.evaluation.evaluator import logprob_metric
 from cel_lens.model.ablation import ablation_of, hook_z_name
 from cel_lens.model.kinds import model_shape
+from cel_lens.oracle import DIST_SPLIT, Oracle, Stage1Scores
 from cel_lens.progress import progress_bar
+from cel_lens.scoring.registry import Cost, Scorer
 from cel_lens.tasks.base import Split
 
-__all__ = ["attribution_scores"]
+__all__ = ["attribution_scores", "AttributionScorer", "ATTRIBUTION_UNITS"]
+
+ATTRIBUTION_UNITS = 3
+"""An attribution pass (one forward and one backward pass over D_dist) counted as this many
+head-set evaluations of D_dist: a backward pass costs about two forward passes."""
 
 
 def attribution_scores(model, split: Split, *, batch_size: int = 8, progress: bool = True) -> Float[Tensor, "layer head"]:
@@ -72,3 +80,25 @@ def attribution_scores(model, split: Split, *, batch_size: int = 8, progress: bo
         for p, flag in zip(model.parameters(), params):
             p.requires_grad_(flag)
     return (total / max(n_examples, 1)).float()
+
+
+class AttributionScorer(Scorer):
+    """Attribution patching (:func:`attribution_scores`): a ranking in nats of the metric, from the
+    oracle's own ``attribution_scores`` (on D_dist) or from ``model`` and ``split``."""
+
+    name = "attribution"
+    units = "nats"
+
+    def cost(self, n_layers: int, n_heads: int, n_dist: int) -> Cost:
+        return Cost(ATTRIBUTION_UNITS, f"one forward + backward pass, as {ATTRIBUTION_UNITS}")
+
+    def score(
+        self, oracle: Optional[Oracle], *, batch_size: int = 8, progress: bool = True, model: Any = None,
+        split: Optional[Split] = None,
+    ) -> Stage1Scores:
+        if model is None and hasattr(oracle, "attribution_scores"):
+            return Stage1Scores(oracle.attribution_scores(batch_size), DIST_SPLIT, self.name)  # type: ignore[union-attr]
+        if model is None or split is None:
+            raise ValueError("the 'attribution' scorer needs model= and split= (or an oracle that computes it)")
+        values = attribution_scores(model, split, batch_size=batch_size, progress=progress)
+        return Stage1Scores(values, getattr(split, "name", "unknown"), self.name)
