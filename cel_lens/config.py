@@ -3,7 +3,9 @@
 :class:`SearchConfig` holds every option that can change a search's result (a run's manifest
 records it, and a run directory refuses a different one); :class:`ExecutionSettings` holds how the
 search runs (device, batch size, activation store, progress bars, backend), which never changes a
-result. Both are plain data with the defaults the whole project uses (the CLI shows these), and
+result. Both are plain data with the defaults the whole project uses; each field's ``metadata``
+holds its help text (and choices), from which ``cel-lens`` generates its flags
+(:mod:`cel_lens.cli.options`), and
 :meth:`SearchConfig.validate` / :meth:`ExecutionSettings.validate` check every field up front, so a
 bad option fails in one line before a model is loaded or a run directory is written. This module
 imports nothing heavy, so ``cel-lens --help`` answers at once.
@@ -12,7 +14,7 @@ imports nothing heavy, so ``cel-lens --help`` answers at once.
 from __future__ import annotations
 
 import numbers
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
 __all__ = [
@@ -24,6 +26,7 @@ __all__ = [
     "BACKENDS",
     "ABLATION_KINDS",
     "BOS_RULES",
+    "LOADERS",
     "DTYPE_ALIASES",
     "QUICK",
     "canonical_dtype",
@@ -79,6 +82,9 @@ ablated head's ``hook_z``. ``"zero"`` is the paper's protocol; ``"mean"`` the he
 D_dist; ``"resample"`` a seeded D_dist example's. The one table every part of cel_lens reads
 (``SearchConfig.ablation``, the CLI, the manifest, export): adding a kind is a subclass of
 :class:`~cel_lens.model.ablation.Ablation` and one line here."""
+
+LOADERS: tuple[str, ...] = ("auto", "hooked", "bridge")
+"""How a model given by name is loaded (:func:`cel_lens.load_model`)."""
 
 BOS_RULES: tuple[str, ...] = ("tokenizer", "always", "never")
 """How prompts start (:mod:`cel_lens.model.bos`): ``"tokenizer"``: BOS where the checkpoint's
@@ -167,21 +173,28 @@ class SearchConfig:
     the default), so run directories made before these options existed resume unchanged.
     """
 
-    k: int = DEFAULT_K
-    pool_size: int = DEFAULT_POOL_SIZE
-    scorer: str = "exact"
-    strategy: str = "exhaustive"
-    beam_width: int = 8
-    n_null: int = DEFAULT_N_NULL
-    n_boot: int = 10000
-    posthoc: bool = True
-    seed: int = 0
-    n_masks: Optional[int] = None
-    sparsity: float = 0.05
-    store_dtype: Optional[str] = None
-    split_seed: Optional[int] = None
-    n_specificity: int = 0
-    ablation: str = "zero"
+    k: int = field(default=DEFAULT_K, metadata={"help": "largest subset size"})
+    pool_size: int = field(default=DEFAULT_POOL_SIZE, metadata={"help": "candidate pool size, top heads by stage-1 score"})
+    scorer: str = field(default="exact", metadata={"help": "stage-1 scorer", "choices": SCORERS})
+    strategy: str = field(default="exhaustive", metadata={"help": "stage-2 search", "choices": STRATEGIES})
+    beam_width: int = field(default=8, metadata={"help": "beam width for --strategy beam"})
+    n_null: int = field(default=DEFAULT_N_NULL, metadata={"help": "random head sets in the null"})
+    n_boot: int = field(default=10000, metadata={"help": "paired bootstrap resamples"})
+    posthoc: bool = field(default=True, metadata={
+        "help": "skip the post-hoc D_test gains of every stage-2 subset (they only feed the figures)"})
+    seed: int = field(default=0, metadata={
+        "help": "seed of the statistics (null, bootstrap, stability) and the splits"})
+    n_masks: Optional[int] = field(default=None, metadata={"help": "random masks for --scorer compressed"})
+    sparsity: float = field(default=0.05, metadata={"help": "fraction of heads each --scorer compressed mask knocks out"})
+    store_dtype: Optional[str] = field(default=None, metadata={
+        "help": "store the residual stream in this dtype (e.g. float16)"})
+    split_seed: Optional[int] = field(default=None, metadata={"help": "seed of the splits alone (default: --seed)"})
+    n_specificity: int = field(default=0, metadata={
+        "help": "random pools whose stage-2 winners S-hat's test gain is compared with (0: off)"})
+    ablation: str = field(default="zero", metadata={
+        "help": "what replaces an ablated head's output: zero (the paper's), its mean over D_dist, or a "
+        "resampled D_dist example's (the result also reports S-hat's gain under the others)",
+        "choices": ABLATION_KINDS})
 
     @property
     def task_seed(self) -> int:
@@ -249,18 +262,25 @@ class ExecutionSettings:
     ``ray_address``, ``workers`` and ``gpus_per_worker`` for the latter.
     """
 
-    device: Optional[str] = None
-    dtype: Optional[str] = None
-    loader: str = "auto"
-    bos: Optional[str] = None
-    batch_size: int = 8
-    use_store: bool = True
-    store_budget: Optional[int] = None
-    progress: bool = True
-    backend: str = "local"
-    ray_address: Optional[str] = None
-    workers: Optional[int] = None
-    gpus_per_worker: float = 0.0
+    device: Optional[str] = field(default=None, metadata={"help": "torch device (default: cuda if available, else cpu)"})
+    dtype: Optional[str] = field(default=None, metadata={"help": "model dtype, e.g. float32 or bfloat16"})
+    loader: str = field(default="auto", metadata={
+        "help": "HookedTransformer or TransformerBridge (auto: HookedTransformer where supported)", "choices": LOADERS})
+    bos: Optional[str] = field(default=None, metadata={
+        "help": "prompts start with BOS: where the tokenizer adds it (default, as lm-eval), always, or never "
+        "(recorded with the model)", "choices": BOS_RULES})
+    batch_size: int = field(default=8, metadata={"help": "examples per forward pass"})
+    use_store: bool = field(default=True, metadata={"help": "no activation store: full forward passes"})
+    store_budget: Optional[int] = field(default=None, metadata={
+        "help": "byte budget of the activation store, in megabytes", "unit": ("megabytes", 2**20)})
+    progress: bool = field(default=True, metadata={"help": "hide progress bars"})
+    backend: str = field(default="local", metadata={
+        "help": "where evaluations run: this process, or Ray actors (pip install \"cel_lens[ray]\")", "choices": BACKENDS})
+    ray_address: Optional[str] = field(default=None, metadata={
+        "help": "Ray cluster to join: 'auto' (one started with 'ray start') or HOST:PORT; default: a local Ray"})
+    workers: Optional[int] = field(default=None, metadata={
+        "help": "Ray actors, one model replica each (default: cluster GPUs / --gpus-per-worker, else CPUs)"})
+    gpus_per_worker: float = field(default=0.0, metadata={"help": "GPUs per Ray actor (fractions share a GPU)"})
 
     def validate(self) -> "ExecutionSettings":
         """Raise ``ValueError`` naming the first setting that cannot work; return ``self``."""
@@ -268,7 +288,7 @@ class ExecutionSettings:
             raise OptionError("device", f"device must be a name such as 'cpu' or 'cuda:0', got {self.device!r}")
         if self.dtype is not None:
             canonical_dtype(self.dtype)
-        _choice("loader", self.loader, ("auto", "hooked", "bridge"))
+        _choice("loader", self.loader, LOADERS)
         if self.bos is not None:
             _choice("bos", self.bos, BOS_RULES)
         _int("batch_size", self.batch_size, 1)

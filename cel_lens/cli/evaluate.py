@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     model, task = load_model_and_task(args)
     heads = HeadSet.parse(args.heads)
     sets = [HeadSet()] + ([heads] if heads else [])
-    res = evaluate(model, task.split(args.split), sets, batch_size=args.batch_size, progress=not args.no_progress)
+    res = evaluate(model, task.split(args.split), sets, batch_size=args.batch_size, progress=args.progress)
     out: dict = {"task": task.name, "split": args.split, "n": len(res.ids), "metric": task.metric,
                  "chat_template": bool(res.chat_template)}
     for name, row in zip(("intact", "ablated"), res.correct):
