@@ -137,11 +137,7 @@ def _stage1_scores(
 def _plan_for(config: SearchConfig, n_layers: int, n_heads: int, task: Task) -> SearchPlan:
     """The plan of ``config`` on a model of that layout and ``task``'s splits (raises when ``k``
     exceeds the model's heads)."""
-    return plan_search(
-        n_layers, n_heads, len(task.dist), len(task.test), k=config.k, pool_size=config.pool_size,
-        scorer=scorer_from_config(config), strategy=config.strategy, beam_width=config.beam_width,
-        n_null=config.n_null, posthoc=config.posthoc, n_specificity=config.n_specificity,
-    )
+    return plan_search(n_layers, n_heads, len(task.dist), len(task.test), config=config)
 
 
 def _search_with_controls(
@@ -155,10 +151,8 @@ def _search_with_controls(
     ablation = learn_ablation(model, task.dist, config.ablation, config.seed, run_dir) if model is not None else None
     with using_ablation(model, ablation) if model is not None else contextlib.nullcontext():
         result = run_search(
-            recording, k=config.k, pool_size=config.pool_size,
-            scores=_stage1_scores(config, recording, run_dir, settings), scorer=config.scorer,
-            strategy=config.strategy, beam_width=config.beam_width, n_null=config.n_null, n_boot=config.n_boot,
-            posthoc=config.posthoc, seed=config.seed, n_specificity=config.n_specificity, progress=settings.progress,
+            recording, config=config, scores=_stage1_scores(config, recording, run_dir, settings),
+            progress=settings.progress,
         )
     if model is None:
         return result

@@ -22,6 +22,7 @@ or without a journal (a run directory, which then records every step).
 
 from __future__ import annotations
 
+import inspect
 import time
 import warnings
 from contextlib import contextmanager
@@ -31,9 +32,11 @@ import torch
 from jaxtyping import Bool
 from torch import Tensor
 
+from cel_lens.config import SearchConfig
 from cel_lens.heads import Head, HeadSet
 from cel_lens.oracle import (
     DIST_SPLIT,
+    Journal,
     MemoOracle,
     Oracle,
     Stage1Scores,
@@ -171,6 +174,36 @@ def _record_start(memo: MemoOracle, **options: Any) -> None:
         memo.journal.record_event("search_started", n_layers=memo.n_layers, n_heads=memo.n_heads, options=options)
 
 
+_CONFIG_OPTIONS = ("k", "pool_size", "scorer", "strategy", "beam_width", "n_null", "n_boot", "posthoc", "seed",
+                   "n_specificity")
+"""The options of :func:`run_search` a :class:`~cel_lens.config.SearchConfig` supplies."""
+
+
+def _from_config(config: SearchConfig, given: dict[str, Any]) -> dict[str, Any]:
+    """The search options ``config`` supplies; ``TypeError`` naming any of them also given loose
+    (``given``: the call's arguments; an option at its default counts as not given)."""
+    defaults = {n: p.default for n, p in inspect.signature(run_search).parameters.items()}
+    both = [n for n in _CONFIG_OPTIONS if given[n] != defaults[n]]
+    if both:
+        raise TypeError(f"run_search() got config= and {', '.join(both)}: give the options in one place")
+    return {n: getattr(config, n) for n in _CONFIG_OPTIONS}
+
+
+def _finish(journal: Optional[Journal], result: Result) -> Result:
+    """Write ``result`` and the ``finished`` event to the journal, if any; return ``result``."""
+    if journal is not None:
+        journal.write_result(result.to_dict())
+        journal.record_event("finished", heads=result.heads, gain=result.gain)
+    return result
+
+
+def _record_scores(journal: Optional[Journal], name: str, scores: Stage1Scores) -> None:
+    """Record the stage-1 scores once per scorer, so that a resumed pipeline can reuse scores that
+    are costly or not bit-reproducible."""
+    if journal is not None and not any(e.get("scorer") == name for e in journal.events("stage1_scores")):
+        journal.record_event("stage1_scores", **{**scores.record(), "scorer": name})
+
+
 def run_search(
     oracle: Oracle,
     *,
@@ -189,8 +222,10 @@ def run_search(
     n_specificity: int = 0,
     chunk: int = 64,
     progress: bool = True,
+    config: Optional[SearchConfig] = None,
 ) -> Result:
     """Algorithm 1 over ``oracle`` (see the module docstring); returns the :class:`Result`.
+    ``config``: a :class:`~cel_lens.config.SearchConfig` passed whole instead of its options loose.
 
     ``scores``: :class:`~cel_lens.oracle.Stage1Scores` of another scorer, refused unless computed on
     D_dist (``scorer`` renames them); default: exact scores. The oracle is wrapped in a
@@ -201,22 +236,22 @@ def run_search(
     pass; 0 skips it); ``n_specificity`` > 0 reruns stage 2 on that many random pools
     (:mod:`cel_lens.selection.specificity`); ``chunk`` head sets go to the oracle per call.
     """
+    if config is not None:  # the same search, its options read from the config
+        return run_search(oracle, scores=scores, alpha=alpha, n_stability=n_stability, chunk=chunk, progress=progress,
+                          **_from_config(config, locals()))
     if k > pool_size:
         raise ValueError(f"k={k} is larger than the pool ({pool_size} heads): every subset is drawn from the pool")
     memo = oracle if isinstance(oracle, MemoOracle) else MemoOracle(oracle)
-    journal = memo.journal
+    journal, timings = memo.journal, {}
     given = None if scores is None else discovery_scores(scores, memo.n_layers, memo.n_heads)
     name = scorer or (given.scorer if given is not None else "exact")
     beam = beam_width if strategy == "beam" else None
     _record_start(memo, k=k, pool_size=pool_size, scorer=name, strategy=strategy, beam_width=beam, n_null=n_null,
                   n_boot=n_boot, alpha=alpha, posthoc=posthoc, seed=seed,
                   **({"n_specificity": n_specificity} if n_specificity else {}))
-    timings: dict[str, float] = {}
     with _timed(timings, "stage1_s"):
         intact, stage1_scores = stage1(memo, given, chunk=chunk, progress=progress)
-    if journal is not None and not any(e.get("scorer") == name for e in journal.events("stage1_scores")):
-        # kept so that a resumed pipeline can reuse scores that are costly or not bit-reproducible
-        journal.record_event("stage1_scores", **{**stage1_scores.record(), "scorer": name})
+    _record_scores(journal, name, stage1_scores)
     search = dict(k=k, strategy=strategy, beam_width=beam_width, chunk=chunk, progress=progress)
     with _timed(timings, "stage2_s"):
         pool = candidate_pool(stage1_scores.values, pool_size)
@@ -247,7 +282,4 @@ def run_search(
         n_boot=n_boot, alpha=alpha, selected_before_test=selected_before_test,
         selection_stability=stability, timings=timings,
     )
-    if journal is not None:
-        journal.write_result(result.to_dict())
-        journal.record_event("finished", heads=result.heads, gain=result.gain)
-    return result
+    return _finish(journal, result)

@@ -19,7 +19,8 @@ from torch import Tensor
 
 from cel_lens.heads import HeadSet
 from cel_lens.scoring.attribution import ATTRIBUTION_UNITS
-from cel_lens.scoring.registry import Scorer, get_scorer
+from cel_lens.config import DEFAULT_K, DEFAULT_POOL_SIZE, SearchConfig
+from cel_lens.scoring.registry import Scorer, get_scorer, scorer_from_config
 
 __all__ = ["StagePlan", "SearchPlan", "plan_search", "stage2_sets", "BatchTimer", "ATTRIBUTION_UNITS"]
 
@@ -149,14 +150,20 @@ def stage2_sets(m: int, k: int, strategy: str = "exhaustive", beam_width: int = 
 
 
 def plan_search(
-    n_layers: int, n_heads: int, n_dist: int, n_test: int, *, k: int, pool_size: int, scorer: Union[str, Scorer] = "exact",
+    n_layers: int, n_heads: int, n_dist: int, n_test: int, *, k: int = DEFAULT_K, pool_size: int = DEFAULT_POOL_SIZE,
+    scorer: Union[str, Scorer] = "exact",
     strategy: str = "exhaustive", beam_width: int = 8, n_null: int = 100, posthoc: bool = True,
     n_specificity: int = 0, n_masks: Optional[int] = None, sparsity: float = 0.05,
+    config: Optional[SearchConfig] = None,
 ) -> SearchPlan:
     """The evaluations a search with these options runs on a model of ``n_layers`` x ``n_heads``
     heads (see the module docstring). ``scorer`` is a name (with ``n_masks``/``sparsity``, the
     options a scorer may read) or a :class:`~cel_lens.scoring.registry.Scorer`, whose ``cost`` is
-    stage 1's. ``ValueError`` when ``k`` cannot be searched: more than the pool or the model holds."""
+    stage 1's; ``config`` (a :class:`~cel_lens.config.SearchConfig`, passed whole) supplies every
+    option at once. ``ValueError`` when ``k`` cannot be searched: more than the pool or the model holds."""
+    if config is not None:  # the config whole: its options, its scorer with the options it reads
+        k, pool_size, strategy, beam_width = config.k, config.pool_size, config.strategy, config.beam_width
+        n_null, posthoc, n_specificity, scorer = config.n_null, config.posthoc, config.n_specificity, scorer_from_config(config)
     if isinstance(scorer, str):
         scorer = get_scorer(scorer, n_masks=n_masks, sparsity=sparsity)
     cost = scorer.cost(n_layers, n_heads, n_dist)
