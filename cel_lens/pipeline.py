@@ -134,10 +134,10 @@ def _stage1_scores(
     return scorer.score(oracle, batch_size=settings.batch_size, progress=settings.progress)
 
 
-def _plan_for(config: SearchConfig, n_layers: int, n_heads: int, task: Task) -> SearchPlan:
+def _plan_for(config: SearchConfig, n_layers: int, n_heads: int, task: Task, controls: bool = True) -> SearchPlan:
     """The plan of ``config`` on a model of that layout and ``task``'s splits (raises when ``k``
     exceeds the model's heads)."""
-    return plan_search(n_layers, n_heads, len(task.dist), len(task.test), config=config)
+    return plan_search(n_layers, n_heads, len(task.dist), len(task.test), config=config, controls=controls)
 
 
 def _search_with_controls(
@@ -205,7 +205,7 @@ def plan(
     sample = replace(task, dist=task.dist.subset(n), test=task.test.subset(1)) if calibrate else task
     oracle = get_backend(settings.backend).open(model, sample, replace(settings, progress=False))
     try:
-        result = _plan_for(config, oracle.n_layers, oracle.n_heads, task)
+        result = _plan_for(config, oracle.n_layers, oracle.n_heads, task, hasattr(oracle, "model"))
         if calibrate:
             memo, timer = MemoOracle(oracle), BatchTimer()
             memo.timer = timer
@@ -255,7 +255,7 @@ def search(
     oracle = backend.open(model, task, settings, store_dtype=store_dtype)
     run_dir: Optional[RunDir] = None
     try:
-        report = _PlanReport(_plan_for(config, oracle.n_layers, oracle.n_heads, task), settings.progress)
+        report = _PlanReport(_plan_for(config, oracle.n_layers, oracle.n_heads, task, hasattr(oracle, "model")), settings.progress)
         manifest = build_manifest(oracle.model_manifest, task, config.manifest_options(settings.use_store))
         path = Path(out) if out is not None else default_run_dir(manifest)
         run_dir = RunDir.open(path, manifest, ignore=("versions", "cel_lens"))

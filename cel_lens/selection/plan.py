@@ -19,7 +19,7 @@ from torch import Tensor
 
 from cel_lens.heads import HeadSet
 from cel_lens.scoring.attribution import ATTRIBUTION_UNITS
-from cel_lens.config import DEFAULT_K, DEFAULT_POOL_SIZE, SearchConfig
+from cel_lens.config import ABLATION_KINDS, DEFAULT_K, DEFAULT_POOL_SIZE, SearchConfig
 from cel_lens.scoring.registry import Scorer, get_scorer, scorer_from_config
 
 __all__ = ["StagePlan", "SearchPlan", "plan_search", "stage2_sets", "BatchTimer", "ATTRIBUTION_UNITS"]
@@ -154,13 +154,15 @@ def plan_search(
     scorer: Union[str, Scorer] = "exact",
     strategy: str = "exhaustive", beam_width: int = 8, n_null: int = 100, posthoc: bool = True,
     n_specificity: int = 0, n_masks: Optional[int] = None, sparsity: float = 0.05,
-    config: Optional[SearchConfig] = None,
+    config: Optional[SearchConfig] = None, controls: bool = True,
 ) -> SearchPlan:
     """The evaluations a search with these options runs on a model of ``n_layers`` x ``n_heads``
     heads (see the module docstring). ``scorer`` is a name (with ``n_masks``/``sparsity``, the
     options a scorer may read) or a :class:`~cel_lens.scoring.registry.Scorer`, whose ``cost`` is
     stage 1's; ``config`` (a :class:`~cel_lens.config.SearchConfig`, passed whole) supplies every
-    option at once. ``ValueError`` when ``k`` cannot be searched: more than the pool or the model holds."""
+    option at once. ``controls``: S-hat is also evaluated on D_test under the other ablation kinds
+    (each learnt kind first fitted with one intact pass over D_dist), as a search on the local
+    backend does. ``ValueError`` when ``k`` cannot be searched: more than the pool or the model holds."""
     if config is not None:  # the config whole: its options, its scorer with the options it reads
         k, pool_size, strategy, beam_width = config.k, config.pool_size, config.strategy, config.beam_width
         n_null, posthoc, n_specificity, scorer = config.n_null, config.posthoc, config.n_specificity, scorer_from_config(config)
@@ -190,6 +192,11 @@ def plan_search(
         stages.append(StagePlan("post-hoc", "test", max(sets - 1, 0), n_test, False, "every subset, for the figures"))
     if n_specificity:
         stages.append(StagePlan("specificity (test)", "test", n_specificity, n_test, True))
+    if controls:
+        others = len(ABLATION_KINDS) - 1
+        stages.append(StagePlan("controls (fit)", "dist", others, n_dist, True, "one intact pass per learnt kind"))
+        stages.append(StagePlan("controls", "test", 2 * others, n_test, True,
+                                "intact and S-hat under each other ablation kind"))
     notes.append("selection stability resamples recorded D_dist answers: no forward pass")
     return SearchPlan(tuple(stages), n_layers, n_heads, tuple(notes))
 
