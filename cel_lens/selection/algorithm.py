@@ -179,14 +179,14 @@ _CONFIG_OPTIONS = ("k", "pool_size", "scorer", "strategy", "beam_width", "n_null
 """The options of :func:`run_search` a :class:`~cel_lens.config.SearchConfig` supplies."""
 
 
-def _from_config(config: SearchConfig, given: dict[str, Any]) -> dict[str, Any]:
+def _from_config(config: SearchConfig, given: dict[str, Any]) -> tuple[Any, ...]:
     """The search options ``config`` supplies; ``TypeError`` naming any of them also given loose
     (``given``: the call's arguments; an option at its default counts as not given)."""
     defaults = {n: p.default for n, p in inspect.signature(run_search).parameters.items()}
     both = [n for n in _CONFIG_OPTIONS if given[n] != defaults[n]]
     if both:
         raise TypeError(f"run_search() got config= and {', '.join(both)}: give the options in one place")
-    return {n: getattr(config, n) for n in _CONFIG_OPTIONS}
+    return tuple(getattr(config, n) for n in _CONFIG_OPTIONS)
 
 
 def _finish(journal: Optional[Journal], result: Result) -> Result:
@@ -236,9 +236,8 @@ def run_search(
     pass; 0 skips it); ``n_specificity`` > 0 reruns stage 2 on that many random pools
     (:mod:`cel_lens.selection.specificity`); ``chunk`` head sets go to the oracle per call.
     """
-    if config is not None:  # the same search, its options read from the config
-        return run_search(oracle, scores=scores, alpha=alpha, n_stability=n_stability, chunk=chunk, progress=progress,
-                          **_from_config(config, locals()))
+    if config is not None:  # the options read from the config (in _CONFIG_OPTIONS' order)
+        k, pool_size, scorer, strategy, beam_width, n_null, n_boot, posthoc, seed, n_specificity = _from_config(config, locals())
     if k > pool_size:
         raise ValueError(f"k={k} is larger than the pool ({pool_size} heads): every subset is drawn from the pool")
     memo = oracle if isinstance(oracle, MemoOracle) else MemoOracle(oracle)
