@@ -2,8 +2,8 @@
 
 TransformerLens computes attention step by step (scores, mask, softmax, pattern) so that every
 hook point can see it; a ``TransformerBridge`` re-implements attention the same way around the
-Hugging Face modules. Head ablation needs none of that: it only zeroes ``hook_z``, the input of the
-output projection. :class:`Stack` runs the same weights, layer by layer, with
+Hugging Face modules. Head ablation needs none of that: it only replaces ``hook_z`` (the input of the
+output projection, as :mod:`~cel_lens.model.ablation` says). :class:`Stack` runs the same weights, layer by layer, with
 ``torch.nn.functional.scaled_dot_product_attention`` (flash/efficient kernels, grouped-query
 attention without copying keys and values) and fires the hook points head ablation and resumed
 passes use: ``blocks.{l}.hook_resid_pre``, ``blocks.{l}.attn.hook_z``, and those inside the norms
