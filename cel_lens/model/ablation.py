@@ -69,6 +69,7 @@ class Ablation:
     :meth:`values` (and :meth:`fit` when they learn from D_dist); everything else is shared."""
 
     name = "zero"
+    learns = False  # True: fit() learns from the D_dist prompts (so a run records the result)
 
     @classmethod
     def fit(

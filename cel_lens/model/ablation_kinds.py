@@ -44,6 +44,8 @@ def _capture_z(
 class LearntAblation(Ablation):
     """A kind whose replacement is one learnt vector per head (``values``: ``[layer, head, d_head]``)."""
 
+    learns = True
+
     def __init__(self, table: Float[Tensor, "layer head d_head"], **info: Any) -> None:
         self.table = table.detach().to("cpu", torch.float32)
         self.info = info

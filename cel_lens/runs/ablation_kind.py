@@ -14,7 +14,9 @@ from typing import Any, Optional
 
 from cel_lens.config import ABLATION_KINDS
 from cel_lens.heads import HeadSet
-from cel_lens.model.ablation import Ablation, ablation_from_state, fit_ablation, prompt_tokens, using_ablation
+from cel_lens.model.ablation import (
+    Ablation, ablation_from_state, ablation_kind, fit_ablation, prompt_tokens, using_ablation,
+)
 from cel_lens.oracle import TEST_SPLIT, Journal, Oracle
 from cel_lens.stats import paired_bootstrap_ci
 from cel_lens.tasks.base import Split
@@ -24,6 +26,8 @@ __all__ = ["learn_ablation", "ablation_controls"]
 
 def _fit(model: Any, dist: Split, kind: str, seed: int) -> Ablation:
     """``kind`` learnt from the D_dist prompts as the model reads them (its BOS rule, no chat template)."""
+    if not ablation_kind(kind).learns:
+        return ablation_kind(kind)()
     tokens, mask = prompt_tokens(model, [ex.prompt for ex in dist])
     return fit_ablation(kind, model, tokens, mask, seed)
 
@@ -36,7 +40,7 @@ def learn_ablation(model: Any, dist: Split, kind: str, seed: int, journal: Optio
             if event.get("kind") == kind:
                 return ablation_from_state({k: v for k, v in event.items() if k not in ("type", "event", "time")})
     ablation = _fit(model, dist, kind, seed)
-    if journal is not None and kind != "zero":
+    if journal is not None and ablation.learns:
         journal.record_event("ablation", **ablation.state())
     return ablation
 
