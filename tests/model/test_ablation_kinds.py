@@ -171,6 +171,7 @@ def test_evaluate_and_search_use_the_kind(tiny_model, toy_kind, kind_name, tmp_p
     assert run.manifest["options"]["ablation"] == kind_name
     assert set(run.result.ablation_controls) == set(ABLATION_KINDS) - {kind_name}
     assert run.result.ablation == kind_name and "ablation kinds (control)" in str(run.result)
+    assert f"seed 0, {kind_name} ablation" in str(run.result)
     with tiny_model.hooks(fwd_hooks=_reference_hooks(kind, run.result.heads)):
         ref_test = evaluate(tiny_model, task.test, [HeadSet()], batch_size=4, progress=False).correct
     assert ref_test.double().mean().item() == run.result.test_acc_ablated
