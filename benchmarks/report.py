@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from benchmarks.scaling import fit_line
+from benchmarks.scan import GPU_JSON
 
 __all__ = ["print_rows", "write_results"]
 
@@ -152,7 +153,6 @@ def _extras(rec: dict[str, Any]) -> list[str]:
 
 
 def _gpu() -> list[str]:
-    from benchmarks.run import GPU_JSON
 
     out = ["## GPU (H200)", ""]
     if not GPU_JSON.is_file():

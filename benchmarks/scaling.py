@@ -9,6 +9,7 @@ from typing import Any, Sequence
 import torch
 
 from benchmarks.measure import measure, own_pass_seconds
+from benchmarks.scan import cel_scan
 
 __all__ = ["profile_scan", "scaling", "scaling_figure", "fit_line", "variants"]
 
@@ -33,7 +34,6 @@ def profile_scan(model, task) -> dict[str, Any]:
     of the CPU time (Python, hooks, dispatch, profiler overhead)."""
     from torch.profiler import ProfilerActivity, profile
 
-    from benchmarks.run import cel_scan
 
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         t0 = time.process_time()
@@ -66,7 +66,6 @@ def scaling(model, task, table_point: tuple[int, int, float, float], head_counts
     medians for the largest point. Also the intact pass (CPU) per |D_dist| for the floor line."""
     from dataclasses import replace
 
-    from benchmarks.run import cel_scan
     from cel_lens.model import model_shape
 
     L, H = model_shape(model)

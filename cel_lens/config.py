@@ -3,7 +3,9 @@
 :class:`SearchConfig` holds every option that can change a search's result (a run's manifest
 records it, and a run directory refuses a different one); :class:`ExecutionSettings` holds how the
 search runs (device, batch size, activation store, progress bars, backend), which never changes a
-result. Both are plain data with the defaults the whole project uses (the CLI shows these), and
+result. Both are plain data with the defaults the whole project uses; each field's ``metadata``
+holds its help text (and choices), from which ``cel-lens`` generates its flags
+(:mod:`cel_lens.cli.options`), and
 :meth:`SearchConfig.validate` / :meth:`ExecutionSettings.validate` check every field up front, so a
 bad option fails in one line before a model is loaded or a run directory is written. This module
 imports nothing heavy, so ``cel-lens --help`` answers at once.
@@ -12,7 +14,7 @@ imports nothing heavy, so ``cel-lens --help`` answers at once.
 from __future__ import annotations
 
 import numbers
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
 __all__ = [
@@ -22,7 +24,9 @@ __all__ = [
     "SCORERS",
     "STRATEGIES",
     "BACKENDS",
+    "ABLATION_KINDS",
     "BOS_RULES",
+    "LOADERS",
     "DTYPE_ALIASES",
     "QUICK",
     "canonical_dtype",
@@ -51,8 +55,14 @@ most 2 of the 6 best heads (6 + 15 = 21 joint ablations instead of 298), a null 
 smallest p, 1/21, still below 0.05) and 1,000 bootstrap resamples. Any option given explicitly
 wins over the preset."""
 
-SCORERS: tuple[str, ...] = ("exact", "attribution", "compressed", "racing")
-"""Stage-1 scorers (:mod:`cel_lens.scoring`)."""
+SCORERS: dict[str, str] = {
+    "exact": "cel_lens.scoring.exact:ExactScorer",
+    "attribution": "cel_lens.scoring.attribution:AttributionScorer",
+    "compressed": "cel_lens.scoring.compressed:CompressedScorer",
+    "racing": "cel_lens.scoring.racing:RacingScorer",
+}
+"""Stage-1 scorer name -> ``"module:Class"`` (:mod:`cel_lens.scoring.registry`: adding a scorer is
+one file there and one line here)."""
 STRATEGIES: tuple[str, ...] = ("exhaustive", "beam")
 """Stage-2 strategies (:mod:`cel_lens.selection.subsets`)."""
 PARSIMONY_RULES: tuple[str, ...] = ("one_se", "simultaneous", "best")
@@ -70,6 +80,20 @@ BACKENDS: dict[str, str] = {
 }
 """Backend name -> ``"module:Class"`` (:func:`cel_lens.backends.get_backend` imports it when
 chosen, so an optional backend costs nothing until used)."""
+
+ABLATION_KINDS: dict[str, str] = {
+    "zero": "cel_lens.model.ablation:ZeroAblation",
+    "mean": "cel_lens.model.ablation_kinds:MeanAblation",
+    "resample": "cel_lens.model.ablation_kinds:ResampleAblation",
+}
+"""Ablation kind name -> ``"module:Class"`` (:mod:`cel_lens.model.ablation`): what replaces an
+ablated head's ``hook_z``. ``"zero"`` is the paper's protocol; ``"mean"`` the head's mean over
+D_dist; ``"resample"`` a seeded D_dist example's. The one table every part of cel_lens reads
+(``SearchConfig.ablation``, the CLI, the manifest, export): adding a kind is a subclass of
+:class:`~cel_lens.model.ablation.Ablation` and one line here."""
+
+LOADERS: tuple[str, ...] = ("auto", "hooked", "bridge")
+"""How a model given by name is loaded (:func:`cel_lens.load_model`)."""
 
 BOS_RULES: tuple[str, ...] = ("tokenizer", "always", "never")
 """How prompts start (:mod:`cel_lens.model.bos`): ``"tokenizer"``: BOS where the checkpoint's
@@ -153,31 +177,50 @@ class SearchConfig:
     with (0: off; each costs a stage 2 on D_dist); ``n_masks``/``sparsity``: the compressed-sensing
     scorer's knockouts; ``delta``/``margin``: the racing scorer's error probability and score margin
     (:mod:`cel_lens.scoring.racing`); ``store_dtype``: the activation store's dtype (``"float16"`` halves its
-    memory; resumed passes then differ within half-precision rounding).
+    memory; resumed passes then differ within half-precision rounding); ``ablation``: what replaces
+    an ablated head's ``hook_z`` (:data:`ABLATION_KINDS`: ``"zero"``, the paper's, ``"mean"`` or
+    ``"resample"``, learnt once from D_dist and recorded; the result also reports S-hat's test gain
+    under the other kinds, as a control); ``parsimony``, ``ci_method``, ``n_adjusted``: stage 2's
+    choice among near-ties, the test gain's interval and the selection-adjusted test's permutations.
 
-    The manifest records ``split_seed`` and ``n_specificity`` only when they are set (absent means
+    The manifest records ``split_seed``, ``n_specificity`` and ``ablation`` only when they are set (absent means
     the default), so run directories made before these options existed resume unchanged.
     """
 
-    k: int = DEFAULT_K
-    pool_size: int = DEFAULT_POOL_SIZE
-    scorer: str = "exact"
-    strategy: str = "exhaustive"
-    beam_width: int = 8
-    n_null: int = DEFAULT_N_NULL
-    n_boot: int = 10000
-    posthoc: bool = False
-    seed: int = 0
-    n_masks: Optional[int] = None
-    sparsity: float = 0.05
-    store_dtype: Optional[str] = None
-    split_seed: Optional[int] = None
-    n_specificity: int = 0
-    delta: float = 0.05
-    margin: float = 0.0
-    parsimony: str = "one_se"
-    ci_method: str = "tango"
-    n_adjusted: int = 999
+    k: int = field(default=DEFAULT_K, metadata={"help": "largest subset size"})
+    pool_size: int = field(default=DEFAULT_POOL_SIZE, metadata={"help": "candidate pool size, top heads by stage-1 score"})
+    scorer: str = field(default="exact", metadata={"help": "stage-1 scorer", "choices": SCORERS})
+    strategy: str = field(default="exhaustive", metadata={"help": "stage-2 search", "choices": STRATEGIES})
+    beam_width: int = field(default=8, metadata={"help": "beam width for --strategy beam"})
+    n_null: int = field(default=DEFAULT_N_NULL, metadata={"help": "random head sets in the null"})
+    n_boot: int = field(default=10000, metadata={"help": "paired bootstrap resamples"})
+    posthoc: bool = field(default=False, metadata={
+        "help": "also measure every stage-2 subset on D_test (exploratory: never choose by it)"})
+    seed: int = field(default=0, metadata={
+        "help": "seed of the statistics (null, bootstrap, stability) and the splits"})
+    n_masks: Optional[int] = field(default=None, metadata={"help": "random masks for --scorer compressed"})
+    sparsity: float = field(default=0.05, metadata={"help": "fraction of heads each --scorer compressed mask knocks out"})
+    store_dtype: Optional[str] = field(default=None, metadata={
+        "help": "store the residual stream in this dtype (e.g. float16)"})
+    split_seed: Optional[int] = field(default=None, metadata={"help": "seed of the splits alone (default: --seed)"})
+    n_specificity: int = field(default=0, metadata={
+        "help": "random pools whose stage-2 winners S-hat's test gain is compared with (0: off)"})
+    ablation: str = field(default="zero", metadata={
+        "help": "what replaces an ablated head's output: zero (the paper's), its mean over D_dist, or a "
+        "resampled D_dist example's (the result also reports S-hat's gain under the others)",
+        "choices": ABLATION_KINDS})
+    delta: float = field(default=0.05, metadata={
+        "help": "--scorer racing: probability allowed for its pool to differ from exact scoring's"})
+    margin: float = field(default=0.0, metadata={
+        "help": "--scorer racing: score difference (accuracy units) near the pool's boundary it may get wrong (0: none)"})
+    parsimony: str = field(default="one_se", metadata={
+        "help": "stage 2's choice: the smallest subset within one standard error of the best (one_se), within "
+        "simultaneous standard errors (simultaneous), or the best", "choices": PARSIMONY_RULES})
+    ci_method: str = field(default="tango", metadata={
+        "help": "interval of the test gain: Tango's score interval, Newcombe's paired interval, or the paired bootstrap",
+        "choices": CI_METHODS})
+    n_adjusted: int = field(default=999, metadata={
+        "help": "sign-flip permutations of the selection-adjusted test of 'any ablation helps' on D_dist (0: off)"})
 
     @property
     def task_seed(self) -> int:
@@ -193,7 +236,7 @@ class SearchConfig:
                 "k", f"k must be at most the pool size ({self.pool_size}): every subset is drawn from the pool, "
                 f"so k={self.k} could never be reached"
             )
-        _choice("scorer", self.scorer, SCORERS)
+        _choice("scorer", self.scorer, tuple(SCORERS))
         _choice("strategy", self.strategy, STRATEGIES)
         _int("beam_width", self.beam_width, 1)
         _int("n_null", self.n_null, 1, why=" (the random-subset null needs at least one head set)")
@@ -206,6 +249,7 @@ class SearchConfig:
         _choice("parsimony", self.parsimony, PARSIMONY_RULES)
         _choice("ci_method", self.ci_method, CI_METHODS)
         _int("n_adjusted", self.n_adjusted, 0)
+        _choice("ablation", self.ablation, tuple(ABLATION_KINDS))
         if self.n_masks is not None:
             _int("n_masks", self.n_masks, 1)
         if isinstance(self.sparsity, bool) or not isinstance(self.sparsity, numbers.Real) or not 0.0 < float(self.sparsity) < 1.0:
@@ -233,6 +277,7 @@ class SearchConfig:
             **({"split_seed": self.split_seed} if self.split_seed is not None else {}),
             **({"n_specificity": self.n_specificity} if self.n_specificity else {}),
             **({"racing": {"delta": self.delta, "margin": self.margin}} if self.scorer == "racing" else {}),
+            **({"ablation": self.ablation} if self.ablation != "zero" else {}),
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -253,18 +298,25 @@ class ExecutionSettings:
     ``ray_address``, ``workers`` and ``gpus_per_worker`` for the latter.
     """
 
-    device: Optional[str] = None
-    dtype: Optional[str] = None
-    loader: str = "auto"
-    bos: Optional[str] = None
-    batch_size: int = 8
-    use_store: bool = True
-    store_budget: Optional[int] = None
-    progress: bool = True
-    backend: str = "local"
-    ray_address: Optional[str] = None
-    workers: Optional[int] = None
-    gpus_per_worker: float = 0.0
+    device: Optional[str] = field(default=None, metadata={"help": "torch device (default: cuda if available, else cpu)"})
+    dtype: Optional[str] = field(default=None, metadata={"help": "model dtype, e.g. float32 or bfloat16"})
+    loader: str = field(default="auto", metadata={
+        "help": "HookedTransformer or TransformerBridge (auto: HookedTransformer where supported)", "choices": LOADERS})
+    bos: Optional[str] = field(default=None, metadata={
+        "help": "prompts start with BOS: where the tokenizer adds it (default, as lm-eval), always, or never "
+        "(recorded with the model)", "choices": BOS_RULES})
+    batch_size: int = field(default=8, metadata={"help": "examples per forward pass"})
+    use_store: bool = field(default=True, metadata={"help": "no activation store: full forward passes"})
+    store_budget: Optional[int] = field(default=None, metadata={
+        "help": "byte budget of the activation store, in megabytes", "unit": ("megabytes", 2**20)})
+    progress: bool = field(default=True, metadata={"help": "hide progress bars"})
+    backend: str = field(default="local", metadata={
+        "help": "where evaluations run: this process, or Ray actors (pip install \"cel_lens[ray]\")", "choices": BACKENDS})
+    ray_address: Optional[str] = field(default=None, metadata={
+        "help": "Ray cluster to join: 'auto' (one started with 'ray start') or HOST:PORT; default: a local Ray"})
+    workers: Optional[int] = field(default=None, metadata={
+        "help": "Ray actors, one model replica each (default: cluster GPUs / --gpus-per-worker, else CPUs)"})
+    gpus_per_worker: float = field(default=0.0, metadata={"help": "GPUs per Ray actor (fractions share a GPU)"})
 
     def validate(self) -> "ExecutionSettings":
         """Raise ``ValueError`` naming the first setting that cannot work; return ``self``."""
@@ -272,7 +324,7 @@ class ExecutionSettings:
             raise OptionError("device", f"device must be a name such as 'cpu' or 'cuda:0', got {self.device!r}")
         if self.dtype is not None:
             canonical_dtype(self.dtype)
-        _choice("loader", self.loader, ("auto", "hooked", "bridge"))
+        _choice("loader", self.loader, LOADERS)
         if self.bos is not None:
             _choice("bos", self.bos, BOS_RULES)
         _int("batch_size", self.batch_size, 1)

@@ -16,6 +16,7 @@ directory behind to refuse the corrected rerun.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Mapping, Optional, Union
@@ -23,17 +24,19 @@ from typing import Any, Mapping, Optional, Union
 import torch
 
 from cel_lens.backends.base import get_backend
-from cel_lens.config import ExecutionSettings, SearchConfig, check_split_sizes
+from cel_lens.config import ExecutionSettings, OptionError, SearchConfig, check_split_sizes
 from cel_lens.evaluation.seal import reading_as, recorded_reads
 from cel_lens.model.load import resolve_dtype
 from cel_lens.heads import HeadSet
 from cel_lens.oracle import DIST_SPLIT, MemoOracle, Stage1Scores
+from cel_lens.model.ablation import using_ablation
 from cel_lens.progress import info_stream, progress_session
+from cel_lens.runs.ablation_kind import ablation_controls, learn_ablation
 from cel_lens.runs.directory import RunDir
 from cel_lens.runs.files import write_json_atomic
 from cel_lens.runs.manifest import build_manifest, default_run_dir
 from cel_lens.runs.recording import RecordingOracle
-from cel_lens.scoring import RacingOptions, score_heads
+from cel_lens.scoring.registry import scorer_from_config
 from cel_lens.selection.algorithm import run_search
 from cel_lens.selection.plan import BatchTimer, SearchPlan, plan_search
 from cel_lens.selection.result import Result, format_result
@@ -88,7 +91,13 @@ def _split_options(
     settings = replace(settings or ExecutionSettings(), **{k: v for k, v in options.items() if k in settings_names})
     task_options = {k: v for k, v in options.items() if k in TASK_OPTIONS}
     check_split_sizes(task_options.get("n_dist"), task_options.get("n_test"))
-    return config.validate(), settings.validate(), task_options
+    config, settings = config.validate(), settings.validate()
+    if config.ablation != "zero" and settings.backend != "local":
+        raise OptionError(
+            "ablation", f"ablation={config.ablation!r} runs on the local backend only ({settings.backend} workers "
+            "load their own model copies, which would not carry the learnt ablation)"
+        )
+    return config, settings, task_options
 
 
 def check_task(task: Task) -> Task:
@@ -138,32 +147,51 @@ def resolve_task(task: Union[Task, str], config: SearchConfig, task_options: Map
 def _stage1_scores(
     config: SearchConfig, oracle: RecordingOracle, run: RunDir, settings: ExecutionSettings
 ) -> Optional[Stage1Scores]:
-    """Scores of a non-exact scorer (``None`` for exact: the search computes them): read back from
-    the run directory when recorded (attribution scores are not bit-reproducible across machines),
-    with the split they were recorded with (records older than that field were all written by this
-    function, which scores D_dist only)."""
-    if config.scorer == "exact":
+    """Scores of the config's scorer (:mod:`~cel_lens.scoring.registry`; ``None`` when the search
+    computes them itself, as exact), read back from the run directory when recorded (attribution
+    scores are not bit-reproducible across machines), with the split they were recorded with
+    (records older than that field were all written by this function, which scores D_dist only)."""
+    scorer = scorer_from_config(config)
+    if scorer.in_search:
         return None
     recorded = [e for e in run.events("stage1_scores") if e.get("scorer") == config.scorer]
     if recorded:
         return Stage1Scores(
             torch.tensor(recorded[0]["scores"], dtype=torch.float64), recorded[0].get("split", DIST_SPLIT), config.scorer
         )
-    return score_heads(
-        config.scorer, oracle, batch_size=settings.batch_size, n_masks=config.n_masks,
-        sparsity=config.sparsity, seed=config.seed, progress=settings.progress, pool_size=config.pool_size,
-        racing=RacingOptions(delta=config.delta, margin=config.margin, seed=config.seed),
-    )
+    return scorer.score(oracle, batch_size=settings.batch_size, progress=settings.progress)
 
 
-def _plan_for(config: SearchConfig, n_layers: int, n_heads: int, task: Task) -> SearchPlan:
+def _plan_for(config: SearchConfig, n_layers: int, n_heads: int, task: Task, controls: bool = True) -> SearchPlan:
     """The plan of ``config`` on a model of that layout and ``task``'s splits (raises when ``k``
     exceeds the model's heads)."""
-    return plan_search(
-        n_layers, n_heads, len(task.dist), len(task.test), k=config.k, pool_size=config.pool_size,
-        scorer=config.scorer, strategy=config.strategy, beam_width=config.beam_width, n_null=config.n_null,
-        posthoc=config.posthoc, n_specificity=config.n_specificity, n_masks=config.n_masks, sparsity=config.sparsity,
+    return plan_search(n_layers, n_heads, len(task.dist), len(task.test), config=config, controls=controls)
+
+
+def _search_with_controls(
+    config: SearchConfig, settings: ExecutionSettings, oracle: Any, recording: RecordingOracle, run_dir: RunDir,
+    task: Task, test_reads: Any = None,
+) -> Result:
+    """Algorithm 1 under the config's ablation kind (learnt on D_dist first, when it learns), then
+    S-hat's D_test gain under the other kinds (:func:`~cel_lens.runs.ablation_kind.ablation_controls`;
+    only where the oracle evaluates a model in this process). ``test_reads``: the earlier D_test
+    reads the selection is checked against (:mod:`cel_lens.evaluation.seal`)."""
+    model = getattr(oracle, "model", None)
+    ablation = learn_ablation(model, task.dist, config.ablation, config.seed, run_dir) if model is not None else None
+    with using_ablation(model, ablation) if model is not None else contextlib.nullcontext():
+        result = run_search(
+            recording, config=config, scores=_stage1_scores(config, recording, run_dir, settings),
+            progress=settings.progress, test_reads=test_reads,
+        )
+    if model is None:
+        return result
+    controls = ablation_controls(
+        model, oracle, result.head_set, config.ablation, task.dist, seed=config.seed, n_boot=config.n_boot,
+        journal=run_dir,
     )
+    result = replace(result, ablation=config.ablation, ablation_controls=controls)
+    run_dir.write_result(result.to_dict())
+    return result
 
 
 class _PlanReport:
@@ -205,7 +233,7 @@ def plan(
     sample = replace(task, dist=task.dist.subset(n), test=task.test.subset(1)) if calibrate else task
     oracle = get_backend(settings.backend).open(model, sample, replace(settings, progress=False))
     try:
-        result = _plan_for(config, oracle.n_layers, oracle.n_heads, task)
+        result = _plan_for(config, oracle.n_layers, oracle.n_heads, task, hasattr(oracle, "model"))
         if calibrate:
             memo, timer = MemoOracle(oracle), BatchTimer()
             memo.timer = timer
@@ -252,7 +280,7 @@ def search(
     oracle = backend.open(model, task, settings, store_dtype=store_dtype)
     run_dir: Optional[RunDir] = None
     try:
-        report = _PlanReport(_plan_for(config, oracle.n_layers, oracle.n_heads, task), settings.progress)
+        report = _PlanReport(_plan_for(config, oracle.n_layers, oracle.n_heads, task, hasattr(oracle, "model")), settings.progress)
         manifest = build_manifest(oracle.model_manifest, task, config.manifest_options(settings.use_store))
         path = Path(out) if out is not None else default_run_dir(manifest)
         run_dir = RunDir.open(path, manifest, ignore=("versions", "cel_lens", TEST_SEAL))
@@ -261,12 +289,8 @@ def search(
         report.start(recording.answered(), run_dir.finished)
         key = default_run_dir(manifest, root="").name  # the configuration's identity, whatever the directory
         with progress_session(settings.progress, desc=f"search {task.name}"), reading_as(f"search {path}", key=key):
-            result = run_search(
-                recording, k=config.k, pool_size=config.pool_size,
-                scores=_stage1_scores(config, recording, run_dir, settings), scorer=config.scorer,
-                strategy=config.strategy, beam_width=config.beam_width, n_null=config.n_null, n_boot=config.n_boot,
-                posthoc=config.posthoc, seed=config.seed, n_specificity=config.n_specificity, progress=settings.progress,
-                parsimony=config.parsimony, ci_method=config.ci_method, n_adjusted=config.n_adjusted,
+            result = _search_with_controls(
+                config, settings, oracle, recording, run_dir, task,
                 test_reads=lambda: recorded_reads(str(manifest["model"]["id"]), task.test, exclude_key=key),
             )
         manifest = record_seal(run_dir, manifest, result)

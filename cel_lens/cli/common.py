@@ -13,7 +13,9 @@ import sys
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
-from cel_lens.config import BOS_RULES, ExecutionSettings, OptionError, check_max_new_tokens, check_split_sizes
+from cel_lens.cli.options import FLAGS, LOAD_FIELDS, add_fields
+from cel_lens.cli.options import settings_from_args as _settings
+from cel_lens.config import ExecutionSettings, OptionError, SearchConfig, check_max_new_tokens, check_split_sizes
 
 if TYPE_CHECKING:  # pragma: no cover
     from cel_lens.tasks.base import Task
@@ -31,12 +33,12 @@ class Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionH
     """Help text with defaults and the description's own line breaks.
 
     A default is shown once: appended as ``(default: X)`` when it is a value, left out when the
-    help text says what the default is in words, or when there is none to show (``None``, or a
-    flag's ``False``)."""
+    help text says what the default is in words, or when there is none to show (``None``, or an
+    on/off flag)."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
-        if "default" in text.lower() or action.default is None or action.default is False:
+        if "default" in text.lower() or action.default is None or action.default is False or action.nargs == 0:
             return text
         return super()._get_help_string(action)
 
@@ -67,16 +69,6 @@ def json_stdout(enabled: bool = True) -> Iterator[None]:
         sys.stdout = saved_stdout
 
 
-FLAGS: dict[str, str] = {
-    "pool_size": "--pool",
-    "store_budget": "--store-budget-mb",
-    "ray_address": "--address",
-    "use_store": "--no-store",
-    "progress": "--no-progress",
-}
-"""Option field name -> its command-line flag, where the two differ (else ``--`` + dashed name)."""
-
-
 def flag_message(err: OptionError) -> str:
     """``err``'s message naming the command-line flag instead of the field (``--pool must be >= 1``)."""
     flag = FLAGS.get(err.option, "--" + err.option.replace("_", "-"))
@@ -91,8 +83,7 @@ def add_model_task_options(p: argparse.ArgumentParser, *, model_required: bool =
     p.add_argument("--n-dist", type=int, default=None, help="discovery examples (default: the paper's size)")
     p.add_argument("--n-test", type=int, default=None, help="test examples (default: the paper's size)")
     p.add_argument("--data-dir", default=None, help="read task files from this directory instead of the hub")
-    p.add_argument("--seed", type=int, default=0, help="seed of the statistics (null, bootstrap, stability) and the splits")
-    p.add_argument("--split-seed", type=int, default=None, help="seed of the splits alone (default: --seed)")
+    add_fields(p, SearchConfig, ("seed", "split_seed"))
     add_load_options(p)
     p.add_argument("--allow-code-execution", action="store_true",
                    help="let generation tasks (MBPP) run model-written code in the sandbox")
@@ -100,19 +91,13 @@ def add_model_task_options(p: argparse.ArgumentParser, *, model_required: bool =
                    help="wrap each prompt in the tokenizer's chat template (Instruct models; recorded in the run)")
     p.add_argument("--max-new-tokens", type=int, default=None,
                    help="tokens a generation task (MBPP) may generate (default: the task's, 256 for MBPP)")
-    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    add_fields(p, ExecutionSettings, ("progress",))
 
 
 def add_load_options(p: argparse.ArgumentParser) -> None:
-    """How a model given by name is loaded and run (:class:`~cel_lens.config.ExecutionSettings`)."""
-    p.add_argument("--device", default=DEFAULTS.device, help="torch device (default: cuda if available, else cpu)")
-    p.add_argument("--dtype", default=DEFAULTS.dtype, help="model dtype, e.g. float32 or bfloat16")
-    p.add_argument("--loader", choices=["auto", "hooked", "bridge"], default=DEFAULTS.loader,
-                   help="HookedTransformer or TransformerBridge (auto: HookedTransformer where supported)")
-    p.add_argument("--bos", choices=BOS_RULES, default=DEFAULTS.bos,
-                   help="prompts start with BOS: where the tokenizer adds it (default, as lm-eval), always, or never "
-                   "(recorded with the model)")
-    p.add_argument("--batch-size", type=int, default=DEFAULTS.batch_size, help="examples per forward pass")
+    """How a model given by name is loaded and run (:class:`~cel_lens.config.ExecutionSettings`'
+    fields, :mod:`~cel_lens.cli.options`)."""
+    add_fields(p, ExecutionSettings, LOAD_FIELDS)
 
 
 def allow_code_execution(args: argparse.Namespace) -> None:
@@ -125,10 +110,7 @@ def allow_code_execution(args: argparse.Namespace) -> None:
 
 def settings_from_args(args: argparse.Namespace, **extra: Any) -> ExecutionSettings:
     """The checked :class:`~cel_lens.config.ExecutionSettings` of the model options (and ``extra``)."""
-    return ExecutionSettings(
-        device=args.device, dtype=args.dtype, loader=args.loader, bos=args.bos, batch_size=args.batch_size,
-        progress=not args.no_progress, **extra,
-    ).validate()
+    return _settings(args, **extra)
 
 
 def check_names_first(args: argparse.Namespace) -> None:

@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     if args.split == "test":  # one line, not a Python warning with its source line
         print("note: " + SEAL_WARNING.format(task=task.name, model=model_id(model)), file=sys.stderr)
     with reading_as("cel-lens evaluate"):
-        res = evaluate(model, task.split(args.split), sets, batch_size=args.batch_size, progress=not args.no_progress)
+        res = evaluate(model, task.split(args.split), sets, batch_size=args.batch_size, progress=args.progress)
     out: dict = {"task": task.name, "split": args.split, "n": len(res.ids), "metric": task.metric,
                  "chat_template": bool(res.chat_template)}
     for name, row in zip(("intact", "ablated"), res.correct):

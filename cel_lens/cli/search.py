@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import fields
 
 from cel_lens.cli.common import (
-    DEFAULTS,
     Formatter,
     add_model_task_options,
     allow_code_execution,
@@ -15,14 +15,15 @@ from cel_lens.cli.common import (
     print_json,
     settings_from_args,
 )
-from cel_lens.config import CI_METHODS, PARSIMONY_RULES, QUICK, SCORERS, STRATEGIES, OptionError, SearchConfig, check_split_sizes
+from cel_lens.cli.options import RUN_FIELDS, add_fields, config_from_args
+from cel_lens.config import QUICK, ExecutionSettings, SearchConfig, check_split_sizes
 
 __all__ = ["add", "run", "apply_quick", "FLAG_OF"]
 
 FLAG_OF = {"n_dist": "--n-dist", "n_test": "--n-test", "k": "--k", "pool_size": "--pool", "n_null": "--n-null",
            "n_boot": "--n-boot"}
 """Option name -> the flag that sets it, for the options :data:`~cel_lens.config.QUICK` presets."""
-_ATTR = {"pool_size": "pool"}
+_CONFIG_FIELDS = [f.name for f in fields(SearchConfig)]
 
 
 def add(sub: argparse._SubParsersAction) -> None:
@@ -43,44 +44,13 @@ def add(sub: argparse._SubParsersAction) -> None:
                    help=f"a first look in minutes: {quick} (options given explicitly still win)")
     p.add_argument("--plan", action="store_true",
                    help="print how many evaluations each stage runs and an estimate from one timed batch, then stop")
-    p.add_argument("--k", type=int, default=None, help=f"largest subset size (default: {d.k}; --quick: {QUICK['k']})")
-    p.add_argument("--pool", type=int, default=None,
-                   help=f"candidate pool size, top heads by stage-1 score (default: {d.pool_size}; --quick: {QUICK['pool_size']})")
-    p.add_argument("--scorer", choices=SCORERS, default=d.scorer, help="stage-1 scorer")
-    p.add_argument("--strategy", choices=STRATEGIES, default=d.strategy, help="stage-2 search")
-    p.add_argument("--beam-width", type=int, default=d.beam_width, help="beam width for --strategy beam")
-    p.add_argument("--n-null", type=int, default=None,
-                   help=f"random head sets in the null (default: {d.n_null}; --quick: {QUICK['n_null']})")
-    p.add_argument("--n-boot", type=int, default=None,
-                   help=f"paired bootstrap resamples (default: {d.n_boot}; --quick: {QUICK['n_boot']})")
-    p.add_argument("--n-masks", type=int, default=d.n_masks, help="random masks for --scorer compressed")
-    p.add_argument("--delta", type=float, default=d.delta,
-                   help="--scorer racing: probability allowed for its pool to differ from exact scoring's")
-    p.add_argument("--margin", type=float, default=d.margin,
-                   help="--scorer racing: score difference (accuracy units) near the pool's boundary it may get wrong (0: none)")
-    p.add_argument("--n-specificity", type=int, default=d.n_specificity,
-                   help="random pools whose stage-2 winners S-hat's test gain is compared with (0: off)")
-    p.add_argument("--parsimony", choices=PARSIMONY_RULES, default=d.parsimony,
-                   help="stage 2's choice: the smallest subset within one standard error of the best (one_se), or the best")
-    p.add_argument("--ci-method", choices=CI_METHODS, default=d.ci_method,
-                   help="interval of the test gain: Tango's score interval, Newcombe's paired interval, or the paired bootstrap")
-    p.add_argument("--n-adjusted", type=int, default=d.n_adjusted,
-                   help="sign-flip permutations of the selection-adjusted test of 'any ablation helps' on D_dist (0: off)")
-    p.add_argument("--posthoc", action="store_true",
-                   help="also measure every stage-2 subset on D_test (exploratory: never choose by it)")
-    p.add_argument("--no-store", action="store_true", help="no activation store: full forward passes")
-    p.add_argument("--store-budget-mb", type=float, default=None, help="byte budget of the activation store")
-    p.add_argument("--store-dtype", default=d.store_dtype, help="store the residual stream in this dtype (e.g. float16)")
+    preset = {name: None for name in QUICK if name in _CONFIG_FIELDS}
+    suffix = {name: f" (default: {getattr(d, name)}; --quick: {QUICK[name]})" for name in preset}
+    add_fields(p, SearchConfig, [n for n in _CONFIG_FIELDS if n not in ("seed", "split_seed")], defaults=preset,
+               help_suffix=suffix)
+    add_fields(p, ExecutionSettings, RUN_FIELDS)
     p.add_argument("--out", default=None, help="run directory (default: runs/<model>__<task>__<config hash>)")
     p.add_argument("--json", action="store_true", help="print result.json to stdout")
-    p.add_argument("--backend", choices=["local", "ray"], default=DEFAULTS.backend,
-                   help="where evaluations run: this process, or Ray actors (pip install \"cel_lens[ray]\")")
-    p.add_argument("--address", default=DEFAULTS.ray_address,
-                   help="Ray cluster to join: 'auto' (one started with 'ray start') or HOST:PORT; default: a local Ray")
-    p.add_argument("--workers", type=int, default=DEFAULTS.workers,
-                   help="Ray actors, one model replica each (default: cluster GPUs / --gpus-per-worker, else CPUs)")
-    p.add_argument("--gpus-per-worker", type=float, default=DEFAULTS.gpus_per_worker,
-                   help="GPUs per Ray actor (fractions share a GPU)")
 
 
 def apply_quick(args: argparse.Namespace) -> argparse.Namespace:
@@ -88,9 +58,8 @@ def apply_quick(args: argparse.Namespace) -> argparse.Namespace:
     the defaults (``None`` split sizes: the task's own)."""
     defaults = SearchConfig()
     for name, value in QUICK.items():
-        attr = _ATTR.get(name, name)
-        if getattr(args, attr) is None:
-            setattr(args, attr, value if args.quick else getattr(defaults, name, None))
+        if getattr(args, name) is None:
+            setattr(args, name, value if args.quick else getattr(defaults, name, None))
     return args
 
 
@@ -101,19 +70,8 @@ def run(args: argparse.Namespace) -> int:
     from cel_lens.pipeline import check_task, plan, search
 
     apply_quick(args)
-    config = SearchConfig(
-        k=args.k, pool_size=args.pool, scorer=args.scorer, strategy=args.strategy, beam_width=args.beam_width,
-        n_null=args.n_null, n_boot=args.n_boot, seed=args.seed, n_masks=args.n_masks, store_dtype=args.store_dtype,
-        split_seed=args.split_seed, n_specificity=args.n_specificity, delta=args.delta, margin=args.margin,
-        parsimony=args.parsimony, ci_method=args.ci_method, n_adjusted=args.n_adjusted, posthoc=args.posthoc,
-    ).validate()
-    budget = args.store_budget_mb
-    if budget is not None and not 0 <= budget < float("inf"):
-        raise OptionError("store_budget", f"store_budget must be a number of megabytes >= 0, got {budget}")
-    settings = settings_from_args(
-        args, use_store=not args.no_store, store_budget=None if budget is None else round(budget * 2**20),
-        backend=args.backend, ray_address=args.address, workers=args.workers, gpus_per_worker=args.gpus_per_worker,
-    )
+    config = config_from_args(args)
+    settings = settings_from_args(args)
     check_split_sizes(args.n_dist, args.n_test)
     get_backend(settings.backend)  # e.g. Ray missing: fail before the task is read
     allow_code_execution(args)

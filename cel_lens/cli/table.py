@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from cel_lens.cli.common import DEFAULTS, Formatter, add_load_options, allow_code_execution, print_json
-from cel_lens.config import SCORERS, STRATEGIES, ExecutionSettings, SearchConfig
+from cel_lens.cli.common import Formatter, allow_code_execution, print_json
+from cel_lens.cli.options import add_fields, config_from_args, settings_from_args
+from cel_lens.config import ExecutionSettings, SearchConfig
 
 __all__ = ["add", "run"]
 
@@ -13,39 +14,22 @@ DEFAULT_OUT = "runs/table"
 
 
 def _add_search_options(p: argparse.ArgumentParser) -> None:
-    """What every search of the grid computes, and how it runs (as ``cel-lens search``)."""
-    d = SearchConfig()
+    """What every search of the grid computes, and how it runs: every field of
+    :class:`~cel_lens.config.SearchConfig` and :class:`~cel_lens.config.ExecutionSettings`, the
+    same flags as ``cel-lens search`` (generated once, :mod:`~cel_lens.cli.options`)."""
     p.add_argument("--n-dist", type=int, default=None, help="discovery examples per task (default: the paper's size)")
     p.add_argument("--n-test", type=int, default=None, help="test examples per task (default: the paper's size)")
     p.add_argument("--data-dir", default=None, help="read task files from this directory instead of the hub")
-    p.add_argument("--seed", type=int, default=d.seed, help="seed of the splits, the null and the bootstrap")
-    p.add_argument("--split-seed", type=int, default=None, help="seed of the splits alone (default: --seed)")
     p.add_argument("--chat-template", action="store_true",
                    help="wrap each prompt in the tokenizer's chat template (Instruct models; recorded in each run)")
     p.add_argument("--max-new-tokens", type=int, default=None,
                    help="tokens the grid's generation tasks (MBPP) may generate (default: 256)")
-    p.add_argument("--k", type=int, default=d.k, help="largest subset size")
-    p.add_argument("--pool", type=int, default=d.pool_size, help="candidate pool size (top heads by stage-1 score)")
-    p.add_argument("--scorer", choices=SCORERS, default=d.scorer, help="stage-1 scorer")
-    p.add_argument("--strategy", choices=STRATEGIES, default=d.strategy, help="stage-2 search")
-    p.add_argument("--beam-width", type=int, default=d.beam_width, help="beam width for --strategy beam")
-    p.add_argument("--n-null", type=int, default=d.n_null, help="random head sets in each null")
-    p.add_argument("--n-boot", type=int, default=d.n_boot, help="bootstrap resamples of each CI")
-    p.add_argument("--n-masks", type=int, default=d.n_masks, help="random masks for --scorer compressed")
-    p.add_argument("--store-dtype", default=d.store_dtype, help="store the residual stream in this dtype (e.g. float16)")
-    add_load_options(p)
-    p.add_argument("--no-store", action="store_true", help="no activation store: full forward passes")
-    p.add_argument("--store-budget-mb", type=float, default=None, help="byte budget of each activation store")
-    p.add_argument("--backend", choices=["local", "ray"], default=DEFAULTS.backend,
-                   help="where evaluations run: this process, or Ray actors (pip install \"cel_lens[ray]\")")
-    p.add_argument("--address", default=DEFAULTS.ray_address, help="Ray cluster to join ('auto' or HOST:PORT)")
-    p.add_argument("--workers", type=int, default=DEFAULTS.workers, help="Ray actors, one model replica each")
-    p.add_argument("--gpus-per-worker", type=float, default=DEFAULTS.gpus_per_worker, help="GPUs per Ray actor")
+    add_fields(p, SearchConfig)
+    add_fields(p, ExecutionSettings)
     p.add_argument("--parallel-pairs", type=int, default=1,
                    help="searches run at once (with --backend ray; the cluster's workers are shared among them)")
     p.add_argument("--allow-code-execution", action="store_true",
                    help="let MBPP run model-written code in the sandbox (without it, MBPP pairs fail in their rows)")
-    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
 
 
 def add(sub: argparse._SubParsersAction) -> None:
@@ -90,18 +74,7 @@ def run(args: argparse.Namespace) -> int:
     if args.report is not None:
         result = rebuild(args.report, png=not args.no_png)
     else:
-        config = SearchConfig(
-            k=args.k, pool_size=args.pool, scorer=args.scorer, strategy=args.strategy, beam_width=args.beam_width,
-            n_null=args.n_null, n_boot=args.n_boot, seed=args.seed, n_masks=args.n_masks, store_dtype=args.store_dtype,
-            split_seed=args.split_seed,
-        ).validate()
-        settings = ExecutionSettings(
-            device=args.device, dtype=args.dtype, loader=args.loader, bos=args.bos, batch_size=args.batch_size,
-            use_store=not args.no_store,
-            store_budget=None if args.store_budget_mb is None else int(args.store_budget_mb * 2**20),
-            progress=not args.no_progress, backend=args.backend, ray_address=args.address,
-            workers=args.workers, gpus_per_worker=args.gpus_per_worker,
-        ).validate()
+        config, settings = config_from_args(args), settings_from_args(args)
         allow_code_execution(args)
         result = grid(
             args.models, args.tasks, out=args.out or DEFAULT_OUT, config=config, settings=settings,

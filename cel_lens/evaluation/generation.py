@@ -29,7 +29,7 @@ from cel_lens.evaluation.batch import right_pad
 from cel_lens.evaluation.encode import _tokenizer, encode_prompt, format_prompt, pad_id
 from cel_lens.evaluation.teacher_forced import chunks
 from cel_lens.heads import HeadSet, masks_from_head_sets
-from cel_lens.model.ablation import variant_hooks
+from cel_lens.model.ablation import ablation_of, variant_hooks
 from cel_lens.model.forward import forward_resid, forward_resid_cached, init_kv_cache, param_device, select_kv_cache, unembed
 from cel_lens.model.kinds import model_shape
 from cel_lens.model.stack import StackCache
@@ -104,7 +104,7 @@ def greedy_generate(
         raise ValueError(f"masks has {masks.shape[0]} rows for {n} prompts")
     tokens, attn, last = _right_padded(prompts, pad_id(model), param_device(model))
     cache = init_kv_cache(model, n)
-    hooks = variant_hooks(masks, 1)
+    hooks = variant_hooks(masks, 1, ablation_of(model))
     with torch.inference_mode():
         if cache is not None:
             resid = forward_resid_cached(model, tokens, cache, attention_mask=attn, fwd_hooks=hooks, keep=last)
@@ -133,7 +133,7 @@ def _decode(
     active = torch.arange(n)  # original row of each row still in the batch
     finished = [False] * n
     out: list[list[int]] = [[] for _ in range(n)]
-    hooks = variant_hooks(masks, 1)
+    hooks = variant_hooks(masks, 1, ablation_of(model))
     for step in range(max_new_tokens):
         if step:
             if cache is not None:
@@ -160,7 +160,7 @@ def _decode(
                 cache = select_kv_cache(cache, keep_dev)
             else:
                 seq = seq[keep_dev]
-            hooks = variant_hooks(masks[active], 1)
+            hooks = variant_hooks(masks[active], 1, ablation_of(model))
     return out
 
 
@@ -244,7 +244,7 @@ def _resumed_generate(
     else:
         x = tokens[index] if start == 0 else einops.repeat(prefix["resid"][start], "b p d -> (v b) p d", v=v)
         last = forward_resid_cached(
-            model, x, cache, attention_mask=rep_attn, start_at_layer=start, fwd_hooks=variant_hooks(row_masks, 1),
+            model, x, cache, attention_mask=rep_attn, start_at_layer=start, fwd_hooks=variant_hooks(row_masks, 1, ablation_of(model)),
             keep=prefix["last"][index],
         )[:, 0]
     return _decode(model, last, cache, tokens[index], rep_attn, row_masks, row_stops, stop_at_eos, max_new_tokens)

@@ -20,7 +20,7 @@ from torch import Tensor
 
 from cel_lens.evaluation.batch import EncodedBatch, TeacherForced, length_groups
 from cel_lens.heads import HeadSet, masks_from_head_sets
-from cel_lens.model.ablation import variant_hooks
+from cel_lens.model.ablation import ablation_of, variant_hooks
 from cel_lens.model.forward import forward_resid, forward_resid_cached, init_kv_cache, param_device, select_kv_cache, unembed
 from cel_lens.model.kinds import model_shape, supports_resume
 from cel_lens.progress import progress_bar
@@ -66,7 +66,8 @@ def _rows_vectors(
     n_var = masks.shape[0]
     x = _input(model, rows.tokens, sources[0] if sources else None, start)
     hooks = _capture_hooks(capture, sink if sink is not None else {}, 0)
-    resid = forward_resid(model, x, start_at_layer=start, fwd_hooks=hooks, keep=rows.positions, variants=masks)
+    resid = forward_resid(model, x, start_at_layer=start, fwd_hooks=hooks, keep=rows.positions, variants=masks,
+                          ablation=ablation_of(model))
     return einops.rearrange(resid, "(v r) k d -> v r k d", v=n_var)
 
 
@@ -101,6 +102,7 @@ def _shared_vectors(
         fwd_hooks=_capture_hooks(capture, sink, 0),
         keep=batch.context_last[:, None].to(device),
         variants=masks,
+        ablation=ablation_of(model),
     )
     row_example = batch.row_example.to(device)
     last = einops.rearrange(last[:, 0], "(v b) d -> v b d", v=n_var)[:, row_example]  # [v, row, d]
@@ -132,7 +134,7 @@ def _continuations(model, batch, masks, start, sources, capture, sink, cache, ct
             select_kv_cache(cache, idx),
             attention_mask=torch.cat([ctx_mask[idx], _repeat(batch.cont_mask[g.cpu(), :w], n_var, device)], dim=1),
             start_at_layer=start,
-            fwd_hooks=variant_hooks(masks, len(group)) + _capture_hooks(capture, part, 1),
+            fwd_hooks=variant_hooks(masks, len(group), ablation_of(model)) + _capture_hooks(capture, part, 1),
         )
         out[:, g, :w] = einops.rearrange(resid, "(v r) p d -> v r p d", v=n_var)
         for key, value in part.items():

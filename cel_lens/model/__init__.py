@@ -3,7 +3,8 @@
 * :func:`load_model` (:mod:`~cel_lens.model.load`): a hub id, a local checkpoint, the built-in
   ``"organism"``, or a model object, loaded so that zeroing ``hook_z`` is exact;
 * :func:`ablate`, :func:`ablation_hooks`, :func:`variant_hooks`, :func:`run_variants`
-  (:mod:`~cel_lens.model.ablation`): zero-ablation of head sets, many variants per pass;
+  (:mod:`~cel_lens.model.ablation`): ablation of head sets (kinds: zero, the default, mean and
+  resample, :data:`ABLATION_KINDS`), many variants per pass;
 * :mod:`~cel_lens.model.forward`: passes that start or stop at any layer, key/value caches, on
   the fused-attention :mod:`~cel_lens.model.stack` where a model has one (:func:`fused_attention`
   turns it off);
@@ -14,7 +15,20 @@
 This is the only package that imports ``transformer_lens``.
 """
 
-from cel_lens.model.ablation import ablate, ablation_hooks, hook_z_name, run_variants, variant_hooks
+from cel_lens.model.ablation import (
+    ABLATION_KINDS,
+    Ablation,
+    ablate,
+    ablation_hooks,
+    ablation_kind,
+    ablation_of,
+    fit_ablation,
+    hook_z_name,
+    run_variants,
+    set_ablation,
+    using_ablation,
+    variant_hooks,
+)
 from cel_lens.model.bos import BOS_RULES, bos_rule, set_bos_rule
 from cel_lens.model.forward import forward_resid, unembed
 from cel_lens.model.identity import model_id, model_manifest, weights_hash
@@ -33,6 +47,13 @@ __all__ = [
     "ModelSpec",
     "ablate",
     "ablation_hooks",
+    "Ablation",
+    "ABLATION_KINDS",
+    "ablation_kind",
+    "ablation_of",
+    "fit_ablation",
+    "set_ablation",
+    "using_ablation",
     "hook_z_name",
     "variant_hooks",
     "run_variants",

@@ -22,22 +22,22 @@ import json
 import os
 import re
 import shutil
-import struct
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Literal, Mapping, Optional, Sequence, Union
 
-import numpy as np
-
 from cel_lens.heads import HeadSet, HeadsLike
+from cel_lens.model.ablation import Ablation
 from cel_lens.model.card import model_card
+from cel_lens.model.export_fold import fold_bias
 from cel_lens.model.native import NATIVE_KEY, is_native_checkpoint
+from cel_lens.model.safetensors_io import file_sha256, read_header, stream_file
 from cel_lens.version import __version__
 
 __all__ = [
-    "EXPORT_FORMAT", "PROVENANCE_FILE", "PROVENANCE_HASH_FILE", "CARD_FILE", "CHUNK_BYTES", "Checkpoint", "TensorEdit",
-    "read_checkpoint", "read_header", "plan_edits", "stream_file", "check_out_dir", "export_checkpoint", "file_sha256",
+    "EXPORT_FORMAT", "PROVENANCE_FILE", "PROVENANCE_HASH_FILE", "CARD_FILE", "Checkpoint", "TensorEdit",
+    "read_checkpoint", "plan_edits", "check_out_dir", "export_checkpoint",
 ]
 
 EXPORT_FORMAT = "cel_lens-export/1"
@@ -49,7 +49,6 @@ PROVENANCE_HASH_FILE = "cel_lens_export.json.sha256"
 file's hash, this one covers the provenance itself, so relabelled heads do not pass verification."""
 CARD_FILE = "README.md"
 """The model card (YAML front matter, as the Hugging Face hub reads it)."""
-CHUNK_BYTES = 1 << 20
 """Bytes copied per read while streaming a file."""
 
 _FLOAT_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1}
@@ -85,24 +84,12 @@ class TensorEdit:
     row_bytes: int
     spans: tuple[tuple[int, int], ...]
     heads: tuple[str, ...]
+    data: Optional[bytes] = None  # the tensor's new bytes (a folded bias), written before the spans
 
     @property
     def nbytes(self) -> int:
         """Size of the tensor in bytes."""
         return self.rows * self.row_bytes
-
-
-def read_header(path: Union[str, Path]) -> tuple[int, dict[str, Any]]:
-    """``(offset of the data section, header)`` of a safetensors file, reading only its header."""
-    with open(path, "rb") as f:
-        raw = f.read(8)
-        if len(raw) != 8:
-            raise ValueError(f"{path} is not a safetensors file (shorter than 8 bytes)")
-        (size,) = struct.unpack("<Q", raw)
-        if size > 100 << 20:
-            raise ValueError(f"{path} is not a safetensors file (header of {size} bytes)")
-        header = json.loads(f.read(size))
-    return 8 + size, header
 
 
 def _config(path: Path) -> dict[str, Any]:
@@ -213,56 +200,6 @@ def _tensor_edit(ckpt: Checkpoint, layer: int, heads: Sequence[int], name: str, 
     return TensorEdit(name, data_start + begin, rows, width, spans, tuple(f"L{layer}H{h}" for h in sorted(heads)))
 
 
-def _copy_bytes(fi, fo, n: Optional[int], buf: bytearray, hashes: Sequence[Any]) -> int:
-    """Copy ``n`` bytes (``None``: to the end) from ``fi`` to ``fo`` through ``buf``, updating ``hashes``."""
-    view = memoryview(buf)
-    done = 0
-    while n is None or done < n:
-        want = len(buf) if n is None else min(len(buf), n - done)
-        got = fi.readinto(view[:want])
-        if not got:
-            if n is not None:
-                raise ValueError(f"{fi.name} ended {n - done} bytes early")
-            break
-        for h in hashes:
-            h.update(view[:got])
-        fo.write(view[:got])
-        done += got
-    return done
-
-
-def stream_file(src: Path, dst: Path, edits: Sequence[TensorEdit] = (), chunk: int = CHUNK_BYTES) -> tuple[str, str]:
-    """Copy ``src`` to ``dst`` applying ``edits``; returns the sha256 of the source and of the copy."""
-    src_hash, dst_hash = hashlib.sha256(), hashlib.sha256()
-    buf = bytearray(max(1, min(chunk, src.stat().st_size)))
-    with open(src, "rb") as fi, open(dst, "wb") as fo:
-        pos = 0
-        for edit in sorted(edits, key=lambda e: e.start):
-            pos += _copy_bytes(fi, fo, edit.start - pos, buf, (src_hash, dst_hash))
-            tensor = bytearray(edit.nbytes)
-            if fi.readinto(tensor) != edit.nbytes:
-                raise ValueError(f"{src} ends inside {edit.name}")
-            src_hash.update(tensor)
-            rows = np.frombuffer(tensor, dtype=np.uint8).reshape(edit.rows, edit.row_bytes)
-            for a, b in edit.spans:
-                rows[:, a:b] = 0
-            dst_hash.update(tensor)
-            fo.write(tensor)
-            pos += edit.nbytes
-            del rows, tensor
-        _copy_bytes(fi, fo, None, buf, (src_hash, dst_hash))
-    return src_hash.hexdigest(), dst_hash.hexdigest()
-
-
-def file_sha256(path: Union[str, Path], chunk: int = CHUNK_BYTES) -> str:
-    """SHA-256 of a file, read in chunks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(chunk), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _other_files(ckpt: Checkpoint) -> tuple[list[str], list[str]]:
     """``(files to copy as they are, entries left out)``, relative to the checkpoint: every file but
     the weights (edited apart) and other weight formats (they would hold the unedited model); a
@@ -300,6 +237,7 @@ def export_checkpoint(
     *,
     provenance: Optional[Mapping[str, Any]] = None,
     card: Optional[Callable[[Mapping[str, Any]], str]] = None,
+    ablation: Optional[Ablation] = None,
 ) -> Path:
     """Write ``source`` with ``heads`` removed (their output-projection input columns zeroed) to
     ``out_dir``, which must not exist or be empty; see the module docstring.
@@ -308,11 +246,16 @@ def export_checkpoint(
     entries, plus the heads, the edited tensors, the source files' and every written file's sha256)
     and :data:`CARD_FILE` (``card(provenance)``; default :func:`cel_lens.model.card.model_card`).
     Files are written to a sibling temporary directory that is renamed to ``out_dir`` when complete.
+    ``ablation`` other than zero (a mean or resample ablation) is folded into the output biases
+    (:mod:`~cel_lens.model.export_fold`), or refused in one line where that is not exact.
     """
     ckpt = source if isinstance(source, Checkpoint) else read_checkpoint(source)
     out = Path(out_dir)
     check_out_dir(out, ckpt.path)
     plan = plan_edits(ckpt, heads)  # validates everything before a byte is written
+    if ablation is not None and ablation.name != "zero":
+        plan = _with_folded_bias(ckpt, heads, ablation, plan)
+        provenance = {**(provenance or {}), "ablation": ablation.record()}
     copy, left_out = _other_files(ckpt)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}.partial-{os.getpid()}"
@@ -338,6 +281,26 @@ def export_checkpoint(
     return out
 
 
+def _with_folded_bias(
+    ckpt: Checkpoint, heads: HeadsLike, ablation: Ablation, plan: dict[str, list[TensorEdit]]
+) -> dict[str, list[TensorEdit]]:
+    """``plan`` plus one edit per ablated layer writing its folded output bias."""
+    headers = {shard: read_header(ckpt.path / shard) for shard in ckpt.shards}
+    names = {n: shard for shard, (_, h) in headers.items() for n in h if n != "__metadata__"}
+    plan = {k: list(v) for k, v in plan.items()}
+    for shard, tensors in fold_bias(ckpt, heads, ablation, names).items():
+        data_start, header = headers[shard]
+        for name, data in tensors.items():
+            begin, end = (int(x) for x in header[name]["data_offsets"])
+            if end - begin != len(data):
+                raise ValueError(f"{name}: {end - begin} bytes stored, {len(data)} folded")
+            layer = name.split("layers.")[-1].split(".")[0] if ckpt.kind == "hf" else name.split(".")[1]
+            plan.setdefault(shard, []).append(
+                TensorEdit(name, data_start + begin, 1, len(data), (), (f"bias of layer {layer}",), data)
+            )
+    return plan
+
+
 def _slice_text(ckpt: Checkpoint, head: str) -> str:
     """The zeroed part of a head's tensor in index notation: ``[:, 16:32]`` (o_proj) or ``[1]`` (W_O)."""
     h = HeadSet.parse(head).heads[0].head
@@ -354,6 +317,7 @@ def _provenance(
               "shards_sha256": shard_sha}
     edits = [
         {"file": shard, "tensor": e.name, "heads": list(e.heads), "zeroed": [_slice_text(ckpt, h) for h in e.heads]}
+        if e.data is None else {"file": shard, "tensor": e.name, "folded": "b + sum of W_O[h] c_h over the ablated heads"}
         for shard, es in sorted(plan.items()) for e in es
     ]
     return {

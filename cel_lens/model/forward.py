@@ -21,7 +21,7 @@ TransformerLens's for other HookedTransformers.
 from __future__ import annotations
 
 import contextlib
-from typing import Callable, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import einops
 import torch
@@ -29,7 +29,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from cel_lens.model.kinds import is_bridge, model_name
-from cel_lens.model.stack import StackCache, zero_heads
+from cel_lens.model.stack import StackCache
 from cel_lens.model.stack_build import stack_for
 
 __all__ = [
@@ -73,6 +73,7 @@ def forward_resid(
     attention_mask: Optional[Int[Tensor, "batch pos"]] = None,
     keep: Optional[Int[Tensor, "batch k"]] = None,
     variants: Optional[Bool[Tensor, "variant layer head"]] = None,
+    ablation: Any = None,
 ) -> Float[Tensor, "batch pos d_model"]:
     """Residual stream after blocks ``[start_at_layer, stop_at_layer)`` (all remaining blocks when
     ``stop_at_layer`` is None), before the final norm.
@@ -83,7 +84,9 @@ def forward_resid(
     on a stack the last block then runs its queries and MLP only there
     (:meth:`~cel_lens.model.stack.Stack.run`). ``variants`` (``[V, layers, heads]``, True = ablated)
     runs V head ablations of the batch and returns ``V x batch`` rows, variant-major; on a stack the
-    rows stay shared up to the first ablated layer.
+    rows stay shared up to the first ablated layer. ``ablation`` (needed with ``variants``) is the
+    :class:`~cel_lens.model.ablation.Ablation` that says what ablating does (its ``replace`` on the
+    stack, its ``variant_hooks`` otherwise): this module never writes to ``hook_z`` itself.
     """
     n_layers = model.cfg.n_layers
     stop = n_layers if stop_at_layer is None else stop_at_layer
@@ -95,8 +98,10 @@ def forward_resid(
     stack = _stack(model, hooks)
     if stack is not None:
         with _local_hooks(model, hooks):
-            return stack.run(x, start_at_layer, stop, attention_mask, keep=_on(keep, x), variants=variants)
-    x, attention_mask, keep, hooks = _split_variants(x, attention_mask, keep, hooks, variants)
+            return stack.run(
+                x, start_at_layer, stop, attention_mask, keep=_on(keep, x), variants=variants, ablation=ablation
+            )
+    x, attention_mask, keep, hooks = _split_variants(x, attention_mask, keep, hooks, variants, ablation)
     if x.is_floating_point() and start_at_layer >= stop:
         return _kept(x, keep)
     if is_bridge(model):
@@ -114,25 +119,18 @@ def _on(t: Optional[Tensor], like: Tensor) -> Optional[Tensor]:
     return None if t is None else t.to(like.device)
 
 
-def _split_variants(x, attention_mask, keep, hooks: list[Hook], variants: Optional[Tensor]):
-    """Without a stack: the inputs repeated variant-major and hooks zeroing each variant's heads."""
+def _split_variants(x, attention_mask, keep, hooks: list[Hook], variants: Optional[Tensor], ablation: Any):
+    """Without a stack: the inputs repeated variant-major, and the ablation's hooks for each variant."""
     if variants is None:
         return x, attention_mask, keep, hooks
+    if ablation is None:
+        raise ValueError("variants need the ablation that applies them (ablation=ablation_of(model))")
     n_var, batch = int(variants.shape[0]), x.shape[0]
 
     def rep(t: Optional[Tensor]) -> Optional[Tensor]:
         return None if t is None else einops.repeat(t, "b ... -> (v b) ...", v=n_var)
 
-    extra = []
-    for layer in range(variants.shape[1]):
-        if bool(variants[:, layer].any()):
-            rows = einops.repeat(~variants[:, layer], "v h -> (v b) h", b=batch)
-
-            def hook(z: Tensor, hook=None, rows=rows) -> Tensor:  # noqa: ANN001 - TL hook signature
-                return zero_heads(z, rows.to(z.device))
-
-            extra.append((f"blocks.{layer}.attn.hook_z", hook))
-    return rep(x), rep(attention_mask), rep(keep), hooks + extra
+    return rep(x), rep(attention_mask), rep(keep), hooks + ablation.variant_hooks(variants, batch)
 
 
 @contextlib.contextmanager
@@ -308,6 +306,7 @@ def forward_resid_cached(
     fwd_hooks: Sequence[Hook] = (),
     keep: Optional[Int[Tensor, "batch k"]] = None,
     variants: Optional[Bool[Tensor, "variant layer head"]] = None,
+    ablation: Any = None,
 ) -> Float[Tensor, "batch new d_model"]:
     """Residual stream after the last block for ``x``, appended to a key/value ``cache``
     (``keep`` and ``variants`` as in :func:`forward_resid`; the cache then holds ``V x batch``
@@ -322,7 +321,7 @@ def forward_resid_cached(
     if cache is None:
         return forward_resid(
             model, x, start_at_layer=start_at_layer, fwd_hooks=fwd_hooks, attention_mask=attention_mask, keep=keep,
-            variants=variants,
+            variants=variants, ablation=ablation,
         )
     if not x.is_floating_point() and start_at_layer != 0:
         raise ValueError("a pass that resumes at a later layer takes the residual stream, not tokens")
@@ -336,8 +335,9 @@ def forward_resid_cached(
                 "its key/value cache cannot serve it"
             )
         with _local_hooks(model, hooks):
-            return stack.run(x, start_at_layer, n_layers, attention_mask, cache, keep=_on(keep, x), variants=variants)
-    x, attention_mask, keep, hooks = _split_variants(x, attention_mask, keep, hooks, variants)
+            return stack.run(x, start_at_layer, n_layers, attention_mask, cache, keep=_on(keep, x), variants=variants,
+                             ablation=ablation)
+    x, attention_mask, keep, hooks = _split_variants(x, attention_mask, keep, hooks, variants, ablation)
     with model.hooks(fwd_hooks=hooks):
         if x.is_floating_point():
             return _kept(model(

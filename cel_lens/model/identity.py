@@ -53,6 +53,7 @@ def weights_hash(model: torch.nn.Module, full_limit_bytes: int = 256 * 2**20, sa
         flat = data.reshape(-1)
         if not full and flat.numel() > sample:
             idx = torch.linspace(0, flat.numel() - 1, sample, device=flat.device).round().long()
+            idx = idx.clamp_(max=flat.numel() - 1)  # float32 rounds numel - 1 up past 2**24 (same indices below it)
             flat = flat[idx]
         digest.update(flat.contiguous().cpu().view(torch.uint8).numpy().tobytes())
     return ("sha256:" if full else "sha256-sampled:") + digest.hexdigest()

@@ -2,8 +2,8 @@
 
 TransformerLens computes attention step by step (scores, mask, softmax, pattern) so that every
 hook point can see it; a ``TransformerBridge`` re-implements attention the same way around the
-Hugging Face modules. Head ablation needs none of that: it only zeroes ``hook_z``, the input of the
-output projection. :class:`Stack` runs the same weights, layer by layer, with
+Hugging Face modules. Head ablation needs none of that: it only replaces ``hook_z`` (the input of the
+output projection, as :mod:`~cel_lens.model.ablation` says). :class:`Stack` runs the same weights, layer by layer, with
 ``torch.nn.functional.scaled_dot_product_attention`` (flash/efficient kernels, grouped-query
 attention without copying keys and values) and fires the hook points head ablation and resumed
 passes use: ``blocks.{l}.hook_resid_pre``, ``blocks.{l}.attn.hook_z``, and those inside the norms
@@ -28,7 +28,7 @@ costs about a third of its layer weights in memory.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import einops
 import torch
@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-__all__ = ["Stack", "StackCache", "zero_heads"]
+__all__ = ["Stack", "StackCache"]
 
 
 @dataclass
@@ -113,11 +113,6 @@ def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return torch.cat((rotated, x[..., rot:]), dim=-1) if rot < x.shape[-1] else rotated
 
 
-def zero_heads(z: Float[Tensor, "row pos head d_head"], keep: Bool[Tensor, "row head"]) -> Tensor:
-    """``z`` with the heads where ``keep`` is False zeroed, per row."""
-    return torch.where(keep[:, None, :, None], z, torch.zeros((), dtype=z.dtype, device=z.device))
-
-
 class _Rows:
     """What a pass knows per row (positions, masks, rotary tables, kept positions); repeated
     variant-major when the pass splits into its variants."""
@@ -173,6 +168,7 @@ class Stack:
         cache: Optional[StackCache] = None,
         keep: Optional[Int[Tensor, "batch k"]] = None,
         variants: Optional[Bool[Tensor, "variant layer head"]] = None,
+        ablation: Any = None,
     ) -> Float[Tensor, "rows new_or_k d_model"]:
         """Residual stream after layers ``[start, stop)``: ``x`` is tokens (``start == 0``) or the
         residual stream entering ``start``. ``attention_mask`` (1 = real token) covers the cached
@@ -186,7 +182,11 @@ class Stack:
         ``variants`` (``[V, layers, heads]``, True = ablated) runs V ablations of the batch: the
         rows stay shared up to the first layer any variant ablates, whose attention runs once;
         there the batch splits into ``V x batch`` rows (variant-major) and each variant's heads are
-        zeroed in ``z``. With a ``cache`` the batch splits before the first layer."""
+        ablated in ``z`` by ``ablation`` (a :class:`~cel_lens.model.ablation.Ablation`: its
+        ``replace``, the one definition of what ablating does). With a ``cache`` the batch splits
+        before the first layer."""
+        if variants is not None and ablation is None:
+            raise ValueError("variants need the ablation that applies them (ablation=ablation_of(model))")
         resid = self.embed(x) if not x.is_floating_point() else x
         batch, new = resid.shape[:2]
         past = cache.past(start) if cache is not None else 0
@@ -196,12 +196,12 @@ class Stack:
         if variants is not None:
             split_at = next((l for l in range(start, stop) if bool(variants[:, l].any())), stop)
         rows = _Rows(positions=positions, mask=mask, keep=keep, attention_mask=attention_mask, rope=None)
-        keep_heads = None
+        ablated = None
         if n_var > 1 and (cache is not None or split_at >= stop):
             resid, split_at = resid.repeat(n_var, 1, 1), -1
             rows.repeat(n_var)
         if variants is not None:
-            keep_heads = einops.repeat(~variants.to(resid.device), "v l h -> (v b) l h", b=batch)
+            ablated = einops.repeat(variants.to(resid.device), "v l h -> (v b) l h", b=batch)
         for layer in range(start, stop):
             spec = self.layers[layer]
             resid = spec.hook_resid_pre(resid)
@@ -215,8 +215,8 @@ class Stack:
                 z = einops.repeat(z, "b p h d -> (v b) p h d", v=n_var)
                 resid = einops.repeat(resid, "b p d -> (v b) p d", v=n_var)
                 rows.repeat(n_var)
-            if keep_heads is not None and split_at <= layer and bool(variants[:, layer].any()):
-                z = zero_heads(z, keep_heads[:, layer])
+            if ablated is not None and split_at <= layer and bool(variants[:, layer].any()):
+                z = ablation.replace(z, layer, ablated[:, layer])
             n_rows, n_q = z.shape[:2]
             if spec.z_flat:
                 z = spec.hook_z(z.reshape(n_rows, n_q, -1))

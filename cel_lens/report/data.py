@@ -15,6 +15,8 @@ import numpy as np
 from cel_lens.heads import HeadSet
 from cel_lens.report.style import as_float
 from cel_lens.runs import load_run
+from cel_lens.config import SCORERS
+from cel_lens.scoring.registry import scorer_class
 
 __all__ = [
     "ResultLike", "result_dict", "ranked_subsets", "stage1_scores", "null_gains", "is_accuracy_scorer", "is_unfinished",
@@ -23,7 +25,6 @@ __all__ = [
 #: A ``Result``, its dict, a run (anything with ``.result``) or a run directory path.
 ResultLike = Union[Mapping[str, Any], Any, str, os.PathLike]
 
-_ACCURACY_SCORERS = {"exact", "compressed"}
 
 
 def result_dict(obj: ResultLike, *, partial: bool = False) -> dict[str, Any]:
@@ -83,8 +84,11 @@ def ranked_subsets(obj: ResultLike) -> list[dict[str, Any]]:
 
 def is_accuracy_scorer(scorer: Any) -> bool:
     """Whether a stage-1 scorer's scores are accuracy differences (shown as percentages) rather
-    than a score in its own units."""
-    return str(scorer) in _ACCURACY_SCORERS
+    than a score in its own units: the scorer's ``units`` (:mod:`~cel_lens.scoring.registry`);
+    ``False`` for a name no longer registered."""
+    if str(scorer) not in SCORERS:
+        return False
+    return scorer_class(str(scorer)).units == "accuracy"
 
 
 def is_unfinished(r: Mapping[str, Any]) -> bool:

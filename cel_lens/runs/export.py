@@ -22,7 +22,9 @@ from cel_lens.config import canonical_dtype
 from cel_lens.evaluation.evaluator import evaluate
 from cel_lens.evaluation.hf import evaluate_plain, load_plain_model
 from cel_lens.heads import Head, HeadSet
-from cel_lens.model.export import PROVENANCE_FILE, PROVENANCE_HASH_FILE, check_out_dir, export_checkpoint, file_sha256
+from cel_lens.model.ablation import Ablation, ablation_from_state
+from cel_lens.model.export import PROVENANCE_FILE, PROVENANCE_HASH_FILE, check_out_dir, export_checkpoint
+from cel_lens.model.safetensors_io import file_sha256
 from cel_lens.model.export_source import encoding_defaults, export_source
 from cel_lens.model.identity import weights_hash
 from cel_lens.model.load import load_model
@@ -31,7 +33,7 @@ from cel_lens.runs.loading import RunRecord, load_run
 from cel_lens.tasks.base import Task
 from cel_lens.tasks.registry import load_task
 
-__all__ = ["export_model", "verify_export", "VerifyReport", "selected_heads", "run_task", "heads_zeroed"]
+__all__ = ["export_model", "verify_export", "VerifyReport", "selected_heads", "run_task", "heads_zeroed", "run_ablation"]
 
 
 def _as_record(run: Any) -> RunRecord:
@@ -133,7 +135,19 @@ def export_model(run_or_heads: Any, out_dir: Union[str, os.PathLike], *, source:
             if "bos" in model_entry:  # the BOS rule the run's prompts were encoded with
                 evaluation.update(prepend_bos=bool(model_entry["bos"]["prepends_bos"]), bos=model_entry["bos"])
         provenance = {"source": src.as_dict(), "evaluation": evaluation, "run": _run_provenance(record) if record else None}
-        return export_checkpoint(src.path, heads, out_dir, provenance=provenance)
+        return export_checkpoint(src.path, heads, out_dir, provenance=provenance, ablation=run_ablation(record))
+
+
+def run_ablation(record: Optional[RunRecord]) -> Optional[Ablation]:
+    """The ablation a run searched with, as it recorded it (``None``: zero, or no run); a mean or
+    resample run's export folds it into the output biases where exact."""
+    if record is None or (record.manifest.get("options") or {}).get("ablation", "zero") == "zero":
+        return None
+    kind = record.manifest["options"]["ablation"]
+    for event in record.events:
+        if event.get("event") == "ablation" and event.get("kind") == kind:
+            return ablation_from_state({k: v for k, v in event.items() if k not in ("type", "event", "time")})
+    raise ValueError(f"{record.path} searched with {kind} ablation but recorded no learnt ablation to export")
 
 
 @dataclass

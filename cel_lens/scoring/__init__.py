@@ -1,7 +1,8 @@
 """Stage 1 of Algorithm 1: one score per head, ``Float[Tensor, "layer head"]``, estimating the
 discovery-set gain of ablating that head alone (positive = ablation helps).
 
-Three scorers, from exact to cheap, one module each:
+Scorers are a registry (:mod:`~cel_lens.scoring.registry`: adding one is one file and one line in
+:data:`cel_lens.config.SCORERS`). Three built in, from exact to cheap, one module each:
 
 * ``exact`` (:mod:`~cel_lens.scoring.exact`): ablate each head alone and measure the discovery
   accuracy gain (the paper's scorer); ``L*H`` evaluations, batched and resumed by the evaluator.
@@ -21,15 +22,16 @@ search takes (it refuses scores from any split but D_dist).
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Optional
 
 from cel_lens.config import SCORERS
-from cel_lens.oracle import DIST_SPLIT, Oracle, Stage1Scores
+from cel_lens.oracle import Oracle, Stage1Scores
 from cel_lens.scoring.agreement import rank_agreement
 from cel_lens.scoring.attribution import attribution_scores
 from cel_lens.scoring.compressed import compressed_scores, lasso, random_masks
 from cel_lens.scoring.exact import exact_scores
-from cel_lens.scoring.racing import RacingOptions, RacingOutcome, racing_cost, racing_scores
+from cel_lens.scoring.racing import RacingOptions, RacingOutcome, RacingScorer, racing_cost, racing_scores
+from cel_lens.scoring.registry import Cost, Scorer, get_scorer, scorer_class, scorer_from_config
 from cel_lens.tasks.base import Split
 
 __all__ = [
@@ -45,11 +47,18 @@ __all__ = [
     "rank_agreement",
     "RacingOptions",
     "RacingOutcome",
+    "RacingScorer",
     "racing_scores",
     "racing_cost",
+    "Scorer",
+    "Cost",
+    "get_scorer",
+    "scorer_class",
+    "scorer_from_config",
 ]
 
-ScorerName = Literal["exact", "attribution", "compressed", "racing"]
+ScorerName = str
+"""A name in :data:`cel_lens.config.SCORERS`."""
 
 
 def score_heads(
@@ -66,27 +75,13 @@ def score_heads(
     pool_size: Optional[int] = None,
     racing: Optional[RacingOptions] = None,
 ) -> Stage1Scores:
-    """Stage-1 scores by name, with the split they were computed on. ``exact``/``compressed`` need an
-    ``oracle`` (they read its D_dist); ``attribution`` an oracle with ``attribution_scores(batch_size)``
-    (on D_dist), or ``model`` and a ``split`` (recorded by its name: a search refuses any but ``"dist"``).
-    ``racing`` needs the ``pool_size`` it races for; ``racing`` holds its options (default delta 0.05)."""
-    if scorer not in SCORERS:
-        raise ValueError(f"unknown scorer {scorer!r}; choose one of {', '.join(SCORERS)}")
-    if scorer == "attribution":
-        if model is None and hasattr(oracle, "attribution_scores"):
-            return Stage1Scores(oracle.attribution_scores(batch_size), DIST_SPLIT, scorer)  # type: ignore[union-attr]
-        if model is None or split is None:
-            raise ValueError("the 'attribution' scorer needs model= and split= (or an oracle that computes it)")
-        values = attribution_scores(model, split, batch_size=batch_size, progress=progress)
-        return Stage1Scores(values, getattr(split, "name", "unknown"), scorer)
-    if oracle is None:
-        raise ValueError(f"the {scorer!r} scorer needs oracle=...")
-    if scorer == "exact":
-        return Stage1Scores(exact_scores(oracle, progress=progress), DIST_SPLIT, scorer)
-    if scorer == "racing":
-        if pool_size is None:
-            raise ValueError("the 'racing' scorer needs pool_size= (the pool it races for)")
-        outcome = racing_scores(oracle, pool_size, racing or RacingOptions(seed=seed), progress=progress)
-        return Stage1Scores(outcome.scores, DIST_SPLIT, scorer)
-    values = compressed_scores(oracle, n_masks=n_masks, sparsity=sparsity, seed=seed, progress=progress)
-    return Stage1Scores(values, DIST_SPLIT, scorer)
+    """Stage-1 scores by name (:mod:`~cel_lens.scoring.registry`), with the split they were computed
+    on. ``exact``/``compressed`` need an ``oracle`` (they read its D_dist); ``attribution`` an oracle
+    with ``attribution_scores(batch_size)`` (on D_dist), or ``model`` and a ``split`` (recorded by its
+    name: a search refuses any but ``"dist"``). Options a scorer does not take are ignored;
+    ``racing`` needs the ``pool_size`` it races for and takes its options from ``racing``."""
+    options = {"n_masks": n_masks, "sparsity": sparsity, "seed": seed, "pool_size": pool_size}
+    if racing is not None:
+        options.update(delta=racing.delta, margin=racing.margin, seed=racing.seed)
+    chosen = get_scorer(scorer, **{key: value for key, value in options.items() if value is not None})
+    return chosen.score(oracle, batch_size=batch_size, progress=progress, model=model, split=split)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 import torch
@@ -31,9 +31,14 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from cel_lens.heads import HeadSet, head_sets_from_masks
-from cel_lens.oracle import Oracle, call_oracle, evaluate_chunked
+from cel_lens.oracle import DIST_SPLIT, Oracle, Stage1Scores, call_oracle, evaluate_chunked
+from cel_lens.scoring.registry import Cost, Scorer
+from cel_lens.tasks.base import Split
 
-__all__ = ["random_masks", "lasso", "lasso_scores", "default_n_masks", "compressed_scores", "PENALTY_GRID"]
+__all__ = [
+    "random_masks", "lasso", "lasso_scores", "default_n_masks", "compressed_scores", "PENALTY_GRID",
+    "CompressedOptions", "CompressedScorer",
+]
 
 PENALTY_GRID: tuple[float, ...] = tuple(float(t) for t in np.geomspace(0.5, 8.0, 9))
 """Penalties tried by cross-validation, in standard errors of one coefficient."""
@@ -231,3 +236,36 @@ def compressed_scores(
     X = masks.flatten(1).double().numpy()
     scores = lasso_scores(X, y, alpha=alpha, seed=seed)
     return torch.from_numpy(scores).float().view(n_layers, n_heads)
+
+
+@dataclass(frozen=True)
+class CompressedOptions:
+    """The compressed-sensing scorer's options (the :class:`~cel_lens.config.SearchConfig` fields
+    of the same names): knockout masks (``None``: :func:`default_n_masks`), the fraction of heads
+    each knocks out, and the seed of the masks."""
+
+    n_masks: Optional[int] = None
+    sparsity: float = 0.05
+    seed: int = 0
+
+
+class CompressedScorer(Scorer):
+    """Random multi-head knockouts on D_dist and a Lasso (:func:`compressed_scores`)."""
+
+    name = "compressed"
+    Options = CompressedOptions
+
+    def cost(self, n_layers: int, n_heads: int, n_dist: int) -> Cost:
+        o = self.options
+        masks = o.n_masks if o.n_masks is not None else default_n_masks(n_layers * n_heads, o.sparsity)
+        return Cost(masks, "random multi-head knockouts")
+
+    def score(
+        self, oracle: Optional[Oracle], *, batch_size: int = 8, progress: bool = True, model: Any = None,
+        split: Optional[Split] = None,
+    ) -> Stage1Scores:
+        if oracle is None:
+            raise ValueError("the 'compressed' scorer needs oracle=...")
+        o = self.options
+        values = compressed_scores(oracle, n_masks=o.n_masks, sparsity=o.sparsity, seed=o.seed, progress=progress)
+        return Stage1Scores(values, DIST_SPLIT, self.name)

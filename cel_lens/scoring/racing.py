@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 import torch
@@ -49,9 +49,11 @@ from scipy.special import gammaln
 from torch import Tensor
 
 from cel_lens.heads import Head, HeadSet
-from cel_lens.oracle import Oracle, call_oracle, evaluate_chunked, subsplit, subsplit_indices
+from cel_lens.oracle import DIST_SPLIT, Oracle, Stage1Scores, call_oracle, evaluate_chunked, subsplit, subsplit_indices
+from cel_lens.scoring.registry import Cost, Scorer
+from cel_lens.tasks.base import Split
 
-__all__ = ["RacingOptions", "RacingOutcome", "racing_scores", "racing_schedule", "racing_cost", "count_bounds"]
+__all__ = ["RacingOptions", "RacingOutcome", "RacingScorer", "RacingScorerOptions", "racing_scores", "racing_schedule", "racing_cost", "count_bounds"]
 
 
 @dataclass(frozen=True)
@@ -274,3 +276,41 @@ def _outcome(
         torch.from_numpy(scores).reshape(L, H), [Head(i // H, i % H) for i in pool], seen,
         status.tolist(), ends, evaluations, total * n, options,
     )
+
+
+@dataclass(frozen=True)
+class RacingScorerOptions:
+    """What a search's :class:`~cel_lens.config.SearchConfig` gives the racing scorer: the pool it
+    races for and :class:`RacingOptions`' ``delta``, ``margin`` and ``seed``."""
+
+    pool_size: Optional[int] = None
+    delta: float = 0.05
+    margin: float = 0.0
+    seed: int = 0
+
+    def racing(self) -> RacingOptions:
+        """The race's own options."""
+        return RacingOptions(delta=self.delta, margin=self.margin, seed=self.seed)
+
+
+class RacingScorer(Scorer):
+    """Exact single-head scoring on growing D_dist batches, heads stopped once they cannot change
+    the pool (:func:`racing_scores`); the pool equals exact stage 1's with probability ``1 - delta``."""
+
+    name = "racing"
+    Options = RacingScorerOptions
+
+    def cost(self, n_layers: int, n_heads: int, n_dist: int) -> Cost:
+        return Cost(n_layers * n_heads, "every head alone on growing batches, at most as exact; heads ruled out "
+                    "stop early", bound=True)
+
+    def score(
+        self, oracle: Optional[Oracle], *, batch_size: int = 8, progress: bool = True, model: Any = None,
+        split: Optional[Split] = None,
+    ) -> Stage1Scores:
+        if oracle is None:
+            raise ValueError("the 'racing' scorer needs oracle=...")
+        if self.options.pool_size is None:
+            raise ValueError("the 'racing' scorer needs pool_size= (the pool it races for)")
+        outcome = racing_scores(oracle, self.options.pool_size, self.options.racing(), progress=progress)
+        return Stage1Scores(outcome.scores, DIST_SPLIT, self.name)

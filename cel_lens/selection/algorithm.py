@@ -28,6 +28,7 @@ or without a journal (a run directory, which then records every step).
 
 from __future__ import annotations
 
+import inspect
 import time
 import warnings
 from contextlib import contextmanager
@@ -38,6 +39,7 @@ from jaxtyping import Bool
 from torch import Tensor
 
 from cel_lens.evaluation.seal import describe_reads, reading_as, summarize_read
+from cel_lens.config import SearchConfig
 from cel_lens.heads import Head, HeadSet
 from cel_lens.oracle import (
     DIST_SPLIT,
@@ -231,6 +233,21 @@ def _record_start(memo: MemoOracle, **options: Any) -> None:
         memo.journal.record_event("search_started", n_layers=memo.n_layers, n_heads=memo.n_heads, options=options)
 
 
+_CONFIG_OPTIONS = ("k", "pool_size", "scorer", "strategy", "beam_width", "n_null", "n_boot", "posthoc", "seed",
+                   "n_specificity", "parsimony", "n_adjusted", "ci_method")
+"""The options of :func:`run_search` a :class:`~cel_lens.config.SearchConfig` supplies."""
+
+
+def _from_config(config: SearchConfig, given: dict[str, Any]) -> tuple[Any, ...]:
+    """The search options ``config`` supplies; ``TypeError`` naming any of them also given loose
+    (``given``: the call's arguments; an option at its default counts as not given)."""
+    defaults = {n: p.default for n, p in inspect.signature(run_search).parameters.items()}
+    both = [n for n in _CONFIG_OPTIONS if given[n] != defaults[n]]
+    if both:
+        raise TypeError(f"run_search() got config= and {', '.join(both)}: give the options in one place")
+    return tuple(getattr(config, n) for n in _CONFIG_OPTIONS)
+
+
 def run_search(
     oracle: Oracle,
     *,
@@ -253,32 +270,32 @@ def run_search(
     parsimony: str = DEFAULT_PARSIMONY,
     n_adjusted: int = DEFAULT_N_ADJUSTED,
     ci_method: str = DEFAULT_CI_METHOD,
+    config: Optional[SearchConfig] = None,
 ) -> Result:
-    """Algorithm 1 over ``oracle`` (see the module docstring); returns the :class:`Result`.
-
-    ``scores``: :class:`~cel_lens.oracle.Stage1Scores` of another scorer, refused unless computed on
-    D_dist (``scorer`` renames them); default: exact scores. The oracle is wrapped in a
-    :class:`~cel_lens.oracle.MemoOracle` unless it is one (nothing evaluated twice, the test split
-    refused until S-hat is fixed); with a journal (:class:`cel_lens.runs.RecordingOracle`) every
-    step is recorded and a rerun resumes and must select the same subset. ``parsimony``: stage 2's
-    rule (:mod:`~cel_lens.selection.parsimony`). ``seed`` seeds the null, the intervals, the
-    selection stability (``n_stability`` resamples that redo the selection; 0 skips it) and the
-    selection-adjusted test (``n_adjusted`` permutations; 0 skips it); ``n_specificity`` > 0 reruns
-    stage 2 on random pools (:mod:`cel_lens.selection.specificity`); ``ci_method``: ``"tango"``,
-    ``"newcombe"`` or ``"bootstrap"``; ``posthoc``: every subset on D_test too (exploratory). ``test_reads``: the
-    seal ledger's reads of this D_test (:mod:`cel_lens.evaluation.seal`; default: the oracle's
-    ``test_reads``); any before the selection makes ``selected_before_test`` false.
-    """
+    """Algorithm 1 over ``oracle`` (module docstring); returns the :class:`Result`. ``config``: a
+    :class:`~cel_lens.config.SearchConfig` passed whole instead of its options loose. ``scores``:
+    :class:`~cel_lens.oracle.Stage1Scores` of another scorer, refused unless computed on D_dist
+    (``scorer`` renames them); default: exact scores. The oracle is wrapped in a
+    :class:`~cel_lens.oracle.MemoOracle` (nothing evaluated twice, D_test refused until S-hat is
+    fixed); with a journal (:class:`cel_lens.runs.RecordingOracle`) every step is recorded and a rerun
+    resumes. ``parsimony``: stage 2's rule (:mod:`~cel_lens.selection.parsimony`). ``seed`` seeds the
+    null, the intervals, the stability (``n_stability`` re-selections; 0 skips) and the
+    selection-adjusted test (``n_adjusted`` permutations; 0 skips); ``n_specificity`` > 0 reruns stage 2
+    on random pools; ``ci_method``: ``"tango"``, ``"newcombe"`` or ``"bootstrap"``; ``posthoc``: every
+    subset on D_test too (exploratory). ``test_reads``: the seal ledger's reads of this D_test
+    (:mod:`cel_lens.evaluation.seal`); any before the selection makes ``selected_before_test`` false."""
+    if config is not None:  # the options read from the config (in _CONFIG_OPTIONS' order)
+        (k, pool_size, scorer, strategy, beam_width, n_null, n_boot, posthoc, seed, n_specificity, parsimony, n_adjusted,
+         ci_method) = _from_config(config, locals())
     _check_options(k, pool_size, parsimony, ci_method, n_adjusted)
     memo = oracle if isinstance(oracle, MemoOracle) else MemoOracle(oracle)
-    journal = memo.journal
+    journal, timings = memo.journal, {}
     given = None if scores is None else discovery_scores(scores, memo.n_layers, memo.n_heads)
     name = scorer or (given.scorer if given is not None else "exact")
     beam = beam_width if strategy == "beam" else None
     _record_start(memo, k=k, pool_size=pool_size, scorer=name, strategy=strategy, beam_width=beam, n_null=n_null,
                   n_boot=n_boot, alpha=alpha, posthoc=posthoc, seed=seed, parsimony=parsimony,
                   n_adjusted=n_adjusted, ci_method=ci_method, **({"n_specificity": n_specificity} if n_specificity else {}))
-    timings: dict[str, float] = {}
     intact, stage1_scores = _recorded_stage1(memo, given, name, timings, chunk=chunk, progress=progress)
     search = dict(k=k, strategy=strategy, beam_width=beam_width, chunk=chunk, progress=progress)
     with _timed(timings, "stage2_s"):

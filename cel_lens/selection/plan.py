@@ -13,17 +13,17 @@ from __future__ import annotations
 import html
 import math
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence, Union
 
 from torch import Tensor
 
 from cel_lens.heads import HeadSet
+from cel_lens.scoring.attribution import ATTRIBUTION_UNITS
+from cel_lens.config import ABLATION_KINDS, DEFAULT_K, DEFAULT_POOL_SIZE, SearchConfig
+from cel_lens.scoring.registry import Scorer, get_scorer, scorer_from_config
 
 __all__ = ["StagePlan", "SearchPlan", "plan_search", "stage2_sets", "BatchTimer", "ATTRIBUTION_UNITS"]
 
-ATTRIBUTION_UNITS = 3
-"""An attribution pass (one forward and one backward pass over D_dist) counted as this many
-head-set evaluations of D_dist: a backward pass costs about two forward passes."""
 
 
 @dataclass(frozen=True)
@@ -147,26 +147,28 @@ def stage2_sets(m: int, k: int, strategy: str = "exhaustive", beam_width: int = 
     return sum(m if j == 1 else min(math.comb(m, j), beam_width * (m - j + 1)) for j in sizes), True
 
 
-def _stage1(scorer: str, n_total: int, n_dist: int, n_masks: Optional[int], sparsity: float) -> StagePlan:
-    if scorer == "exact":
-        return StagePlan("stage 1 (exact)", "dist", n_total, n_dist, note="every head alone")
-    if scorer == "racing":
-        return StagePlan("stage 1 (racing)", "dist", n_total, n_dist, True,
-                         "every head alone on growing batches, at most as exact; heads ruled out stop early")
-    if scorer == "compressed":
-        masks = n_masks if n_masks is not None else max(32, n_total // 2, math.ceil(5 / sparsity))
-        return StagePlan("stage 1 (compressed)", "dist", masks, n_dist, note="random multi-head knockouts")
-    return StagePlan("stage 1 (attribution)", "dist", ATTRIBUTION_UNITS, n_dist, note="one forward + backward pass, as 3")
 
 
 def plan_search(
-    n_layers: int, n_heads: int, n_dist: int, n_test: int, *, k: int, pool_size: int, scorer: str = "exact",
+    n_layers: int, n_heads: int, n_dist: int, n_test: int, *, k: int = DEFAULT_K, pool_size: int = DEFAULT_POOL_SIZE,
+    scorer: Union[str, Scorer] = "exact",
     strategy: str = "exhaustive", beam_width: int = 8, n_null: int = 100, posthoc: bool = False,
     n_specificity: int = 0, n_masks: Optional[int] = None, sparsity: float = 0.05,
+    config: Optional[SearchConfig] = None, controls: bool = True,
 ) -> SearchPlan:
     """The evaluations a search with these options runs on a model of ``n_layers`` x ``n_heads``
-    heads (see the module docstring). ``ValueError`` when ``k`` cannot be searched: more than the
-    pool or the model holds."""
+    heads (see the module docstring). ``scorer`` is a name (with ``n_masks``/``sparsity``, the
+    options a scorer may read) or a :class:`~cel_lens.scoring.registry.Scorer`, whose ``cost`` is
+    stage 1's; ``config`` (a :class:`~cel_lens.config.SearchConfig`, passed whole) supplies every
+    option at once. ``controls``: S-hat is also evaluated on D_test under the other ablation kinds
+    (each learnt kind first fitted with one intact pass over D_dist), as a search on the local
+    backend does. ``ValueError`` when ``k`` cannot be searched: more than the pool or the model holds."""
+    if config is not None:  # the config whole: its options, its scorer with the options it reads
+        k, pool_size, strategy, beam_width = config.k, config.pool_size, config.strategy, config.beam_width
+        n_null, posthoc, n_specificity, scorer = config.n_null, config.posthoc, config.n_specificity, scorer_from_config(config)
+    if isinstance(scorer, str):
+        scorer = get_scorer(scorer, n_masks=n_masks, sparsity=sparsity)
+    cost = scorer.cost(n_layers, n_heads, n_dist)
     n_total = n_layers * n_heads
     if k > pool_size:
         raise ValueError(f"k={k} is larger than the pool ({pool_size} heads): every subset is drawn from the pool")
@@ -175,12 +177,12 @@ def plan_search(
     m = min(pool_size, n_total)
     notes = [f"the pool of {pool_size} is every one of the model's {n_total} heads"] if pool_size > n_total else []
     sets, bound = stage2_sets(m, k, strategy, beam_width)
-    new = sets - (m if scorer == "exact" else 0)  # exact: the pool's singles are stage 1's, answered from memory
+    new = sets - (m if cost.singles else 0)  # the pool's singles are stage 1's (exact), answered from memory
     null = min(n_null, max(math.comb(n_total, j) - 1 for j in range(1, k + 1)))
     most = min(k, m)
     stages = [
         StagePlan("intact", "dist", 1, n_dist),
-        _stage1(scorer, n_total, n_dist, n_masks, sparsity),
+        StagePlan(f"stage 1 ({scorer.name})", "dist", cost.head_sets, n_dist, cost.bound, cost.note),
         StagePlan("stage 2", "dist", new, n_dist, bound, f"{sets:,} subsets of a pool of {m}, up to {most} head{'s' * (most != 1)}"),
     ]
     if n_specificity:
@@ -192,6 +194,11 @@ def plan_search(
         stages.append(StagePlan("post-hoc", "test", max(sets - 1, 0), n_test, False, "every subset (exploratory)"))
     if n_specificity:
         stages.append(StagePlan("specificity (test)", "test", n_specificity, n_test, True))
+    if controls:
+        others = len(ABLATION_KINDS) - 1
+        stages.append(StagePlan("controls (fit)", "dist", others, n_dist, True, "one intact pass per learnt kind"))
+        stages.append(StagePlan("controls", "test", 2 * others, n_test, True,
+                                "intact and S-hat under each other ablation kind"))
     notes.append("selection stability resamples recorded D_dist answers: no forward pass")
     return SearchPlan(tuple(stages), n_layers, n_heads, tuple(notes))
 

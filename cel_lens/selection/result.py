@@ -139,6 +139,16 @@ def _evidence_rows(r: Mapping[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
+def _controls_row(r: Mapping[str, Any]) -> Optional[str]:
+    """S-hat's D_test gain under the ablation kinds the search did not use (a control: removing the
+    heads' information, or only shifting their mean?)."""
+    controls = r.get("ablation_controls")
+    if not controls:
+        return None
+    parts = [f"{kind}: {pp(c['gain'])} [{pp(c['ci_low'])}, {pp(c['ci_high'])}]" for kind, c in controls.items()]
+    return f"Ŝ's D_test gain under {'; '.join(parts)} (searched with {r.get('ablation', 'zero')}: {pp(r['gain'])})"
+
+
 def _specificity_row(r: Mapping[str, Any]) -> Optional[str]:
     sp = r.get("specificity")
     if not sp:
@@ -196,7 +206,8 @@ def result_rows(result: Union["Result", Mapping[str, Any]]) -> list[tuple[str, s
         rows.append(("warning", nonpositive_gain_warning(float(dist_gain))))
     rows += [
         ("search", f"k={r.get('k', '?')}, pool {_pool_text(r)} by {r.get('scorer', '?')}, "
-                   f"{r.get('strategy', 'exhaustive')}, {len(r.get('subsets') or [])} subsets, seed {r.get('seed', '?')}"),
+                   f"{r.get('strategy', 'exhaustive')}, {len(r.get('subsets') or [])} subsets, seed {r.get('seed', '?')}"
+                   + ("" if r.get("ablation", "zero") == "zero" else f", {r['ablation']} ablation")),
         (f"D_dist (n={r.get('n_dist', '?')})", f"intact {pp(r.get('dist_acc_intact'), False)} -> ablated "
                                                 f"{pp(r.get('dist_acc_ablated'), False)}, gain {pp(dist_gain)} "
                                                 "(selection-biased: Ŝ was chosen for it)"),
@@ -212,6 +223,9 @@ def result_rows(result: Union["Result", Mapping[str, Any]]) -> list[tuple[str, s
     specificity = _specificity_row(r)
     if specificity is not None:
         rows.append(("specificity", specificity))
+    controls = _controls_row(r)
+    if controls is not None:
+        rows.append(("ablation kinds (control)", controls))
     rows.append(("top stage-2 subsets", "discovery gain (selection-biased): " + _top_subsets(r)))
     return rows
 
@@ -300,6 +314,8 @@ class Result:
     parsimony: Optional[dict[str, Any]] = None
     adjusted: Optional[dict[str, Any]] = None
     split_half: Optional[dict[str, Any]] = None
+    ablation: str = "zero"
+    ablation_controls: Optional[dict[str, Any]] = None
     timings: dict[str, float] = field(default_factory=dict, compare=False)
 
     @property

@@ -15,6 +15,7 @@ import torch
 from cel_lens.heads import masks_from_head_sets
 from cel_lens.model import ablation_hooks, forward_resid, fused_attention, load_model, supports_resume, unembed, variant_hooks
 from cel_lens.model.forward import forward_resid_cached, init_kv_cache
+from cel_lens.model.ablation import ZERO
 from cel_lens.model.stack import StackCache
 from cel_lens.model.stack_build import stack_for
 
@@ -131,7 +132,7 @@ def test_variants_split_at_their_first_ablated_layer(bridges, hooked, kind, fuse
     tokens = _tokens()
     with torch.no_grad(), fused_attention(fused):
         _, seen = _captured(model, tokens, None)
-        split = forward_resid(model, seen[1], start_at_layer=1, variants=masks)
+        split = forward_resid(model, seen[1], start_at_layer=1, variants=masks, ablation=ZERO)
         rep = forward_resid(model, seen[1].repeat(4, 1, 1), start_at_layer=1, fwd_hooks=variant_hooks(masks, 3))
         intact = forward_resid(model, tokens)
     assert split.shape == (12, 12, model.cfg.d_model)

@@ -1,0 +1,76 @@
+"""What a run records of its ablation kind: the learnt ablation (mean, resample), fitted once on
+D_dist and read back on resume, and S-hat's D_test gain under the other kinds, as a control.
+
+The control says whether removing the selected heads' information is what helps, or only moving
+their output to another value: a zero-ablation gain that mean ablation keeps points to the heads'
+information, one that vanishes under mean ablation to a shift of their mean. It is computed after
+the selection is fixed (it reads D_test), once per run, and recorded as the ``ablation_controls``
+event, so a resumed run reports the same numbers without another forward pass.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from cel_lens.config import ABLATION_KINDS
+from cel_lens.heads import HeadSet
+from cel_lens.model.ablation import (
+    Ablation, ablation_from_state, ablation_kind, fit_ablation, prompt_tokens, using_ablation,
+)
+from cel_lens.oracle import TEST_SPLIT, Journal, Oracle
+from cel_lens.stats import paired_bootstrap_ci
+from cel_lens.tasks.base import Split
+
+__all__ = ["learn_ablation", "ablation_controls"]
+
+
+def _fit(model: Any, dist: Split, kind: str, seed: int) -> Ablation:
+    """``kind`` learnt from the D_dist prompts as the model reads them (its BOS rule, no chat template)."""
+    if not ablation_kind(kind).learns:
+        return ablation_kind(kind)()
+    tokens, mask = prompt_tokens(model, [ex.prompt for ex in dist])
+    return fit_ablation(kind, model, tokens, mask, seed)
+
+
+def learn_ablation(model: Any, dist: Split, kind: str, seed: int, journal: Optional[Journal] = None) -> Ablation:
+    """The run's ablation of kind ``kind``: read back from the ``ablation`` event of ``journal``
+    when recorded, else fitted on ``dist`` (with ``seed``) and recorded there."""
+    if journal is not None:
+        for event in journal.events("ablation"):
+            if event.get("kind") == kind:
+                return ablation_from_state({k: v for k, v in event.items() if k not in ("type", "event", "time")})
+    ablation = _fit(model, dist, kind, seed)
+    if journal is not None and ablation.learns:
+        journal.record_event("ablation", **ablation.state())
+    return ablation
+
+
+def ablation_controls(
+    model: Any, oracle: Oracle, heads: HeadSet, used: str, dist: Split, *, seed: int, n_boot: int,
+    alpha: float = 0.05, journal: Optional[Journal] = None,
+) -> Optional[dict[str, Any]]:
+    """S-hat's D_test accuracy and gain (paired bootstrap CI) under every ablation kind but
+    ``used``: ``{kind: {"acc_ablated", "gain", "ci_low", "ci_high", "record"}}``; ``None`` when S-hat
+    is empty. Read back from ``journal`` when recorded; the oracle must evaluate on ``model``."""
+    if not len(heads):
+        return None
+    if journal is not None:
+        recorded = journal.events("ablation_controls")
+        if recorded:
+            return recorded[-1]["controls"]
+    controls: dict[str, Any] = {}
+    for kind in ABLATION_KINDS:
+        if kind == used:
+            continue
+        ablation = _fit(model, dist, kind, seed)
+        with using_ablation(model, ablation):
+            bits = oracle.evaluate(TEST_SPLIT, [HeadSet(), heads], stage="control").double()
+        intact, ablated = bits[0].numpy(), bits[1].numpy()
+        low, high = paired_bootstrap_ci(intact, ablated, n_boot=n_boot, alpha=alpha, seed=seed)
+        controls[kind] = {
+            "acc_ablated": float(ablated.mean()), "gain": float(ablated.mean() - intact.mean()),
+            "ci_low": float(low), "ci_high": float(high), "record": ablation.record(),
+        }
+    if journal is not None:
+        journal.record_event("ablation_controls", heads=str(heads), controls=controls)
+    return controls

@@ -1,0 +1,38 @@
+"""A run's ablation kind: learnt once, recorded, read back on resume (no refit); the controls too;
+a run directory refuses another kind."""
+
+from __future__ import annotations
+
+import pytest
+
+import cel_lens as cl
+from cel_lens.runs.directory import RunDir
+from cel_lens.testing.planted import planted_task
+
+SMALL = dict(k=1, pool_size=2, n_null=2, n_boot=20, progress=False)
+
+
+def test_learnt_once_recorded_and_read_back(tiny_model, tmp_path, monkeypatch):
+    task = planted_task(tiny_model, n=8)
+    out = tmp_path / "run"
+    first = cl.search(tiny_model, task, ablation="resample", out=out, **SMALL)
+    events = RunDir(out).events()
+    assert [e["kind"] for e in events if e["event"] == "ablation"] == ["resample"]
+    controls = [e for e in events if e["event"] == "ablation_controls"]
+    assert len(controls) == 1 and set(controls[0]["controls"]) == {"zero", "mean"}
+    assert first.result.ablation_controls["zero"]["record"] == {"kind": "zero"}
+
+    def no_fit(*args, **kwargs):
+        raise AssertionError("a resumed run must not fit its ablation again")
+
+    monkeypatch.setattr("cel_lens.runs.ablation_kind.fit_ablation", no_fit)
+    again = cl.search(tiny_model, task, ablation="resample", out=out, **SMALL)
+    assert again.result == first.result
+    with pytest.raises(ValueError, match="ablation"):
+        cl.search(tiny_model, task, ablation="mean", out=out, **SMALL)
+
+
+def test_non_zero_kinds_refuse_the_ray_backend_before_anything_runs(tiny_model, tmp_path):
+    with pytest.raises(ValueError, match="ablation='mean' runs on the local backend only"):
+        cl.search(tiny_model, planted_task(tiny_model, n=4), ablation="mean", backend="ray", out=tmp_path / "r", **SMALL)
+    assert not (tmp_path / "r").exists()

@@ -1,0 +1,27 @@
+"""A SearchConfig passed whole to run_search and plan_search does what the loose options do."""
+
+from __future__ import annotations
+
+import pytest
+
+from cel_lens.config import SearchConfig
+from cel_lens.selection.algorithm import run_search
+from cel_lens.selection.plan import plan_search
+from cel_lens.testing.synthetic import realistic_oracle
+
+
+def test_run_search_takes_the_config_whole():
+    config = SearchConfig(k=2, pool_size=4, n_null=5, n_boot=50, seed=3, posthoc=False)
+    whole = run_search(realistic_oracle(4, 8, seed=1)[0], config=config, progress=False)
+    loose = run_search(realistic_oracle(4, 8, seed=1)[0], k=2, pool_size=4, n_null=5, n_boot=50, seed=3,
+                       posthoc=False, progress=False)
+    assert whole == loose and whole.k == 2 and whole.pool_size == 4
+    with pytest.raises(TypeError, match="got config= and k, seed"):
+        run_search(realistic_oracle(4, 8, seed=1)[0], config=config, k=1, seed=1)
+
+
+def test_plan_search_takes_the_config_whole():
+    config = SearchConfig(k=2, pool_size=5, scorer="compressed", n_masks=11, n_null=7)
+    assert plan_search(3, 4, 10, 20, config=config) == plan_search(
+        3, 4, 10, 20, k=2, pool_size=5, scorer="compressed", n_masks=11, n_null=7
+    )
