@@ -12,10 +12,15 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+import torch
+from jaxtyping import Int
+from torch import Tensor
+
 from cel_lens.config import ABLATION_KINDS
+from cel_lens.evaluation.encode import encode_prompt
 from cel_lens.heads import HeadSet
 from cel_lens.model.ablation import (
-    Ablation, ablation_from_state, ablation_kind, fit_ablation, prompt_tokens, using_ablation,
+    Ablation, ablation_from_state, ablation_kind, fit_ablation, using_ablation,
 )
 from cel_lens.oracle import TEST_SPLIT, Journal, Oracle
 from cel_lens.stats import paired_bootstrap_ci
@@ -24,11 +29,23 @@ from cel_lens.tasks.base import Split
 __all__ = ["learn_ablation", "ablation_controls"]
 
 
+def _prompt_rows(model: Any, dist: Split) -> tuple[Int[Tensor, "batch pos"], Int[Tensor, "batch pos"]]:
+    """The D_dist prompts as the model reads them (its BOS rule, no chat template; a token task's
+    own ids), padded on the right (mask 0 there)."""
+    rows = [[int(i) for i in ex.meta["prompt_ids"]] if "prompt_ids" in ex.meta else encode_prompt(model, ex.prompt)
+            for ex in dist]
+    tokens = torch.zeros(len(rows), max(map(len, rows)), dtype=torch.long)
+    mask = torch.zeros_like(tokens)
+    for i, row in enumerate(rows):
+        tokens[i, : len(row)], mask[i, : len(row)] = torch.tensor(row, dtype=torch.long), 1
+    return tokens, mask
+
+
 def _fit(model: Any, dist: Split, kind: str, seed: int) -> Ablation:
-    """``kind`` learnt from the D_dist prompts as the model reads them (its BOS rule, no chat template)."""
+    """``kind`` learnt from the D_dist prompts (:func:`_prompt_rows`)."""
     if not ablation_kind(kind).learns:
         return ablation_kind(kind)()
-    tokens, mask = prompt_tokens(model, [ex.prompt for ex in dist])
+    tokens, mask = _prompt_rows(model, dist)
     return fit_ablation(kind, model, tokens, mask, seed)
 
 
