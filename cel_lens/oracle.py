@@ -39,6 +39,8 @@ __all__ = [
     "discovery_scores",
     "call_oracle",
     "evaluate_chunked",
+    "AnswerKey",
+    "call_choice_oracle",
 ]
 
 SPLITS: tuple[str, ...] = ("dist", "test")
@@ -66,6 +68,37 @@ class Oracle(Protocol):
     ) -> Bool[Tensor, "variant example"]:
         """Per-example correctness ``[variant, example]``."""
         ...
+
+
+@dataclass(frozen=True)
+class AnswerKey:
+    """What an answer prior can act on in a split: the task ``kind``, each example's gold answer as
+    an index into ``names`` (``labels``, ``None`` when the answers form no small closed set, as in
+    generation or free-form exact match) and the answers' display ``names``. Task data, not a model
+    output: reading it runs nothing."""
+
+    kind: str
+    labels: Optional[Tensor] = None
+    names: tuple[str, ...] = ()
+
+
+def call_choice_oracle(
+    oracle: Oracle, split: str, head_sets: Sequence[HeadSet], stage: str
+) -> tuple[Bool[Tensor, "variant example"], Optional[Float[Tensor, "variant example choice"]]]:
+    """:func:`call_oracle`, and the per-choice log-likelihoods the same forward passes computed when
+    the oracle reports them (an ``evaluate_choices`` method; ``None`` otherwise or for tasks without
+    choices). A choice an example does not have is NaN."""
+    if not hasattr(oracle, "evaluate_choices"):
+        return call_oracle(oracle, split, head_sets, stage), None
+    correct, choice_scores = oracle.evaluate_choices(split, list(head_sets), stage=stage)
+    out = torch.as_tensor(correct).bool().cpu()
+    if out.ndim != 2 or out.shape[0] != len(head_sets):
+        raise ValueError(f"oracle returned shape {tuple(out.shape)} for {len(head_sets)} head sets")
+    if choice_scores is not None:
+        choice_scores = torch.as_tensor(choice_scores).float().cpu()
+        if choice_scores.ndim != 3 or tuple(choice_scores.shape[:2]) != tuple(out.shape):
+            raise ValueError(f"choice scores have shape {tuple(choice_scores.shape)}, correctness {tuple(out.shape)}")
+    return out, choice_scores
 
 
 class Journal(Protocol):
@@ -203,6 +236,7 @@ class MemoOracle:
         self.hits = 0
         self.misses = 0
         self._cache: dict[tuple[str, HeadSet], Tensor] = {}
+        self._choices: dict[tuple[str, HeadSet], Tensor] = {}
         self._n: dict[str, int] = {}
         self._selection: Optional[HeadSet] = None
         self._clean: Optional[bool] = None
@@ -222,9 +256,10 @@ class MemoOracle:
         this oracle (or its journal); ``None`` while nothing is selected."""
         return self._clean
 
-    def remember(self, split: str, heads: HeadSet, correct: Tensor) -> None:
-        """Keep ``correct`` as the answer for ``heads`` on ``split`` (all answers of a split must
-        have the same number of examples). A test answer counts as a read of the test split."""
+    def remember(self, split: str, heads: HeadSet, correct: Tensor, choice_scores: Optional[Tensor] = None) -> None:
+        """Keep ``correct`` (and the per-choice log-likelihoods ``choice_scores`` ``[example, choice]``
+        when known) as the answer for ``heads`` on ``split`` (all answers of a split must have the
+        same number of examples). A test answer counts as a read of the test split."""
         n = self._n.setdefault(split, int(correct.shape[0]))
         if int(correct.shape[0]) != n:
             raise ValueError(
@@ -233,6 +268,8 @@ class MemoOracle:
             )
         self._test_seen |= split == TEST_SPLIT
         self._cache[(split, heads)] = correct
+        if choice_scores is not None:
+            self._choices[(split, heads)] = choice_scores
 
     def answered(self) -> int:
         """Head-set x example evaluations held in memory (a run directory's, when resumed)."""
@@ -242,8 +279,22 @@ class MemoOracle:
         """Whether ``head_set`` already has an answer on ``split``."""
         return (split, HeadSet.parse(head_set)) in self._cache
 
-    def persist(self, split: str, head_sets: list[HeadSet], correct: Tensor, stage: str) -> None:
-        """Persist freshly evaluated head sets (nothing to do in memory; run directories append them)."""
+    def choice_scores(self, split: str, head_set: HeadsLike) -> Optional[Float[Tensor, "example choice"]]:
+        """The per-choice log-likelihoods recorded with ``head_set``'s evaluation on ``split`` (no
+        forward pass), or ``None`` when the oracle reported none (no choices, or an older record)."""
+        return self._choices.get((split, HeadSet.parse(head_set)))
+
+    def answer_key(self, split: str) -> Optional[AnswerKey]:
+        """The wrapped oracle's :class:`AnswerKey` for ``split`` (``None`` if it has none).
+        Reading it runs nothing, so it is not a read of D_test's results."""
+        key = getattr(self.oracle, "answer_key", None)
+        return key(split) if callable(key) else None
+
+    def persist(
+        self, split: str, head_sets: list[HeadSet], correct: Tensor, stage: str, choice_scores: Optional[Tensor] = None
+    ) -> None:
+        """Persist freshly evaluated head sets, with their per-choice log-likelihoods when known
+        (nothing to do in memory; run directories append them)."""
 
     def _check_test_allowed(self, split: str) -> None:
         if split != TEST_SPLIT:
@@ -268,12 +319,15 @@ class MemoOracle:
         missing = list(dict.fromkeys(s for s in sets if (split, s) not in self._cache))
         if missing:
             start = time.perf_counter()
-            correct = call_oracle(self.oracle, split, missing, stage or split)
+            correct, choice_scores = call_choice_oracle(self.oracle, split, missing, stage or split)
             if self.timer is not None:
                 self.timer(missing, correct, time.perf_counter() - start)
-            for s, c in zip(missing, correct):
-                self.remember(split, s, c)
-            self.persist(split, missing, correct, stage or split)
+            for i, (s, c) in enumerate(zip(missing, correct)):
+                self.remember(split, s, c, None if choice_scores is None else choice_scores[i])
+            if choice_scores is None:
+                self.persist(split, missing, correct, stage or split)
+            else:
+                self.persist(split, missing, correct, stage or split, choice_scores=choice_scores)
         self.misses += len(missing)
         self.hits += len(sets) - len(missing)
         if not sets:

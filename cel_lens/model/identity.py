@@ -52,7 +52,8 @@ def weights_hash(model: torch.nn.Module, full_limit_bytes: int = 256 * 2**20, sa
         digest.update(f"{name}|{tuple(data.shape)}|{data.dtype}|".encode())
         flat = data.reshape(-1)
         if not full and flat.numel() > sample:
-            idx = torch.linspace(0, flat.numel() - 1, sample, device=flat.device).round().long()
+            # float64: float32 cannot hold every index of a large tensor (it rounded past the end)
+            idx = torch.linspace(0, flat.numel() - 1, sample, dtype=torch.float64, device=flat.device).round().long()
             flat = flat[idx]
         digest.update(flat.contiguous().cpu().view(torch.uint8).numpy().tobytes())
     return ("sha256:" if full else "sha256-sampled:") + digest.hexdigest()

@@ -9,6 +9,14 @@
 """
 
 from cel_lens.selection.algorithm import fix_selection, run_search, stage1, stage2, test_statistics
+from cel_lens.selection.calibration import (
+    calibrated_predictions,
+    calibration_rows,
+    calibration_statistics,
+    fit_choice_bias,
+    majority_rate,
+    prediction_shares,
+)
 from cel_lens.selection.pool import DEFAULT_POOL_SIZE, candidate_pool
 from cel_lens.selection.result import DEFAULT_N_NULL, Result, format_result, result_rows
 from cel_lens.selection.specificity import random_pool_winners, specificity_statistics
@@ -36,4 +44,10 @@ __all__ = [
     "Result",
     "result_rows",
     "format_result",
+    "fit_choice_bias",
+    "calibrated_predictions",
+    "prediction_shares",
+    "majority_rate",
+    "calibration_statistics",
+    "calibration_rows",
 ]

@@ -21,6 +21,7 @@ from torch import Tensor
 
 from cel_lens.config import DEFAULT_N_NULL
 from cel_lens.heads import HeadSet
+from cel_lens.selection.calibration import calibration_rows
 from cel_lens.stats import null_min_p, null_p_value
 
 __all__ = [
@@ -147,6 +148,7 @@ def result_rows(result: Union["Result", Mapping[str, Any]]) -> list[tuple[str, s
                                                 f"{pp(r.get('test_acc_ablated'), False)}, gain {pp(r.get('gain'))}"),
         (f"{1 - alpha:.0%} paired bootstrap CI", f"[{pp(r.get('ci_low'))}, {pp(r.get('ci_high'))}]"),
         ("McNemar exact p", format_p(r.get("p_value"))),
+        *calibration_rows(r),
         ("random-subset null", _null_row(r)),
         ("selection stability", _stability_row(r)),
     ]
@@ -189,7 +191,9 @@ class Result:
     split). ``selected_before_test`` is computed from what the oracle saw;
     ``selection_stability`` is how often stage 2 picks each subset on bootstrap resamples of
     D_dist (:func:`~cel_lens.selection.stability.selection_stability`); ``specificity`` the
-    optional comparison with random pools' winners (:mod:`~cel_lens.selection.specificity`).
+    optional comparison with random pools' winners (:mod:`~cel_lens.selection.specificity`);
+    ``calibration`` the answer-prior control (:mod:`~cel_lens.selection.calibration`: majority-class
+    rate, calibrated intact and ablated accuracy, calibrated gain; or why it does not apply).
     """
 
     heads: str
@@ -226,6 +230,7 @@ class Result:
     scores_split: str = "dist"
     selection_stability: Optional[dict[str, Any]] = None
     specificity: Optional[dict[str, Any]] = None
+    calibration: Optional[dict[str, Any]] = None
     timings: dict[str, float] = field(default_factory=dict, compare=False)
 
     @property
