@@ -15,9 +15,11 @@ cost extra forward passes, must be invented per task, and do not exist for tasks
 differ per example (HellaSwag). Here the bias is fitted on D_dist's labelled scores that the search
 recorded anyway (:class:`~cel_lens.oracle.MemoOracle` keeps them; run directories store them), so
 the baseline costs no forward pass, reads no D_test label to fit, and applies to every choice task.
-The fit is an intercept-only multinomial logistic regression with one scale, ``softmax(a s + c)``
-(convex; ``b = c / a``), so it finds the bias that best explains the labels, not one tuned to the
-accuracy of a few borderline examples.
+The bias is the one with the highest D_dist accuracy, so a calibrated accuracy is the model's
+accuracy at its best constant answer prior: an ablation that only shifts the prior leaves it
+unchanged (the refit takes the shift back exactly), and one that fixes examples raises it. (A
+likelihood fit, ``softmax(a s + c)``, was tried first: confidently fixed examples pull its shared
+scale and so its threshold, and cost a planted capability head about half its gain.)
 """
 
 from __future__ import annotations
@@ -57,42 +59,53 @@ def _valid(scores: Tensor) -> Tensor:
     return ~torch.isnan(scores)
 
 
+def _best_offset(t: Tensor, wins_above: Tensor, wins_below: Tensor, current: float) -> float:
+    """The ``b`` maximising ``#{wins_above: t < b} + #{wins_below: t > b}``: the midpoint of the
+    best interval between sorted thresholds ``t`` (the one nearest ``current`` among ties)."""
+    order = torch.argsort(t)
+    t, above, below = t[order], wins_above[order].double(), wins_below[order].double()
+    # b in interval k (between t[k-1] and t[k]) scores: above among t[:k] + below among t[k:]
+    score = torch.cat([torch.zeros(1, dtype=torch.float64), above.cumsum(0)])
+    score = score + torch.cat([below.flip(0).cumsum(0).flip(0), torch.zeros(1, dtype=torch.float64)])
+    edges = torch.cat([t[:1] - 1.0, t, t[-1:] + 1.0])
+    mids = (edges[:-1] + edges[1:]) / 2
+    distinct = torch.cat([torch.ones(1, dtype=torch.bool), t[1:] > t[:-1], torch.ones(1, dtype=torch.bool)])
+    best = score.masked_fill(~distinct, -1.0)  # empty intervals (tied thresholds) hold no b
+    ties = torch.nonzero(best == best.max())[:, 0]
+    return float(mids[ties[torch.argmin((mids[ties] - current).abs())]])
+
+
 def fit_choice_bias(
-    scores: Float[Tensor, "example choice"], labels: Int[Tensor, " example"], *, max_iter: int = 200
+    scores: Float[Tensor, "example choice"], labels: Int[Tensor, " example"], *, max_sweeps: int = 20
 ) -> Float[Tensor, " choice"]:
-    """The per-choice additive bias ``b`` (``b[0] = 0``) that calibrates ``scores`` to ``labels``:
-    ``softmax(a s + c)`` fitted by maximum likelihood over a scale ``a > 0`` and intercepts ``c``,
-    and ``b = c / a``, so that ``argmax_j(s_j + b_j)`` is the fitted model's decision. NaN scores
-    (choices an example does not have) never win; deterministic (float64 L-BFGS)."""
+    """The per-choice additive bias ``b`` (``b[0] = 0``) under which ``argmax_j(s_j + b_j)`` is right
+    on the most examples: the model's accuracy at its best constant answer prior. Exact for two
+    choices; coordinate ascent (each coordinate's exact optimum in turn) for more. NaN scores
+    (choices an example does not have) never win; deterministic."""
     s = scores.detach().to(torch.float64).cpu()
     y = labels.detach().long().cpu()
     n, m = s.shape
+    bias = torch.zeros(m, dtype=torch.float64)
     if m < 2 or n == 0:
-        return torch.zeros(m, dtype=torch.float64)
-    valid = _valid(s)
-    keep = valid.gather(1, y[:, None])[:, 0] & (valid.sum(1) >= 2)
-    s, y, valid = s[keep], y[keep], valid[keep]
-    filled = torch.where(valid, s, torch.zeros_like(s))
-    centred = filled - (filled * valid).sum(1, keepdim=True) / valid.sum(1, keepdim=True).clamp_min(1)
-    unit = float(centred[valid].std()) if int(valid.sum()) > 1 else 1.0
-    unit = unit if unit > 0 else 1.0
-    z = filled / unit
-    log_a = torch.zeros(1, dtype=torch.float64, requires_grad=True)
-    c = torch.zeros(m - 1, dtype=torch.float64, requires_grad=True)
-    opt = torch.optim.LBFGS([log_a, c], max_iter=max_iter, line_search_fn="strong_wolfe")
-
-    def closure() -> Tensor:
-        opt.zero_grad()
-        logits = log_a.exp() * z + torch.cat([torch.zeros(1, dtype=torch.float64), c])
-        logits = torch.where(valid, logits, torch.full_like(logits, -1e9))
-        loss = torch.nn.functional.cross_entropy(logits, y) + 1e-6 * (log_a**2).sum()
-        loss.backward()
-        return loss
-
-    if len(y):
-        opt.step(closure)
-    with torch.no_grad():
-        return torch.cat([torch.zeros(1, dtype=torch.float64), c]) / log_a.exp() * unit
+        return bias
+    s = torch.where(_valid(s), s, torch.full_like(s, float("-inf")))
+    for _ in range(max_sweeps):
+        moved = False
+        for j in range(1, m):
+            shifted = s + bias[None, :]
+            others = shifted.clone()
+            others[:, j] = float("-inf")
+            best_other, pred_other = others.max(1)
+            ok = torch.isfinite(s[:, j]) & torch.isfinite(best_other)
+            if not bool(ok.any()):
+                continue
+            t = (best_other - s[:, j])[ok]
+            new = _best_offset(t, (y == j)[ok], ((y != j) & (pred_other == y))[ok], float(bias[j]))
+            moved |= new != float(bias[j])
+            bias[j] = new
+        if not moved:
+            break
+    return bias
 
 
 def calibrated_predictions(
