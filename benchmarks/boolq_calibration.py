@@ -1,9 +1,10 @@
 """A real-model BoolQ search with the answer-prior calibration: ``python -m benchmarks.boolq_calibration``.
 
 BoolQ ships only its validation file offline (``boolq/dev.jsonl``), so both splits are drawn from it
-here: a seeded permutation of the validation rows, the first ``--n-dist`` rows D_dist and the next
-``--n-test`` D_test (disjoint by construction, and checked). The search (attribution scorer, the
-``--quick`` preset's k, pool, null and bootstrap) records every evaluation's choice scores, and the
+here: a seeded permutation of the validation rows (``--max-passage-words``: only rows with passages
+that short, to fit a CPU budget), the first ``--n-dist`` rows D_dist and the next ``--n-test``
+D_test (disjoint by construction, and checked). The search (attribution scorer; k, pool and null
+as given, by default the ``--quick`` preset's) records every evaluation's choice scores, and the
 result prints the majority-class rate, intact, calibrated intact, ablated and calibrated ablated
 accuracy, the answers' shares and the calibrated gain.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Optional
 
 import torch
 
@@ -22,18 +24,23 @@ from cel_lens.tasks.base import Split, Task, check_disjoint
 from cel_lens.tasks.boolq import make_example
 
 
-def boolq_from_validation(data_dir: Path, n_dist: int, n_test: int, seed: int) -> Task:
-    """BoolQ with disjoint D_dist and D_test drawn (seeded) from the validation file alone."""
+def boolq_from_validation(
+    data_dir: Path, n_dist: int, n_test: int, seed: int, max_passage_words: Optional[int] = None
+) -> Task:
+    """BoolQ with disjoint D_dist and D_test drawn (seeded) from the validation file alone; with
+    ``max_passage_words``, only from rows whose passage has at most that many words (a CPU budget)."""
     rows = [json.loads(line) for line in (data_dir / "boolq" / "dev.jsonl").read_text().splitlines() if line.strip()]
-    if n_dist + n_test > len(rows):
-        raise ValueError(f"n_dist + n_test = {n_dist + n_test} > {len(rows)} validation rows")
-    order = torch.randperm(len(rows), generator=torch.Generator().manual_seed(seed)).tolist()
-    examples = [make_example(rows[i], "validation", i) for i in order[: n_dist + n_test]]
+    kept = [i for i, r in enumerate(rows) if max_passage_words is None or len(r["passage"].split()) <= max_passage_words]
+    if n_dist + n_test > len(kept):
+        raise ValueError(f"n_dist + n_test = {n_dist + n_test} > {len(kept)} eligible validation rows")
+    order = torch.randperm(len(kept), generator=torch.Generator().manual_seed(seed)).tolist()
+    examples = [make_example(rows[kept[i]], "validation", kept[i]) for i in order[: n_dist + n_test]]
     dist, test = examples[:n_dist], examples[n_dist:]
     check_disjoint(dist, test)
     return Task(
         name="boolq", kind="multiple_choice", dist=Split("dist", tuple(dist)), test=Split("test", tuple(test)),
-        metric="acc", options={"n_dist": n_dist, "n_test": n_test, "seed": seed, "dist_from": "validation (seeded draw)"},
+        metric="acc", options={"n_dist": n_dist, "n_test": n_test, "seed": seed, "dist_from": "validation (seeded draw)",
+                               "max_passage_words": max_passage_words},
     )
 
 
@@ -47,12 +54,18 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the draw and of the search's statistics")
     parser.add_argument("--out", default="runs/boolq_calibration", help="run directory (resumes when it exists)")
     parser.add_argument("--batch-size", type=int, default=8, help="examples per forward pass")
+    parser.add_argument("--max-passage-words", type=int, default=None,
+                        help="draw only rows whose passage has at most this many words (shorter forward passes)")
+    parser.add_argument("--k", type=int, default=QUICK["k"], help="largest subset size (default: --quick's)")
+    parser.add_argument("--pool", type=int, default=QUICK["pool_size"], help="pool size (default: --quick's)")
+    parser.add_argument("--n-null", type=int, default=QUICK["n_null"], help="random head sets in the null")
+    parser.add_argument("--no-posthoc", action="store_true", help="skip the post-hoc test gains of every subset")
     args = parser.parse_args()
-    task = boolq_from_validation(Path(args.data_dir), args.n_dist, args.n_test, args.seed)
+    task = boolq_from_validation(Path(args.data_dir), args.n_dist, args.n_test, args.seed, args.max_passage_words)
     model = cl.load_model(args.model)
-    options = {k: v for k, v in QUICK.items() if k not in ("n_dist", "n_test")}
     run = cl.search(model, task, out=args.out, scorer="attribution", seed=args.seed, batch_size=args.batch_size,
-                    progress=False, **options)
+                    k=args.k, pool_size=args.pool, n_null=args.n_null, n_boot=QUICK["n_boot"],
+                    posthoc=not args.no_posthoc, progress=False)
     print(run.result)
 
 

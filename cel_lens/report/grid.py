@@ -19,6 +19,7 @@ import plotly
 from cel_lens.report.grid_figures import ROW_HEADER, plot_grid_side_effects, plot_grid_summary, row_cells
 from cel_lens.report.heatmap import plot_gain_heatmap
 from cel_lens.report.save import save_figure
+from cel_lens.selection.calibration import CALIBRATION_SENTENCE
 from cel_lens.selection.result import format_p, pp
 
 __all__ = ["grid_markdown", "grid_html", "write_grid_outputs", "TABLE_MD", "TABLE_JSON", "REPORT_HTML", "SUMMARY"]
@@ -71,7 +72,8 @@ def grid_markdown(table: Mapping[str, Any]) -> str:
         "# CEL grid", "",
         f"Held-out (D_test) accuracy intact and with Ŝ ablated; Δ with its {1 - holm['alpha']:.0%} paired bootstrap CI, "
         f"exact McNemar p, and Holm-adjusted p across the grid's {holm['family']} finished pairs "
-        f"({holm['rejected']} at ≤ {holm['alpha']:g}). Ŝ was fixed on D_dist before D_test was read.", "",
+        f"({holm['rejected']} at ≤ {holm['alpha']:g}). Ŝ was fixed on D_dist before D_test was read. "
+        f"Calibrated Δ: {CALIBRATION_SENTENCE}.", "",
         *_md_table([*ROW_HEADER, "run directory"], [_row_texts(r) for r in table["rows"]]), "",
         "## Side effects", "",
         "Test gain of each task's Ŝ on every task of the same model (the diagonal is the pair's own result).", "",
@@ -119,7 +121,7 @@ def grid_html(table: Mapping[str, Any], results: Mapping[str, Mapping[str, Any]]
         "<h1>CEL grid</h1>",
         f"<p class=note>Held-out accuracy intact and with Ŝ ablated; Δ with its {1 - holm['alpha']:.0%} paired "
         f"bootstrap CI, exact McNemar p and Holm-adjusted p across the {holm['family']} finished pairs "
-        f"({holm['rejected']} at ≤ {holm['alpha']:g}).</p>",
+        f"({holm['rejected']} at ≤ {holm['alpha']:g}). Calibrated Δ: {html.escape(CALIBRATION_SENTENCE)}.</p>",
         _pair_rows_html(table), "<h2>Side effects</h2>",
     ]
     try:

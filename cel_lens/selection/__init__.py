@@ -10,6 +10,7 @@
 
 from cel_lens.selection.algorithm import fix_selection, run_search, stage1, stage2, test_statistics
 from cel_lens.selection.calibration import (
+    calibrated_gain_text,
     calibrated_predictions,
     calibration_rows,
     calibration_statistics,
@@ -50,4 +51,5 @@ __all__ = [
     "majority_rate",
     "calibration_statistics",
     "calibration_rows",
+    "calibrated_gain_text",
 ]

@@ -41,6 +41,7 @@ __all__ = [
     "majority_rate",
     "calibration_statistics",
     "calibration_rows",
+    "calibrated_gain_text",
     "PRIOR_ONLY_LINE",
     "CALIBRATION_SENTENCE",
 ]
@@ -225,4 +226,17 @@ def calibration_rows(r: Mapping[str, Any]) -> list[tuple[str, str]]:
     ]
     if not c.get("survives") and float(r.get("gain") or 0.0) > 0:
         rows.append(("warning", PRIOR_ONLY_LINE))
-    return rows
+    return rows + [("calibrated vs raw", CALIBRATION_SENTENCE)]
+
+
+def calibrated_gain_text(r: Mapping[str, Any], *, unit: str = " pp") -> str:
+    """A result's calibrated gain in a few words, to put beside the raw one in tables and figures:
+    ``+1.20 pp [-0.80 pp, +3.10 pp]`` (and ``prior only`` when the raw gain does not survive),
+    ``not a choice task`` / ``not recorded`` when there is none, ``n/a`` for no result."""
+    c = r.get("calibration")
+    if not c:
+        return "n/a"
+    if not c.get("applies"):
+        return "not recorded" if c.get("kind") == "multiple_choice" else "no fixed choices"
+    text = f"{100 * c['gain_cal']:+.2f}{unit} [{100 * c['ci_low_cal']:+.2f}{unit}, {100 * c['ci_high_cal']:+.2f}{unit}]"
+    return text + (", prior only" if not c.get("survives") and float(r.get("gain") or 0.0) > 0 else "")
