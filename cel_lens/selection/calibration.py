@@ -143,8 +143,9 @@ def _not_applicable(key: AnswerKey) -> str:
     if key.kind == "exact_match" and key.labels is None:
         return "does not apply: answers are free-form (no small set of answers recurs), so there is no answer prior to shift"
     if key.kind == "exact_match":
-        return ("not calibrated: exact match is judged against the whole vocabulary and candidate answers are not "
-                "scored; a shift of the answer prior alone can reach at most the majority-class rate")
+        return ("not calibrated: the answers form a closed set, but exact match is judged against the whole vocabulary "
+                "and the candidate answers are not scored, so no prior can be refit; compare the accuracies with the "
+                "majority-class rate")
     return "not calibrated: the choice scores were not recorded for these evaluations (backend or older run)"
 
 

@@ -105,7 +105,7 @@ def test_no_calibration_without_recorded_choice_scores():
     [
         (AnswerKey("generation"), "judged by its tests"),
         (AnswerKey("exact_match"), "free-form"),
-        (AnswerKey("exact_match", torch.tensor([0, 1, 1]), (" neg", " pos")), "majority-class rate"),
+        (AnswerKey("exact_match", torch.tensor([0, 1, 1]), (" neg", " pos")), "candidate answers are not scored"),
     ],
 )
 def test_tasks_without_choices_say_how_a_prior_applies(key, words):
