@@ -85,7 +85,7 @@ class AnswerKey:
 def call_choice_oracle(
     oracle: Oracle, split: str, head_sets: Sequence[HeadSet], stage: str
 ) -> tuple[Bool[Tensor, "variant example"], Optional[Float[Tensor, "variant example choice"]]]:
-    """:func:`call_oracle`, and the per-choice log-likelihoods the same forward passes computed when
+    """:func:`call_oracle`, and the per-choice scores the same forward passes computed when
     the oracle reports them (an ``evaluate_choices`` method; ``None`` otherwise or for tasks without
     choices). A choice an example does not have is NaN."""
     if not hasattr(oracle, "evaluate_choices"):
@@ -257,7 +257,7 @@ class MemoOracle:
         return self._clean
 
     def remember(self, split: str, heads: HeadSet, correct: Tensor, choice_scores: Optional[Tensor] = None) -> None:
-        """Keep ``correct`` (and the per-choice log-likelihoods ``choice_scores`` ``[example, choice]``
+        """Keep ``correct`` (and the per-choice scores ``choice_scores`` ``[example, choice]``
         when known) as the answer for ``heads`` on ``split`` (all answers of a split must have the
         same number of examples). A test answer counts as a read of the test split."""
         n = self._n.setdefault(split, int(correct.shape[0]))
@@ -280,7 +280,7 @@ class MemoOracle:
         return (split, HeadSet.parse(head_set)) in self._cache
 
     def choice_scores(self, split: str, head_set: HeadsLike) -> Optional[Float[Tensor, "example choice"]]:
-        """The per-choice log-likelihoods recorded with ``head_set``'s evaluation on ``split`` (no
+        """The per-choice scores recorded with ``head_set``'s evaluation on ``split`` (no
         forward pass), or ``None`` when the oracle reported none (no choices, or an older record)."""
         return self._choices.get((split, HeadSet.parse(head_set)))
 
@@ -293,7 +293,7 @@ class MemoOracle:
     def persist(
         self, split: str, head_sets: list[HeadSet], correct: Tensor, stage: str, choice_scores: Optional[Tensor] = None
     ) -> None:
-        """Persist freshly evaluated head sets, with their per-choice log-likelihoods when known
+        """Persist freshly evaluated head sets, with their per-choice scores when known
         (nothing to do in memory; run directories append them)."""
 
     def _check_test_allowed(self, split: str) -> None:

@@ -347,7 +347,7 @@ class RunDir:
         choice_scores: Optional[Float[Tensor, "variant example choice"]] = None,
     ) -> list[Evaluation]:
         """Record one line per head set (``correct[v]`` belongs to ``head_sets[v]``), fsync'd, with
-        its per-choice log-likelihoods ``choice_scores[v]`` when given (so a resumed run can calibrate
+        its per-choice scores ``choice_scores[v]`` when given (so a resumed run can calibrate
         the answer prior without a forward pass)."""
         if correct.ndim != 2 or correct.shape[0] != len(head_sets):
             raise ValueError(

@@ -34,7 +34,7 @@ class RecordingOracle(MemoOracle):
     def persist(
         self, split: str, head_sets: list[HeadSet], correct: Tensor, stage: str, choice_scores: Optional[Tensor] = None
     ) -> None:
-        """Append the new evaluations (with their per-choice log-likelihoods, when known) to the run directory."""
+        """Append the new evaluations (with their per-choice scores, when known) to the run directory."""
         if self.run is not None:
             self.run.append_evaluations(split, head_sets, correct, stage, choice_scores=choice_scores)
 
