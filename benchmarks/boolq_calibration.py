@@ -19,7 +19,11 @@ from typing import Optional
 import torch
 
 import cel_lens as cl
+from cel_lens.backends.local import LocalOracle
 from cel_lens.config import QUICK
+from cel_lens.heads import HeadSet
+from cel_lens.oracle import MemoOracle
+from cel_lens.selection.calibration import calibration_rows, calibration_statistics
 from cel_lens.tasks.base import Split, Task, check_disjoint
 from cel_lens.tasks.boolq import make_example
 
@@ -44,6 +48,22 @@ def boolq_from_validation(
     )
 
 
+def heads_report(model, task: Task, heads: str, seed: int, batch_size: int) -> str:
+    """No search: the intact model and ``heads`` (given, not selected here) on both splits, one
+    evaluation per split, and the calibration block a result of Ŝ = ``heads`` would show."""
+    hs = HeadSet.parse(heads)
+    memo = MemoOracle(LocalOracle(model, task, batch_size=batch_size, progress=False), guard_test=False)
+    acc = {split: memo.evaluate(split, [HeadSet(), hs]).double().mean(1).tolist() for split in ("dist", "test")}
+    block = calibration_statistics(memo, hs, n_boot=QUICK["n_boot"], seed=seed)
+    gain = acc["test"][1] - acc["test"][0]
+    lines = [f"heads {hs} (given, not selected on this D_dist)",
+             f"D_dist: intact {100 * acc['dist'][0]:.2f}% -> ablated {100 * acc['dist'][1]:.2f}%",
+             f"D_test: intact {100 * acc['test'][0]:.2f}% -> ablated {100 * acc['test'][1]:.2f}%, gain {100 * gain:+.2f} pp",
+             f"calibrated intact D_dist bias {block.get('bias_intact')}, ablated {block.get('bias_ablated')}"]
+    rows = calibration_rows({"calibration": block, "gain": gain, "alpha": 0.05})
+    return "\n".join(lines + [f"{k:<24}  {v}" for k, v in rows])
+
+
 def main() -> None:
     """Run the search and print its result."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -60,9 +80,14 @@ def main() -> None:
     parser.add_argument("--pool", type=int, default=QUICK["pool_size"], help="pool size (default: --quick's)")
     parser.add_argument("--n-null", type=int, default=QUICK["n_null"], help="random head sets in the null")
     parser.add_argument("--no-posthoc", action="store_true", help="skip the post-hoc test gains of every subset")
+    parser.add_argument("--heads", default=None,
+                        help="no search: evaluate these heads (e.g. L1H3) and the intact model, and print the calibration")
     args = parser.parse_args()
     task = boolq_from_validation(Path(args.data_dir), args.n_dist, args.n_test, args.seed, args.max_passage_words)
     model = cl.load_model(args.model)
+    if args.heads:
+        print(heads_report(model, task, args.heads, args.seed, args.batch_size))
+        return
     run = cl.search(model, task, out=args.out, scorer="attribution", seed=args.seed, batch_size=args.batch_size,
                     k=args.k, pool_size=args.pool, n_null=args.n_null, n_boot=QUICK["n_boot"],
                     posthoc=not args.no_posthoc, progress=False)
