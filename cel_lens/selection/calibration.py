@@ -17,9 +17,9 @@ recorded anyway (:class:`~cel_lens.oracle.MemoOracle` keeps them; run directorie
 the baseline costs no forward pass, reads no D_test label to fit, and applies to every choice task.
 The bias is the one with the highest D_dist accuracy, so a calibrated accuracy is the model's
 accuracy at its best constant answer prior: an ablation that only shifts the prior leaves it
-unchanged (the refit takes the shift back exactly), and one that fixes examples raises it. (A
-likelihood fit, ``softmax(a s + c)``, was tried first: confidently fixed examples pull its shared
-scale and so its threshold, and cost a planted capability head about half its gain.)
+unchanged (the refit takes the shift back exactly), and one that fixes examples raises it. A
+likelihood fit (``softmax(a s + c)``) would estimate the bias that best explains the labels, not the
+one a prior shift cannot beat.
 """
 
 from __future__ import annotations
