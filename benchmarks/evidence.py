@@ -11,7 +11,9 @@
   model answers with one head ablated (acc and acc_norm): Spearman correlation of attribution scores
   with the exact accuracy gains, and the share of helpful heads (exact gain > 0) in the top 5, for
   the differentiated metric of :func:`cel_lens.evaluation.logprob_metric` and for the log-prob of
-  the correct choice alone.
+  the correct choice alone;
+* **calibration, prior vs capability head** (:mod:`benchmarks.evidence_calibration`): how often the
+  answer-prior calibration keeps a planted capability head's gain and removes a planted prior head's.
 
 * **claims** (:mod:`benchmarks.claims`): before/after numbers on planted oracles for exact S-hat
   recovery, reported vs observed stability, "nothing helps", interval coverage and the grid's FWER.
@@ -128,10 +130,10 @@ def attribution_ranking(models: int) -> dict[str, dict[str, float]]:
 
 
 def main() -> None:
-    """Print the three checks."""
+    """Print the checks."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer seeds (a rough read in a minute or two)")
-    parser.add_argument("--only", choices=["null", "pool", "attribution", "claims"], default=None, help="run one check")
+    parser.add_argument("--only", choices=["null", "pool", "attribution", "claims", "calibration"], default=None, help="run one check")
     args = parser.parse_args()
     torch.set_num_threads(1)
     q = args.quick
@@ -146,6 +148,10 @@ def main() -> None:
         from benchmarks.claims import main as claims
 
         claims(q)
+    if args.only in (None, "calibration"):  # imported here: older checkouts have no calibration to import
+        from benchmarks.evidence_calibration import prior_vs_capability
+
+        print("calibration, prior vs capability head:", prior_vs_capability(40 if q else 200), flush=True)
 
 
 if __name__ == "__main__":

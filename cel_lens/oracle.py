@@ -16,14 +16,12 @@ were computed on, so that a search can refuse scores that did not come from D_di
 from __future__ import annotations
 
 import inspect
-import re
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Protocol, Sequence, Union, runtime_checkable
 
-import numpy as np
 import torch
-from jaxtyping import Bool, Float, Int64
+from jaxtyping import Bool, Float
 from torch import Tensor
 
 from cel_lens.heads import HeadSet, HeadsLike
@@ -41,48 +39,14 @@ __all__ = [
     "discovery_scores",
     "call_oracle",
     "evaluate_chunked",
-    "subsplit",
-    "parse_subsplit",
-    "subsplit_indices",
+    "AnswerKey",
+    "call_choice_oracle",
 ]
 
 SPLITS: tuple[str, ...] = ("dist", "test")
 """The two splits an oracle knows: D_dist (discovery) and D_test (held out)."""
 DIST_SPLIT = "dist"
 TEST_SPLIT = "test"
-
-_SUBSPLIT = re.compile(r"^dist@(\d+)\[(\d+):(\d+)\]$")
-
-
-def subsplit(seed: int, start: int, stop: int) -> str:
-    """The name of a *subsplit* of D_dist: positions ``start:stop`` of D_dist in the order of a
-    seeded random permutation (``"dist@SEED[START:STOP]"``). Consecutive ranges of one seed are
-    disjoint, uniformly random samples without replacement: what an adaptive scorer evaluates a head
-    on, batch by batch, through any oracle (a :class:`~cel_lens.tasks.Task` resolves the name, and
-    a run directory records such evaluations under it like any other). Only D_dist has subsplits."""
-    if seed < 0 or not 0 <= start < stop:
-        raise ValueError(f"a subsplit needs seed >= 0 and 0 <= start < stop, got {seed}, {start}:{stop}")
-    return f"dist@{seed}[{start}:{stop}]"
-
-
-def parse_subsplit(name: str) -> Optional[tuple[int, int, int]]:
-    """``(seed, start, stop)`` of a :func:`subsplit` name, or ``None`` for any other split name."""
-    m = _SUBSPLIT.match(name)
-    return None if m is None else (int(m.group(1)), int(m.group(2)), int(m.group(3)))
-
-
-def subsplit_indices(name: str, n: int) -> Int64[Tensor, " example"]:
-    """Positions in D_dist (of ``n`` examples) of the subsplit ``name``, in its order (numpy's
-    ``default_rng(seed).permutation(n)``, stable across machines)."""
-    parsed = parse_subsplit(name)
-    if parsed is None:
-        raise ValueError(f"{name!r} is not a subsplit name (dist@SEED[START:STOP])")
-    seed, start, stop = parsed
-    if stop > n:
-        raise ValueError(f"subsplit {name!r} reaches example {stop}, D_dist has {n}")
-    order = np.random.default_rng(seed).permutation(n)
-    return torch.from_numpy(order[start:stop].astype(np.int64))
-
 
 @runtime_checkable
 class Oracle(Protocol):
@@ -103,6 +67,37 @@ class Oracle(Protocol):
     ) -> Bool[Tensor, "variant example"]:
         """Per-example correctness ``[variant, example]``."""
         ...
+
+
+@dataclass(frozen=True)
+class AnswerKey:
+    """What an answer prior can act on in a split: the task ``kind``, each example's gold answer as
+    an index into ``names`` (``labels``, ``None`` when the answers form no small closed set, as in
+    generation or free-form exact match) and the answers' display ``names``. Task data, not a model
+    output: reading it runs nothing."""
+
+    kind: str
+    labels: Optional[Tensor] = None
+    names: tuple[str, ...] = ()
+
+
+def call_choice_oracle(
+    oracle: Oracle, split: str, head_sets: Sequence[HeadSet], stage: str
+) -> tuple[Bool[Tensor, "variant example"], Optional[Float[Tensor, "variant example choice"]]]:
+    """:func:`call_oracle`, and the per-choice scores the same forward passes computed when
+    the oracle reports them (an ``evaluate_choices`` method; ``None`` otherwise or for tasks without
+    choices). A choice an example does not have is NaN."""
+    if not hasattr(oracle, "evaluate_choices"):
+        return call_oracle(oracle, split, head_sets, stage), None
+    correct, choice_scores = oracle.evaluate_choices(split, list(head_sets), stage=stage)
+    out = torch.as_tensor(correct).bool().cpu()
+    if out.ndim != 2 or out.shape[0] != len(head_sets):
+        raise ValueError(f"oracle returned shape {tuple(out.shape)} for {len(head_sets)} head sets")
+    if choice_scores is not None:
+        choice_scores = torch.as_tensor(choice_scores).float().cpu()
+        if choice_scores.ndim != 3 or tuple(choice_scores.shape[:2]) != tuple(out.shape):
+            raise ValueError(f"choice scores have shape {tuple(choice_scores.shape)}, correctness {tuple(out.shape)}")
+    return out, choice_scores
 
 
 class Journal(Protocol):
@@ -240,6 +235,7 @@ class MemoOracle:
         self.hits = 0
         self.misses = 0
         self._cache: dict[tuple[str, HeadSet], Tensor] = {}
+        self._choices: dict[tuple[str, HeadSet], Tensor] = {}
         self._n: dict[str, int] = {}
         self._selection: Optional[HeadSet] = None
         self._clean: Optional[bool] = None
@@ -260,9 +256,10 @@ class MemoOracle:
         this oracle (or its journal); ``None`` while nothing is selected."""
         return self._clean
 
-    def remember(self, split: str, heads: HeadSet, correct: Tensor) -> None:
-        """Keep ``correct`` as the answer for ``heads`` on ``split`` (all answers of a split must
-        have the same number of examples). A test answer counts as a read of the test split."""
+    def remember(self, split: str, heads: HeadSet, correct: Tensor, choice_scores: Optional[Tensor] = None) -> None:
+        """Keep ``correct`` (and the per-choice scores ``choice_scores`` ``[example, choice]``
+        when known) as the answer for ``heads`` on ``split`` (all answers of a split must have the
+        same number of examples). A test answer counts as a read of the test split."""
         n = self._n.setdefault(split, int(correct.shape[0]))
         if int(correct.shape[0]) != n:
             raise ValueError(
@@ -271,6 +268,8 @@ class MemoOracle:
             )
         self._test_seen |= split == TEST_SPLIT
         self._cache[(split, heads)] = correct
+        if choice_scores is not None:
+            self._choices[(split, heads)] = choice_scores
 
     def answered(self) -> int:
         """Head-set x example evaluations held in memory (a run directory's, when resumed)."""
@@ -288,8 +287,22 @@ class MemoOracle:
         """Whether ``head_set`` already has an answer on ``split``."""
         return (split, HeadSet.parse(head_set)) in self._cache
 
-    def persist(self, split: str, head_sets: list[HeadSet], correct: Tensor, stage: str) -> None:
-        """Persist freshly evaluated head sets (nothing to do in memory; run directories append them)."""
+    def choice_scores(self, split: str, head_set: HeadsLike) -> Optional[Float[Tensor, "example choice"]]:
+        """The per-choice scores recorded with ``head_set``'s evaluation on ``split`` (no
+        forward pass), or ``None`` when the oracle reported none (no choices, or an older record)."""
+        return self._choices.get((split, HeadSet.parse(head_set)))
+
+    def answer_key(self, split: str) -> Optional[AnswerKey]:
+        """The wrapped oracle's :class:`AnswerKey` for ``split`` (``None`` if it has none).
+        Reading it runs nothing, so it is not a read of D_test's results."""
+        key = getattr(self.oracle, "answer_key", None)
+        return key(split) if callable(key) else None
+
+    def persist(
+        self, split: str, head_sets: list[HeadSet], correct: Tensor, stage: str, choice_scores: Optional[Tensor] = None
+    ) -> None:
+        """Persist freshly evaluated head sets, with their per-choice scores when known
+        (nothing to do in memory; run directories append them)."""
 
     def _check_test_allowed(self, split: str) -> None:
         if split != TEST_SPLIT:
@@ -314,12 +327,15 @@ class MemoOracle:
         missing = list(dict.fromkeys(s for s in sets if (split, s) not in self._cache))
         if missing:
             start = time.perf_counter()
-            correct = call_oracle(self.oracle, split, missing, stage or split)
+            correct, choice_scores = call_choice_oracle(self.oracle, split, missing, stage or split)
             if self.timer is not None:
                 self.timer(missing, correct, time.perf_counter() - start)
-            for s, c in zip(missing, correct):
-                self.remember(split, s, c)
-            self.persist(split, missing, correct, stage or split)
+            for i, (s, c) in enumerate(zip(missing, correct)):
+                self.remember(split, s, c, None if choice_scores is None else choice_scores[i])
+            if choice_scores is None:
+                self.persist(split, missing, correct, stage or split)
+            else:
+                self.persist(split, missing, correct, stage or split, choice_scores=choice_scores)
         self.misses += len(missing)
         self.hits += len(sets) - len(missing)
         if not sets:

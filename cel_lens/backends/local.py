@@ -10,6 +10,7 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from cel_lens.backends.base import ExecutionSettings
+from cel_lens.evaluation.answers import answer_key
 from cel_lens.evaluation.evaluator import evaluate
 from cel_lens.evaluation.seal import recorded_reads
 from cel_lens.evaluation.store import ActivationStore
@@ -17,6 +18,7 @@ from cel_lens.heads import HeadSet
 from cel_lens.model.identity import model_id, model_manifest
 from cel_lens.model.kinds import model_shape
 from cel_lens.model.load import load_model
+from cel_lens.oracle import AnswerKey
 from cel_lens.scoring.attribution import attribution_scores
 from cel_lens.tasks.base import Task
 
@@ -82,6 +84,14 @@ class LocalOracle:
         self, split: str, head_sets: Sequence[HeadSet], *, stage: str = ""
     ) -> Bool[Tensor, "variant example"]:
         """Per-example correctness of each head set on ``split`` (``"dist"`` or ``"test"``)."""
+        return self.evaluate_choices(split, head_sets, stage=stage)[0]
+
+    def evaluate_choices(
+        self, split: str, head_sets: Sequence[HeadSet], *, stage: str = ""
+    ) -> tuple[Bool[Tensor, "variant example"], Optional[Float[Tensor, "variant example choice"]]]:
+        """Per-example correctness, and for a multiple-choice task each choice's summed
+        log-likelihood from the same forward passes (``None`` otherwise): what a calibration of
+        the answer prior is fitted on, at no extra cost."""
         result = evaluate(
             self.model,
             self.task.split(split),
@@ -90,7 +100,11 @@ class LocalOracle:
             store=self.store(split),
             progress=self.progress,
         )
-        return result.correct
+        return result.correct, result.extra.get("choice_score")
+
+    def answer_key(self, split: str) -> AnswerKey:
+        """The task's :class:`~cel_lens.oracle.AnswerKey` on ``split`` (task data; runs nothing)."""
+        return answer_key(self.task.split(split))
 
     def test_reads(self) -> list[dict[str, Any]]:
         """The seal ledger's reads of this task's D_test by this model (:mod:`cel_lens.evaluation.seal`)."""

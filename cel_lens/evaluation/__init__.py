@@ -8,6 +8,7 @@
 * :class:`ActivationStore` (:mod:`~cel_lens.evaluation.store`): the intact residual stream of a split.
 """
 
+from cel_lens.evaluation.answers import MAX_CLOSED_ANSWERS, answer_key
 from cel_lens.evaluation.batch import EncodedBatch, TeacherForced
 from cel_lens.evaluation.encode import as_split, encode_pair, encode_prompt, encode_split, format_prompt
 from cel_lens.evaluation.evaluator import evaluate, logprob_metric
@@ -30,4 +31,6 @@ __all__ = [
     "format_prompt",
     "logprob_metric",
     "greedy_generate",
+    "answer_key",
+    "MAX_CLOSED_ANSWERS",
 ]

@@ -4,7 +4,8 @@ A *row* is one scored continuation (the target, or one choice). Exact match: the
 iff every target token is the greedy argmax. Multiple choice: ``acc`` = argmax of the summed
 log-likelihoods, ``acc_norm`` = argmax of the sums divided by each choice's length in characters
 (lm-eval's rule: without the delimiting space); the score is the margin of the correct choice over
-the best other one (> 0 iff correct).
+the best other one (> 0 iff correct). ``choice_score`` is each choice's score on the scale the
+metric compares (what a calibration of the answer prior is fitted on).
 """
 
 from __future__ import annotations
@@ -54,5 +55,7 @@ def aggregate(
     gold = headline.gather(-1, einops.repeat(labels, "n -> v n 1", v=n_var))[..., 0]
     others = headline.scatter(-1, einops.repeat(labels, "n -> v n 1", v=n_var), float("-inf")).amax(-1)
     choice_ll = torch.where(torch.isinf(ll) & (ll < 0), torch.full_like(ll, float("nan")), ll)
+    # the scale the metric compares (acc: choice_ll, acc_norm: per character): what a calibration fits
+    choice_score = torch.where(torch.isnan(choice_ll), choice_ll, headline)
     correct = acc_norm if metric == "acc_norm" else acc
-    return correct, gold - others, {"acc": acc, "acc_norm": acc_norm, "choice_ll": choice_ll}
+    return correct, gold - others, {"acc": acc, "acc_norm": acc_norm, "choice_ll": choice_ll, "choice_score": choice_score}

@@ -24,7 +24,8 @@ class EvalResult:
     number that decided it (exact match: log-prob of the target; multiple choice: margin of the
     correct choice's (normalised) log-likelihood over the best other choice, > 0 iff correct;
     generation: 1.0/0.0). ``extra`` holds the other metric and per-choice log-likelihoods
-    (``"acc"``, ``"acc_norm"``, ``"choice_ll"`` ``[V, n, max_choices]``, NaN-padded).
+    (``"acc"``, ``"acc_norm"``, ``"choice_ll"`` ``[V, n, max_choices]``, NaN-padded, and
+    ``"choice_score"``, the same on the scale the metric compares).
     """
 
     head_sets: list[HeadSet]

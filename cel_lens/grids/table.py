@@ -24,7 +24,7 @@ __all__ = ["selection_stability", "build_table", "pair_row", "side_effect_block"
 _RESULT_KEYS = (
     "n_dist", "n_test", "dist_acc_intact", "dist_acc_ablated", "dist_gain", "test_acc_intact", "test_acc_ablated",
     "gain", "ci_low", "ci_high", "alpha", "p_value", "heads", "null_p", "k", "pool_size", "scorer",
-    "selected_before_test", "p_enhance",
+    "selected_before_test", "p_enhance", "calibration",
 )
 
 

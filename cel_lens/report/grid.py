@@ -19,6 +19,7 @@ import plotly
 from cel_lens.report.grid_figures import ROW_HEADER, plot_grid_side_effects, plot_grid_summary, row_cells
 from cel_lens.report.heatmap import plot_gain_heatmap
 from cel_lens.report.save import save_figure
+from cel_lens.selection.calibration import CALIBRATION_SENTENCE
 from cel_lens.selection.result import format_p, pp
 
 __all__ = [
@@ -96,7 +97,8 @@ def grid_markdown(table: Mapping[str, Any]) -> str:
     lines = [
         "# CEL grid", "",
         f"Held-out (D_test) accuracy intact and with Ŝ ablated; Δ with its {1 - holm['alpha']:.0%} CI, "
-        f"two-sided exact McNemar p. {holm_sentence(holm)} {seal_sentence(holm)}", "",
+        f"two-sided exact McNemar p. {holm_sentence(holm)} {seal_sentence(holm)} "
+        f"Calibrated Δ: {CALIBRATION_SENTENCE}.", "",
         *_md_table([*ROW_HEADER, "run directory"], [_row_texts(r) for r in table["rows"]]), "",
         "## Side effects", "",
         "Test gain of each task's Ŝ on every task of the same model (the diagonal is the pair's own result).", "",
@@ -143,7 +145,8 @@ def grid_html(table: Mapping[str, Any], results: Mapping[str, Mapping[str, Any]]
         f"<style>{_STYLE}</style><script src='plotly.min.js'></script></head><body>",
         "<h1>CEL grid</h1>",
         f"<p class=note>Held-out accuracy intact and with Ŝ ablated; Δ with its {1 - holm['alpha']:.0%} CI, "
-        f"two-sided exact McNemar p. {html.escape(holm_sentence(holm))} {html.escape(seal_sentence(holm))}</p>",
+        f"two-sided exact McNemar p. {html.escape(holm_sentence(holm))} {html.escape(seal_sentence(holm))} "
+        f"Calibrated Δ: {html.escape(CALIBRATION_SENTENCE)}.</p>",
         _pair_rows_html(table), "<h2>Side effects</h2>",
     ]
     try:

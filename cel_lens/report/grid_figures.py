@@ -11,12 +11,14 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from cel_lens.report.style import DIVERGING, FONT
+from cel_lens.selection.calibration import calibrated_gain_text
 from cel_lens.selection.result import format_p, pp
 
 __all__ = ["short_model", "row_cells", "ROW_HEADER", "plot_grid_side_effects", "plot_grid_summary"]
 
 ROW_HEADER: tuple[str, ...] = (
-    "model", "task", "|D_dist|", "|D_test|", "intact", "ablated", "Δ (95% CI)", "McNemar p", "Holm p (one-sided)", "Ŝ",
+    "model", "task", "|D_dist|", "|D_test|", "intact", "ablated", "Δ (95% CI)", "calibrated Δ (95% CI)", "McNemar p",
+    "Holm p (one-sided)", "Ŝ",
     "stability",
 )
 """Column titles of a grid row as figures and tables show it (the run directory comes after)."""
@@ -41,14 +43,15 @@ def row_cells(row: Mapping[str, Any], *, short: bool = False) -> list[str]:
     model = short_model(row["model"]) if short else str(row["model"])
     if row.get("status") != "ok":
         note = row.get("status", "not run") + (f": {row['error']}" if row.get("error") else "")
-        return [model, row["task"], _int(row.get("n_dist")), _int(row.get("n_test")), "", "", "", "", "", note, ""]
+        return [model, row["task"], _int(row.get("n_dist")), _int(row.get("n_test")), "", "", "", "", "", "", note, ""]
     if short:  # the figure's table: points without their unit (the header says pp)
         delta = f"{100 * row['gain']:+.2f} [{100 * row['ci_low']:+.2f}, {100 * row['ci_high']:+.2f}]"
     else:
         delta = f"{pp(row['gain'])} [{pp(row['ci_low'])}, {pp(row['ci_high'])}]"
     return [
         model, row["task"], _int(row["n_dist"]), _int(row["n_test"]), pp(row["test_acc_intact"], False),
-        pp(row["test_acc_ablated"], False), delta, format_p(row["p_value"]), format_p(row.get("p_holm")),
+        pp(row["test_acc_ablated"], False), delta, calibrated_gain_text(row, unit="" if short else " pp"),
+        format_p(row["p_value"]), format_p(row.get("p_holm")),
         str(row["heads"]) + ("" if row.get("selected_before_test", True) else " (NOT fixed before D_test)"),
         _stability(row.get("selection_stability")),
     ]
@@ -136,7 +139,7 @@ def plot_grid_summary(table: Mapping[str, Any], *, title: Optional[str] = None) 
                         font=dict(size=12)),
             cells=dict(values=[list(c) for c in zip(*rows)] if rows else [[]] * len(ROW_HEADER), align="left",
                        font=dict(size=12), height=26),
-            columnwidth=[110, 90, 55, 55, 60, 60, 185, 65, 60, 100, 60],
+            columnwidth=[110, 90, 55, 55, 60, 60, 185, 185, 65, 60, 100, 60],
         ),
         row=1, col=1,
     )

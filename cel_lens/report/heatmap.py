@@ -29,6 +29,7 @@ from cel_lens.report.style import (
     padded_range,
     percent_tickformat,
 )
+from cel_lens.selection.calibration import calibrated_gain_text
 from cel_lens.selection.result import format_p, pp
 
 __all__ = ["plot_gain_heatmap", "heatmap_title", "stability_wins"]
@@ -239,8 +240,8 @@ def _title_notes(r: Mapping[str, Any]) -> list[str]:
 
 
 def heatmap_title(r: Mapping[str, Any], selected: HeadSet) -> str:
-    """The gain heatmap's default title: S-hat, its test accuracies, gain, CI and McNemar p (an
-    unfinished run: how far it got)."""
+    """The gain heatmap's default title: S-hat, its test accuracies, gain, CI and McNemar p, and
+    beside them the calibrated gain of a choice task (an unfinished run: how far it got)."""
     if is_unfinished(r):
         progress = r.get("progress") or {}
         return f"unfinished run ({r.get('state', 'unfinished')}): {progress.get('status', 'nothing recorded yet')}"
@@ -248,6 +249,7 @@ def heatmap_title(r: Mapping[str, Any], selected: HeadSet) -> str:
         f"Ŝ = {selected}: test accuracy {pp(r.get('test_acc_intact'), False)} -> "
         f"{pp(r.get('test_acc_ablated'), False)}, gain {pp(r.get('gain'))} "
         f"[{pp(r.get('ci_low'))}, {pp(r.get('ci_high'))}], p={format_p(r.get('p_value'))}"
+        + (f"; calibrated gain {calibrated_gain_text(r)}" if (r.get("calibration") or {}).get("applies") else "")
     )
     return "<br>".join([line, *(f"<sup>{note}</sup>" for note in _title_notes(r))])
 

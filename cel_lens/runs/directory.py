@@ -35,7 +35,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence, Union
 
-from jaxtyping import Bool
+from jaxtyping import Bool, Float
 from torch import Tensor
 
 from cel_lens.heads import HeadSet
@@ -344,13 +344,21 @@ class RunDir:
         head_sets: Sequence[HeadSet],
         correct: Bool[Tensor, "variant example"],
         stage: str,
+        choice_scores: Optional[Float[Tensor, "variant example choice"]] = None,
     ) -> list[Evaluation]:
-        """Record one line per head set (``correct[v]`` belongs to ``head_sets[v]``), fsync'd."""
+        """Record one line per head set (``correct[v]`` belongs to ``head_sets[v]``), fsync'd, with
+        its per-choice scores ``choice_scores[v]`` when given (so a resumed run can calibrate
+        the answer prior without a forward pass)."""
         if correct.ndim != 2 or correct.shape[0] != len(head_sets):
             raise ValueError(
                 f"expected correctness [{len(head_sets)}, example], got shape {tuple(correct.shape)}"
             )
-        evs = [Evaluation(split, HeadSet.parse(s), stage, correct[i].bool()) for i, s in enumerate(head_sets)]
+        if choice_scores is not None and tuple(choice_scores.shape[:2]) != tuple(correct.shape):
+            raise ValueError(f"choice scores of shape {tuple(choice_scores.shape)} do not match correctness {tuple(correct.shape)}")
+        evs = [
+            Evaluation(split, HeadSet.parse(s), stage, correct[i].bool(), None if choice_scores is None else choice_scores[i])
+            for i, s in enumerate(head_sets)
+        ]
         self._append([e.to_line() for e in evs], f"{len(evs)} new evaluation(s) of the {split} split")
         return evs
 

@@ -29,12 +29,14 @@ class RecordingOracle(MemoOracle):
         self.run = run
         if run is not None:
             for ev in run.evaluations():
-                self.remember(ev.split, ev.heads, ev.correct)
+                self.remember(ev.split, ev.heads, ev.correct, ev.choice_scores)
 
-    def persist(self, split: str, head_sets: list[HeadSet], correct: Tensor, stage: str) -> None:
-        """Append the new evaluations to the run directory."""
+    def persist(
+        self, split: str, head_sets: list[HeadSet], correct: Tensor, stage: str, choice_scores: Optional[Tensor] = None
+    ) -> None:
+        """Append the new evaluations (with their per-choice scores, when known) to the run directory."""
         if self.run is not None:
-            self.run.append_evaluations(split, head_sets, correct, stage)
+            self.run.append_evaluations(split, head_sets, correct, stage, choice_scores=choice_scores)
 
 
 CachedOracle = RecordingOracle

@@ -49,7 +49,8 @@ from scipy.special import gammaln
 from torch import Tensor
 
 from cel_lens.heads import Head, HeadSet
-from cel_lens.oracle import DIST_SPLIT, Oracle, Stage1Scores, call_oracle, evaluate_chunked, subsplit, subsplit_indices
+from cel_lens.oracle import DIST_SPLIT, Oracle, Stage1Scores, call_oracle, evaluate_chunked
+from cel_lens.splits import subsplit, subsplit_indices
 from cel_lens.scoring.registry import Cost, Scorer
 from cel_lens.tasks.base import Split
 

@@ -16,6 +16,15 @@ from cel_lens.selection.algorithm import fix_selection, run_search, stage1, stag
 from cel_lens.selection.guardrails import selection_adjusted_test
 from cel_lens.selection.paired import leave_one_out, mcnemar_enhancement_p, newcombe_paired_ci, tango_paired_ci
 from cel_lens.selection.parsimony import select_parsimonious
+from cel_lens.selection.calibration import (
+    calibrated_gain_text,
+    calibrated_predictions,
+    calibration_rows,
+    calibration_statistics,
+    fit_choice_bias,
+    majority_rate,
+    prediction_shares,
+)
 from cel_lens.selection.pool import DEFAULT_POOL_SIZE, candidate_pool
 from cel_lens.selection.result import DEFAULT_N_NULL, Result, format_result, result_rows
 from cel_lens.selection.reselect import Reselector, reselecting_stability, split_half_agreement
@@ -53,4 +62,11 @@ __all__ = [
     "Reselector",
     "reselecting_stability",
     "split_half_agreement",
+    "fit_choice_bias",
+    "calibrated_predictions",
+    "prediction_shares",
+    "majority_rate",
+    "calibration_statistics",
+    "calibration_rows",
+    "calibrated_gain_text",
 ]

@@ -52,6 +52,7 @@ from cel_lens.oracle import (
     evaluate_chunked,
 )
 from cel_lens.scoring.exact import exact_scores
+from cel_lens.selection.calibration import calibration_statistics
 from cel_lens.selection.pool import DEFAULT_POOL_SIZE, candidate_pool
 from cel_lens.selection.result import DEFAULT_N_NULL, Result, nonpositive_gain_warning
 from cel_lens.selection.specificity import random_pool_winners, specificity_statistics
@@ -189,6 +190,7 @@ def test_statistics(
         p_enhance=mcnemar_enhancement_p(intact, ablated), leave_one_out=loo,
         null_gains=[float(g) for g in null.gains], null_p=null.p_value(gain), null_min_p=null.min_p,
         null_exhaustive=null.exhaustive, subsets=records, n_test=n_test,
+        calibration=calibration_statistics(oracle, best.heads, n_boot=n_boot, alpha=alpha, seed=seed),
     )
 
 

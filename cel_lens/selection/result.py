@@ -21,6 +21,7 @@ from torch import Tensor
 
 from cel_lens.config import DEFAULT_N_NULL
 from cel_lens.heads import HeadSet
+from cel_lens.selection.calibration import calibration_rows
 from cel_lens.stats import null_min_p, null_p_value
 
 __all__ = [
@@ -217,6 +218,7 @@ def result_rows(result: Union["Result", Mapping[str, Any]]) -> list[tuple[str, s
          f"[{pp(r.get('ci_low'))}, {pp(r.get('ci_high'))}]"),
         ("McNemar exact p", format_p(r.get("p_value"))),
         *_evidence_rows(r),
+        *calibration_rows(r),
         ("random-subset null", _null_row(r)),
         ("selection stability", _stability_row(r)),
     ]
@@ -270,7 +272,9 @@ class Result:
     (:func:`~cel_lens.selection.paired.leave_one_out`); ``parsimony`` the stage-2 rule and its
     choice (:mod:`~cel_lens.selection.parsimony`); ``adjusted`` the selection-adjusted test on
     D_dist (:mod:`~cel_lens.selection.guardrails`); ``split_half`` the split-half agreement
-    (:mod:`~cel_lens.selection.reselect`).
+    (:mod:`~cel_lens.selection.reselect`);
+    ``calibration`` the answer-prior control (:mod:`~cel_lens.selection.calibration`: majority-class
+    rate, calibrated intact and ablated accuracy, calibrated gain; or why it does not apply).
     """
 
     heads: str
@@ -316,6 +320,7 @@ class Result:
     split_half: Optional[dict[str, Any]] = None
     ablation: str = "zero"
     ablation_controls: Optional[dict[str, Any]] = None
+    calibration: Optional[dict[str, Any]] = None
     timings: dict[str, float] = field(default_factory=dict, compare=False)
 
     @property

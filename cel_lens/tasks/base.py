@@ -27,7 +27,7 @@ import unicodedata
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator, Literal, Mapping, Optional, Sequence, overload
 
-from cel_lens.oracle import parse_subsplit, subsplit_indices
+from cel_lens.splits import parse_subsplit, subsplit_indices
 
 __all__ = [
     "Example",

@@ -12,7 +12,7 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from cel_lens.heads import Head, HeadSet, HeadsLike
-from cel_lens.oracle import parse_subsplit, subsplit_indices
+from cel_lens.splits import parse_subsplit, subsplit_indices
 
 __all__ = ["SyntheticOracle", "realistic_oracle"]
 

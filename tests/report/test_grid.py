@@ -57,11 +57,26 @@ def table():
 def test_rows_as_text(table):
     ok, failed = row_cells(table["rows"][0]), row_cells(table["rows"][3])
     assert len(ok) == len(failed) == len(ROW_HEADER)
-    assert ok == ["org/one", "a", "100", "200", "50.00%", "54.50%", "+4.50 pp [+2.50 pp, +6.50 pp]", "0.02", "0.06",
-                  "L1H0+L2H1", "50%"]
+    assert ok == ["org/one", "a", "100", "200", "50.00%", "54.50%", "+4.50 pp [+2.50 pp, +6.50 pp]", "n/a", "0.02",
+                  "0.06", "L1H0+L2H1", "50%"]
     assert failed[ROW_HEADER.index("Ŝ")] == "failed: RuntimeError: boom | x" and failed[4:9] == [""] * 5
     assert row_cells(table["rows"][0], short=True)[0] == "one" == short_model("org/one")
     assert row_cells(table["rows"][0], short=True)[6] == "+4.50 [+2.50, +6.50]"
+
+
+def test_rows_show_the_calibrated_gain_beside_the_raw_one(table):
+    column = ROW_HEADER.index("calibrated Δ (95% CI)")
+    assert column == ROW_HEADER.index("Δ (95% CI)") + 1
+    cal = {"applies": True, "kind": "multiple_choice", "gain_cal": 0.002, "ci_low_cal": -0.01, "ci_high_cal": 0.015,
+           "survives": False}
+    row = {**table["rows"][0], "calibration": cal}
+    assert row_cells(row)[column] == "+0.20 pp [-1.00 pp, +1.50 pp], prior only"
+    assert row_cells(row, short=True)[column] == "+0.20 [-1.00, +1.50], prior only"
+    survived = {**row, "calibration": {**cal, "ci_low_cal": 0.001, "survives": True}}
+    assert row_cells(survived)[column] == "+0.20 pp [+0.10 pp, +1.50 pp]"
+    exact = {**row, "calibration": {"applies": False, "kind": "exact_match"}}
+    assert row_cells(exact)[column] == "no fixed choices"
+    assert "Calibrated Δ: calibrated accuracies refit" in grid_markdown(table)
 
 
 def test_markdown_has_every_row_the_side_effects_and_the_time(table):

@@ -11,7 +11,7 @@ from scipy.stats import hypergeom
 from cel_lens.backends.local import LocalOracle
 from cel_lens.config import SearchConfig
 from cel_lens.heads import Head, HeadSet
-from cel_lens.oracle import parse_subsplit, subsplit, subsplit_indices
+from cel_lens.splits import parse_subsplit, subsplit, subsplit_indices
 from cel_lens.runs import RecordingOracle, RunDir
 from cel_lens.scoring import RacingOptions, exact_scores, racing_cost, racing_scores, score_heads
 from cel_lens.scoring.racing import count_bounds, racing_schedule

@@ -48,7 +48,9 @@ from cel_lens.backends.ray.errors import require_ray
 from cel_lens.backends.ray.factory import to_factory
 from cel_lens.backends.ray.shards import Shard
 from cel_lens.backends.ray.worker import ShardWorker
+from cel_lens.evaluation.answers import answer_key
 from cel_lens.heads import HeadSet, HeadsLike
+from cel_lens.oracle import AnswerKey
 
 __all__ = ["RayOracle", "FORWARDED_ENV"]
 
@@ -296,22 +298,39 @@ class RayOracle:
     ) -> Bool[Tensor, "variant example"]:
         """Per-example correctness ``[variant, example]`` of ``head_sets`` on ``split``: every shard
         is evaluated by an actor, and the parts are scattered back into split order."""
+        return self.evaluate_choices(split, head_sets, stage=stage)[0]
+
+    def evaluate_choices(
+        self, split: str, head_sets: Sequence[HeadsLike], *, stage: str = ""
+    ) -> tuple[Bool[Tensor, "variant example"], Optional[Float[Tensor, "variant example choice"]]]:
+        """:meth:`evaluate`, and for a multiple-choice task each choice's score from the same
+        forward passes (NaN-padded across shards with fewer choices; ``None`` otherwise)."""
         self._check_open()
         sets = [str(HeadSet.parse(s).validate(self.n_layers, self.n_heads)) for s in head_sets]
         n = len(self.task.split(split))
         out = torch.zeros(len(sets), n, dtype=torch.bool)
         if not sets or n == 0:
-            return out
+            return out, None
         self.calls += 1
         shards = self.plan(split)
         sets_ref = self._ray.put(sets)
-        parts = self._run([(s.index, s.index % self.workers, "evaluate", (s, sets_ref)) for s in shards])
+        parts = self._run([(s.index, s.index % self.workers, "evaluate_choices", (s, sets_ref)) for s in shards])
+        tables = [p[1] for p in parts.values() if p[1] is not None]
+        scores = torch.full((len(sets), n, max(t.shape[-1] for t in tables)), float("nan")) if tables else None
         for s in shards:
-            part = torch.from_numpy(np.array(parts[s.index], dtype=bool))  # a writable copy
+            part = torch.from_numpy(np.array(parts[s.index][0], dtype=bool))  # a writable copy
             if tuple(part.shape) != (len(sets), len(s)):
                 raise RuntimeError(f"shard {s.index} of {split!r} returned shape {tuple(part.shape)}")
-            out[:, torch.tensor(s.examples, dtype=torch.long)] = part
-        return out
+            index = torch.tensor(s.examples, dtype=torch.long)
+            out[:, index] = part
+            if scores is not None and parts[s.index][1] is not None:
+                table = torch.from_numpy(np.array(parts[s.index][1], dtype=np.float32))
+                scores[:, index, : table.shape[-1]] = table
+        return out, scores
+
+    def answer_key(self, split: str) -> AnswerKey:
+        """The task's :class:`~cel_lens.oracle.AnswerKey` on ``split`` (task data; runs nothing)."""
+        return answer_key(self.task.split(split))
 
     def attribution_scores(self, batch_size: Optional[int] = None) -> Float[Tensor, "layer head"]:
         """Stage-1 attribution scores (:func:`cel_lens.scoring.attribution_scores`) on the discovery

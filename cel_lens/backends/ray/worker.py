@@ -105,7 +105,11 @@ class ShardWorker:
     def evaluate(self, shard: Shard, head_sets: Sequence[HeadsLike]) -> np.ndarray:
         """Per-example correctness ``[variant, example]`` of ``head_sets`` on ``shard``'s examples
         (in the shard's order), as a boolean array."""
+        return self.evaluate_choices(shard, head_sets)[0]
 
+    def evaluate_choices(self, shard: Shard, head_sets: Sequence[HeadsLike]) -> tuple[np.ndarray, Optional[np.ndarray]]:
+        """:meth:`evaluate`, and for a multiple-choice task each choice's score ``[variant,
+        example, choice]`` from the same forward passes (``None`` otherwise)."""
         split = shard_split(self.task.split(shard.split), shard)
         # a test read is recorded in the seal's ledger where the worker runs (no warning: the driver owns it)
         with redirect_stdout(sys.stderr), reading_as(f"ray worker {socket.gethostname()}:{os.getpid()}"):
@@ -113,7 +117,8 @@ class ShardWorker:
                 self.model, split, [HeadSet.parse(s) for s in head_sets], batch_size=self.batch_size,
                 store=self._store(shard, split), progress=False, max_rows=shard.max_rows,
             )
-        return result.correct.numpy()
+        scores = result.extra.get("choice_score")
+        return result.correct.numpy(), None if scores is None else scores.numpy()
 
     def attribution_scores(self, batch_size: int) -> np.ndarray:
         """Stage-1 attribution scores on the whole discovery split (one actor computes them)."""

@@ -1,0 +1,243 @@
+"""Capability or answer prior? A calibration baseline for every choice-task result.
+
+An ablation can raise a choice task's accuracy without adding any capability: it only has to move
+the model's *answer prior* (say "yes" more often on a task whose labels are mostly "yes"). To tell
+the two apart, each model (intact, and with Ŝ ablated) gets its own **per-choice additive bias**,
+fitted on its own D_dist choice scores, and applied to its D_test scores: the calibrated prediction
+is ``argmax_j(s_j + b_j)``. A prior shift is a change of ``b``, so it is undone by the refit; a
+capability (which examples the model gets right) is not. The gain that survives is Ŝ's calibrated
+ablated accuracy against the calibrated intact accuracy, with a paired bootstrap CI and McNemar p.
+
+Why this calibration and not contextual calibration (Zhao et al. 2021): contextual calibration
+multiplies the choice probabilities by ``diag(p_cf)^-1``, which on the log scale is the same family,
+an additive per-choice bias, but it estimates the bias from content-free prompts ("N/A"), which
+cost extra forward passes, must be invented per task, and do not exist for tasks whose choices
+differ per example (HellaSwag). Here the bias is fitted on D_dist's labelled scores that the search
+recorded anyway (:class:`~cel_lens.oracle.MemoOracle` keeps them; run directories store them), so
+the baseline costs no forward pass, reads no D_test label to fit, and applies to every choice task.
+The bias is the one with the highest D_dist accuracy, so a calibrated accuracy is the model's
+accuracy at its best constant answer prior: an ablation that only shifts the prior leaves it
+unchanged (the refit takes the shift back exactly), and one that fixes examples raises it. A
+likelihood fit (``softmax(a s + c)``) would estimate the bias that best explains the labels, not the
+one a prior shift cannot beat.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional
+
+import torch
+from jaxtyping import Bool, Float, Int
+from torch import Tensor
+
+from cel_lens.heads import HeadSet
+from cel_lens.oracle import DIST_SPLIT, TEST_SPLIT, AnswerKey, MemoOracle
+from cel_lens.stats import mcnemar_exact, paired_bootstrap_ci, wilson_interval
+
+__all__ = [
+    "fit_choice_bias",
+    "calibrated_predictions",
+    "prediction_shares",
+    "majority_rate",
+    "calibration_statistics",
+    "calibration_rows",
+    "calibrated_gain_text",
+    "PRIOR_ONLY_LINE",
+    "CALIBRATION_SENTENCE",
+]
+
+PRIOR_ONLY_LINE = "the gain does not survive calibration: the ablation moves the answer prior; it does not add capability"
+"""The one line a result shows when its gain does not survive calibration."""
+CALIBRATION_SENTENCE = (
+    "calibrated accuracies refit a per-choice bias on each model's own D_dist scores, so an ablation that only "
+    "shifts which answer the model prefers gains nothing after calibration, while one that fixes specific "
+    "examples keeps its gain"
+)
+"""One sentence on what a calibrated gain is, for reports and figure captions."""
+
+
+def _valid(scores: Tensor) -> Tensor:
+    return ~torch.isnan(scores)
+
+
+def _best_offset(t: Tensor, wins_above: Tensor, wins_below: Tensor, current: float) -> float:
+    """The ``b`` maximising ``#{wins_above: t < b} + #{wins_below: t > b}``: the midpoint of the
+    best interval between sorted thresholds ``t`` (the one nearest ``current`` among ties)."""
+    order = torch.argsort(t)
+    t, above, below = t[order], wins_above[order].double(), wins_below[order].double()
+    # b in interval k (between t[k-1] and t[k]) scores: above among t[:k] + below among t[k:]
+    score = torch.cat([torch.zeros(1, dtype=torch.float64), above.cumsum(0)])
+    score = score + torch.cat([below.flip(0).cumsum(0).flip(0), torch.zeros(1, dtype=torch.float64)])
+    edges = torch.cat([t[:1] - 1.0, t, t[-1:] + 1.0])
+    mids = (edges[:-1] + edges[1:]) / 2
+    distinct = torch.cat([torch.ones(1, dtype=torch.bool), t[1:] > t[:-1], torch.ones(1, dtype=torch.bool)])
+    best = score.masked_fill(~distinct, -1.0)  # empty intervals (tied thresholds) hold no b
+    ties = torch.nonzero(best == best.max())[:, 0]
+    return float(mids[ties[torch.argmin((mids[ties] - current).abs())]])
+
+
+def fit_choice_bias(
+    scores: Float[Tensor, "example choice"], labels: Int[Tensor, " example"], *, max_sweeps: int = 20
+) -> Float[Tensor, " choice"]:
+    """The per-choice additive bias ``b`` (``b[0] = 0``) under which ``argmax_j(s_j + b_j)`` is right
+    on the most examples: the model's accuracy at its best constant answer prior. Exact for two
+    choices; coordinate ascent (each coordinate's exact optimum in turn) for more. NaN scores
+    (choices an example does not have) never win; deterministic."""
+    s = scores.detach().to(torch.float64).cpu()
+    y = labels.detach().long().cpu()
+    n, m = s.shape
+    bias = torch.zeros(m, dtype=torch.float64)
+    if m < 2 or n == 0:
+        return bias
+    s = torch.where(_valid(s), s, torch.full_like(s, float("-inf")))
+    for _ in range(max_sweeps):
+        moved = False
+        for j in range(1, m):
+            shifted = s + bias[None, :]
+            others = shifted.clone()
+            others[:, j] = float("-inf")
+            best_other, pred_other = others.max(1)
+            ok = torch.isfinite(s[:, j]) & torch.isfinite(best_other)
+            if not bool(ok.any()):
+                continue
+            t = (best_other - s[:, j])[ok]
+            new = _best_offset(t, (y == j)[ok], ((y != j) & (pred_other == y))[ok], float(bias[j]))
+            moved |= new != float(bias[j])
+            bias[j] = new
+        if not moved:
+            break
+    return bias
+
+
+def calibrated_predictions(
+    scores: Float[Tensor, "example choice"], bias: Optional[Float[Tensor, " choice"]] = None
+) -> Int[Tensor, " example"]:
+    """``argmax_j(s_j + b_j)`` over each example's choices (NaN choices never win; no bias: the raw
+    decision)."""
+    s = scores.detach().to(torch.float64).cpu()
+    if bias is not None:
+        s = s + bias.to(torch.float64)[None, :]
+    return torch.where(_valid(s), s, torch.full_like(s, float("-inf"))).argmax(1)
+
+
+def prediction_shares(predictions: Int[Tensor, " example"], n_choices: int) -> list[float]:
+    """The share of examples answered with each choice."""
+    n = max(int(predictions.numel()), 1)
+    return [float(c) / n for c in torch.bincount(predictions.long(), minlength=n_choices)[:n_choices]]
+
+
+def majority_rate(key: Optional[AnswerKey]) -> Optional[tuple[str, float]]:
+    """The most common gold answer of ``key`` and its share of the examples: the accuracy of always
+    giving it (``None`` without labels)."""
+    if key is None or key.labels is None or key.labels.numel() == 0:
+        return None
+    counts = torch.bincount(key.labels, minlength=len(key.names))
+    top = int(counts.argmax())
+    return (key.names[top] if top < len(key.names) else f"answer {top}"), float(counts[top]) / int(key.labels.numel())
+
+
+def _not_applicable(key: AnswerKey) -> str:
+    """Why no calibration is computed for a task of this kind (said in the result)."""
+    if key.kind == "generation":
+        return "does not apply: a generated program is judged by its tests, and there is no fixed set of answers to prefer"
+    if key.kind == "exact_match" and key.labels is None:
+        return "does not apply: answers are free-form (no small set of answers recurs), so there is no answer prior to shift"
+    if key.kind == "exact_match":
+        return ("not calibrated: the answers form a closed set, but exact match is judged against the whole vocabulary "
+                "and the candidate answers are not scored, so no prior can be refit; compare the accuracies with the "
+                "majority-class rate")
+    return "not calibrated: the choice scores were not recorded for these evaluations (backend or older run)"
+
+
+def _scores(memo: MemoOracle, split: str, heads: HeadSet) -> Optional[Tensor]:
+    return memo.choice_scores(split, heads)
+
+
+def calibration_statistics(
+    memo: MemoOracle, heads: HeadSet, *, n_boot: int = 10000, alpha: float = 0.05, seed: int = 0
+) -> Optional[dict[str, Any]]:
+    """The calibration block of a result (no forward pass: from the recorded choice scores of the
+    intact model and of ``heads`` on both splits); ``None`` when the oracle has no answer key."""
+    key_test, key_dist = memo.answer_key(TEST_SPLIT), memo.answer_key(DIST_SPLIT)
+    if key_test is None:
+        return None
+    majority = majority_rate(key_test)
+    out: dict[str, Any] = {"kind": key_test.kind, "names": list(key_test.names), "applies": False,
+                           "majority_answer": majority[0] if majority else None,
+                           "majority_rate": majority[1] if majority else None}
+    tables = {(sp, h): _scores(memo, sp, h) for sp in (DIST_SPLIT, TEST_SPLIT) for h in (HeadSet(), heads)}
+    if key_dist is None or key_dist.labels is None or key_test.labels is None or any(t is None for t in tables.values()):
+        return {**out, "reason": _not_applicable(key_test)}
+    m = max(len(key_test.names), tables[(TEST_SPLIT, HeadSet())].shape[1])
+    fits = {h: fit_choice_bias(tables[(DIST_SPLIT, h)], key_dist.labels) for h in (HeadSet(), heads)}
+    raw = {h: calibrated_predictions(tables[(TEST_SPLIT, h)]) for h in fits}
+    cal = {h: calibrated_predictions(tables[(TEST_SPLIT, h)], fits[h]) for h in fits}
+    right: dict[HeadSet, Bool[Tensor, " example"]] = {h: cal[h] == key_test.labels for h in fits}
+    intact, ablated = right[HeadSet()], right[heads]
+    n = int(intact.numel())
+    low, high = paired_bootstrap_ci(intact, ablated, n_boot=n_boot, alpha=alpha, seed=seed)
+    return {
+        **out, "applies": True,
+        "method": "per-choice additive bias fitted on D_dist (each model its own)",
+        "bias_intact": fits[HeadSet()].tolist(), "bias_ablated": fits[heads].tolist(),
+        "test_acc_intact_cal": float(intact.double().mean()), "test_acc_ablated_cal": float(ablated.double().mean()),
+        "ci_intact_cal": list(wilson_interval(int(intact.sum()), n, alpha)),
+        "ci_ablated_cal": list(wilson_interval(int(ablated.sum()), n, alpha)),
+        "gain_cal": (int(ablated.sum()) - int(intact.sum())) / n, "ci_low_cal": low, "ci_high_cal": high,
+        "p_value_cal": mcnemar_exact(intact, ablated), "survives": low > 0,
+        "shares_intact": prediction_shares(raw[HeadSet()], m), "shares_ablated": prediction_shares(raw[heads], m),
+        "shares_intact_cal": prediction_shares(cal[HeadSet()], m), "shares_ablated_cal": prediction_shares(cal[heads], m),
+    }
+
+
+def _shares(names: list[str], shares: list[float]) -> str:
+    return " / ".join(f"{(names[j] if j < len(names) else f'choice {j}').strip() or repr(names[j])} {100 * x:.1f}%"
+                      for j, x in enumerate(shares))
+
+
+def _pct(x: Any) -> str:
+    return "n/a" if x is None else f"{100 * float(x):.2f}%"
+
+
+def calibration_rows(r: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """A result's calibration rows (none for a result without a calibration block): the
+    majority-class rate on D_test, the answers' shares intact and ablated, calibrated intact and
+    ablated accuracy, the calibrated gain with its CI and McNemar p, and the one line when the gain
+    does not survive calibration (or why no calibration applies)."""
+    c = r.get("calibration")
+    if not c:
+        return []
+    rows = []
+    if c.get("majority_answer") is not None:
+        rows.append(("majority class (D_test)",
+                     f"{c['majority_answer'].strip() or repr(c['majority_answer'])!s} is {_pct(c['majority_rate'])} of the "
+                     f"labels (always answering it scores {_pct(c['majority_rate'])})"))
+    if not c.get("applies"):
+        return rows + [("answer prior", str(c.get("reason", "not calibrated")))]
+    names, alpha = c.get("names") or [], float(r.get("alpha", 0.05))
+    rows += [
+        ("answers (D_test)", f"intact {_shares(names, c['shares_intact'])} -> ablated {_shares(names, c['shares_ablated'])}"),
+        ("calibrated D_test", f"intact {_pct(c['test_acc_intact_cal'])} [{_pct(c['ci_intact_cal'][0])}, "
+                              f"{_pct(c['ci_intact_cal'][1])}] -> ablated {_pct(c['test_acc_ablated_cal'])} "
+                              f"[{_pct(c['ci_ablated_cal'][0])}, {_pct(c['ci_ablated_cal'][1])}] (bias refit on each "
+                              "model's D_dist scores)"),
+        ("calibrated gain", f"{100 * c['gain_cal']:+.2f} pp, {1 - alpha:.0%} paired CI [{100 * c['ci_low_cal']:+.2f} pp, "
+                            f"{100 * c['ci_high_cal']:+.2f} pp], McNemar p = {c['p_value_cal']:.3g} "
+                            f"(raw {100 * float(r.get('gain', float('nan'))):+.2f} pp)"),
+    ]
+    if not c.get("survives") and float(r.get("gain") or 0.0) > 0:
+        rows.append(("warning", PRIOR_ONLY_LINE))
+    return rows + [("calibrated vs raw", CALIBRATION_SENTENCE)]
+
+
+def calibrated_gain_text(r: Mapping[str, Any], *, unit: str = " pp") -> str:
+    """A result's calibrated gain in a few words, to put beside the raw one in tables and figures:
+    ``+1.20 pp [-0.80 pp, +3.10 pp]`` (and ``prior only`` when the raw gain does not survive),
+    ``not a choice task`` / ``not recorded`` when there is none, ``n/a`` for no result."""
+    c = r.get("calibration")
+    if not c:
+        return "n/a"
+    if not c.get("applies"):
+        return "not recorded" if c.get("kind") == "multiple_choice" else "no fixed choices"
+    text = f"{100 * c['gain_cal']:+.2f}{unit} [{100 * c['ci_low_cal']:+.2f}{unit}, {100 * c['ci_high_cal']:+.2f}{unit}]"
+    return text + (", prior only" if not c.get("survives") and float(r.get("gain") or 0.0) > 0 else "")
