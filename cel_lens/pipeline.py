@@ -259,7 +259,7 @@ def search(
     """Algorithm 1 of the paper on ``model`` and ``task``; returns a :class:`Run` with ``.result``.
 
     ``model`` is a HookedTransformer/TransformerBridge, or a name/path for :func:`cel_lens.load_model`
-    (loaded by the backend, with ``settings.device``/``dtype``); ``task`` a :class:`~cel_lens.Task`
+    (loaded by the backend, with ``settings.device``/``dtype``); ``task`` a :class:`~cel_lens.tasks.Task`
     or a task name (loaded with ``n_dist``, ``n_test``, ``data_dir`` and the config's ``split_seed``,
     which defaults to its ``seed``).
     ``config`` says what to compute (:class:`SearchConfig`), ``settings`` how

@@ -2,7 +2,7 @@
 
 Every import in ``cel_lens/`` (function-level and ``TYPE_CHECKING`` ones too) is parsed. A module
 may import its own package or a package of a lower layer (:data:`LAYERS`, as in the README's
-layout table); nothing imports a deprecated shim or the package root; only ``cel_lens.model``
+layout table); nothing imports the package root; only ``cel_lens.model``
 imports TransformerLens; no private name (``_x``) crosses a package boundary; the module import
 graph has no cycle; and no file is over 400 lines, no function over 80.
 """
@@ -37,8 +37,6 @@ LAYERS: dict[str, int] = {
 }
 """Package (or top-level module) -> layer; imports go to lower layers only."""
 
-DEPRECATED = {"models", "ablation", "store", "plots", "distributed", "organism_train", "demo", "export"}
-"""Old module paths kept as thin re-exports for one release: importers only, never imported."""
 
 MAX_FILE_LINES = 400
 MAX_FUNCTION_LINES = 80
@@ -89,14 +87,14 @@ def _targets(module: str, names: list[str]) -> list[str]:
 
 def test_every_unit_has_a_layer():
     units = {_unit(m) for m in MODULES} - {""}
-    assert units - set(LAYERS) - DEPRECATED == set(), "add new packages to LAYERS (and the README's table)"
+    assert units - set(LAYERS) == set(), "add new packages to LAYERS (and the README's table)"
 
 
 def test_imports_flow_one_way():
     problems = []
     for module, path in MODULES.items():
         unit = _unit(module)
-        if unit in DEPRECATED or unit == "":
+        if unit == "":
             continue
         for line, imported, names in _imports(path):
             where = f"{path.relative_to(ROOT)}:{line}"
@@ -106,8 +104,6 @@ def test_imports_flow_one_way():
                 other = _unit(target)
                 if other == "":
                     problems.append(f"{where}: imports the package root (import the defining module)")
-                elif other in DEPRECATED:
-                    problems.append(f"{where}: imports deprecated cel_lens.{other}")
                 elif other != unit and LAYERS[other] >= LAYERS[unit]:
                     problems.append(f"{where}: {unit} (layer {LAYERS[unit]}) imports {other} (layer {LAYERS[other]})")
                 if other != unit:
@@ -206,9 +202,43 @@ def test_no_module_is_also_a_function():
 @pytest.mark.parametrize("order", ["sorted", "reversed"])
 def test_every_module_imports_in_any_order(order):
     """Each module imports on its own terms: all of them in a fresh interpreter, in two orders."""
-    names = sorted(m for m in MODULES if _unit(m) not in DEPRECATED and not m.endswith("__main__"))
+    names = sorted(m for m in MODULES if not m.endswith("__main__"))
     if order == "reversed":
         names.reverse()
     code = "import importlib, sys\nfor n in sys.argv[1:]:\n    importlib.import_module(n)\n"
     proc = subprocess.run([sys.executable, "-c", code, *names], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_a_small_front_door():
+    """``cel_lens.__all__`` holds the entry points of a search and its figures (at most 20 names,
+    each resolving); everything else is reached through its subpackage, and no old module path
+    (a deprecated shim) is left at the top level."""
+    import cel_lens
+
+    assert len(cel_lens.__all__) <= 20, cel_lens.__all__
+    assert all(getattr(cel_lens, name) is not None for name in cel_lens.__all__)
+    top = {p.stem for p in PACKAGE.glob("*.py")} - {"__init__"}
+    assert top <= set(LAYERS), f"top-level modules outside the layer table: {sorted(top - set(LAYERS))}"
+    with pytest.raises(AttributeError):
+        cel_lens.flipped_examples  # noqa: B018 - moved to cel_lens.analysis
+    assert cel_lens.analysis.flipped_examples is not None
+
+
+SHARED_NAMES = {
+    "__init__", "__main__",
+    # one role in parallel packages: each package's registry, plan, base contracts, model, figures,
+    # result type; a computation (analysis/) beside its figure (report/); an oracle and a backend's oracle
+    "registry", "plan", "base", "model", "figures", "result", "attention", "flips", "side_effects", "oracle",
+}
+"""File names that may repeat across packages; any other name says what its one file holds. The CLI's
+files are named after their subcommands and are not counted."""
+
+
+def test_one_name_one_meaning():
+    seen: dict[str, list[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        if path.parent.name != "cli":
+            seen.setdefault(path.stem, []).append(str(path.relative_to(PACKAGE)))
+    shared = {name: paths for name, paths in seen.items() if len(paths) > 1 and name not in SHARED_NAMES}
+    assert not shared, shared

@@ -41,7 +41,7 @@ def test_the_readme_use_section_runs(tmp_path, monkeypatch):
     import cel_lens as cl
 
     run, model = namespace["run"], namespace["model"]
-    assert isinstance(run.result, cl.Result) and run.result.heads and (tmp_path / "runs").is_dir()
+    assert isinstance(run.result, cl.selection.Result) and run.result.heads and (tmp_path / "runs").is_dir()
     assert namespace["logits"].shape[:2] == (3, 1) and namespace["logits"].shape[-1] == model.cfg.d_vocab
     with torch.no_grad():
         torch.testing.assert_close(namespace["logits"][0], model(tokens))  # variant 0 is the intact model

@@ -31,7 +31,7 @@ head that carries the conflict, from activations and weights), :mod:`~cel_lens.o
 import importlib
 from typing import Any
 
-# public name -> module that defines it, imported on first use: `cl.load_organism()` loads the model
+# public name -> module that defines it, imported on first use: `cl.organism.load_organism()` loads the model
 # module alone, not the training, sweep and figure modules (plotly, pandas) beside it
 _LAZY: dict[str, str] = {
     "config_with": "cel_lens.organism.commands",

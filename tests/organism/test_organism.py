@@ -244,7 +244,7 @@ def test_retraining_the_shipped_seed_reproduces_it(organism, shipped_meta):
 
 
 def test_the_organism_package_imports_its_modules_on_first_use():
-    """``cl.load_organism()`` took 2.0 s against 0.18 s for ``cl.load_model("organism")``: importing
+    """``cl.organism.load_organism()`` took 2.0 s against 0.18 s for ``cl.load_model("organism")``: importing
     the package loaded its training, sweep and figure modules too. Its ``__init__`` now imports no
     module of its own at the top (checked on the source, so it is fast); each public name resolves."""
     import ast
@@ -261,13 +261,13 @@ def test_the_organism_package_imports_its_modules_on_first_use():
 
 @pytest.mark.slow
 def test_load_organism_loads_only_what_the_model_needs():
-    """The same in a fresh process: ``cl.load_organism()`` leaves plotly and the training, sweep and
+    """The same in a fresh process: ``cl.organism.load_organism()`` leaves plotly and the training, sweep and
     figure modules unimported (a subprocess: about 15 s on a busy two-core machine)."""
     import subprocess
     import sys
 
     code = (
-        "import sys, cel_lens as cl; m = cl.load_organism(); "
+        "import sys, cel_lens as cl; m = cl.organism.load_organism(); "
         "print(m.organism_config is not None, sorted(k for k in ('plotly', 'cel_lens.organism.figures', "
         "'cel_lens.organism.train', 'cel_lens.organism.sweep') if k in sys.modules))"
     )
