@@ -51,6 +51,6 @@ def test_the_readme_use_section_runs(tmp_path, monkeypatch):
 
 def test_the_block_shows_the_front_door():
     """The calls the test above runs are the README's own: the public names a first user meets."""
-    calls = set(re.findall(r"cl\.(\w+)\(", use_block()))
-    assert calls >= {"load_model", "load_task", "plan", "search", "plot_gain_heatmap", "flipped_examples", "ablate",
-                     "run_variants", "evaluate"}
+    calls = set(re.findall(r"cl\.([\w.]+)\(", use_block()))
+    assert calls >= {"load_model", "load_task", "plan", "search", "plot_gain_heatmap", "analysis.flipped_examples",
+                     "ablate", "run_variants", "evaluate"}
