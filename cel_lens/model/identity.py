@@ -6,10 +6,11 @@ import hashlib
 from typing import Any, Optional
 
 import torch
+from jaxtyping import Int
 
 from cel_lens.model.bos import bos_rule
 
-__all__ = ["model_id", "weights_hash", "model_manifest", "tag_source", "source_info", "param_dtype"]
+__all__ = ["model_id", "weights_hash", "sample_indices", "model_manifest", "tag_source", "source_info", "param_dtype"]
 
 
 def model_id(model: Any) -> str:
@@ -36,6 +37,24 @@ def source_info(model: Any) -> Optional[dict]:
         return None
 
 
+def sample_indices(n: int, sample: int) -> Int[torch.Tensor, " sample"]:
+    """``sample`` evenly spaced indices into ``n`` elements, first ``0`` and last ``n - 1``, each
+    rounded to the nearest (half up), computed in int64 integer arithmetic.
+
+    Why integers: float32 holds integers exactly only up to 2^24, so ``torch.linspace(0, n - 1,
+    sample)`` rounds its last index up to ``n`` for the embedding matrix of any 3B model (an
+    ``IndexError`` before the first evaluation). int64 is exact for every ``n * sample < 2^63``.
+    """
+    n, sample = int(n), int(sample)
+    if n < 1 or sample < 1:
+        raise ValueError(f"need n >= 1 and sample >= 1, got n={n}, sample={sample}")
+    if sample == 1:
+        return torch.zeros(1, dtype=torch.int64)
+    steps = sample - 1
+    i = torch.arange(sample, dtype=torch.int64)
+    return (2 * i * (n - 1) + steps) // (2 * steps)
+
+
 def weights_hash(model: torch.nn.Module, full_limit_bytes: int = 256 * 2**20, sample: int = 4096) -> str:
     """SHA-256 over the model's parameters (names, shapes, dtypes and values), for run manifests.
 
@@ -52,8 +71,7 @@ def weights_hash(model: torch.nn.Module, full_limit_bytes: int = 256 * 2**20, sa
         digest.update(f"{name}|{tuple(data.shape)}|{data.dtype}|".encode())
         flat = data.reshape(-1)
         if not full and flat.numel() > sample:
-            idx = torch.linspace(0, flat.numel() - 1, sample, device=flat.device).round().long()
-            flat = flat[idx]
+            flat = flat[sample_indices(flat.numel(), sample).to(flat.device)]
         digest.update(flat.contiguous().cpu().view(torch.uint8).numpy().tobytes())
     return ("sha256:" if full else "sha256-sampled:") + digest.hexdigest()
 
