@@ -23,14 +23,20 @@ def model_id(model: Any) -> str:
     return str(name) if name else type(model).__name__
 
 
-def tag_source(model: Any, source_id: str, loader: str, processing: dict[str, bool]) -> None:
+def tag_source(
+    model: Any, source_id: str, loader: str, processing: dict[str, bool], origin: Optional[dict] = None
+) -> None:
     """Record where the model came from (read by :func:`model_id`, run manifests and checkpoint
-    export)."""
-    model.__dict__["_cel_lens_source"] = {"id": source_id, "loader": loader, "processing": dict(processing)}
+    export); ``origin``: the GGUF file a converted checkpoint came from (:mod:`cel_lens.model.gguf`)."""
+    info = {"id": source_id, "loader": loader, "processing": dict(processing)}
+    if origin is not None:
+        info["gguf"] = dict(origin)
+    model.__dict__["_cel_lens_source"] = info
 
 
 def source_info(model: Any) -> Optional[dict]:
-    """What :func:`tag_source` recorded (``id``, ``loader``, ``processing``), or ``None``."""
+    """What :func:`tag_source` recorded (``id``, ``loader``, ``processing``, and ``gguf`` for a
+    model dequantized from a GGUF file), or ``None``."""
     try:
         return model.__dict__.get("_cel_lens_source")
     except AttributeError:  # pragma: no cover
@@ -85,12 +91,16 @@ def param_dtype(model: torch.nn.Module) -> torch.dtype:
 
 
 def model_manifest(model: torch.nn.Module) -> dict[str, Any]:
-    """The manifest's ``model`` entry: id, weights hash, dtype and BOS rule (:mod:`cel_lens.model.bos`:
+    """The manifest's ``model`` entry: id, weights hash, dtype, GGUF origin (when converted from one) and BOS rule (:mod:`cel_lens.model.bos`:
     the rule and what it resolved to, since it changes every token id). A Ray worker computes it for
     its replica, so the driver of a distributed search needs no copy of the model."""
-    return {
+    entry = {
         "id": model_id(model),
         "weights_sha256": weights_hash(model),
         "dtype": str(param_dtype(model)),
         "bos": bos_rule(model),
     }
+    gguf = (source_info(model) or {}).get("gguf")
+    if gguf:  # the file's hash and quantization: the float weights above are its dequantization
+        entry["gguf"] = {k: gguf.get(k) for k in ("file", "sha256", "quantization", "tensor_types", "dequantized_to")}
+    return entry
