@@ -115,3 +115,24 @@ def test_run_variants_equal_single_ablations(smollm2_hooked, smollm2_hf, smollm2
         with torch.no_grad():
             ref = _hf_ablated_logits(smollm2_hf, heads, tokens)
         torch.testing.assert_close(got[v], ref, atol=HOOKED_ATOL, rtol=0)
+
+
+def test_export_by_name_equals_the_ablation_and_names_the_gguf(smollm2_hf, smollm2_dir, tmp_path):
+    """The exported checkpoint (tied embeddings, GQA) is the transformers reference ablation, and its
+    provenance and model card carry the GGUF's hash and quantization."""
+    from transformers import AutoModelForCausalLM
+
+    from cel_lens.runs.export import export_model
+
+    out = export_model(HEADS, tmp_path / "export", source="smollm2-135m")
+    exported = AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.float32, attn_implementation="eager")
+    heads = [(int(h[1:].split("H")[0]), int(h.split("H")[1])) for h in HEADS.split("+")]
+    tokens = _tokens(smollm2_dir, PROMPTS[1])
+    with torch.no_grad():
+        torch.testing.assert_close(exported(tokens).logits, _hf_ablated_logits(smollm2_hf, heads, tokens), atol=0, rtol=0)
+    provenance = json.loads((out / "cel_lens_export.json").read_text())
+    marker = json.loads((smollm2_dir / GGUF_MARKER).read_text())
+    assert provenance["source"]["id"] == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert provenance["source"]["gguf"]["sha256"] == marker["sha256"]
+    card = (out / "README.md").read_text()
+    assert "quantized Q4_1" in card and marker["sha256"] in card
