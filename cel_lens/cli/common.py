@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "Formatter", "print_json", "json_stdout", "FLAGS", "flag_message", "add_model_task_options", "add_load_options", "settings_from_args",
-    "allow_code_execution", "check_names_first", "task_options_from_args", "load_task_from_args", "load_model_and_task", "DEFAULTS",
+    "allow_code_execution", "check_names_first", "task_options_from_args", "parse_task_options", "load_task_from_args", "load_model_and_task", "DEFAULTS",
 ]
 
 DEFAULTS = ExecutionSettings()
@@ -78,7 +78,8 @@ def flag_message(err: OptionError) -> str:
 
 def add_model_task_options(p: argparse.ArgumentParser, *, model_required: bool = True) -> None:
     """The options every model-and-task subcommand takes (``search``, ``evaluate``)."""
-    p.add_argument("--model", required=model_required, help="hub id, local checkpoint directory, or 'organism'")
+    p.add_argument("--model", required=model_required,
+                   help="hub id, local checkpoint directory, .gguf file, short name (see 'cel-lens models'), or 'organism'")
     p.add_argument("--task", required=True, help="task name (see 'cel-lens tasks')")
     p.add_argument("--n-dist", type=int, default=None, help="discovery examples (default: the paper's size)")
     p.add_argument("--n-test", type=int, default=None, help="test examples (default: the paper's size)")
@@ -91,6 +92,9 @@ def add_model_task_options(p: argparse.ArgumentParser, *, model_required: bool =
                    help="wrap each prompt in the tokenizer's chat template (Instruct models; recorded in the run)")
     p.add_argument("--max-new-tokens", type=int, default=None,
                    help="tokens a generation task (MBPP) may generate (default: the task's, 256 for MBPP)")
+    p.add_argument("--task-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="an option of the task's loader, recorded in the run (repeatable; VALUE read as JSON if it "
+                   "parses, else as text), e.g. dist_from=validation for BoolQ without its train file")
     add_fields(p, ExecutionSettings, ("progress",))
 
 
@@ -145,6 +149,29 @@ def task_options_from_args(args: argparse.Namespace) -> dict[str, Any]:
             raise OptionError("max_new_tokens", f"max_new_tokens applies to generation tasks (mbpp); {args.task} is {kind}")
         check_max_new_tokens(budget)
         options["max_new_tokens"] = budget
+    for key, value in parse_task_options(getattr(args, "task_option", None) or []).items():
+        if key in options or key in ("chat_template", "max_new_tokens", "splits"):
+            raise OptionError("task_option", f"{key}: use its own flag (--{key.replace('_', '-')})"
+                              if key != "splits" else "splits is not a loader option")
+        options[key] = value
+    return options
+
+
+def parse_task_options(items: Sequence[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` texts as loader options (VALUE as JSON when it parses: ``n=3`` is an int,
+    ``dist_from=validation`` text); a malformed one is a one-line error."""
+    options: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = str(item).partition("=")
+        key = key.strip()
+        if not sep or not key.isidentifier():
+            raise OptionError("task_option", f"wants KEY=VALUE with KEY a name, got {item!r}")
+        if key in options:
+            raise OptionError("task_option", f"{key} given twice")
+        try:
+            options[key] = json.loads(raw)
+        except ValueError:
+            options[key] = raw
     return options
 
 

@@ -1,4 +1,5 @@
-"""``cel-lens models``: the paper's models (hub id, layers, heads, loader)."""
+"""``cel-lens models``: the paper's models (hub id, layers, heads, loader) and the short names
+(aliases) ``--model`` accepts, with the offline GGUF each falls back to."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ __all__ = ["add", "run"]
 
 def add(sub: argparse._SubParsersAction) -> None:
     """Declare the subcommand and its options."""
-    p = sub.add_parser("models", help="list the paper's models (hub id, layers, heads)", formatter_class=Formatter)
-    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p = sub.add_parser(
+        "models", help="list the paper's models (hub id, layers, heads) and short model names", formatter_class=Formatter
+    )
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table (the paper's models only)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -28,4 +31,17 @@ def run(args: argparse.Namespace) -> int:
     print("  ".join(k.ljust(widths[k]) for k in keys))
     for r in rows:
         print("  ".join(str(r[k]).ljust(widths[k]) for k in keys))
+    _print_aliases()
     return 0
+
+
+def _print_aliases() -> None:
+    """The short names, their hub ids, and the wheel GGUF used offline when the hub cache lacks them."""
+    from cel_lens.model.gguf import gguf_fallback
+    from cel_lens.model.sources import MODEL_ALIASES
+
+    print("\nshort names (--model NAME):")
+    for alias, hub_id in MODEL_ALIASES.items():
+        fallback = gguf_fallback(hub_id)
+        offline = f"offline: {fallback.name} (installed wheel)" if fallback else "offline: none installed"
+        print(f"  {alias:<24} {hub_id}  [{offline}]")

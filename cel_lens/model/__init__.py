@@ -1,7 +1,9 @@
 """Everything that touches TransformerLens: loading models, ablating heads, forward passes.
 
-* :func:`load_model` (:mod:`~cel_lens.model.load`): a hub id, a local checkpoint, the built-in
-  ``"organism"``, or a model object, loaded so that zeroing ``hook_z`` is exact;
+* :func:`load_model` (:mod:`~cel_lens.model.load`): a hub id, a local checkpoint, a GGUF file, a
+  short name, the built-in ``"organism"``, or a model object, loaded so that zeroing ``hook_z`` is
+  exact; names are resolved by the model-source table (:mod:`~cel_lens.model.sources`), GGUF files
+  dequantized once into a cache (:mod:`~cel_lens.model.gguf`, also the offline SmolLM2 fallback);
 * :func:`ablate`, :func:`ablation_hooks`, :func:`variant_hooks`, :func:`run_variants`
   (:mod:`~cel_lens.model.ablation`): ablation of head sets (kinds: zero, the default, mean and
   resample, :data:`ABLATION_KINDS`), many variants per pass;
@@ -31,10 +33,12 @@ from cel_lens.model.ablation import (
 )
 from cel_lens.model.bos import BOS_RULES, bos_rule, set_bos_rule
 from cel_lens.model.forward import forward_resid, unembed
+from cel_lens.model.gguf import convert_gguf, converted_from, gguf_fallback
 from cel_lens.model.identity import model_id, model_manifest, weights_hash
 from cel_lens.model.kinds import is_bridge, model_shape, supports_resume
 from cel_lens.model.load import PROCESSING_DEFAULTS, load_model
 from cel_lens.model.registry import PAPER_MODELS, ModelSpec
+from cel_lens.model.sources import MODEL_ALIASES, MODEL_SOURCES, resolve_source
 from cel_lens.model.stack_build import fused_attention
 
 __all__ = [
@@ -66,4 +70,10 @@ __all__ = [
     "model_shape",
     "supports_resume",
     "fused_attention",
+    "convert_gguf",
+    "converted_from",
+    "gguf_fallback",
+    "MODEL_ALIASES",
+    "MODEL_SOURCES",
+    "resolve_source",
 ]

@@ -46,6 +46,9 @@ def front_matter(provenance: Mapping[str, Any]) -> dict[str, Any]:
                 "ci_low", "ci_high", "alpha", "p_value", "null_p"):
         if key in run:
             cel[key] = run[key]
+    gguf = source.get("gguf") or {}
+    if gguf:
+        cel["gguf"] = {k: gguf.get(k) for k in ("file", "sha256", "quantization", "dequantized_to")}
     meta["cel_lens"] = cel
     return _clean(meta)
 
@@ -96,6 +99,17 @@ def edited_text(provenance: Mapping[str, Any]) -> str:
     return ", ".join(parts) if parts else "`o_proj.weight[:, h*d_head:(h+1)*d_head]`"
 
 
+def _gguf_note(gguf: Optional[Mapping[str, Any]]) -> list[str]:
+    if not gguf:
+        return []
+    return [
+        "",
+        f"The source weights are the dequantization to {gguf.get('dequantized_to') or 'float32'} of the GGUF file "
+        f"`{gguf.get('file')}` (quantized {gguf.get('quantization')}, sha256 `{gguf.get('sha256')}`), not the "
+        "original full-precision checkpoint.",
+    ]
+
+
 def model_card(provenance: Mapping[str, Any]) -> str:
     """``README.md`` of an export described by ``provenance`` (see :mod:`cel_lens.model.export`)."""
     meta = front_matter(provenance)
@@ -122,6 +136,7 @@ def model_card(provenance: Mapping[str, Any]) -> str:
         "template are byte for byte the source's. No hooks or custom code are needed to run it."
         + (" It is a TransformerLens-native checkpoint: it loads with `cl.load_model`, not with `transformers`."
            if native else ""),
+        *_gguf_note(meta["cel_lens"].get("gguf")),
         "",
         "## Effect",
         "",

@@ -27,6 +27,7 @@ from typing import Any, Iterator, Literal, Optional
 
 from cel_lens.model.bos import bos_rule, read_bos
 from cel_lens.model.convert import quiet
+from cel_lens.model.gguf import converted_from
 from cel_lens.model.identity import source_info
 from cel_lens.model.kinds import is_bridge
 from cel_lens.model.load import _resolve_source
@@ -48,10 +49,15 @@ class ExportSource:
     revision: Optional[str]
     kind: Literal["hf", "native"]
     encoding: dict[str, Any] = field(default_factory=dict)
+    gguf: Optional[dict[str, Any]] = None  # the GGUF file a converted checkpoint came from
 
     def as_dict(self) -> dict[str, Any]:
-        """The provenance's ``source`` entry."""
-        return {"id": self.id, "revision": self.revision}
+        """The provenance's ``source`` entry (with ``gguf``: file, sha256, quantization, when the
+        checkpoint is a GGUF file's dequantization)."""
+        entry: dict[str, Any] = {"id": self.id, "revision": self.revision}
+        if self.gguf:
+            entry["gguf"] = {k: self.gguf.get(k) for k in ("file", "sha256", "quantization", "dequantized_to")}
+        return entry
 
 
 def encoding_settings(model: Any) -> dict[str, Any]:
@@ -117,7 +123,8 @@ def _revision(path: Path) -> Optional[str]:
 def _from_name(name: Any, revision: Optional[str], token: Any, encoding: Optional[dict]) -> ExportSource:
     path, source_id, official = _resolve_source(name, token=token, local_files_only=None, revision=revision)
     kind: Literal["hf", "native"] = "native" if is_native_checkpoint(path) else "hf"
-    return ExportSource(path, source_id, revision or _revision(path), kind, encoding or encoding_defaults(path, official))
+    encoding = encoding or encoding_defaults(path, official)
+    return ExportSource(path, source_id, revision or _revision(path), kind, encoding, converted_from(path))
 
 
 @contextlib.contextmanager

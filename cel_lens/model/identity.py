@@ -6,10 +6,11 @@ import hashlib
 from typing import Any, Optional
 
 import torch
+from jaxtyping import Int
 
 from cel_lens.model.bos import bos_rule
 
-__all__ = ["model_id", "weights_hash", "model_manifest", "tag_source", "source_info", "param_dtype"]
+__all__ = ["model_id", "weights_hash", "sample_indices", "model_manifest", "tag_source", "source_info", "param_dtype"]
 
 
 def model_id(model: Any) -> str:
@@ -22,18 +23,42 @@ def model_id(model: Any) -> str:
     return str(name) if name else type(model).__name__
 
 
-def tag_source(model: Any, source_id: str, loader: str, processing: dict[str, bool]) -> None:
+def tag_source(
+    model: Any, source_id: str, loader: str, processing: dict[str, bool], origin: Optional[dict] = None
+) -> None:
     """Record where the model came from (read by :func:`model_id`, run manifests and checkpoint
-    export)."""
-    model.__dict__["_cel_lens_source"] = {"id": source_id, "loader": loader, "processing": dict(processing)}
+    export); ``origin``: the GGUF file a converted checkpoint came from (:mod:`cel_lens.model.gguf`)."""
+    info = {"id": source_id, "loader": loader, "processing": dict(processing)}
+    if origin is not None:
+        info["gguf"] = dict(origin)
+    model.__dict__["_cel_lens_source"] = info
 
 
 def source_info(model: Any) -> Optional[dict]:
-    """What :func:`tag_source` recorded (``id``, ``loader``, ``processing``), or ``None``."""
+    """What :func:`tag_source` recorded (``id``, ``loader``, ``processing``, and ``gguf`` for a
+    model dequantized from a GGUF file), or ``None``."""
     try:
         return model.__dict__.get("_cel_lens_source")
     except AttributeError:  # pragma: no cover
         return None
+
+
+def sample_indices(n: int, sample: int) -> Int[torch.Tensor, " sample"]:
+    """``sample`` evenly spaced indices into ``n`` elements, first ``0`` and last ``n - 1``, each
+    rounded to the nearest (half up), computed in int64 integer arithmetic.
+
+    Why integers: float32 holds integers exactly only up to 2^24, so ``torch.linspace(0, n - 1,
+    sample)`` rounds its last index up to ``n`` for the embedding matrix of any 3B model (an
+    ``IndexError`` before the first evaluation). int64 is exact for every ``n * sample < 2^63``.
+    """
+    n, sample = int(n), int(sample)
+    if n < 1 or sample < 1:
+        raise ValueError(f"need n >= 1 and sample >= 1, got n={n}, sample={sample}")
+    if sample == 1:
+        return torch.zeros(1, dtype=torch.int64)
+    steps = sample - 1
+    i = torch.arange(sample, dtype=torch.int64)
+    return (2 * i * (n - 1) + steps) // (2 * steps)
 
 
 def weights_hash(model: torch.nn.Module, full_limit_bytes: int = 256 * 2**20, sample: int = 4096) -> str:
@@ -52,9 +77,7 @@ def weights_hash(model: torch.nn.Module, full_limit_bytes: int = 256 * 2**20, sa
         digest.update(f"{name}|{tuple(data.shape)}|{data.dtype}|".encode())
         flat = data.reshape(-1)
         if not full and flat.numel() > sample:
-            idx = torch.linspace(0, flat.numel() - 1, sample, device=flat.device).round().long()
-            idx = idx.clamp_(max=flat.numel() - 1)  # float32 rounds numel - 1 up past 2**24 (same indices below it)
-            flat = flat[idx]
+            flat = flat[sample_indices(flat.numel(), sample).to(flat.device)]
         digest.update(flat.contiguous().cpu().view(torch.uint8).numpy().tobytes())
     return ("sha256:" if full else "sha256-sampled:") + digest.hexdigest()
 
@@ -68,12 +91,16 @@ def param_dtype(model: torch.nn.Module) -> torch.dtype:
 
 
 def model_manifest(model: torch.nn.Module) -> dict[str, Any]:
-    """The manifest's ``model`` entry: id, weights hash, dtype and BOS rule (:mod:`cel_lens.model.bos`:
+    """The manifest's ``model`` entry: id, weights hash, dtype, GGUF origin (when converted from one) and BOS rule (:mod:`cel_lens.model.bos`:
     the rule and what it resolved to, since it changes every token id). A Ray worker computes it for
     its replica, so the driver of a distributed search needs no copy of the model."""
-    return {
+    entry = {
         "id": model_id(model),
         "weights_sha256": weights_hash(model),
         "dtype": str(param_dtype(model)),
         "bos": bos_rule(model),
     }
+    gguf = (source_info(model) or {}).get("gguf")
+    if gguf:  # the file's hash and quantization: the float weights above are its dequantization
+        entry["gguf"] = {k: gguf.get(k) for k in ("file", "sha256", "quantization", "tensor_types", "dequantized_to")}
+    return entry

@@ -58,12 +58,12 @@ import torch
 from cel_lens.config import canonical_dtype
 from cel_lens.model.bos import check_bos_rule, read_bos, set_bos_rule
 from cel_lens.model.convert import bridge_from_hf, hooked_from_hf, load_hf, load_tokenizer
-from cel_lens.model.hub import _check_checkpoint_dir, _is_hub_id, _looks_like_path, resolve_checkpoint
+from cel_lens.model.gguf import converted_from
 from cel_lens.model.identity import tag_source
 from cel_lens.model.kinds import is_bridge
 from cel_lens.model.native import is_native_checkpoint, load_native
 from cel_lens.model.processing import warn_if_processed
-from cel_lens.model.registry import BUILTIN_MODELS, tl_official_name
+from cel_lens.model.sources import resolve_source
 
 __all__ = ["Loader", "PROCESSING_DEFAULTS", "load_model", "resolve_dtype", "resolve_device"]
 
@@ -181,7 +181,7 @@ def load_model(
             del hf_model
         else:
             model = bridge_from_hf(source_id, hf_model, tokenizer, dev, torch_dtype, processing, tl_kwargs)
-    tag_source(model, source_id, chosen, processing)
+    tag_source(model, source_id, chosen, processing, origin=converted_from(source))
     set_bos_rule(model, rule, own)
     model.eval()
     return model
@@ -194,26 +194,11 @@ def _resolve_source(
     local_files_only: Optional[bool],
     revision: Optional[str],
 ) -> tuple[Path, str, Optional[str]]:
-    """``(checkpoint directory, source id, TransformerLens official name or None)`` of a built-in
-    name, a local directory or a hub id (downloaded once, see :func:`resolve_checkpoint`)."""
-    text = os.fspath(name_or_path).strip()
-    if not text:
-        raise ValueError("empty model name")
-    if isinstance(name_or_path, str) and text in BUILTIN_MODELS:
-        return _check_checkpoint_dir(BUILTIN_MODELS[text]), text, None
-    path = Path(text).expanduser()
-    if path.exists() or _looks_like_path(text) or isinstance(name_or_path, os.PathLike):
-        source = _check_checkpoint_dir(path).resolve()
-        return source, str(source), None
-    official = tl_official_name(text)
-    if official is None and not _is_hub_id(text):
-        raise ValueError(
-            f"unknown model {text!r}: not a local checkpoint directory, not a name TransformerLens knows, "
-            "and not a Hugging Face hub id (owner/name); `cel-lens models` lists the paper's models"
-        )
-    hub_id = official or text
-    source = resolve_checkpoint(hub_id, token=token, local_files_only=local_files_only, revision=revision)
-    return source, hub_id, official
+    """``(checkpoint directory, source id, TransformerLens official name or None)`` of a model
+    name, by the model sources of :mod:`cel_lens.model.sources` (built-in name, GGUF file, local
+    directory, hub id: downloaded once, see :func:`resolve_checkpoint`)."""
+    found = resolve_source(name_or_path, token=token, local_files_only=local_files_only, revision=revision)
+    return found.path, found.id, found.official
 
 
 def _pass_through(model: Any, device, dtype, processing: dict[str, bool]):

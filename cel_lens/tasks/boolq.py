@@ -15,6 +15,12 @@ D_test = ``validation`` (3,270). Local files: ``boolq/dev.jsonl`` (validation) a
 ``boolq/train.jsonl`` in the official schema (question, title, answer, passage) or SuperGLUE's;
 without a data directory the rows come from the hub's ``aps/super_glue`` (``boolq``), as lm-eval's.
 Ids are ``boolq/<train|validation>/<row index in the file>``.
+
+Offline, only the validation file may be at hand (``../shared/data`` has no ``train.jsonl``).
+``dist_from="validation"`` (``--task-option dist_from=validation``) then draws both splits from it,
+disjoint by construction (:mod:`cel_lens.tasks.heldout`): D_test a seeded sample of 1,000 rows by
+default, D_dist 2,000 of the rest. The task's options record ``dist_from`` and the protocol, so the
+run manifest says D_dist did not come from train; a missing train file names this option.
 """
 
 from __future__ import annotations
@@ -23,7 +29,8 @@ import warnings
 from typing import Any, Mapping, Optional, Sequence
 
 from cel_lens.tasks.base import Example, Task
-from cel_lens.tasks.io import PathLike, reject_options, require, train_val_splits
+from cel_lens.tasks.heldout import DIST_SOURCES, split_one_file
+from cel_lens.tasks.io import DataNotFoundError, PathLike, reject_options, require, train_val_splits
 
 __all__ = ["HUB_ID", "HUB_CONFIG", "INFO", "CHOICES", "superglue_passage", "make_example", "load_boolq"]
 
@@ -31,6 +38,7 @@ HUB_ID = "aps/super_glue"
 HUB_CONFIG = "boolq"
 CHOICES = (" no", " yes")
 N_DIST, N_TEST = 2000, 3270
+N_TEST_FROM_VALIDATION = 1000  # D_test's default size when D_dist is drawn from the validation file too
 
 INFO: dict[str, Any] = {
     "kind": "multiple_choice",
@@ -41,6 +49,8 @@ INFO: dict[str, Any] = {
     "test_from": "validation (3,270), all",
     "hub": f"{HUB_ID} ({HUB_CONFIG})",
     "files": ["boolq/train.jsonl", "boolq/dev.jsonl"],
+    "options": {"dist_from": "train (default, as the paper) or validation: D_dist and a 1,000-row D_test "
+                "both from the validation file, disjoint (when train is not at hand)"},
 }
 
 
@@ -88,27 +98,35 @@ def load_boolq(
     data_dir: Optional[PathLike] = None,
     chat_template: bool = False,
     splits: Sequence[str] = ("dist", "test"),
+    dist_from: str = "train",
     **kw: Any,
 ) -> Task:
     """BoolQ with D_dist sampled from train (default 2,000) and D_test = validation (default all;
-    a smaller ``n_test`` is a seeded sample). ``splits=("test",)`` reads the validation file alone."""
+    a smaller ``n_test`` is a seeded sample). ``splits=("test",)`` reads the validation file alone.
+    ``dist_from="validation"``: both splits from the validation file, disjoint (D_test default
+    1,000; see the module docstring)."""
     reject_options("boolq", kw)
-    dist, test, opts = train_val_splits(
-        task="boolq",
-        label="BoolQ",
-        data_dir=data_dir,
-        hub_id=HUB_ID,
-        hub_config=HUB_CONFIG,
-        val_relpath="boolq/dev.jsonl",
-        train_relpath="boolq/train.jsonl",
-        val_name="validation",
-        make_example=make_example,
-        n_dist=n_dist,
-        n_test=n_test,
-        n_dist_default=N_DIST,
-        seed=seed,
-        splits=splits,
+    if dist_from not in DIST_SOURCES:
+        raise ValueError(f"boolq: dist_from must be one of {', '.join(DIST_SOURCES)}, got {dist_from!r}")
+    common = dict(
+        task="boolq", label="BoolQ", data_dir=data_dir, hub_id=HUB_ID, hub_config=HUB_CONFIG, val_name="validation",
+        make_example=make_example, n_dist=n_dist, n_test=n_test, n_dist_default=N_DIST, seed=seed, splits=splits,
     )
+    if dist_from == "validation":
+        dist, test, opts = split_one_file(relpath="boolq/dev.jsonl", n_test_default=N_TEST_FROM_VALIDATION, **common)
+    else:
+        try:
+            dist, test, opts = train_val_splits(
+                val_relpath="boolq/dev.jsonl", train_relpath="boolq/train.jsonl", **common
+            )
+        except DataNotFoundError as err:
+            if "BoolQ train" not in str(err):
+                raise
+            raise DataNotFoundError(
+                f"{err}; or draw D_dist from the validation file, disjoint from D_test "
+                "(--task-option dist_from=validation, or dist_from='validation')"
+            ) from None
+        opts["dist_from"] = "train"
     untitled = _untitled([*dist, *test])
     if untitled:
         warnings.warn(

@@ -1,0 +1,82 @@
+"""Model sources: where a model name leads, as a table of strings imported only when used.
+
+Each entry of :data:`MODEL_SOURCES` is ``"module:function"``; the function takes the name (text
+and the object given) and the hub options, and returns a :class:`Resolved` checkpoint, or ``None``
+when the name is not of its kind. They are tried in the table's order: a built-in name, a GGUF
+file, a local directory, a hub id or TransformerLens alias (with the GGUF fallback of
+:mod:`cel_lens.model.gguf` when offline). Short aliases (:data:`MODEL_ALIASES`) are rewritten
+first. Adding a source = one function + one table line; :func:`resolve_source` and
+:func:`source_kinds` read the table.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional, Union
+
+__all__ = ["Resolved", "MODEL_SOURCES", "MODEL_ALIASES", "resolve_source", "source_kinds", "canonical_name"]
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A checkpoint directory to load, the id to record (hub id, path or built-in name), the
+    TransformerLens official name when it has one, and which source found it."""
+
+    path: Path
+    id: str
+    official: Optional[str]
+    kind: str
+
+
+MODEL_SOURCES: dict[str, str] = {
+    "builtin": "cel_lens.model.hub:builtin_source",
+    "gguf": "cel_lens.model.gguf:gguf_file_source",
+    "directory": "cel_lens.model.hub:directory_source",
+    "hub": "cel_lens.model.hub:hub_source",
+}
+"""Source kind -> ``"module:function"``, tried in this order by :func:`resolve_source`."""
+
+MODEL_ALIASES: dict[str, str] = {
+    "smollm2-135m": "HuggingFaceTB/SmolLM2-135M-Instruct",
+    "smollm2-135m-instruct": "HuggingFaceTB/SmolLM2-135M-Instruct",
+}
+"""Short names (any case) -> hub id; listed by ``cel-lens models``."""
+
+SourceFn = Callable[..., Optional[Resolved]]
+
+
+def source_kinds() -> list[str]:
+    """The source kinds, in the order they are tried."""
+    return list(MODEL_SOURCES)
+
+
+def _source(kind: str) -> SourceFn:
+    module, fn = MODEL_SOURCES[kind].split(":")
+    return getattr(importlib.import_module(module), fn)
+
+
+def canonical_name(name_or_path: Union[str, os.PathLike]) -> Union[str, os.PathLike]:
+    """``name_or_path`` with a short alias (:data:`MODEL_ALIASES`) replaced by its hub id."""
+    if isinstance(name_or_path, str):
+        return MODEL_ALIASES.get(name_or_path.strip().lower(), name_or_path)
+    return name_or_path
+
+
+def resolve_source(name_or_path: Union[str, os.PathLike], **hub: Any) -> Resolved:
+    """The checkpoint a model name leads to (see the module docstring); ``hub`` holds ``token``,
+    ``local_files_only`` and ``revision``. An unknown name is one line naming what was tried."""
+    name_or_path = canonical_name(name_or_path)
+    text = os.fspath(name_or_path).strip()
+    if not text:
+        raise ValueError("empty model name")
+    for kind in MODEL_SOURCES:
+        found = _source(kind)(text, name_or_path, **hub)
+        if found is not None:
+            return found
+    raise ValueError(
+        f"unknown model {text!r}: not a built-in name, a GGUF file, a local checkpoint directory, a name "
+        "TransformerLens knows, or a Hugging Face hub id (owner/name); `cel-lens models` lists the known models"
+    )
