@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.measure import measure
-from cel_lens.model.export import export_checkpoint, read_checkpoint
+from cel_lens.model.checkpoint_edit import export_checkpoint, read_checkpoint
 from cel_lens.testing import TINY_ARCHS, tiny_hf_checkpoint
 
 LLAMA_3B = dict(d_model=3072, n_heads=24, n_kv=8, d_head=128, d_mlp=8192, n_layers=28, vocab=128256)

@@ -32,10 +32,10 @@ from cel_lens.oracle import DIST_SPLIT, MemoOracle, Stage1Scores
 from cel_lens.model.ablation import using_ablation
 from cel_lens.progress import info_stream, progress_session
 from cel_lens.runs.ablation_kind import ablation_controls, learn_ablation
-from cel_lens.runs.directory import RunDir
-from cel_lens.runs.files import write_json_atomic
+from cel_lens.runs.run_dir import RunDir
+from cel_lens.runs.journal_io import write_json_atomic
 from cel_lens.runs.manifest import build_manifest, default_run_dir
-from cel_lens.runs.recording import RecordingOracle
+from cel_lens.runs.recording_oracle import RecordingOracle
 from cel_lens.scoring.registry import scorer_from_config
 from cel_lens.selection.algorithm import run_search
 from cel_lens.selection.plan import BatchTimer, SearchPlan, plan_search

@@ -178,7 +178,7 @@ def test_pipeline_refuses_recorded_scores_not_computed_on_dist(tiny_model, task,
     cl.search(tiny_model, task, out=out, **kw)
     import json
 
-    from cel_lens.runs.files import CHECK, encode_lines
+    from cel_lens.runs.journal_io import CHECK, encode_lines
 
     lines = [json.loads(x) for x in (out / "evaluations.jsonl").read_text().splitlines()]
     # a record whose stage-1 scores say another split (written with valid checksums, as by an older tool)

@@ -27,7 +27,7 @@ from cel_lens.report.data import result_dict
 from cel_lens.report.explorer_data import as_record, explorer_summary, head_set_panel, load_examples_task, panel_keys
 from cel_lens.report.explorer_page import heatmap_figure
 from cel_lens.report.explorer_render import attention_figure, examples_html, logit_figure, model_html, panel_html
-from cel_lens.runs.loading import RunRecord
+from cel_lens.runs.reader import RunRecord
 
 if TYPE_CHECKING:
     from cel_lens.model.types import Model

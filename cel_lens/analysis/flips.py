@@ -29,7 +29,7 @@ from cel_lens.model.kinds import model_shape
 from cel_lens.model.load import load_model
 from cel_lens.report.flips import FlippedExample, Flips, HeadView
 from cel_lens.runs.export import run_task, selected_heads
-from cel_lens.runs.loading import RunRecord, load_run
+from cel_lens.runs.reader import RunRecord, load_run
 from cel_lens.tasks.base import Example, Split, Task
 
 if TYPE_CHECKING:

@@ -55,9 +55,9 @@ def _check(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the subcommand; returns the exit code (1 when verification finds a difference)."""
     from cel_lens.heads import HeadSet
-    from cel_lens.model.export import PROVENANCE_FILE, check_out_dir
+    from cel_lens.model.checkpoint_edit import PROVENANCE_FILE, check_out_dir
     from cel_lens.runs.export import export_model, run_task, verify_export
-    from cel_lens.runs.loading import load_run
+    from cel_lens.runs.reader import load_run
 
     _check(args)
     check_out_dir(args.out)

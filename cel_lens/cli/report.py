@@ -54,7 +54,7 @@ def _figures(args: argparse.Namespace, base: Path) -> Path:
 def _single(args: argparse.Namespace, record: Any) -> dict[str, Any]:
     """Print one run (finished, or how far it got) and write its figures; return the JSON form."""
     from cel_lens.report import result_dict, write_run_figures
-    from cel_lens.runs.partial import format_partial
+    from cel_lens.runs.unfinished import format_partial
     from cel_lens.selection import format_result
 
     figures = [] if args.no_figures else write_run_figures(record, _figures(args, record.path))

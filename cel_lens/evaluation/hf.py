@@ -1,6 +1,6 @@
 """Evaluating a plain Hugging Face model: no hooks, no TransformerLens, the model's own forward.
 
-This is the independent check of an exported checkpoint (:mod:`cel_lens.model.export`): prompts
+This is the independent check of an exported checkpoint (:mod:`cel_lens.model.checkpoint_edit`): prompts
 are encoded by cel_lens's encoder (:func:`~cel_lens.evaluation.encode.encode_split`, lm-eval's
 rules, one row per scored continuation) and decided by its rules
 (:func:`~cel_lens.evaluation.choices.aggregate`: exact match = every target token is the argmax;

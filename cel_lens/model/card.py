@@ -111,7 +111,7 @@ def _gguf_note(gguf: Optional[Mapping[str, Any]]) -> list[str]:
 
 
 def model_card(provenance: Mapping[str, Any]) -> str:
-    """``README.md`` of an export described by ``provenance`` (see :mod:`cel_lens.model.export`)."""
+    """``README.md`` of an export described by ``provenance`` (see :mod:`cel_lens.model.checkpoint_edit`)."""
     meta = front_matter(provenance)
     source = meta["cel_lens"]["source"]
     heads = provenance.get("heads")

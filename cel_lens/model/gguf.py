@@ -30,7 +30,7 @@ from typing import Any, Optional, Union
 import torch
 
 from cel_lens.model.convert import quiet
-from cel_lens.model.export import file_sha256
+from cel_lens.model.checkpoint_edit import file_sha256
 from cel_lens.model.sources import Resolved
 
 __all__ = [

@@ -49,7 +49,7 @@ def _copy_bytes(fi, fo, n: Optional[int], buf: bytearray, hashes: Sequence[Any])
 
 
 def stream_file(src: Path, dst: Path, edits: Sequence[Any] = (), chunk: int = CHUNK_BYTES) -> tuple[str, str]:
-    """Copy ``src`` to ``dst`` applying ``edits`` (:class:`~cel_lens.model.export.TensorEdit`'s:
+    """Copy ``src`` to ``dst`` applying ``edits`` (:class:`~cel_lens.model.checkpoint_edit.TensorEdit`'s:
     ``start``, ``nbytes``, ``rows``, ``row_bytes``, ``spans`` zeroed, ``data`` written first); returns the sha256 of the source and of the copy."""
     src_hash, dst_hash = hashlib.sha256(), hashlib.sha256()
     buf = bytearray(max(1, min(chunk, src.stat().st_size)))

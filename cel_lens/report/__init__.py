@@ -4,7 +4,7 @@
   S-hat's test gain against the random-subset null;
 * :mod:`~cel_lens.report.transfer`: :func:`plot_discovery_vs_test`, whether discovery gain transfers;
 * :mod:`~cel_lens.report.side_effects`: :func:`plot_side_effects`, each task's S-hat on every task;
-* :mod:`~cel_lens.report.head_grid`: the layer x head panel of stage-1 scores both of the above share;
+* :mod:`~cel_lens.report.head_panel`: the layer x head panel of stage-1 scores both of the above share;
 * :mod:`~cel_lens.report.compare`: :func:`plot_compare` and :func:`compare_runs`, two runs side by side;
 * :mod:`~cel_lens.report.flips`: :class:`Flips` and :func:`plot_flips`, the examples an ablation fixes and breaks;
 * :mod:`~cel_lens.report.attention`: :class:`AttentionPatterns` and its figures;

@@ -21,7 +21,7 @@ from scipy.stats import spearmanr
 
 from cel_lens.heads import HeadSet
 from cel_lens.report.data import ResultLike, is_unfinished, result_dict, stage1_scores
-from cel_lens.report.head_grid import add_head_grid, cell_labels, head_axes, score_units
+from cel_lens.report.head_panel import add_head_panel, cell_labels, head_axes, score_units
 from cel_lens.report.style import FONT
 from cel_lens.selection.result import format_p, pp
 
@@ -126,7 +126,7 @@ def plot_compare(a: ResultLike, b: ResultLike, *, labels: Sequence[Optional[str]
         bar = None if (shared is not None and i == 0) else dict(x=domains[i][1] + 0.01, xanchor="left", len=0.8, y=0.5)
         cell = min((_WIDTH - 110) * (domains[i][1] - domains[i][0]) / s.shape[1], (_HEIGHT - 280) / s.shape[0])
         longest = max((len(t) for row in cell_labels(s, score_units(r.get("scorer"))) for t in row), default=0)
-        add_head_grid(fig, s, str(r.get("scorer")), HeadSet.parse(r.get("pool") or []), HeadSet.parse(r.get("heads")),
+        add_head_panel(fig, s, str(r.get("scorer")), HeadSet.parse(r.get("pool") or []), HeadSet.parse(r.get("heads")),
                       axes=ax, colorbar=bar, box_px=cell, legend=False, max_abs=shared,
                       show_values=cell >= max(24.0, 7.0 * longest + 6))
         xa, ya = head_axes(*s.shape, domains[i], anchors=ax if i else None)

@@ -25,7 +25,7 @@ import torch
 from cel_lens.heads import HeadSet
 from cel_lens.report.data import result_dict, stage1_scores
 from cel_lens.runs.export import run_task
-from cel_lens.runs.loading import RunRecord, load_run
+from cel_lens.runs.reader import RunRecord, load_run
 from cel_lens.stats import paired_bootstrap_ci
 from cel_lens.tasks.base import Example, Task
 

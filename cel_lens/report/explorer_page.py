@@ -37,7 +37,7 @@ from cel_lens.report.explorer_data import (
 )
 from cel_lens.report.explorer_render import attention_figure, logit_figure, model_html, panel_html
 from cel_lens.report.explorer_script import PAGE_SCRIPT, PAGE_STYLE
-from cel_lens.report.head_grid import add_head_grid, head_axes
+from cel_lens.report.head_panel import add_head_panel, head_axes
 from cel_lens.report.save import _shared_loader
 from cel_lens.tasks.base import Task
 
@@ -54,7 +54,7 @@ def heatmap_figure(r: Mapping[str, Any]) -> dict[str, Any]:
     scores = stage1_scores(r)
     n_layers, n_heads = scores.shape
     fig = go.Figure()
-    add_head_grid(fig, scores, str(r.get("scorer")), HeadSet.parse(list(r.get("pool") or [])),
+    add_head_panel(fig, scores, str(r.get("scorer")), HeadSet.parse(list(r.get("pool") or [])),
                   HeadSet.parse(r.get("heads") or []), colorbar={}, box_px=min(20.0, 560 / max(n_layers, n_heads)))
     xaxis, yaxis = head_axes(n_layers, n_heads, (0.0, 1.0))
     fig.update_layout(xaxis=xaxis, yaxis=yaxis, width=max(440, min(760, 200 + 28 * n_heads)),

@@ -1,7 +1,7 @@
 """The gain heatmap: what stage 1 saw, what stage 2 chose, and how it fared on the test split.
 
 One figure, three panels side by side: the stage-1 scores over layers x heads
-(:mod:`cel_lens.report.head_grid`: a diverging scale centred at zero in the scorer's units, pool
+(:mod:`cel_lens.report.head_panel`: a diverging scale centred at zero in the scorer's units, pool
 heads outlined, the selected ones in gold, values in the cells of a small grid), the evaluated subsets ranked by
 discovery accuracy (the selected one highlighted; each labelled with how often stage 2 picks it on
 bootstrap resamples of D_dist, its selection stability; discovery numbers are selection-biased),
@@ -19,7 +19,7 @@ import plotly.graph_objects as go
 
 from cel_lens.heads import HeadSet
 from cel_lens.report.data import ResultLike, is_unfinished, null_gains, ranked_subsets, result_dict, stage1_scores
-from cel_lens.report.head_grid import add_head_grid, cell_labels, head_axes, score_units
+from cel_lens.report.head_panel import add_head_panel, cell_labels, head_axes, score_units
 from cel_lens.report.style import (
     FONT,
     NULL_COLOUR,
@@ -75,9 +75,9 @@ def _geometry(n_layers: int, n_heads: int, ranked: list[dict[str, Any]], shown: 
 
 
 def _add_scores(fig: go.Figure, scores: np.ndarray, scorer: str, pool: HeadSet, selected: HeadSet, geo: _Geometry) -> None:
-    """The stage-1 panel (:func:`~cel_lens.report.head_grid.add_head_grid`): values printed in
+    """The stage-1 panel (:func:`~cel_lens.report.head_panel.add_head_panel`): values printed in
     the cells when they fit."""
-    add_head_grid(
+    add_head_panel(
         fig, scores, scorer, pool, selected, colorbar=dict(x=geo.d_heat[1] + 0.01, xanchor="left", y=0.42, yanchor="middle", len=0.8),
         box_px=geo.cell_px, show_values=geo.fits_values(cell_labels(scores, score_units(scorer))),
     )

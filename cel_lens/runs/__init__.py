@@ -1,15 +1,15 @@
 """Run directories: what a search was asked, everything it evaluated, what it found; resume.
 
-* :mod:`~cel_lens.runs.directory`: :class:`RunDir` (``manifest.json``, append-only
+* :mod:`~cel_lens.runs.run_dir`: :class:`RunDir` (``manifest.json``, append-only
   ``evaluations.jsonl``, ``result.json``);
-* :mod:`~cel_lens.runs.recording`: :class:`RecordingOracle`, the oracle that records and resumes;
+* :mod:`~cel_lens.runs.recording_oracle`: :class:`RecordingOracle`, the oracle that records and resumes;
 * :mod:`~cel_lens.runs.manifest`: the manifest of a run and its default directory;
-* :mod:`~cel_lens.runs.loading`: :func:`load_run`; :mod:`~cel_lens.runs.records`: one evaluation;
-* :mod:`~cel_lens.runs.lock`: one writer per directory; :mod:`~cel_lens.runs.files`: checksummed
+* :mod:`~cel_lens.runs.reader`: :func:`load_run`; :mod:`~cel_lens.runs.evaluation_record`: one evaluation;
+* :mod:`~cel_lens.runs.lock`: one writer per directory; :mod:`~cel_lens.runs.journal_io`: checksummed
   lines, atomic files, write errors that name their file.
 """
 
-from cel_lens.runs.directory import (
+from cel_lens.runs.run_dir import (
     EVALUATIONS,
     MANIFEST,
     RESULT,
@@ -18,12 +18,12 @@ from cel_lens.runs.directory import (
     RunReadOnlyError,
     manifest_diff,
 )
-from cel_lens.runs.files import RunRecordError, RunWriteError
+from cel_lens.runs.journal_io import RunRecordError, RunWriteError
 from cel_lens.runs.lock import RunBusyError
-from cel_lens.runs.loading import RunRecord, load_run
+from cel_lens.runs.reader import RunRecord, load_run
 from cel_lens.runs.manifest import build_manifest, default_run_dir, package_versions
-from cel_lens.runs.recording import CachedOracle, RecordingOracle
-from cel_lens.runs.records import Evaluation, decode_bits, encode_bits
+from cel_lens.runs.recording_oracle import CachedOracle, RecordingOracle
+from cel_lens.runs.evaluation_record import Evaluation, decode_bits, encode_bits
 
 __all__ = [
     "RunDir",

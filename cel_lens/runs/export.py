@@ -2,7 +2,7 @@
 check that the checkpoint makes, on its own, every test decision the run recorded.
 
 * :func:`export_model` writes the source checkpoint with the heads' output-projection input
-  columns zeroed (:mod:`cel_lens.model.export`), a model card and ``cel_lens_export.json``;
+  columns zeroed (:mod:`cel_lens.model.checkpoint_edit`), a model card and ``cel_lens_export.json``;
 * :func:`verify_export` loads the export with plain ``transformers`` (no cel_lens hooks, no
   TransformerLens; :mod:`cel_lens.evaluation.hf`), evaluates the run's D_test and compares every
   per-example decision with the ablated evaluation recorded in the run.
@@ -23,13 +23,13 @@ from cel_lens.evaluation.evaluator import evaluate
 from cel_lens.evaluation.hf import evaluate_plain, load_plain_model
 from cel_lens.heads import Head, HeadSet
 from cel_lens.model.ablation import Ablation, ablation_from_state
-from cel_lens.model.export import PROVENANCE_FILE, PROVENANCE_HASH_FILE, check_out_dir, export_checkpoint
+from cel_lens.model.checkpoint_edit import PROVENANCE_FILE, PROVENANCE_HASH_FILE, check_out_dir, export_checkpoint
 from cel_lens.model.safetensors_io import file_sha256
-from cel_lens.model.export_source import encoding_defaults, export_source
+from cel_lens.model.checkpoint_source import encoding_defaults, export_source
 from cel_lens.model.identity import weights_hash
 from cel_lens.model.load import load_model
-from cel_lens.runs.directory import MANIFEST
-from cel_lens.runs.loading import RunRecord, load_run
+from cel_lens.runs.run_dir import MANIFEST
+from cel_lens.runs.reader import RunRecord, load_run
 from cel_lens.tasks.base import Task
 from cel_lens.tasks.registry import load_task
 
@@ -249,7 +249,7 @@ def verify_export(
 ) -> VerifyReport:
     """Evaluate the export in ``out_dir`` on ``run``'s D_test with plain ``transformers`` and compare
     each per-example decision with the run's recorded D_test evaluation of S-hat; check every file's
-    sha256, the record's own (:data:`~cel_lens.model.export.PROVENANCE_HASH_FILE`), and that the
+    sha256, the record's own (:data:`~cel_lens.model.checkpoint_edit.PROVENANCE_HASH_FILE`), and that the
     recorded heads are exactly the zeroed slices. ``run`` defaults to the run the record names.
 
     D_test is ``task``'s or the run's task loaded again (from ``data_dir``), checked against the

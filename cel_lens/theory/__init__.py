@@ -10,7 +10,7 @@ improves R_A by ``t²`` and worsens R_B by ``3t²``, up to O(α⁴) (Theorem 4.3
 
 Everything is vectorized over seeds (a ``[seed, head, feature, 4]`` tensor), so thousands of
 seeds train in seconds on a CPU. :func:`theory_table` returns the measured numbers next to the
-paper's predictions, each with a 95% confidence interval (:mod:`~cel_lens.theory.rows`);
+paper's predictions, each with a 95% confidence interval (:mod:`~cel_lens.theory.claims`);
 :mod:`~cel_lens.theory.figures` draws the trajectories and the escape order.
 """
 
@@ -31,7 +31,7 @@ from cel_lens.theory.model import (
     risks,
     targets,
 )
-from cel_lens.theory.table import TheoryRow, TheoryTable
+from cel_lens.theory.predictions import TheoryRow, TheoryTable
 from cel_lens.theory.training import TrainResult, default_steps, train
 
 __all__ = [

@@ -21,7 +21,7 @@ from cel_lens.theory.training import TrainResult, default_steps, train
 
 @dataclass
 class TheoryRun:
-    """The raw material behind a :class:`~cel_lens.theory.table.TheoryTable` (for figures and further analysis)."""
+    """The raw material behind a :class:`~cel_lens.theory.predictions.TheoryTable` (for figures and further analysis)."""
 
     config: dict[str, Any]
     g: Float[Tensor, "seed head feature 4"]

@@ -14,7 +14,7 @@ import numpy as np
 from cel_lens.report.save import save_figure
 from cel_lens.theory.experiment import TheoryRun, in_event_e, take_head
 from cel_lens.theory.model import FEATURE_WEIGHTS, N_FEATURES, N_HEADS
-from cel_lens.theory.table import TheoryTable
+from cel_lens.theory.predictions import TheoryTable
 
 LOG_TICKS: dict[str, Any] = dict(
     tickvals=[v * 10**e for e in range(7) for v in (1, 2, 5)], ticktext=[f"{v * 10**e:,}" for e in range(7) for v in (1, 2, 5)],

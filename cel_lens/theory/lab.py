@@ -7,8 +7,8 @@ from typing import Optional, Sequence
 import numpy as np
 
 from cel_lens.theory.experiment import run_seeds
-from cel_lens.theory.rows import ablation_rows, escape_time_rows, optimum_rows, sweep_rows, winner_rows
-from cel_lens.theory.table import SECTION_ORDER, TheoryTable
+from cel_lens.theory.claims import ablation_rows, escape_time_rows, optimum_rows, sweep_rows, winner_rows
+from cel_lens.theory.predictions import SECTION_ORDER, TheoryTable
 from cel_lens.theory.training import default_steps
 from cel_lens.threads import single_thread
 

@@ -40,7 +40,7 @@ def test_a_differing_decision_exits_1(arithmetic_run, data_dir, tmp_path, capsys
     """One recorded D_test decision flipped (and its line re-checksummed, as if recorded so):
     verification names that example and fails."""
     from cel_lens.runs import decode_bits, encode_bits
-    from cel_lens.runs.files import CHECK, encode_lines
+    from cel_lens.runs.journal_io import CHECK, encode_lines
 
     run = tmp_path / "run"
     shutil.copytree(arithmetic_run, run)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from cel_lens.grids.table import enhancement_p, holm_family
+from cel_lens.grids.summary import enhancement_p, holm_family
 from cel_lens.report.grid import holm_sentence, seal_sentence
 from cel_lens.selection.paired import mcnemar_enhancement_p
 

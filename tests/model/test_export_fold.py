@@ -11,7 +11,7 @@ import torch
 
 from cel_lens.model import load_model
 from cel_lens.model.ablation import Ablation, ablate, fit_ablation
-from cel_lens.model.export import PROVENANCE_FILE, export_checkpoint
+from cel_lens.model.checkpoint_edit import PROVENANCE_FILE, export_checkpoint
 from cel_lens.testing import tiny_hf_checkpoint
 
 HEADS = "L1H0+L2H3"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import cel_lens as cl
-from cel_lens.runs.directory import RunDir
+from cel_lens.runs.run_dir import RunDir
 from cel_lens.testing.planted import planted_task
 
 SMALL = dict(k=1, pool_size=2, n_null=2, n_boot=20, progress=False)

@@ -6,7 +6,7 @@ import torch
 
 from cel_lens.heads import HeadSet
 from cel_lens.runs import RecordingOracle, RunDir
-from cel_lens.runs.records import Evaluation, decode_floats, encode_floats
+from cel_lens.runs.evaluation_record import Evaluation, decode_floats, encode_floats
 from cel_lens.selection.calibration import calibration_statistics
 from cel_lens.testing import PlantedChoiceOracle
 

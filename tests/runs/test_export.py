@@ -11,7 +11,7 @@ import pytest
 
 import cel_lens
 from cel_lens.model import load_model
-from cel_lens.model.export import PROVENANCE_FILE
+from cel_lens.model.checkpoint_edit import PROVENANCE_FILE
 from cel_lens.pipeline import search
 from cel_lens.runs import load_run
 from cel_lens.runs.export import export_model, run_task, verify_export
@@ -85,7 +85,7 @@ def test_verify_an_existing_export_from_the_command_line_and_refuse_relabelled_h
     verify DIR [RUN]`` does, and a record relabelled to other heads fails on the record's own hash
     and on the zeroed slices. The organism's card names the tensor edited and how it loads."""
     from cel_lens.cli import main
-    from cel_lens.model.export import PROVENANCE_HASH_FILE
+    from cel_lens.model.checkpoint_edit import PROVENANCE_HASH_FILE
 
     organism = load_model("organism", device="cpu")
     run = search(organism, cel_lens.load_task("organism_a", n_dist=60, n_test=60), out=tmp_path / "run", **SEARCH)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from cel_lens.runs import RecordingOracle, RunBusyError, RunDir, load_run
-from cel_lens.runs.files import tmp_name
+from cel_lens.runs.journal_io import tmp_name
 from cel_lens.selection import run_search
 from cel_lens.testing import SyntheticOracle
 

@@ -12,7 +12,7 @@ import torch
 
 from cel_lens.backends.ray.errors import require_ray
 from cel_lens.model.load import load_model, resolve_dtype
-from cel_lens.testing.models import tiny_hooked_transformer
+from cel_lens.testing.tiny_models import tiny_hooked_transformer
 
 __all__ = ["ModelFactory", "to_factory"]
 

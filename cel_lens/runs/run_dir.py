@@ -16,7 +16,7 @@ A run directory holds
 * ``.lock`` — held by the one process writing the directory (:mod:`cel_lens.runs.lock`): a second
   search into it is refused, naming the holder (or waits, with ``wait``).
 
-Every line carries a checksum and a changed line is refused (:mod:`cel_lens.runs.files`); a write
+Every line carries a checksum and a changed line is refused (:mod:`cel_lens.runs.journal_io`); a write
 that fails (disk full) names its file and leaves it as it was. Reading needs no write access: a
 finished run (``result.json`` and a ``finished`` event) is never written again, so a rerun of a
 finished run in a read-only directory answers from the record and writes nothing.
@@ -39,9 +39,9 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from cel_lens.heads import HeadSet
-from cel_lens.runs.files import append_bytes, encode_lines, read_json_object, read_lines, write_json_atomic
+from cel_lens.runs.journal_io import append_bytes, encode_lines, read_json_object, read_lines, write_json_atomic
 from cel_lens.runs.lock import LOCK, DirectoryLock, acquire_lock
-from cel_lens.runs.records import Evaluation
+from cel_lens.runs.evaluation_record import Evaluation
 
 __all__ = [
     "RunDir", "RunConfigError", "RunReadOnlyError", "manifest_diff", "describe_manifest_diff", "MANIFEST", "EVALUATIONS",

@@ -22,9 +22,9 @@ from cel_lens.grids.state import GridState
 from cel_lens.evaluation.seal import reading_as
 from cel_lens.heads import HeadSet
 from cel_lens.model.load import resolve_dtype
-from cel_lens.runs.directory import RunDir
+from cel_lens.runs.run_dir import RunDir
 from cel_lens.runs.manifest import build_manifest
-from cel_lens.runs.recording import RecordingOracle
+from cel_lens.runs.recording_oracle import RecordingOracle
 
 __all__ = ["STAGE", "selections", "wanted_sets", "recorded", "measure_side_effects"]
 

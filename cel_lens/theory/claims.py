@@ -1,7 +1,7 @@
 """The rows of the theory table, one function per group of claims in Section 4.
 
 Each function measures what one result of the paper predicts and returns rows
-(:class:`~cel_lens.theory.table.TheoryRow`) with the prediction, the measurement and its 95%
+(:class:`~cel_lens.theory.predictions.TheoryRow`) with the prediction, the measurement and its 95%
 interval. :func:`escape_time_rows` and :func:`sweep_rows` draw from the caller's ``rng``; called
 in the order of :func:`cel_lens.theory.lab.theory_table`, the table is deterministic for a seed.
 """
@@ -24,7 +24,7 @@ from cel_lens.theory.experiment import (
 )
 from cel_lens.theory.intervals import loglog_slope, mean_interval, median_interval, wilson_interval
 from cel_lens.theory.model import FEATURE_WEIGHTS, N_HEADS, risks
-from cel_lens.theory.table import TheoryRow
+from cel_lens.theory.predictions import TheoryRow
 
 
 def optimum_rows(run: TheoryRun, steps: int) -> list[TheoryRow]:

@@ -19,7 +19,7 @@ import math
 from typing import Any, Mapping, Optional, Sequence
 
 from cel_lens.heads import HeadSet
-from cel_lens.runs.records import Evaluation
+from cel_lens.runs.evaluation_record import Evaluation
 
 __all__ = ["partial_result", "run_layout", "format_partial"]
 

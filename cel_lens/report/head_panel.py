@@ -21,7 +21,7 @@ from cel_lens.heads import Head, HeadSet
 from cel_lens.report.data import is_accuracy_scorer
 from cel_lens.report.style import DIVERGING, POOL_COLOUR, SELECTED_COLOUR, symmetric_ticks, tick_step
 
-__all__ = ["ScoreUnits", "score_units", "cell_labels", "add_head_grid", "head_axes"]
+__all__ = ["ScoreUnits", "score_units", "cell_labels", "add_head_panel", "head_axes"]
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ def _status(pool: HeadSet, selected: HeadSet, layer: int, head: int) -> str:
     return " (selected Ŝ)" if h in selected else " (pool)" if h in pool else ""
 
 
-def add_head_grid(
+def add_head_panel(
     fig: go.Figure,
     scores: np.ndarray,
     scorer: str,

@@ -1,6 +1,6 @@
 """Unfinished runs read back: a killed search's record, a running one's (its lock held by another
 process, a line half written), and one in a directory that cannot be written; what they know so
-far (:mod:`cel_lens.runs.partial`) equals what the finished search reports."""
+far (:mod:`cel_lens.runs.unfinished`) equals what the finished search reports."""
 
 from __future__ import annotations
 

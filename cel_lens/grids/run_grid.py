@@ -4,7 +4,7 @@ It reads top to bottom: check the plan (:mod:`~cel_lens.grids.plan`) and open ``
 each model, load it once (on first need) and run every task's search in its own run directory
 inside the grid's (a finished pair is not searched again, a killed one resumes, a failing one is
 reported in its row and the others still run); then evaluate each Ŝ of that model on its other
-tasks' D_test (:mod:`~cel_lens.grids.side_effects`); release the model; finally build the table
+tasks' D_test (:mod:`~cel_lens.grids.cross_task`); release the model; finally build the table
 from the directory alone and write ``table.md``, ``table.json`` and ``report.html``
 (:mod:`cel_lens.report.grid`).
 
@@ -27,12 +27,12 @@ from cel_lens.config import ExecutionSettings, SearchConfig
 from cel_lens.grids.parallel import check_parallel_pairs, run_at_once, shared_cluster
 from cel_lens.grids.plan import GridPlan, ModelsLike, Pair, TasksLike, make_plan
 from cel_lens.grids.resources import ModelSession, TaskCache, describe_error
-from cel_lens.grids.side_effects import measure_side_effects
+from cel_lens.grids.cross_task import measure_side_effects
 from cel_lens.grids.state import GridState
-from cel_lens.grids.table import build_table
+from cel_lens.grids.summary import build_table
 from cel_lens.pipeline import search
 from cel_lens.report.grid import grid_html, grid_markdown, write_grid_outputs
-from cel_lens.runs.directory import RESULT
+from cel_lens.runs.run_dir import RESULT
 from cel_lens.selection.result import pp
 
 __all__ = ["GridRun", "grid", "rebuild", "run_pair"]

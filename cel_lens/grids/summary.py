@@ -13,10 +13,10 @@ from typing import Any, Mapping, Optional, Union
 import torch
 
 from cel_lens.grids.plan import SIDE_EFFECTS_DIR, Pair
-from cel_lens.grids.side_effects import recorded
+from cel_lens.grids.cross_task import recorded
 from cel_lens.grids.state import GridState
 from cel_lens.heads import HeadSet
-from cel_lens.runs.directory import RunDir
+from cel_lens.runs.run_dir import RunDir
 from cel_lens.stats import holm_adjust, mcnemar_exact, paired_bootstrap_ci
 
 __all__ = ["selection_stability", "build_table", "pair_row", "side_effect_block", "enhancement_p", "holm_family"]

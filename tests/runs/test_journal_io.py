@@ -18,7 +18,7 @@ import torch
 
 from cel_lens.heads import HeadSet
 from cel_lens.runs import RecordingOracle, RunDir, RunRecordError, RunWriteError, load_run
-from cel_lens.runs.files import CHECK, line_checksum
+from cel_lens.runs.journal_io import CHECK, line_checksum
 from cel_lens.selection import run_search
 from cel_lens.testing import SyntheticOracle
 

@@ -23,9 +23,9 @@ import yaml
 
 from cel_lens.heads import HeadSet
 from cel_lens.model import ablation, load_model
-from cel_lens.model.export import PROVENANCE_FILE, export_checkpoint, read_checkpoint
+from cel_lens.model.checkpoint_edit import PROVENANCE_FILE, export_checkpoint, read_checkpoint
 from cel_lens.model.safetensors_io import read_header
-from cel_lens.model.export_source import export_source
+from cel_lens.model.checkpoint_source import export_source
 from cel_lens.model.registry import ORGANISM_DIR
 from cel_lens.testing import TINY_ARCHS, tiny_hf_checkpoint
 

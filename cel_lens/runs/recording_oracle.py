@@ -14,7 +14,7 @@ from torch import Tensor
 
 from cel_lens.heads import HeadSet
 from cel_lens.oracle import MemoOracle, Oracle
-from cel_lens.runs.directory import RunDir
+from cel_lens.runs.run_dir import RunDir
 
 __all__ = ["RecordingOracle", "CachedOracle"]
 

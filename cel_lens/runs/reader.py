@@ -3,7 +3,7 @@
 :func:`load_run` reads without the lock and without write access, so a run can be read while its
 search is running (a line being written is left for the next read) or after it was killed; its
 :attr:`RunRecord.state` says which, and :meth:`RunRecord.partial` what it knows so far
-(:mod:`cel_lens.runs.partial`). A path to a file of the run (``RUN/result.json``) names its run.
+(:mod:`cel_lens.runs.unfinished`). A path to a file of the run (``RUN/result.json``) names its run.
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from cel_lens.runs.directory import EVALUATIONS, MANIFEST, RESULT, RunDir
-from cel_lens.runs.files import RunRecordError
+from cel_lens.runs.run_dir import EVALUATIONS, MANIFEST, RESULT, RunDir
+from cel_lens.runs.journal_io import RunRecordError
 from cel_lens.runs.lock import held_by
-from cel_lens.runs.partial import partial_result
-from cel_lens.runs.records import Evaluation
+from cel_lens.runs.unfinished import partial_result
+from cel_lens.runs.evaluation_record import Evaluation
 from cel_lens.selection.result import Result
 
 __all__ = ["RunRecord", "load_run", "run_path"]
@@ -54,7 +54,7 @@ class RunRecord:
         return "running" if held_by(self.path) is not None else "stopped"
 
     def partial(self) -> dict[str, Any]:
-        """What the record says so far, as a result-like dict (:func:`~cel_lens.runs.partial.partial_result`);
+        """What the record says so far, as a result-like dict (:func:`~cel_lens.runs.unfinished.partial_result`);
         of a finished run, its result."""
         if self.result is not None:
             return self.result.to_dict()
