@@ -58,7 +58,35 @@ def progress_mode() -> str:
     return "bar" if stream is not None and hasattr(stream, "isatty") and stream.isatty() else "log"
 
 
-class LogBar:
+class _Loop:
+    """What both reports share: iterating the loop (one ``update`` per item, closed at the end,
+    whatever ends it) and ``with`` (closed on exit). Subclasses set ``iterable`` and define
+    ``update`` and ``close``."""
+
+    iterable: Optional[Iterable[Any]] = None
+
+    def update(self, n: int = 1) -> None:  # pragma: no cover - defined by each report
+        raise NotImplementedError
+
+    def close(self) -> None:  # pragma: no cover - defined by each report
+        raise NotImplementedError
+
+    def __iter__(self) -> Iterator[Any]:
+        try:
+            for item in self.iterable if self.iterable is not None else ():
+                yield item
+                self.update(1)
+        finally:
+            self.close()
+
+    def __enter__(self) -> "_Loop":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class LogBar(_Loop):
     """The ``tqdm`` calls cel_lens makes (``update``, ``close``, iteration, ``with``), reported as
     plain lines on stderr: at most one every ``interval`` seconds, and one at the end. Silent when
     ``enabled`` is False or when another report is open (a nested loop)."""
@@ -102,22 +130,8 @@ class LogBar:
             _open_bars -= 1
             print(self._line(time.monotonic()), file=sys.stderr, flush=True)
 
-    def __iter__(self) -> Iterator[Any]:
-        try:
-            for item in self.iterable if self.iterable is not None else ():
-                yield item
-                self.update(1)
-        finally:
-            self.close()
 
-    def __enter__(self) -> "LogBar":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-
-class WidgetBar:
+class WidgetBar(_Loop):
     """One loop shown on a notebook widget: the search's (:func:`progress_session`), reset to this
     loop's total and description, or its own when no search is running (closed with the loop)."""
 
@@ -144,20 +158,6 @@ class WidgetBar:
             return
         self.closed, _widget_open = True, False
         self.bar.close() if self.own else self.bar.refresh()
-
-    def __iter__(self) -> Iterator[Any]:
-        try:
-            for item in self.iterable if self.iterable is not None else ():
-                yield item
-                self.update(1)
-        finally:
-            self.close()
-
-    def __enter__(self) -> "WidgetBar":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
 
 @contextlib.contextmanager

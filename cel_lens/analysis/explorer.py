@@ -24,10 +24,10 @@ import plotly.graph_objects as go
 from cel_lens.analysis.explorer_model import ActivationCache, model_block
 from cel_lens.heads import HeadSet
 from cel_lens.report.data import result_dict
-from cel_lens.report.explorer_data import as_record, explorer_summary, head_set_panel, load_examples_task, panel_keys
+from cel_lens.report.explorer_data import explorer_summary, head_set_panel, load_examples_task, panel_keys
 from cel_lens.report.explorer_page import heatmap_figure
 from cel_lens.report.explorer_render import attention_figure, examples_html, logit_figure, model_html, panel_html
-from cel_lens.runs.reader import RunRecord
+from cel_lens.runs.reader import RunRecord, as_record
 
 if TYPE_CHECKING:
     from cel_lens.model.types import Model

@@ -16,7 +16,6 @@ the run itself recorded; post-hoc test gains of other subsets are not shown.
 from __future__ import annotations
 
 import math
-import os
 from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
@@ -25,12 +24,12 @@ import torch
 from cel_lens.heads import HeadSet
 from cel_lens.report.data import result_dict, stage1_scores
 from cel_lens.runs.export import run_task
-from cel_lens.runs.reader import RunRecord, load_run
+from cel_lens.runs.reader import RunRecord
 from cel_lens.stats import paired_bootstrap_ci
 from cel_lens.tasks.base import Example, Task
 
 __all__ = [
-    "as_record", "load_examples_task", "head_set_panel", "panel_keys", "top_ranked", "explorer_summary", "example_entry", "rounded",
+    "load_examples_task", "head_set_panel", "panel_keys", "top_ranked", "explorer_summary", "example_entry", "rounded",
 ]
 
 N_BOOT = 1000
@@ -52,18 +51,6 @@ def rounded(value: Any, digits: int = 4, *, decimals: bool = False) -> Any:
     if isinstance(value, (list, tuple)):
         return [rounded(v, digits, decimals=decimals) for v in value]
     return value
-
-
-def as_record(run: Any) -> RunRecord:
-    """A run's record from a record, a run directory (or a file in it) or a ``Run`` (its ``path``)."""
-    if isinstance(run, RunRecord):
-        return run
-    if isinstance(run, (str, os.PathLike)):
-        return load_run(run)
-    path = getattr(run, "path", None)
-    if path is None:
-        raise TypeError(f"expected a run, a run record or a run directory, got {type(run).__name__}")
-    return load_run(path)
 
 
 def load_examples_task(record: RunRecord, data_dir: Optional[str] = None) -> tuple[Optional[Task], Optional[str]]:

@@ -27,8 +27,8 @@ import plotly.graph_objects as go
 
 from cel_lens.heads import HeadSet
 from cel_lens.report.data import result_dict, stage1_scores
+from cel_lens.runs.reader import as_record
 from cel_lens.report.explorer_data import (
-    as_record,
     explorer_summary,
     head_set_panel,
     load_examples_task,

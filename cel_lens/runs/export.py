@@ -29,23 +29,11 @@ from cel_lens.model.checkpoint_source import encoding_defaults, export_source
 from cel_lens.model.identity import weights_hash
 from cel_lens.model.load import load_model
 from cel_lens.runs.run_dir import MANIFEST
-from cel_lens.runs.reader import RunRecord, load_run
+from cel_lens.runs.reader import RunRecord, as_record
 from cel_lens.tasks.base import Task
 from cel_lens.tasks.registry import load_task
 
 __all__ = ["export_model", "verify_export", "VerifyReport", "selected_heads", "run_task", "heads_zeroed", "run_ablation"]
-
-
-def _as_record(run: Any) -> RunRecord:
-    """A :class:`RunRecord` from a record, a run directory, or an object with a ``path`` (a ``Run``)."""
-    if isinstance(run, RunRecord):
-        return run
-    if isinstance(run, (str, os.PathLike)):
-        return load_run(run)
-    path = getattr(run, "path", None)
-    if path is None:
-        raise TypeError(f"cannot read a run from a {type(run).__name__}: pass a run, a run directory or heads")
-    return load_run(path)
 
 
 def selected_heads(record: RunRecord) -> HeadSet:
@@ -66,7 +54,7 @@ def _target(run_or_heads: Any) -> tuple[Optional[RunRecord], HeadSet]:
             return None, HeadSet.parse(run_or_heads)
         except ValueError:
             raise FileNotFoundError(f"{run_or_heads!r} is neither a run directory nor a head set like L3H1+L12H7") from None
-    record = _as_record(run_or_heads)
+    record = as_record(run_or_heads)
     return record, selected_heads(record)
 
 
@@ -189,7 +177,7 @@ class VerifyReport:
 def run_task(record: RunRecord, task: Optional[Task] = None, data_dir: Optional[str] = None) -> Task:
     """The run's task: ``task``, or the manifest's task loaded again (from ``data_dir``); its D_test
     must have the content hash the manifest recorded."""
-    record = _as_record(record)
+    record = as_record(record)
     splits = record.manifest.get("splits") or {}
     if task is None:
         info = record.manifest.get("task") or {}
@@ -265,7 +253,7 @@ def verify_export(
         run = (provenance.get("run") or {}).get("path")
         if run is None:
             raise ValueError(f"{out} was exported from heads, not a run: give the run directory whose decisions it must make")
-    record = _as_record(run)
+    record = as_record(run)
     heads = selected_heads(record)
     if HeadSet.parse(provenance.get("heads")) != heads:
         raise ValueError(f"{out} removes {provenance.get('heads')} but {record.path} selected {heads}")

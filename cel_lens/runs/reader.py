@@ -20,7 +20,7 @@ from cel_lens.runs.unfinished import partial_result
 from cel_lens.runs.evaluation_record import Evaluation
 from cel_lens.selection.result import Result
 
-__all__ = ["RunRecord", "load_run", "run_path"]
+__all__ = ["RunRecord", "load_run", "run_path", "as_record"]
 
 
 @dataclass
@@ -89,3 +89,16 @@ def load_run(path: Union[str, os.PathLike]) -> RunRecord:
     except (KeyError, TypeError, ValueError) as err:
         raise RunRecordError(f"{run.result_path} is corrupt: {type(err).__name__}: {err}") from None
     return RunRecord(run.path, manifest, evaluations, events, result)
+
+
+def as_record(run: Any) -> RunRecord:
+    """A run's :class:`RunRecord` from a record, a run directory (or a file in it), or an object
+    with a ``path`` (a ``Run``); ``TypeError`` for anything else."""
+    if isinstance(run, RunRecord):
+        return run
+    if isinstance(run, (str, os.PathLike)):
+        return load_run(run)
+    path = getattr(run, "path", None)
+    if path is None:
+        raise TypeError(f"expected a run, a run record or a run directory, got {type(run).__name__}")
+    return load_run(path)
