@@ -37,6 +37,7 @@ def test_notebook_executes(path: Path, tmp_path: Path, monkeypatch: pytest.Monke
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.delenv("PLOTLY_RENDERER", raising=False)
+    monkeypatch.setenv("CEL_LENS_NB_SMOKE", "1")  # the real-model notebook runs every cell on smaller splits
     for module in NEEDS.get(path.stem, ()):
         pytest.importorskip(module, reason=f"{path.name} needs {module}, which is not in this tree yet")
     nb = nbformat.read(path, as_version=4)

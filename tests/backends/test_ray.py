@@ -297,7 +297,7 @@ def test_killed_workers_are_restarted_and_their_shards_rerun(ray_cluster, local_
 
     def killing_submit(self, slot, method, args):
         ref = submit(self, slot, method, args)
-        if method == "evaluate":
+        if method == "evaluate_choices":  # the actor call every evaluation makes (choice scores too)
             shard, n_sets = args[0], len(ray_cluster.get(args[1]))
             if slot == 0 and shard.split == "dist" and n_sets == 12 and "ray.kill" not in kills:
                 kills.append("ray.kill")
@@ -323,19 +323,19 @@ def test_interrupted_ray_search_resumes(ray_cluster, local_run, tiny_object, tmp
     """The driver dies after three evaluation calls; the same search again, now on one worker (so
     with other shards) and given the model object (shipped to the actor through Ray's object
     store), evaluates only what is missing and reaches the local result."""
-    evaluate_ = RayOracle.evaluate
+    evaluate_ = RayOracle.evaluate_choices  # what a search calls (correctness and choice scores)
 
-    def dying_evaluate(self, split, head_sets):
+    def dying_evaluate(self, split, head_sets, **kwargs):
         if self.calls == 3:
             raise KeyboardInterrupt("driver killed")
-        return evaluate_(self, split, head_sets)
+        return evaluate_(self, split, head_sets, **kwargs)
 
-    monkeypatch.setattr(RayOracle, "evaluate", dying_evaluate)
+    monkeypatch.setattr(RayOracle, "evaluate_choices", dying_evaluate)
     with pytest.raises(KeyboardInterrupt):
         search(ModelFactory.tiny(), _mc_task(), out=tmp_path / "run", backend="ray", workers=2, **SEARCH)
     before = len(RunDir(tmp_path / "run").evaluations())
     assert 0 < before < len(_records(local_run.path))
-    monkeypatch.setattr(RayOracle, "evaluate", evaluate_)
+    monkeypatch.setattr(RayOracle, "evaluate_choices", evaluate_)
     run = search(tiny_object, _mc_task(), out=tmp_path / "run", backend="ray", workers=1, **SEARCH)
     assert run.oracle.hits >= before and run.oracle.misses == len(_records(local_run.path)) - before
     _same_as_local(run, local_run)

@@ -338,5 +338,10 @@ def test_ray_grid_equals_the_local_grid(organism_grid, tmp_path):
     finally:
         ray.shutdown()
     local = {(r["model"], r["task"]): r for r in organism_grid[1].rows}
-    assert len(run.rows) == 2 and all(row == local[row["model"], row["task"]] for row in run.rows)
+
+    def same(row: dict) -> dict:  # Holm's p depends on the family: 2 planned pairs here, 3 there (MBPP failed)
+        return {k: v for k, v in row.items() if k != "p_holm"}
+
+    assert len(run.rows) == 2 and all(same(row) == same(local[row["model"], row["task"]]) for row in run.rows)
+    assert (run.table["holm"]["family"], organism_grid[1].table["holm"]["family"]) == (2, 3)
     assert "load model/organism" not in run.table["timings"]  # the actors load their own replicas
