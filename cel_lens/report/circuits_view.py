@@ -9,7 +9,7 @@ what the ablation did to the heads downstream of it. Data only: nothing here imp
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
