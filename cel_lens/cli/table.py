@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from cel_lens.cli.common import Formatter, allow_code_execution, print_json
-from cel_lens.cli.options import add_fields, config_from_args, settings_from_args
-from cel_lens.config import ExecutionSettings, SearchConfig
+from typing import Any, Sequence
 
-__all__ = ["add", "run"]
+from cel_lens.cli.common import Formatter, allow_code_execution, parse_task_options, print_json
+from cel_lens.cli.options import add_fields, config_from_args, settings_from_args
+from cel_lens.config import ExecutionSettings, OptionError, SearchConfig
+
+__all__ = ["add", "run", "task_overrides"]
 
 DEFAULT_OUT = "runs/table"
 
@@ -24,6 +26,10 @@ def _add_search_options(p: argparse.ArgumentParser) -> None:
                    help="wrap each prompt in the tokenizer's chat template (Instruct models; recorded in each run)")
     p.add_argument("--max-new-tokens", type=int, default=None,
                    help="tokens the grid's generation tasks (MBPP) may generate (default: 256)")
+    p.add_argument("--task-option", action="append", default=[], metavar="TASK:KEY=VALUE",
+                   help="an option of one task alone, recorded in its run (repeatable; VALUE read as JSON if it "
+                   "parses): its split sizes (boolq:n_dist=100), generation budget (mbpp:max_new_tokens=128) "
+                   "or a loader option (boolq:dist_from=validation)")
     add_fields(p, SearchConfig)
     add_fields(p, ExecutionSettings)
     p.add_argument("--parallel-pairs", type=int, default=1,
@@ -57,6 +63,17 @@ def add(sub: argparse._SubParsersAction) -> None:
     _add_search_options(p)
 
 
+def task_overrides(items: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """``TASK:KEY=VALUE`` texts as task -> options (checked against the grid by the plan)."""
+    grouped: dict[str, list[str]] = {}
+    for item in items:
+        task, sep, rest = str(item).partition(":")
+        if not sep or not task.strip() or "=" in task:
+            raise OptionError("task_option", f"wants TASK:KEY=VALUE in a grid, got {item!r}")
+        grouped.setdefault(task.strip(), []).append(rest)
+    return {task: parse_task_options(rest) for task, rest in grouped.items()}
+
+
 def _check(args: argparse.Namespace) -> None:
     """One line for a wrong combination of options."""
     if args.report is not None:
@@ -80,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
             args.models, args.tasks, out=args.out or DEFAULT_OUT, config=config, settings=settings,
             png=not args.no_png, n_dist=args.n_dist, n_test=args.n_test, data_dir=args.data_dir,
             chat_template=args.chat_template or None, max_new_tokens=args.max_new_tokens,
-            parallel_pairs=args.parallel_pairs,
+            parallel_pairs=args.parallel_pairs, task_overrides=task_overrides(args.task_option),
         )
     if args.json:
         print_json(result.table)

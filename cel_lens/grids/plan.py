@@ -8,7 +8,7 @@ backend fail in one line). ``"paper"`` names the paper's three models or its fou
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence, Union
 
@@ -16,7 +16,7 @@ from cel_lens.backends.base import get_backend
 from cel_lens.config import ExecutionSettings, SearchConfig, check_max_new_tokens, check_split_sizes
 from cel_lens.model.registry import PAPER_MODELS
 from cel_lens.pipeline import TASK_OPTIONS
-from cel_lens.tasks.registry import available_tasks
+from cel_lens.tasks.registry import available_tasks, task_info
 
 __all__ = [
     "PAPER",
@@ -26,6 +26,7 @@ __all__ = [
     "GridPlan",
     "make_plan",
     "split_options",
+    "check_task_overrides",
     "slug",
     "SIDE_EFFECTS_DIR",
 ]
@@ -38,6 +39,9 @@ PAPER_MODEL_NAMES: tuple[str, ...] = tuple(PAPER_MODELS)
 """The paper's three models (hub ids)."""
 SIDE_EFFECTS_DIR = "side_effects"
 """Subdirectory of a grid holding one run directory per (model, task evaluated) for the side effects."""
+
+GRID_WIDE = ("data_dir", "chat_template", "splits", "seed")
+"""Task options that only the whole grid sets (one data directory, one prompt format, one seed)."""
 
 ModelsLike = Union[str, Sequence[str]]
 TasksLike = Union[str, Sequence[str], Mapping[str, Union[str, Sequence[str]]]]
@@ -68,7 +72,9 @@ class Pair:
 class GridPlan:
     """A checked grid: ``models`` in order, ``tasks[model]`` the task names of each, the search
     ``config`` and execution ``settings`` every search gets, ``task_options`` (``n_dist``,
-    ``n_test``, ``data_dir``) and the grid directory ``out``."""
+    ``n_test``, ``data_dir``), the grid directory ``out``, and ``task_overrides``: task -> options
+    of that task alone (its split sizes, generation budget or loader options, e.g. BoolQ's
+    ``dist_from``), so that a cheap and an expensive task share a grid at sizes each can afford."""
 
     out: Path
     models: tuple[str, ...]
@@ -76,6 +82,7 @@ class GridPlan:
     config: SearchConfig
     settings: ExecutionSettings
     task_options: Mapping[str, Any]
+    task_overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     @property
     def pairs(self) -> list[Pair]:
@@ -86,6 +93,15 @@ class GridPlan:
     def task_names(self) -> list[str]:
         """Every task of the grid once, in first-seen order."""
         return list(dict.fromkeys(t for m in self.models for t in self.tasks[m]))
+
+    def options_for(self, task: str) -> dict[str, Any]:
+        """The options ``task`` is loaded with: the grid's, then the task's own overrides; a
+        generation budget only for generation tasks."""
+        opts = {k: v for k, v in self.task_options.items() if v is not None}
+        opts.update(self.task_overrides.get(task, {}))
+        if task_info(task).get("kind") != "generation":
+            opts.pop("max_new_tokens", None)  # a budget for the grid's generation tasks only
+        return opts
 
     def pair_dir(self, pair: Pair) -> Path:
         """The run directory of ``pair``."""
@@ -102,6 +118,7 @@ class GridPlan:
             "tasks": {m: list(self.tasks[m]) for m in self.models},
             "config": self.config.to_dict(),
             "task_options": {k: (None if v is None else str(v) if k == "data_dir" else v) for k, v in self.task_options.items()},
+            "task_overrides": {t: dict(o) for t, o in self.task_overrides.items()},
         }
 
 
@@ -124,6 +141,25 @@ def split_options(
     check_split_sizes(task_options["n_dist"], task_options["n_test"])
     check_max_new_tokens(task_options["max_new_tokens"])
     return config.validate(), settings.validate(), task_options
+
+
+def check_task_overrides(overrides: Mapping[str, Mapping[str, Any]], tasks: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Per-task options checked before anything loads: each names a task of the grid, sets no
+    grid-wide option, and has valid split sizes and generation budget; returns a plain copy."""
+    out: dict[str, dict[str, Any]] = {}
+    for task, options in overrides.items():
+        if task not in tasks:
+            raise ValueError(f"options for {task!r}, which is not a task of this grid ({', '.join(tasks)})")
+        shared = sorted(set(options) & set(GRID_WIDE))
+        if shared:
+            raise ValueError(f"{task}: {', '.join(shared)} is set for the whole grid, not per task")
+        check_split_sizes(options.get("n_dist"), options.get("n_test"))
+        if "max_new_tokens" in options:
+            if task_info(task).get("kind") != "generation":
+                raise ValueError(f"{task}: max_new_tokens applies to generation tasks, {task} is {task_info(task).get('kind')}")
+            check_max_new_tokens(options["max_new_tokens"])
+        out[task] = dict(options)
+    return out
 
 
 def _names(value: Union[str, Sequence[str]], what: str, paper: Sequence[str]) -> tuple[str, ...]:
@@ -156,12 +192,14 @@ def make_plan(
     config: Optional[SearchConfig] = None,
     settings: Optional[ExecutionSettings] = None,
     options: Optional[Mapping[str, Any]] = None,
+    task_overrides: Optional[Mapping[str, Mapping[str, Any]]] = None,
 ) -> GridPlan:
     """A checked :class:`GridPlan`: ``models`` (``"paper"``, ``"a,b"`` or a list), ``tasks`` (the
     same for every model, or a mapping model -> tasks), ``options`` any field of
     :class:`~cel_lens.config.SearchConfig` / :class:`~cel_lens.config.ExecutionSettings` or a task
-    option. Raises before anything is loaded: unknown task, bad option, two pairs in one directory,
-    a backend that cannot run."""
+    option; ``task_overrides`` task -> options of that task alone (:func:`check_task_overrides`).
+    Raises before anything is loaded: unknown task, bad option, two pairs in one directory, a
+    backend that cannot run."""
     config, settings, task_options = split_options(options or {}, config, settings)
     model_names = _names(models, "model", PAPER_MODEL_NAMES)
     per_model = _tasks_of(model_names, tasks)
@@ -169,7 +207,9 @@ def make_plan(
     unknown = sorted({t for ts in per_model.values() for t in ts} - known)
     if unknown:
         raise ValueError(f"unknown task(s) {', '.join(unknown)}; available: {', '.join(sorted(known))}")
-    plan = GridPlan(Path(out), model_names, per_model, config, settings, task_options)
+    all_tasks = list(dict.fromkeys(t for ts in per_model.values() for t in ts))
+    overrides = check_task_overrides(task_overrides or {}, all_tasks)
+    plan = GridPlan(Path(out), model_names, per_model, config, settings, task_options, overrides)
     dirs: dict[str, Pair] = {}
     for pair in plan.pairs:
         if pair.name in dirs:

@@ -56,13 +56,11 @@ class TaskCache:
             return self._problems.get(name)
 
     def get(self, name: str) -> Task:
-        """The task, loaded with the plan's split sizes, data directory, seed, chat-template choice
-        and (for generation tasks) generation budget."""
+        """The task, loaded with the plan's split sizes, data directory, seed, chat-template choice,
+        (for generation tasks) generation budget and the task's own overrides."""
         with self._lock:
             if name not in self._tasks:
-                opts = {k: v for k, v in self.plan.task_options.items() if v is not None}
-                if task_info(name).get("kind") != "generation":
-                    opts.pop("max_new_tokens", None)  # a budget for the grid's generation tasks only
+                opts = self.plan.options_for(name)
                 t0 = time.perf_counter()
                 try:
                     self._tasks[name] = load_task(name, seed=self.plan.config.task_seed, **opts)

@@ -21,7 +21,7 @@ import sys
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Mapping, Optional, Union
 
 from cel_lens.config import ExecutionSettings, SearchConfig
 from cel_lens.grids.parallel import check_parallel_pairs, run_at_once, shared_cluster
@@ -140,6 +140,7 @@ def grid(
     png: bool = True,
     verbose: bool = True,
     parallel_pairs: int = 1,
+    task_overrides: Optional[Mapping[str, Mapping[str, Any]]] = None,
     **search_options: Any,
 ) -> GridRun:
     """Run a CEL search for every model × task pair and measure each Ŝ's side effects on the other
@@ -150,13 +151,16 @@ def grid(
     for the paper's three); ``tasks``: task names for every model (``"paper"``: the paper's four),
     or a mapping model -> its task names. ``search_options`` are :func:`cel_lens.search`'s (any
     :class:`~cel_lens.config.SearchConfig` or :class:`~cel_lens.config.ExecutionSettings` field,
-    ``n_dist``, ``n_test``, ``data_dir``); every pair gets the same. Each pair is a run directory
+    ``n_dist``, ``n_test``, ``data_dir``); every pair gets the same, except what ``task_overrides``
+    (task -> options) sets for one task: its split sizes, generation budget or loader options
+    (``{"boolq": {"dist_from": "validation", "n_dist": 100}}``). Each pair is a run directory
     ``out/<model>__<task>``; running the same call again resumes pair by pair. A pair that fails
     (e.g. MBPP without ``CEL_LENS_ALLOW_CODE_EXECUTION=1``) is reported in its row; the others run.
     ``parallel_pairs``: searches run at once (above 1 only with ``backend="ray"``, whose actors load
     their own replicas; the cluster's workers are shared among them unless ``workers`` is given).
     """
-    plan = make_plan(models, tasks, out, config=config, settings=settings, options=search_options)
+    plan = make_plan(models, tasks, out, config=config, settings=settings, options=search_options,
+                     task_overrides=task_overrides)
     check_parallel_pairs(plan, parallel_pairs)
     state = GridState.open(plan)
     log: Log = _stderr if verbose else None

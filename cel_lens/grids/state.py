@@ -19,14 +19,16 @@ GRID_FILE = "grid.json"
 """The grid's own file inside its directory."""
 WALL = "grid wall time"
 """The timing key of the grid's total wall time (every invocation, up to its last saved step)."""
-_COMPARED = ("config", "n_dist", "n_test")
+_COMPARED = ("config", "n_dist", "n_test", "task_overrides")
 
 
 def _identity(plan: Mapping[str, Any]) -> dict[str, Any]:
-    """What must not change under a grid directory: the search config and the split sizes (the
-    data directory may move; each run directory checks its splits' content hashes)."""
+    """What must not change under a grid directory: the search config, the split sizes and the
+    per-task options (the data directory may move; each run directory checks its splits' content
+    hashes)."""
     opts = plan.get("task_options", {})
-    return {"config": plan.get("config"), "n_dist": opts.get("n_dist"), "n_test": opts.get("n_test")}
+    return {"config": plan.get("config"), "n_dist": opts.get("n_dist"), "n_test": opts.get("n_test"),
+            "task_overrides": plan.get("task_overrides", {})}
 
 
 class GridState:

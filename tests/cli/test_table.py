@@ -53,3 +53,14 @@ def test_table_on_a_tiny_checkpoint_then_report_rebuilds_it(capsys, tiny_checkpo
     printed = capsys.readouterr().out
     assert {name: (out / name).read_bytes() for name in OUTPUTS} == before
     assert printed.startswith(before["table.md"].decode())
+
+
+def test_task_options_of_a_grid_name_their_task():
+    from cel_lens.cli.table import task_overrides
+    from cel_lens.config import OptionError
+
+    items = ["boolq:dist_from=validation", "boolq:n_dist=100", "mbpp:max_new_tokens=128"]
+    assert task_overrides(items) == {"boolq": {"dist_from": "validation", "n_dist": 100}, "mbpp": {"max_new_tokens": 128}}
+    for bad in ("dist_from=validation", ":n=1", "boolq:novalue", "boolq:n=1"):
+        with pytest.raises(OptionError):
+            task_overrides([bad] + (["boolq:n=2"] if bad == "boolq:n=1" else []))

@@ -66,6 +66,59 @@ def test_tasks_load_with_every_task_option_of_the_grid(tmp_path, monkeypatch):
     assert calls["mbpp"] == {"seed": 7, "chat_template": True, "n_dist": 10, "max_new_tokens": 64}
 
 
+def test_task_overrides_reach_their_task_alone(tmp_path, monkeypatch):
+    """Per-task options (split sizes, generation budget, loader options) load that task alone; the
+    grid's options stay for the others."""
+    from cel_lens.grids import resources
+
+    calls = {}
+    monkeypatch.setattr(resources, "load_task", lambda name, **kw: calls.setdefault(name, kw))
+    overrides = {"organism_b": {"n_dist": 20, "n_test": 30, "flavour": "x"}, "mbpp": {"max_new_tokens": 32}}
+    plan = make_plan("organism", "organism_a,organism_b,mbpp", tmp_path, options={"n_dist": 10}, task_overrides=overrides)
+    cache = resources.TaskCache(plan, GridState.open(plan))
+    for name in plan.task_names:
+        cache.get(name)
+    assert calls["organism_a"] == {"seed": 0, "n_dist": 10}
+    assert calls["organism_b"] == {"seed": 0, "n_dist": 20, "n_test": 30, "flavour": "x"}
+    assert calls["mbpp"] == {"seed": 0, "n_dist": 10, "max_new_tokens": 32}
+    assert json.loads((tmp_path / GRID_FILE).read_text())["plan"]["task_overrides"] == overrides
+
+
+@pytest.mark.parametrize(
+    "overrides, error",
+    [
+        ({"boolq": {"n_dist": 5}}, "not a task of this grid"),
+        ({"organism_a": {"chat_template": True}}, "whole grid"),
+        ({"organism_a": {"data_dir": "x"}}, "whole grid"),
+        ({"organism_a": {"max_new_tokens": 8}}, "generation tasks"),
+        ({"organism_a": {"n_dist": 0}}, "n_dist"),
+    ],
+)
+def test_bad_task_overrides_fail_before_anything_loads(tmp_path, overrides, error):
+    with pytest.raises(ValueError, match=error):
+        grid("organism", "organism_a,organism_b", out=tmp_path, task_overrides=overrides)
+    assert not (tmp_path / GRID_FILE).exists()
+
+
+def test_a_grid_directory_refuses_other_task_overrides(tmp_path):
+    GridState.open(make_plan("organism", "organism_a", tmp_path, task_overrides={"organism_a": {"n_test": 8}}))
+    with pytest.raises(ValueError, match="other options.*task_overrides"):
+        GridState.open(make_plan("organism", "organism_a", tmp_path, task_overrides={"organism_a": {"n_test": 9}}))
+
+
+def test_per_task_sizes_reach_the_search_and_the_side_effects(tmp_path):
+    """A task with its own n_test: its search and every side effect measured on it use that D_test."""
+    run = grid("organism", ["organism_a", "organism_b"], out=tmp_path, task_overrides={"organism_b": {"n_test": 32}}, **SMALL)
+    assert {r["task"]: r["status"] for r in run.rows} == {"organism_a": "ok", "organism_b": "ok"}
+    for task, n in (("organism_b", 32), ("organism_a", 48)):
+        tests = [e for e in RunDir(tmp_path / f"organism__{task}").evaluations() if e.split == "test"]
+        assert tests and all(e.correct.numel() == n for e in tests)
+    side = list(RunDir(tmp_path / "side_effects" / "organism__organism_b").evaluations())
+    assert side and all(e.correct.numel() == 32 for e in side)
+    side = list(RunDir(tmp_path / "side_effects" / "organism__organism_a").evaluations())
+    assert side and all(e.correct.numel() == 48 for e in side)
+
+
 def test_models_load_with_the_grid_settings(tmp_path, monkeypatch):
     """The grid loads each model as a search would: device, dtype, loader and the BOS rule."""
     from cel_lens.grids import resources
