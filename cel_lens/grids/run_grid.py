@@ -16,6 +16,7 @@ and ``parallel_pairs=N`` runs N searches at once, each on its share of the clust
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -32,7 +33,7 @@ from cel_lens.grids.state import GridState
 from cel_lens.grids.summary import build_table
 from cel_lens.pipeline import search
 from cel_lens.report.grid import grid_html, grid_markdown, write_grid_outputs
-from cel_lens.runs.run_dir import RESULT
+from cel_lens.runs.run_dir import MANIFEST, RESULT
 from cel_lens.selection.result import pp
 
 __all__ = ["GridRun", "grid", "rebuild", "run_pair"]
@@ -70,6 +71,12 @@ def run_pair(plan: GridPlan, state: GridState, session: ModelSession, tasks: Tas
     before), ``"ok"`` or ``"failed"`` (the error is kept in ``grid.json`` and shown in its row)."""
     path = plan.pair_dir(pair)
     if (path / RESULT).exists():
+        diffs = plan.finished_differently(pair, json.loads((path / MANIFEST).read_text(encoding="utf-8")))
+        if diffs:  # another configuration's result must not fill this grid's row
+            message = f"{path} holds a finished run made with other options ({'; '.join(diffs)}); use another --out"
+            state.fail(pair.name, message)
+            _say(log, f"{pair}: failed: {message}")
+            return "failed"
         state.succeed(pair.name)
         return "done"
     problem = tasks.problem(pair.task)

@@ -71,19 +71,21 @@ def holm_family(rows: list[dict[str, Any]], alpha: float) -> dict[str, Any]:
 def pair_row(out: Union[str, os.PathLike], pair: Pair, error: Optional[str]) -> tuple[dict[str, Any], Optional[dict]]:
     """The table row of ``pair`` and its raw ``result.json`` (``None`` unless finished).
 
-    ``status``: ``ok`` (finished), ``failed`` (its last attempt raised ``error``), ``unfinished``
+    ``status``: ``ok`` (finished), ``failed`` (its last attempt raised ``error``, or found a finished
+    run of other options; its result is then not shown), ``unfinished``
     (a run directory without a result: killed, or running) or ``not run``."""
     run = RunDir(Path(out) / pair.name)
     raw = run.read_result()
     row: dict[str, Any] = {"model": pair.model, "task": pair.task, "status": "not run", "error": None}
     row.update({k: None for k in _RESULT_KEYS})
     row.update(selection_stability=None, run_dir=pair.name, seal_reason=None)
-    if raw is not None:
+    if error is not None:  # its last attempt failed (a result there may be another configuration's)
+        row.update(status="failed", error=error)
+        raw = None
+    elif raw is not None:
         row.update({k: raw.get(k) for k in _RESULT_KEYS}, status="ok", selection_stability=selection_stability(raw))
         row.update(selected_before_test=bool(raw.get("selected_before_test", True)),
                    seal_reason=(raw.get("seal") or {}).get("reason"), p_enhance=enhancement_p(raw))
-    elif error is not None:
-        row.update(status="failed", error=error)
     elif run.manifest_path.exists():
         splits = run.manifest.get("splits", {})
         row.update(status="unfinished", n_dist=splits.get("dist", {}).get("n"), n_test=splits.get("test", {}).get("n"))

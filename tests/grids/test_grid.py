@@ -119,6 +119,18 @@ def test_per_task_sizes_reach_the_search_and_the_side_effects(tmp_path):
     assert side and all(e.correct.numel() == 48 for e in side)
 
 
+def test_a_finished_run_of_other_options_does_not_fill_a_row(tmp_path):
+    """A pair directory holding a finished search made with other options (run outside the grid)
+    fails its row with the differences instead of reporting that search as the grid's."""
+    import cel_lens as cl
+
+    small = {k: v for k, v in SMALL.items() if k not in ("png", "verbose")}
+    cl.search("organism", "organism_a", out=tmp_path / "organism__organism_a", **{**small, "k": 1})
+    run = grid("organism", ["organism_a"], out=tmp_path, **SMALL)
+    (row,) = run.rows
+    assert row["status"] != "ok" and "other options" in str(row.get("error")) and "options.k: 1 -> 2" in str(row.get("error"))
+
+
 def test_models_load_with_the_grid_settings(tmp_path, monkeypatch):
     """The grid loads each model as a search would: device, dtype, loader and the BOS rule."""
     from cel_lens.grids import resources
