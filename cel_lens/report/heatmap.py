@@ -227,9 +227,13 @@ def _decimals(span: float, n_ticks: int = 5) -> int:
 
 
 def _title_notes(r: Mapping[str, Any]) -> list[str]:
-    """What the title must not leave to the text report: a selection that is no enhancement, and
-    one that only the tie-break made."""
+    """What the title must not leave to the text report: a selection made after D_test was read, a
+    selection that is no enhancement, and one that only the tie-break made."""
     notes = []
+    if r.get("selected_before_test") is False:
+        reads = (r.get("seal") or {}).get("prior_test_reads")
+        notes.append("⚠ Ŝ NOT fixed before D_test: D_test was read "
+                     + (f"{reads} time(s) " if reads else "") + "before the selection (see the run's seal)")
     dist_gain = r.get("dist_gain")
     if dist_gain is not None and not math.isnan(float(dist_gain)) and float(dist_gain) <= 0:
         notes.append(f"⚠ not an enhancement: no evaluated ablation raised D_dist accuracy (discovery gain {pp(dist_gain)})")

@@ -168,6 +168,9 @@ def test_the_title_carries_the_warnings_and_one_layer_is_singular(hand):
                                                                  "identical_subsets": 20, "wins": []})
     fig = plot_gain_heatmap(flat)
     assert "not an enhancement" in fig.layout.title.text and "ties 20 other subset(s)" in fig.layout.title.text
+    assert "NOT fixed before D_test" not in fig.layout.title.text
+    unsealed = dict(r, selected_before_test=False, seal={"prior_test_reads": 5, "reads": [], "reason": "..."})
+    assert "Ŝ NOT fixed before D_test: D_test was read 5 time(s)" in plot_gain_heatmap(unsealed).layout.title.text
     subset = {"heads": "L0H1", "size": 1, "dist_acc": 0.6, "dist_gain": 0.05, "score_sum": 0.02, "test_gain_posthoc": 0.01}
     one_layer = dict(r, scores=[hand.scores[0]], n_layers=1, heads="L0H1", pool=["L0H1"], subsets=[subset])
     texts = [a.text for a in plot_gain_heatmap(one_layer).layout.annotations]
