@@ -17,6 +17,7 @@ directory behind to refuse the corrected rerun.
 from __future__ import annotations
 
 import contextlib
+import time
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Mapping, Optional, Union
@@ -179,10 +180,13 @@ def _search_with_controls(
     model = getattr(oracle, "model", None)
     ablation = learn_ablation(model, task.dist, config.ablation, config.seed, run_dir) if model is not None else None
     with using_ablation(model, ablation) if model is not None else contextlib.nullcontext():
-        result = run_search(
-            recording, config=config, scores=_stage1_scores(config, recording, run_dir, settings),
-            progress=settings.progress, test_reads=test_reads,
-        )
+        t0 = time.perf_counter()
+        scores = _stage1_scores(config, recording, run_dir, settings)
+        scoring_s = time.perf_counter() - t0  # a scorer that runs before the search (attribution, compressed)
+        result = run_search(recording, config=config, scores=scores, progress=settings.progress, test_reads=test_reads)
+    if scores is not None:  # stage 1's time includes computing its scores (0 when read back from the run)
+        result = replace(result, timings={**result.timings, "stage1_s": result.timings.get("stage1_s", 0.0) + scoring_s})
+        run_dir.write_result(result.to_dict())
     if model is None:
         return result
     controls = ablation_controls(
