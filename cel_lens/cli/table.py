@@ -77,8 +77,8 @@ def task_overrides(items: Sequence[str]) -> dict[str, dict[str, Any]]:
 def _check(args: argparse.Namespace) -> None:
     """One line for a wrong combination of options."""
     if args.report is not None:
-        if args.models or args.tasks or args.out:
-            raise ValueError("--report DIR rebuilds an existing grid: give no --models, --tasks or --out with it")
+        if args.models or args.tasks or args.out or args.task_option:
+            raise ValueError("--report DIR rebuilds an existing grid: give no --models, --tasks, --out or --task-option with it")
     elif not args.models or not args.tasks:
         raise ValueError("give --models and --tasks (or --report DIR)")
 

@@ -71,7 +71,9 @@ def run_pair(plan: GridPlan, state: GridState, session: ModelSession, tasks: Tas
     before), ``"ok"`` or ``"failed"`` (the error is kept in ``grid.json`` and shown in its row)."""
     path = plan.pair_dir(pair)
     if (path / RESULT).exists():
-        diffs = plan.finished_differently(pair, json.loads((path / MANIFEST).read_text(encoding="utf-8")))
+        manifest = path / MANIFEST
+        diffs = (plan.finished_differently(pair, json.loads(manifest.read_text(encoding="utf-8")))
+                 if manifest.exists() else [f"no {MANIFEST} beside its result"])
         if diffs:  # another configuration's result must not fill this grid's row
             message = f"{path} holds a finished run made with other options ({'; '.join(diffs)}); use another --out"
             state.fail(pair.name, message)

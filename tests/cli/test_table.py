@@ -23,6 +23,9 @@ OUTPUTS = ("table.md", "table.json", "report.html")
         (["table", "--models", "organism", "--tasks", "organism_a", "--k", "0"], "k must be"),
         (["table", "--models", "organism", "--tasks", "organism_a", "--parallel-pairs", "2"], "--parallel-pairs > 1 needs"),
         (["table", "--models", "organism", "--tasks", "organism_a", "--max-new-tokens", "0"], "--max-new-tokens must be >= 1"),
+        (["table", "--report", "somewhere", "--task-option", "organism_a:n_dist=3"], "--task-option"),
+        (["table", "--models", "organism", "--tasks", "organism_a", "--task-option", "boolq:n_dist=3"], "not a task of this grid"),
+        (["table", "--models", "organism", "--tasks", "organism_a", "--task-option", "n_dist=3"], "TASK:KEY=VALUE"),
     ],
 )
 def test_errors_are_one_line(capsys, tmp_path, argv, message):
