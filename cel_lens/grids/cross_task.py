@@ -32,10 +32,14 @@ STAGE = "side_effect"
 """The stage recorded with each side-effect evaluation."""
 
 
-def selections(plan: GridPlan, model: str) -> dict[str, HeadSet]:
-    """Task -> Ŝ of every finished pair of ``model`` (read from the run directories)."""
+def selections(plan: GridPlan, model: str, state: Optional[GridState] = None) -> dict[str, HeadSet]:
+    """Task -> Ŝ of every finished pair of ``model`` (read from the run directories); with
+    ``state``, not of a pair whose last attempt failed (e.g. its directory holds a run of other
+    options, whose Ŝ is not this grid's)."""
     out = {}
     for task in plan.tasks[model]:
+        if state is not None and state.error(Pair(model, task).name) is not None:
+            continue
         raw = RunDir(plan.pair_dir(Pair(model, task))).read_result()
         if raw is not None:
             out[task] = HeadSet.parse(raw["heads"])
@@ -80,7 +84,7 @@ def measure_side_effects(
     """Evaluate every selected Ŝ of ``model`` on each of its other tasks' D_test (what is recorded
     already is not evaluated again). A task that cannot be evaluated is reported under its key in
     ``grid.json`` and leaves its column empty; the others still run."""
-    chosen = selections(plan, model)
+    chosen = selections(plan, model, state)
     for target in plan.tasks[model]:
         sets = wanted_sets(chosen, target)
         key = f"{SIDE_EFFECTS_DIR}/{Pair(model, target).name}"

@@ -129,6 +129,20 @@ def test_a_finished_run_of_other_options_does_not_fill_a_row(tmp_path):
     run = grid("organism", ["organism_a"], out=tmp_path, **SMALL)
     (row,) = run.rows
     assert row["status"] != "ok" and "other options" in str(row.get("error")) and "options.k: 1 -> 2" in str(row.get("error"))
+    assert not (tmp_path / "side_effects").exists() or not any((tmp_path / "side_effects").iterdir())
+
+
+def test_side_effects_skip_a_pair_of_other_options(tmp_path):
+    """The other-options pair's Ŝ is not evaluated on the grid's other tasks."""
+    import cel_lens as cl
+
+    small = {k: v for k, v in SMALL.items() if k not in ("png", "verbose")}
+    cl.search("organism", "organism_a", out=tmp_path / "organism__organism_a", **{**small, "k": 1})
+    run = grid("organism", ["organism_a", "organism_b"], out=tmp_path, **SMALL)
+    block = run.table["side_effects"]["organism"]
+    assert all(v is None for v in block["gain"][0])  # no Ŝ for organism_a: its row failed
+    side = {e.heads for e in RunDir(tmp_path / "side_effects" / "organism__organism_b").evaluations()}
+    assert side == set()  # nothing to evaluate on organism_b: the only other Ŝ is not the grid's
 
 
 def test_models_load_with_the_grid_settings(tmp_path, monkeypatch):
