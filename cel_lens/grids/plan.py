@@ -103,24 +103,6 @@ class GridPlan:
             opts.pop("max_new_tokens", None)  # a budget for the grid's generation tasks only
         return opts
 
-    def finished_differently(self, pair: Pair, manifest: Mapping[str, Any]) -> list[str]:
-        """How a finished run's ``manifest`` differs from what this plan would search for ``pair``
-        (search options, split sizes, task options): a grid must not report another
-        configuration's result in its row. Empty when it matches."""
-        want = self.config.manifest_options(self.settings.use_store)
-        had = manifest.get("options") or {}
-        diffs = [f"options.{k}: {had.get(k)!r} -> {want.get(k)!r}" for k in sorted(set(want) | set(had)) if had.get(k) != want.get(k)]
-        options = self.options_for(pair.task)
-        for split in ("dist", "test"):
-            n, recorded = options.get(f"n_{split}"), ((manifest.get("splits") or {}).get(split) or {}).get("n")
-            if n is not None and recorded != n:
-                diffs.append(f"n_{split}: {recorded!r} -> {n!r}")
-        task_options = (manifest.get("task") or {}).get("options") or {}
-        for key, value in options.items():
-            if key not in ("n_dist", "n_test", "data_dir", "max_new_tokens") and task_options.get(key, False if key == "chat_template" else None) != value:
-                diffs.append(f"task.{key}: {task_options.get(key)!r} -> {value!r}")
-        return diffs
-
     def pair_dir(self, pair: Pair) -> Path:
         """The run directory of ``pair``."""
         return self.out / pair.name

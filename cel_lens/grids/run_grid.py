@@ -33,7 +33,8 @@ from cel_lens.grids.state import GridState
 from cel_lens.grids.summary import build_table
 from cel_lens.pipeline import search
 from cel_lens.report.grid import grid_html, grid_markdown, write_grid_outputs
-from cel_lens.runs.run_dir import MANIFEST, RESULT
+from cel_lens.runs.manifest import build_manifest
+from cel_lens.runs.run_dir import MANIFEST, RESULT, describe_manifest_diff
 from cel_lens.selection.result import pp
 
 __all__ = ["GridRun", "grid", "rebuild", "run_pair"]
@@ -71,9 +72,7 @@ def run_pair(plan: GridPlan, state: GridState, session: ModelSession, tasks: Tas
     before), ``"ok"`` or ``"failed"`` (the error is kept in ``grid.json`` and shown in its row)."""
     path = plan.pair_dir(pair)
     if (path / RESULT).exists():
-        manifest = path / MANIFEST
-        diffs = (plan.finished_differently(pair, json.loads(manifest.read_text(encoding="utf-8")))
-                 if manifest.exists() else [f"no {MANIFEST} beside its result"])
+        diffs = _finished_differently(plan, tasks, pair, path)
         if diffs:  # another configuration's result must not fill this grid's row
             message = f"{path} holds a finished run made with other options ({'; '.join(diffs)}); use another --out"
             state.fail(pair.name, message)
@@ -102,6 +101,22 @@ def run_pair(plan: GridPlan, state: GridState, session: ModelSession, tasks: Tas
     r = run.result
     _say(log, f"{pair}: Ŝ = {r.heads}, test {pp(r.test_acc_intact, False)} -> {pp(r.test_acc_ablated, False)} ({pp(r.gain)})")
     return "ok"
+
+
+def _finished_differently(plan: GridPlan, tasks: TaskCache, pair: Pair, path: Path) -> list[str]:
+    """How the finished run in ``path`` differs from what this grid would search for ``pair``: its
+    manifest against the one the search would write (search options, task and task options, split
+    sizes and contents; the directory names the model), as a run directory compares them. A task
+    that cannot load here is compared on the search options alone."""
+    if not (path / MANIFEST).exists():
+        return [f"no {MANIFEST} beside its result"]
+    had = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
+    options = plan.config.manifest_options(plan.settings.use_store)
+    if tasks.problem(pair.task) is not None:
+        return describe_manifest_diff({"options": had.get("options")}, {"options": options})
+    want = build_manifest({}, tasks.get(pair.task), options)
+    keys = ("options", "task", "splits")
+    return describe_manifest_diff({k: had.get(k) for k in keys}, {k: want[k] for k in keys})
 
 
 def _one_pair_at_a_time(plan: GridPlan, state: GridState, log: Log) -> None:

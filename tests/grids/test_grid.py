@@ -130,6 +130,10 @@ def test_a_finished_run_of_other_options_does_not_fill_a_row(tmp_path):
     (row,) = run.rows
     assert row["status"] != "ok" and "other options" in str(row.get("error")) and "options.k: 1 -> 2" in str(row.get("error"))
     assert not (tmp_path / "side_effects").exists() or not any((tmp_path / "side_effects").iterdir())
+    other = tmp_path / "sizes"  # the same search options, another D_test: caught by the splits
+    cl.search("organism", "organism_a", out=other / "organism__organism_a", **{**small, "n_test": 40})
+    (row,) = grid("organism", ["organism_a"], out=other, **SMALL).rows
+    assert row["status"] == "failed" and "splits.test.n: 40 -> 48" in str(row.get("error"))
 
 
 def test_side_effects_skip_a_pair_of_other_options(tmp_path):
