@@ -217,6 +217,15 @@ class _PlanReport:
             print(self.plan.estimate_line(), file=info_stream(), flush=True)
 
 
+def calibration_layers(n_layers: int, n_heads: int, heads: int = 32) -> list[int]:
+    """Whole layers the plan times, about ``heads`` heads in all: a head's cost falls with its layer
+    (an ablation resumes there), and a scan evaluates a layer's heads together (they share its
+    forwards), so the layers are whole and placed symmetrically over depth, their mean layer the
+    mean of all (``(L-1)/2``, up to rounding)."""
+    m = min(n_layers, max(2, round(heads / max(1, n_heads))))
+    return sorted({round((n_layers - 1) * (2 * j + 1) / (2 * m)) for j in range(m)})
+
+
 def plan(
     model: Any,
     task: Union[Task, str],
@@ -229,8 +238,9 @@ def plan(
 ) -> SearchPlan:
     """What :func:`search` with the same arguments would evaluate, stage by stage, without
     searching or writing anything. With ``calibrate`` (default) the intact model and one batch of
-    single-head ablations run on the first ``calibration_examples`` D_dist examples, and the plan
-    carries the time they took per head set per example (:meth:`SearchPlan.seconds`)."""
+    single-head ablations (every head of a few layers, :func:`calibration_layers`) run on the first
+    ``calibration_examples`` D_dist examples, and the plan carries the time they took per head set
+    per example (:meth:`SearchPlan.seconds`)."""
     config, settings, task_options = _split_options(config, settings, options)
     task = resolve_task(task, config, task_options)
     n = max(1, min(calibration_examples, len(task.dist)))
@@ -242,9 +252,8 @@ def plan(
             memo, timer = MemoOracle(oracle), BatchTimer()
             memo.timer = timer
             memo.evaluate(DIST_SPLIT, [HeadSet()], stage="intact")
-            total = oracle.n_layers * oracle.n_heads  # heads spread over the layers: a head's cost depends on its layer
-            heads = sorted({j * total // min(32, total) for j in range(min(32, total))})
-            memo.evaluate(DIST_SPLIT, [HeadSet([divmod(i, oracle.n_heads)]) for i in heads], stage="stage1")
+            layers = calibration_layers(oracle.n_layers, oracle.n_heads)
+            memo.evaluate(DIST_SPLIT, [HeadSet([(l, h)]) for l in layers for h in range(oracle.n_heads)], stage="stage1")
             result = result.timed(timer.seconds_per_unit)
     finally:
         oracle.close()
