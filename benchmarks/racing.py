@@ -47,6 +47,43 @@ def planted(n_layers: int, n_heads: int, n_dist: int, scale: float, seed: int) -
                            background_sd=0.003 * scale, noise=0.02, seed=seed)
 
 
+def known_boundary_cost(oracle: Any, pool_size: int, options: RacingOptions) -> int:
+    """Head x example evaluations of a race *told* exact stage 1's pool boundary in advance: each head
+    stops at the first batch where its own interval (the race's hypergeometric bounds, at the race's
+    level) lies strictly on its side of the boundary, less ``options.margin`` (below the pool's lowest
+    score for a head outside the pool, above the best score outside it for a head inside). No race that certifies the pool
+    with these intervals can stop a head sooner, since it must also learn the boundary: a lower bound
+    on what racing can save on this oracle."""
+    from cel_lens.heads import HeadSet
+    from cel_lens.scoring.racing import count_bounds, racing_schedule
+    from cel_lens.splits import subsplit, subsplit_indices
+
+    L, H = oracle.n_layers, oracle.n_heads
+    intact = oracle.evaluate("dist", [HeadSet()], stage="intact")[0].numpy()
+    n = intact.shape[0]
+    bits = oracle.evaluate("dist", [HeadSet([Head(l, h)]) for l in range(L) for h in range(H)], stage="stage1").numpy()
+    ends = racing_schedule(n, options)
+    alpha = float(options.delta) / (4 * L * H * max(1, len(ends) - 1))
+    order = subsplit_indices(subsplit(options.seed, 0, n), n).numpy()
+    base, bits = intact[order], bits[:, order]
+    score = (bits.sum(1) - base.sum()) / n
+    ranked = np.argsort(-score, kind="stable")  # ties by index, as candidate_pool breaks them
+    inside = np.zeros(L * H, dtype=bool)
+    inside[ranked[:pool_size]] = True
+    low_in, best_out = score[ranked[pool_size - 1]], score[ranked[pool_size]] if pool_size < L * H else -np.inf
+    stop_at = np.full(L * H, n)
+    for m in ends[:-1]:
+        b = base[:m]
+        fixes, breaks = (bits[:, :m] & ~b).sum(1), (~bits[:, :m] & b).sum(1)
+        f_lo, f_hi = count_bounds(fixes, int((~b).sum()), int((~intact).sum()), alpha)
+        b_lo, b_hi = count_bounds(breaks, int(b.sum()), int(intact.sum()), alpha)
+        lo, hi = (f_lo - b_hi) / n, (f_hi - b_lo) / n
+        margin = float(options.margin)  # a head within the margin of the boundary may stop on the wrong side
+        decided = np.where(inside, lo + margin > best_out, hi - margin < low_in)
+        stop_at = np.where((stop_at == n) & decided, m, stop_at)
+    return int(stop_at.sum())
+
+
 def compare(oracle: Any, pool_size: int, margin: float) -> dict[str, Any]:
     """Exact and racing stage 1 on one oracle: recall, evaluations saved, seconds."""
     t0 = time.process_time()
@@ -54,7 +91,9 @@ def compare(oracle: Any, pool_size: int, margin: float) -> dict[str, Any]:
     t1 = time.process_time()
     race = racing_scores(oracle, pool_size, RacingOptions(delta=0.05, margin=margin))
     t2 = time.process_time()
+    known = known_boundary_cost(oracle, pool_size, RacingOptions(delta=0.05, margin=margin))
     return {
+        "known_ratio": race.exact_evaluations / max(known, 1),
         "recall": len(set(exact) & set(race.pool)) / len(exact), "saved": race.saved,
         "ratio": race.exact_evaluations / max(race.evaluations, 1),
         "out": sum(st == "out" and int(n) < race.ends[-1] for st, n in zip(race.status, race.seen.flatten().tolist())),
@@ -100,11 +139,11 @@ def organism_rows() -> list[dict[str, Any]]:
 
 def table(rows: list[dict[str, Any]]) -> str:
     """The markdown table of the rows."""
-    out = ["| source | pool | heads | \\|D_dist\\| | effects x | margin | recall (mean / min) | heads ruled out early | saved | cost ratio exact / race | CPU s exact / race |",
-           "|---|---|---|---|---|---|---|---|---|---|---|"]
+    out = ["| source | pool | heads | \\|D_dist\\| | effects x | margin | recall (mean / min) | heads ruled out early | saved | cost ratio exact / race | ratio if told the boundary | CPU s exact / race |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         out.append(f"| {r['source']} | {r['pool']} | {r['heads']} | {r['n_dist']} | {r['scale']:g} | {r['margin']:g} | "
-                   f"{r['recall']:.3f} / {r['min_recall']:.3f} | {r['out']:.0f} | {r['saved']:.1%} | {r['ratio']:.2f}x | "
+                   f"{r['recall']:.3f} / {r['min_recall']:.3f} | {r['out']:.0f} | {r['saved']:.1%} | {r['ratio']:.2f}x | {r['known_ratio']:.2f}x | "
                    f"{r['exact_cpu_s']:.2f} / {r['race_cpu_s']:.2f} |")
     return "\n".join(out)
 
@@ -117,14 +156,22 @@ def verdict(rows: list[dict[str, Any]]) -> str:
         return "The paper-size rows were not run (--quick).\n"
     met = all(r["ratio"] >= 5 and r["min_recall"] >= 0.99 for r in paper)
     best = max(paper, key=lambda r: r["ratio"])
+    told = max(r["known_ratio"] for r in paper)
+    relaxed = [r for r in rows if r["source"] == "planted" and r["heads"] >= 270 and r["n_dist"] >= 2000 and r["margin"] > 0]
     return (
         f"Goal (>= 5x fewer evaluations at >= 270 heads and 2,000 examples, recall >= 0.99): "
         f"{'met' if met else 'not met'}; the best paper-size row saves {best['saved']:.1%} ({best['ratio']:.2f}x), "
-        f"recall {min(r['min_recall'] for r in paper):.2f} or more. Heads ruled out early: before the last batch "
-        "(mean over seeds); only those save evaluations. "
-        "With a pool of 12 and a few real effects, the pool's boundary lies among heads whose scores differ by "
-        "less than evaluation noise, so proving exact membership needs nearly every example; strong, well "
-        "separated effects (the organism) are where racing pays. Recall is of exact stage 1's pool.\n"
+        f"recall {min(r['min_recall'] for r in paper):.2f} or more. "
+        f"**Told the pool's boundary in advance**, a race with the same intervals would still cost exact stage 1 / "
+        f"{told:.2f} at most on these rows"
+        + (f" ({max(r['known_ratio'] for r in relaxed):.2f}x with a margin of {relaxed[0]['margin']:g})" if relaxed else "")
+        + ": the cost is the pool's boundary, not the race. With a pool of 12 and a few real effects, most heads' "
+        "exact scores lie within evaluation noise of the pool's lowest score, and an interval that excludes that score "
+        "needs nearly every example; strong, well separated effects (the organism) are where racing pays. Heads ruled "
+        "out early: before the last batch (mean over seeds); only those save evaluations. Recall is of exact stage 1's "
+        "pool. *Ratio if told the boundary*: `known_boundary_cost`, each head stopped at the first batch where its "
+        "interval lies on its side of the boundary, a lower bound on any race certifying the pool with these "
+        "intervals.\n"
     )
 
 
