@@ -12,9 +12,14 @@ layer up. What a scan must compute is less:
   - the last layer only at the scored positions, apart from its keys and values at every token;
   - the unembedding at the scored positions.
 
+A sequence is cut into *pieces* ``(tokens, scored, past)``: ``tokens`` new positions after ``past``
+cached ones, the last ``scored`` of them read (:func:`pieces`: a multiple-choice context once, its
+endings after it). Generation (:func:`generation_flops`) is a prefill and one piece per new token.
+
 Terms per token (one multiply-add = 2 FLOPs): Q/K/V ``2 d (H + 2 H_kv) d_head``, O ``2 H d_head d``,
 MLP ``2 d d_ff x 3`` (gated) or ``x 2``, unembedding ``2 d V``; causal attention scores and values
-over ``T`` tokens ``2 H d_head T (T + 1)`` per layer (queries at ``S`` positions only: ``4 H d_head S T``).
+over ``T`` tokens ``2 H d_head T (T + 1)`` per layer (queries at the last ``S`` positions only: their
+causal pairs).
 Converted to seconds at a measured throughput (FLOP/s): of a plain single-thread matmul, or of the
 plain ``transformers`` intact pass (its FLOPs over its seconds).
 """
@@ -23,11 +28,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Optional, Sequence, Union
 
 import torch
 
-__all__ = ["Shape", "intact_flops", "head_flops", "scan_limit_flops", "floor_flops", "matmul_flops_per_second"]
+__all__ = ["Shape", "Piece", "intact_flops", "head_flops", "pieces", "scan_intact_flops", "scan_limit_flops", "floor_flops",
+           "generation_flops", "matmul_flops_per_second", "against_limit"]
+
+Piece = Union[tuple[int, int], tuple[int, int, int]]  # (tokens, scored[, past])
 
 
 @dataclass(frozen=True)
@@ -77,45 +85,97 @@ class Shape:
         pairs = keys * (keys + 1) // 2 if causal else queries * keys
         return 4 * self.n_heads * self.d_head * pairs
 
-    def full_layer(self, tokens: int) -> int:
-        """One layer at every token."""
-        return tokens * (self.qkv + self.out + self.mlp) + self.attention(tokens, tokens)
+    def causal_attention(self, tokens: int, past: int = 0, last: Optional[int] = None) -> int:
+        """Score and value FLOPs of the last ``last`` (default: all) of ``tokens`` new positions,
+        each attending causally to ``past`` cached positions and the new ones up to itself."""
+        q = tokens if last is None else last
+        pairs = q * past + (tokens * (tokens + 1) - (tokens - q) * (tokens - q + 1)) // 2
+        return 4 * self.n_heads * self.d_head * pairs
 
-    def last_layer(self, tokens: int, scored: int) -> int:
-        """The last layer when only ``scored`` positions are read: keys/values everywhere, the rest there."""
+    def full_layer(self, tokens: int, past: int = 0) -> int:
+        """One layer at ``tokens`` new positions (after ``past`` cached ones)."""
+        return tokens * (self.qkv + self.out + self.mlp) + self.causal_attention(tokens, past)
+
+    def last_layer(self, tokens: int, scored: int, past: int = 0) -> int:
+        """The last layer when only the last ``scored`` positions are read: keys/values everywhere,
+        queries, attention, output and MLP there."""
         kv = 2 * self.d_model * 2 * self.n_kv_heads * self.d_head
         q = 2 * self.d_model * self.n_heads * self.d_head
-        return tokens * kv + scored * (q + self.out + self.mlp) + self.attention(scored, tokens, causal=False)
+        return tokens * kv + scored * (q + self.out + self.mlp) + self.causal_attention(tokens, past, scored)
 
 
-def intact_flops(shape: Shape, tokens: int, scored: int) -> int:
-    """The intact pass of one sequence: every layer everywhere, the unembedding at ``scored`` positions."""
-    return shape.n_layers * shape.full_layer(tokens) + scored * shape.unembed
+def intact_flops(shape: Shape, tokens: int, scored: int, past: int = 0) -> int:
+    """The intact pass of one piece: every layer at its ``tokens`` positions (after ``past`` cached
+    ones), the unembedding at ``scored`` positions."""
+    return shape.n_layers * shape.full_layer(tokens, past) + scored * shape.unembed
 
 
-def head_flops(shape: Shape, layer: int, tokens: int, scored: int) -> int:
-    """One head of ``layer`` ablated, resumed from the intact pass (module docstring)."""
+def head_flops(shape: Shape, layer: int, tokens: int, scored: int, past: int = 0) -> int:
+    """One head of ``layer`` ablated on one piece, resumed from the intact pass (module docstring)."""
     L = shape.n_layers
     at = tokens if layer < L - 1 else scored  # the last layer: only the scored positions change
     total = at * (2 * shape.d_head * shape.d_model + shape.mlp)
-    total += sum(shape.full_layer(tokens) for _ in range(layer + 1, L - 1))
+    total += sum(shape.full_layer(tokens, past) for _ in range(layer + 1, L - 1))
     if layer < L - 1:
-        total += shape.last_layer(tokens, scored)
+        total += shape.last_layer(tokens, scored, past)
     return total + scored * shape.unembed
 
 
-def scan_limit_flops(shape: Shape, sequences: Sequence[tuple[int, int]]) -> int:
-    """The limit of an exact scan of every head over ``sequences`` of ``(tokens, scored)``."""
+def pieces(encoded: Sequence[tuple[Sequence[int], Sequence[Sequence[int]]]]) -> list[Piece]:
+    """The pieces ``(tokens, scored, past)`` a scan must compute for examples encoded as ``(context
+    ids, continuation ids per choice)`` (:func:`benchmarks.floor.encode_for_floor`): one row
+    ``context + continuation[:-1]`` for a single continuation; for several, the context once (its
+    last position scored) and each ending of more than one token after it."""
+    out: list[Piece] = []
+    for ctx, conts in encoded:
+        if len(conts) == 1:
+            out.append((len(ctx) + len(conts[0]) - 1, len(conts[0]), 0))
+            continue
+        out.append((len(ctx), 1, 0))
+        out += [(len(c) - 1, len(c) - 1, len(ctx)) for c in conts if len(c) > 1]
+    return out
+
+
+def _piece(p: Sequence[int]) -> tuple[int, int, int]:
+    """``(tokens, scored, past)`` of a piece given as ``(tokens, scored)`` or ``(tokens, scored, past)``."""
+    return (int(p[0]), int(p[1]), int(p[2]) if len(p) > 2 else 0)
+
+
+def scan_intact_flops(shape: Shape, sequences: Sequence[Sequence[int]]) -> int:
+    """The intact pass over every piece (:func:`pieces`; ``(tokens, scored)`` means no past)."""
+    return sum(intact_flops(shape, *_piece(p)) for p in sequences)
+
+
+def scan_limit_flops(shape: Shape, sequences: Sequence[Sequence[int]]) -> int:
+    """The limit of an exact scan of every head over the pieces (:func:`pieces`)."""
     return sum(
-        intact_flops(shape, t, s) + shape.n_heads * sum(head_flops(shape, l, t, s) for l in range(shape.n_layers))
-        for t, s in sequences
+        intact_flops(shape, *_piece(p)) + shape.n_heads * sum(head_flops(shape, l, *_piece(p)) for l in range(shape.n_layers))
+        for p in sequences
     )
 
 
-def floor_flops(shape: Shape, sequences: Sequence[tuple[int, int]]) -> float:
+def floor_flops(shape: Shape, sequences: Sequence[Sequence[int]]) -> float:
     """The benchmark's floor ``(1 + N (L+1)/(2L))`` intact passes, in the same FLOPs."""
     L, N = shape.n_layers, shape.n_layers * shape.n_heads
-    return (1 + N * (L + 1) / (2 * L)) * sum(intact_flops(shape, t, s) for t, s in sequences)
+    return (1 + N * (L + 1) / (2 * L)) * scan_intact_flops(shape, sequences)
+
+
+def generation_flops(shape: Shape, prompts: Sequence[int], generated: Sequence[Sequence[int]]) -> tuple[int, int]:
+    """``(intact, scan)`` FLOP bounds of greedy generation: ``prompts`` token counts, ``generated[e][p]``
+    tokens produced by evaluation ``e`` (0: intact, then every head layer-major) on prompt ``p``.
+    Each evaluation prefills its prompt (the first token from its last position) and decodes the
+    rest one token at a time after a key/value cache; an ablated one resumes every position from
+    its head's layer, as if its tokens below that layer were the intact run's (so a lower bound)."""
+    H = shape.n_heads
+
+    def cost(e: int, tokens: int, scored: int, past: int) -> int:
+        return intact_flops(shape, tokens, scored, past) if e == 0 else head_flops(shape, (e - 1) // H, tokens, scored, past)
+
+    per_eval = [
+        sum(cost(e, P, 1, 0) + sum(cost(e, 1, 1, P + i) for i in range(max(0, g - 1))) for P, g in zip(prompts, row))
+        for e, row in enumerate(generated)
+    ]
+    return per_eval[0], sum(per_eval)
 
 
 def matmul_flops_per_second(rows: int, d_in: int, d_out: int, reps: int = 5) -> float:
@@ -128,3 +188,15 @@ def matmul_flops_per_second(rows: int, d_in: int, d_out: int, reps: int = 5) -> 
             torch.mm(a, b)
         best = min(best, (time.process_time() - t0) / 10)
     return 2.0 * rows * d_in * d_out / max(best, 1e-9)
+
+
+def against_limit(limit: float, intact: float, intact_cpu_s: float, measured_cpu_s: float, matmul_rate: float) -> dict[str, float]:
+    """A measured run against its FLOP ``limit``: the limit in seconds at the throughput of the plain
+    ``transformers`` intact pass (``intact`` FLOPs in ``intact_cpu_s``) and of a plain matmul, and
+    each over the measured seconds (1: at the limit; below 1: that far above it)."""
+    hf_rate = intact / intact_cpu_s
+    return {
+        "limit_gflop": limit / 1e9, "hf_gflops": hf_rate / 1e9, "matmul_gflops": matmul_rate / 1e9,
+        "limit_s_hf": limit / hf_rate, "limit_s_matmul": limit / matmul_rate,
+        "limit_over_scan_hf": limit / hf_rate / measured_cpu_s, "limit_over_scan_matmul": limit / matmul_rate / measured_cpu_s,
+    }

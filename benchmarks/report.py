@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
+from benchmarks.bounds import limit_caption
 from benchmarks.scaling import fit_line
 from benchmarks.scan import GPU_JSON
 
-__all__ = ["print_rows", "write_results"]
+__all__ = ["print_rows", "write_results", "with_sections"]
 
 KINDS = {"hooked": "HookedTransformer", "bridge": "TransformerBridge"}
 
@@ -26,12 +28,13 @@ def print_rows(rec: dict[str, Any]) -> None:
     for r in rec["cases"]:
         print(f"{r['key']:18s} scan {r['cel_cpu_s']:7.2f} s  floor {r['floor_cpu_s']:7.2f} s  eff {r['efficiency_hf']:.2f} "
               f"(own {r['efficiency_own']:.2f})  lm-eval {_x(r.get('ratio_lmeval'))}  TL loop {_x(r.get('ratio_naive'))}  "
-              f"identical {r['identical']}")
+              f"identical {r['identical']}" + (f"  limit/scan {r['limit_over_scan_hf']:.2f}" if "limit_over_scan_hf" in r else ""))
     m = rec.get("mbpp")
     if m:
         print(f"{'mbpp':18s} " + "  ".join(f"{k} {m[f'cel_cpu_s_{k}']:.1f} s ({_x(m[f'ratio_naive_{k}'])} naive, "
                                             f"eff {m[f'efficiency_hf_{k}']:.2f})" for k in KINDS if f"cel_cpu_s_{k}" in m)
-              + f"  texts identical {m['identical']}")
+              + f"  texts identical {m['identical']}"
+              + (f"  bound {m['gen_bound_cpu_s']:.1f} s" if "gen_bound_cpu_s" in m else ""))
 
 
 def _summary(rec: dict[str, Any]) -> list[str]:
@@ -78,9 +81,51 @@ def _goals(rec: dict[str, Any]) -> list[str]:
                    + f" | {'met' if all(m[f'ratio_naive_{k}'] >= 3 for k in ks) else 'missed'} |")
         out.append(f"| identical MBPP text and pass@1 | {'yes' if m['identical'] else 'NO'} | "
                    f"{'met' if m['identical'] else 'missed'} |")
+    lim = [(r["key"], r["limit_over_scan_hf"]) for r in rows if "limit_over_scan_hf" in r]
+    if lim:
+        out.append("| exact scan >= 0.95 of the FLOP limit at `transformers` throughput (issue 28) | "
+                   + ", ".join(f"{k} {v:.2f}" for k, v in lim)
+                   + f" | {'met' if all(v >= 0.95 for _, v in lim) else 'missed: ' + ', '.join(k for k, v in lim if v < 0.95)} |")
+    if m and "gen_bound_cpu_s" in m:
+        ks = [k for k in KINDS if f"cel_cpu_s_{k}" in m]
+        over = {k: m[f"cel_cpu_s_{k}"] / m["gen_bound_cpu_s"] for k in ks}
+        out.append("| generation within 1.3x its FLOP bound (issue 28) | " + ", ".join(f"{k} {v:.2f}x" for k, v in over.items())
+                   + f" | {'met' if all(v <= 1.3 for v in over.values()) else 'missed'} |")
     same = all(r["identical"] for r in rows)
     out.append(f"| identical per-head decisions (cel_lens vs lm-eval vs TL loop) | {'yes' if same else 'NO'} | "
                f"{'met' if same else 'missed'} |")
+    return out
+
+
+def _limit(rec: dict[str, Any]) -> list[str]:
+    """Each case against its FLOP limit (:mod:`benchmarks.limit`) and generation against its bound."""
+    rows = [r for r in rec["cases"] if "limit_gflop" in r]
+    if not rows:
+        return ["Not in this run's record (it predates `benchmarks/limit.py`)."]
+    out = [
+        "The **FLOP limit** is what an exact scan must compute, counted from the real token shapes "
+        "(`benchmarks/limit.py`): the intact pass once; per head the ablated layer's shared attention plus a rank-d_head "
+        "correction, that layer's MLP, the layers above in full, the last layer only at scored positions (apart from "
+        "its keys and values), a multiple-choice context once. It is converted to seconds at two throughputs measured "
+        "in this run: the plain `transformers` intact pass's (its FLOPs over its CPU seconds) and a plain single-thread "
+        "matmul's (the peak). **limit / scan**: 1 is at the limit; 0.8 means the scan takes 1.25x the limit.",
+        "",
+        "| case | FLOP limit, GFLOP | scan, CPU s | `transformers` GFLOP/s | limit there, s | **limit / scan** "
+        "| matmul GFLOP/s | limit there, s | limit / scan |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        out.append(f"| {r['key']} | {r['limit_gflop']:.1f} | {r['cel_cpu_s']:.1f} | {r['hf_gflops']:.1f} | {r['limit_s_hf']:.1f} "
+                   f"| **{r['limit_over_scan_hf']:.2f}** | {r['matmul_gflops']:.1f} | {r['limit_s_matmul']:.1f} "
+                   f"| {r['limit_over_scan_matmul']:.2f} |")
+    m = rec.get("mbpp") or {}
+    if "gen_bound_cpu_s" in m:
+        out += ["", f"Generation (MBPP, {m['gen_tokens']} tokens generated over all evaluations): the FLOP bound "
+                f"(`generation_flops`: each evaluation's prefill and one step per generated token, an ablated one resumed "
+                f"from its head's layer) is {m['gen_bound_gflop']:.1f} GFLOP = **{m['gen_bound_cpu_s']:.1f} CPU s** at the "
+                f"throughput of `transformers`' intact `generate` ({m['gen_hf_gflops']:.1f} GFLOP/s). The scan takes "
+                + ", ".join(f"{KINDS[k]} {m[f'cel_cpu_s_{k}']:.1f} s = **{m[f'cel_cpu_s_{k}'] / m['gen_bound_cpu_s']:.2f}x** the bound"
+                            for k in KINDS if f"cel_cpu_s_{k}" in m) + "."]
     return out
 
 
@@ -148,7 +193,9 @@ def _extras(rec: dict[str, Any]) -> list[str]:
                 *[f"| {n} | {c:.2f} | {w:.2f} |" for n, w, c in sorted(scale["by_n"])], "",
                 f"Least squares (CPU): {a2:.2f} s + {b2 * 1000:.0f} ms x examples, R^2 = {r2:.3f}.", ""]
         if any(str(p).endswith(".png") for p in rec.get("figures", [])):
-            out += ["![scaling](../figures/bench_scaling.png)", ""]
+            r = next((c for c in rec["cases"] if c["key"] == "hooked/arith"), None)
+            caption = limit_caption(r).replace("<br>", " ") if r else ""
+            out += ["![scaling](../figures/bench_scaling.png)", "", caption, ""]
     return out
 
 
@@ -211,9 +258,13 @@ def write_results(rec: dict[str, Any]) -> str:
         "",
         *_summary(rec),
         "",
-        "## Goals (issue 16)",
+        "## Goals (issues 16 and 28)",
         "",
         *_goals(rec),
+        "",
+        "## Against the FLOP limit",
+        "",
+        *_limit(rec),
         "",
         "## One intact pass, CPU s (HookedTransformer vs TransformerBridge, stack vs own forward)",
         "",
@@ -235,3 +286,10 @@ def write_results(rec: dict[str, Any]) -> str:
                      + (f"; MISMATCHES: {'; '.join(r['mismatches'])}" if r["mismatches"] else ""))
     lines += ["", *_gpu()]
     return "\n".join(lines)
+
+
+def with_sections(new: str, old: str) -> str:
+    """``new`` followed by the sections other benchmarks wrote into ``old`` (between ``<!-- key:start -->``
+    and ``<!-- key:end -->``: racing, SmolLM2, ...), so that rewriting the suite's report keeps them."""
+    blocks = [m.group(0) for m in re.finditer(r"<!-- ([\w-]+):start -->.*?<!-- \1:end -->", old, flags=re.S)]
+    return new.rstrip("\n") + "\n" + "".join(f"\n{b}\n" for b in blocks) if blocks else new

@@ -38,6 +38,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch  # noqa: E402
 
+from benchmarks.bounds import generation_bound, limit_caption, limit_case  # noqa: E402
 from benchmarks.measure import cpu_seconds, machine_info, measure, median, own_cpu_seconds, own_pass_seconds  # noqa: E402
 from benchmarks.scan import BATCH, GPU_JSON, STORE_BUDGET, cel_scan  # noqa: E402,F401 - re-exported
 from benchmarks.workload import REPO  # noqa: E402
@@ -143,6 +144,7 @@ def run_case(w: dict[str, Any], kind: str, task_key: str, reps: int, loops: dict
     }
     out["efficiency_hf"] = out["floor_cpu_s"] / cel_cpu
     out["efficiency_own"] = out["own_floor_cpu_s"] / cel_cpu
+    out.update(limit_case(w, model, task, cel_cpu, hf["pass_cpu_s"]))
     if naive_runs:
         per_eval = median([m.cpu_s / k for m, k in naive_runs])
         out.update(naive_eval_cpu_s=per_eval, naive_cpu_s=per_eval * (N + 1), ratio_naive=per_eval * (N + 1) / cel_cpu,
@@ -239,7 +241,8 @@ def mbpp_case(w: dict[str, Any], reps: int, naive_per_rep: int, log) -> dict[str
     prompts = generation_prompts(hooked, task.dist, False, max_new)
     out["prompt_tokens"] = [len(p) for p in prompts]
     eos = w["tokenizer"].eos_token_id
-    hf_s = min(hf_generate_seconds(w["hf"], prompts, max_new, eos)[0] for _ in range(2))
+    timed = [hf_generate_seconds(w["hf"], prompts, max_new, eos) for _ in range(2)]
+    hf_s, hf_out = min(t for t, _ in timed), timed[0][1]
     out.update(hf_generate_cpu_s=hf_s, floor_cpu_s=hf_s * (N + 1))
     naive_runs, mismatches = [], []
     for kind, model in w["models"].items():
@@ -265,6 +268,7 @@ def mbpp_case(w: dict[str, Any], reps: int, naive_per_rep: int, log) -> dict[str
     for kind in w["models"]:
         out[f"ratio_naive_{kind}"] = out["naive_cpu_s"] / out[f"cel_cpu_s_{kind}"]
         out[f"efficiency_hf_{kind}"] = out["floor_cpu_s"] / out[f"cel_cpu_s_{kind}"]
+    out.update(generation_bound(w, prompts, cel, hf_s, hf_out))
     return out
 
 
@@ -316,7 +320,7 @@ def build_workload(quick: bool, log) -> dict[str, Any]:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the suite; 0 when every comparison of decisions and texts agreed, 1 otherwise."""
-    from benchmarks.report import print_rows, write_results
+    from benchmarks.report import print_rows, with_sections, write_results
 
     ap = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smaller model and splits, a few minutes, writes nothing")
@@ -328,7 +332,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = ap.parse_args(argv)
     if args.report_only:
         rec = json.loads(RESULTS_JSON.read_text())
-        RESULTS_MD.write_text(write_results(rec))
+        RESULTS_MD.write_text(with_sections(write_results(rec), RESULTS_MD.read_text() if RESULTS_MD.exists() else ""))
         print(f"wrote {RESULTS_MD.relative_to(REPO)} from {RESULTS_JSON.relative_to(REPO)}")
         return 0
     os.environ.setdefault("CEL_LENS_ALLOW_CODE_EXECUTION", "1")  # MBPP's judge runs generated code in the sandbox
@@ -376,7 +380,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         rec["scaling"] = scaling(w["models"]["hooked"], w["tasks"]["arith"], (r["n_heads"], n, r["cel_wall_s"], r["cel_cpu_s"]),
                                  n_points=(n // 4, n // 2))
         rec["figures"] = [str(p.relative_to(REPO)) for p in
-                          scaling_figure(rec["scaling"], r["own_pass_cpu_s"], r["n_layers"], FIGURE)]
+                          scaling_figure(rec["scaling"], r["own_pass_cpu_s"], r["n_layers"], FIGURE, limit_caption(r))]
     rec["config"] = {"model": w["model_label"], "shape": w["shape"], "batch_size": BATCH, "reps": args.reps,
                      "threads": args.threads, "quick": args.quick, "argv": list(argv if argv is not None else sys.argv[1:]),
                      "date": _dt.datetime.now().strftime("%Y-%m-%d %H:%M"), "total_s": time.perf_counter() - t_start}
@@ -385,7 +389,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print_rows(rec)
     if not args.quick:
         RESULTS_JSON.write_text(json.dumps(rec, indent=1, default=str) + "\n")
-        RESULTS_MD.write_text(write_results(rec))
+        RESULTS_MD.write_text(with_sections(write_results(rec), RESULTS_MD.read_text() if RESULTS_MD.exists() else ""))
         log(f"wrote {RESULTS_MD.relative_to(REPO)}, {RESULTS_JSON.relative_to(REPO)}")
     bad = [r["key"] for r in rows if not r["identical"]] + (["mbpp"] if not rec.get("mbpp", {}).get("identical", True) else [])
     if bad:

@@ -104,9 +104,10 @@ def fit_line(points: Sequence[tuple[float, float]]) -> tuple[float, float, float
     return a, b, r2
 
 
-def scaling_figure(scale: dict[str, Any], floor_pass_cpu: float, L: int, path_stem: Path) -> list[Path]:
+def scaling_figure(scale: dict[str, Any], floor_pass_cpu: float, L: int, path_stem: Path, caption: str = "") -> list[Path]:
     """Two panels (CPU seconds against heads, against |D_dist|; wall seconds as open markers) with
-    least-squares lines and the compute floor; saved as HTML and PNG by
+    least-squares lines and the compute floor, ``caption`` below (the run's own numbers, e.g.
+    :func:`benchmarks.bounds.limit_caption`); saved as HTML and PNG by
     :func:`cel_lens.report.save_figure`."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
@@ -141,13 +142,9 @@ def scaling_figure(scale: dict[str, Any], floor_pass_cpu: float, L: int, path_st
         fig.update_yaxes(title_text="seconds", rangemode="tozero", row=1, col=col)
     fig.update_layout(width=1100, height=500, template="plotly_white", margin=dict(b=130),
                       title="cel_lens stage-1 exact scan (random 8x8 Llama checkpoint, HookedTransformer, Arithmetic): linear in heads and |D_dist|")
-    fig.add_annotation(  # what "below the floor" means, so the figure and RESULTS.md's efficiencies agree
-        text=("The floor is what the scan would cost as full intact passes (here cel_lens's own intact pass) times the "
-              "average share of layers an ablation changes. The scan runs <i>below</i> it: efficiency = floor / scan > 1<br>"
-              "(ablated passes resume at the head's layer and unembed only scored positions). RESULTS.md's 1.09–1.36 is "
-              "that ratio against transformers' fastest (SDPA) pass."),
-        x=0.0, y=-0.3, xref="paper", yref="paper", xanchor="left", yanchor="top", showarrow=False, align="left",
-        font=dict(size=11, color="#444444"))
+    if caption:
+        fig.add_annotation(text=caption, x=0.0, y=-0.3, xref="paper", yref="paper", xanchor="left", yanchor="top",
+                           showarrow=False, align="left", font=dict(size=11, color="#444444"))
     return save_figure(fig, path_stem)
 
 

@@ -27,7 +27,7 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 import torch  # noqa: E402
 
 from benchmarks.floor import encode_for_floor, hf_causal_lm, hf_floor  # noqa: E402
-from benchmarks.limit import Shape, floor_flops, intact_flops, matmul_flops_per_second, scan_limit_flops  # noqa: E402
+from benchmarks.limit import Shape, floor_flops, matmul_flops_per_second, pieces, scan_intact_flops, scan_limit_flops  # noqa: E402
 from benchmarks.racing import write_section  # noqa: E402
 from cel_lens.heads import HeadSet  # noqa: E402
 from cel_lens.oracle import DIST_SPLIT, MemoOracle  # noqa: E402
@@ -64,7 +64,7 @@ def measure(model_path: str, data_dir: str, n_dist: int, loader: str) -> dict[st
     import cel_lens as cl
     from cel_lens.backends.local import LocalOracle
     from cel_lens.config import SearchConfig
-    from cel_lens.evaluation import encode_pair
+    from cel_lens.pipeline import calibration_layers
 
     torch.set_num_threads(1)
     model = cl.load_model(model_path, loader=loader)
@@ -83,19 +83,17 @@ def measure(model_path: str, data_dir: str, n_dist: int, loader: str) -> dict[st
     L, H = oracle.n_layers, oracle.n_heads
     race = racing_scores(ReplayOracle(memo, L, H, n_dist), 12, RacingOptions(first=max(4, n_dist // 8)))
     shape = Shape.from_hf_config(json.loads((Path(model_path) / "config.json").read_text()))
-    seqs = []
-    for ex in task.dist:
-        ctx, cont = encode_pair(model, ex.prompt, ex.target)
-        seqs.append((len(ctx) + len(cont) - 1, len(cont)))
+    seqs = pieces(encode_for_floor(model, task.dist))
     hf = hf_causal_lm(model_path)
     floor = hf_floor(hf, encode_for_floor(model, task.dist), pad=int(hf.config.pad_token_id or 0), budgets=(0, 1024), reps=2)
-    hf_rate = sum(intact_flops(shape, t_, s_) for t_, s_ in seqs) / floor["pass_cpu_s"]
-    mm_rate = matmul_flops_per_second(sum(t_ for t_, _ in seqs), shape.d_model, shape.d_mlp)
+    hf_rate = scan_intact_flops(shape, seqs) / floor["pass_cpu_s"]
+    mm_rate = matmul_flops_per_second(sum(p[0] for p in seqs), shape.d_model, shape.d_mlp)
     limit = scan_limit_flops(shape, seqs)
     rate = scan_cpu / (L * H * n_dist)
     return {
-        "loader": loader, "n_dist": n_dist, "heads": L * H, "mean_tokens": sum(t_ for t_, _ in seqs) / len(seqs),
+        "loader": loader, "n_dist": n_dist, "heads": L * H, "mean_tokens": sum(p[0] for p in seqs) / len(seqs),
         "plan_stage1_s": plan.seconds(stage1), "plan_rate_s": plan.seconds_per_unit,
+        "plan_layers": calibration_layers(L, H),
         "scan_cpu_s": scan_cpu, "scan_wall_s": scan_wall, "intact_cpu_s": intact_cpu, "intact_wall_s": intact_wall,
         "race_units": race.evaluations, "exact_units": race.exact_evaluations, "race_saved": race.saved,
         "race_pool_equal": race.pool == candidate_pool(scores, 12), "race_cpu_s_est": race.evaluations * rate,
@@ -119,7 +117,7 @@ def section(r: dict[str, Any], command: str) -> str:
         "| quantity | value |",
         "|---|---|",
         f"| exact stage 1, measured | {r['scan_cpu_s']:.1f} CPU s ({r['scan_wall_s']:.1f} wall s) |",
-        f"| `--plan` estimate of exact stage 1 (one batch timed by the wall clock) | {r['plan_stage1_s']:.1f} s: "
+        f"| `--plan` estimate of exact stage 1 (every head of layers {r.get('plan_layers', '?')} timed by the wall clock) | {r['plan_stage1_s']:.1f} s: "
         f"{ratio_wall:.2f} x the measured wall time, {ratio:.2f} x the CPU time |",
         f"| intact pass with activation store | {r['intact_cpu_s']:.2f} CPU s |",
         f"| racing stage 1 (delta 0.05, replayed on the exact answers) | {r['race_units']:,} of {r['exact_units']:,} "

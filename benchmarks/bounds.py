@@ -1,0 +1,53 @@
+"""The benchmark's cases against their FLOP limits (:mod:`benchmarks.limit`), from a workload's real
+token shapes: the exact scan of every head, and greedy generation."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from benchmarks.floor import encode_for_floor
+from benchmarks.limit import (
+    Shape, against_limit, generation_flops, matmul_flops_per_second, pieces, scan_intact_flops, scan_limit_flops,
+)
+
+__all__ = ["limit_case", "generation_bound", "limit_caption"]
+
+
+def limit_case(w: dict[str, Any], model, task, scan_cpu_s: float, hf_pass_cpu_s: float) -> dict[str, float]:
+    """The scan against its FLOP limit (:mod:`benchmarks.limit`), from the real token shapes."""
+    shape = Shape.from_hf_config(w["hf"].config.to_dict())
+    parts = pieces(encode_for_floor(model, task.dist))
+    if "matmul_rate" not in w:  # once per workload: a [tokens, d_model] x [d_model, d_mlp] product
+        w["matmul_rate"] = matmul_flops_per_second(512, shape.d_model, shape.d_mlp)
+    return against_limit(scan_limit_flops(shape, parts), scan_intact_flops(shape, parts), hf_pass_cpu_s, scan_cpu_s,
+                         w["matmul_rate"])
+
+
+def generation_bound(
+    w: dict[str, Any], prompts: Sequence[Sequence[int]], cel: dict[str, Any], hf_s: float, hf_out: Sequence[Sequence[int]]
+) -> dict[str, float]:
+    """Generation's FLOP bound (:func:`~benchmarks.limit.generation_flops`) for cel_lens's scan:
+    decode steps from each judged completion's tokens (re-tokenized; a row cut at a stop string
+    counts only up to it), in seconds at the throughput of ``transformers``' intact ``generate``
+    (``hf_s`` CPU s to produce ``hf_out``)."""
+    shape = Shape.from_hf_config(w["hf"].config.to_dict())
+    tok = w["tokenizer"]
+    generated = [[len(tok.encode(c, add_special_tokens=False)) for c in row] for row in cel["completions"]]
+    lengths = [len(p) for p in prompts]
+    total = generation_flops(shape, lengths, generated)[1]
+    rate = generation_flops(shape, lengths, [[len(o) for o in hf_out]])[0] / hf_s
+    return {"gen_bound_gflop": total / 1e9, "gen_bound_cpu_s": total / rate, "gen_hf_gflops": rate / 1e9,
+            "gen_tokens": sum(map(sum, generated))}
+
+
+def limit_caption(case: dict[str, Any]) -> str:
+    """The scaling figure's caption from one case's record (its floor and FLOP limit, this run's numbers)."""
+    text = ("Floor (red): N (L+1)/(2L) of cel_lens's own intact passes, each head charged every full layer from its own "
+            f"up. Against the fastest transformers pass the scan's efficiency (floor / scan) is {case['efficiency_hf']:.2f}.")
+    if "limit_gflop" in case:
+        text += ("<br>FLOP limit (benchmarks/limit.py: shared attention and a rank-d_head correction at the ablated layer, "
+                 f"the last layer at scored positions only): {case['limit_gflop']:.1f} GFLOP for all {case['n_heads']} heads;"
+                 f"<br>{case['limit_s_hf']:.1f} s at transformers' throughput (limit / scan {case['limit_over_scan_hf']:.2f}), "
+                 f"{case['limit_s_matmul']:.1f} s at the matmul peak ({case['limit_over_scan_matmul']:.2f}); "
+                 f"the scan: {case['cel_cpu_s']:.1f} CPU s.")
+    return text
