@@ -24,6 +24,7 @@ from cel_lens.backends.local import LocalOracle  # noqa: E402
 from cel_lens.heads import Head, HeadSet  # noqa: E402
 from cel_lens.oracle import DIST_SPLIT  # noqa: E402
 from cel_lens.runs import load_run  # noqa: E402
+from cel_lens.runs.export import run_task  # noqa: E402
 from cel_lens.scoring import rank_agreement  # noqa: E402
 
 
@@ -34,14 +35,8 @@ def main() -> None:
     p.add_argument("--layers", default="0,1,2,29")
     args = p.parse_args()
     torch.set_num_threads(1)
-    manifest = json.load(open(os.path.join(args.run, "manifest.json")))
-    keep = ("chat_template", "configs", "dist_from", "seed", "n_dist", "n_test")  # loader options; the rest describes
-    opts = {k: v for k, v in manifest["task"]["options"].items() if k in keep}
     run = load_run(args.run)
-    task = cl.load_task(manifest["task"]["name"], data_dir=args.data_dir, **opts)
-    want = manifest["splits"]["dist"]["content_sha256"]
-    if task.dist.content_hash != want:
-        raise SystemExit(f"D_dist rebuilt from the manifest is not the run's ({task.dist.content_hash[:12]} != {want[:12]})")
+    task = run_task(run, data_dir=args.data_dir)  # both splits checked against the manifest's content hashes
     model = cl.load_model("smollm2-135m")
     recorded = {(e.split, str(HeadSet.parse(e.heads))): e.correct for e in run.evaluations}
     pool_heads = [Head.parse(h) for h in [e for e in run.events if e.get("event") == "pool"][-1]["pool"]]

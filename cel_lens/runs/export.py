@@ -31,7 +31,7 @@ from cel_lens.model.load import load_model
 from cel_lens.runs.run_dir import MANIFEST
 from cel_lens.runs.reader import RunRecord, as_record
 from cel_lens.tasks.base import Task
-from cel_lens.tasks.registry import load_task
+from cel_lens.tasks.registry import load_task, loaded_splits, loader_options
 
 __all__ = ["export_model", "verify_export", "VerifyReport", "selected_heads", "run_task", "heads_zeroed", "run_ablation"]
 
@@ -175,23 +175,27 @@ class VerifyReport:
 
 
 def run_task(record: RunRecord, task: Optional[Task] = None, data_dir: Optional[str] = None) -> Task:
-    """The run's task: ``task``, or the manifest's task loaded again (from ``data_dir``); its D_test
-    must have the content hash the manifest recorded."""
+    """The run's task: ``task``, or the manifest's task loaded again (from ``data_dir``) with every
+    loader option the manifest recorded (:func:`~cel_lens.tasks.loader_options`: the split seed,
+    the prompt format, BoolQ's ``dist_from``, ...); each split must have the content hash the
+    manifest recorded (D_dist only where ``task`` holds it)."""
     record = as_record(record)
     splits = record.manifest.get("splits") or {}
     if task is None:
         info = record.manifest.get("task") or {}
-        opts = info.get("options") or {}
-        kwargs = {k: opts[k] for k in ("chat_template", "configs") if k in opts}
-        seed = (record.manifest.get("options") or {}).get("seed", opts.get("seed", 0))
+        opts = dict(info.get("options") or {})
+        opts.setdefault("seed", (record.manifest.get("options") or {}).get("seed", 0))  # manifests that predate it
         task = load_task(info.get("name"), n_dist=(splits.get("dist") or {}).get("n"), n_test=(splits.get("test") or {}).get("n"),
-                         seed=seed, data_dir=data_dir, **kwargs)
-    want = (splits.get("test") or {}).get("content_sha256")
-    if want is not None and task.test.content_hash != want:
-        raise ValueError(
-            f"the D_test loaded for verification is not the run's (content hash {task.test.content_hash[:12]} != {want[:12]}): "
-            "give the run's data directory (--data-dir) or task"
-        )
+                         data_dir=data_dir, **loader_options(info.get("name"), opts))
+    for name in loaded_splits(task):
+        label = {"dist": "D_dist", "test": "D_test"}[name]
+        want = (splits.get(name) or {}).get("content_sha256")
+        got = getattr(task, name).content_hash
+        if want is not None and got != want:
+            raise ValueError(
+                f"the {label} loaded for verification is not the run's (content hash {got[:12]} != {want[:12]}): "
+                "give the run's data directory (--data-dir) or task"
+            )
     return task
 
 

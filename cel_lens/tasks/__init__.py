@@ -9,7 +9,7 @@
 
 from cel_lens.tasks.base import Example, Split, SplitOverlapError, Task, TaskKind, check_disjoint, sample_disjoint
 from cel_lens.tasks.io import DataNotFoundError, fixture_data_dir
-from cel_lens.tasks.registry import BUILTIN_TASKS, available_tasks, load_task, register_task, task_info
+from cel_lens.tasks.registry import BUILTIN_TASKS, available_tasks, load_task, loader_options, register_task, task_info
 from cel_lens.tasks.tokens import token_task
 
 __all__ = [
@@ -23,6 +23,7 @@ __all__ = [
     "BUILTIN_TASKS",
     "register_task",
     "load_task",
+    "loader_options",
     "available_tasks",
     "task_info",
     "fixture_data_dir",

@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 from cel_lens.tasks.base import Split, Task, check_disjoint
 
-__all__ = ["BUILTIN_TASKS", "SPLIT_NAMES", "register_task", "load_task", "available_tasks", "task_info", "loaded_splits"]
+__all__ = ["BUILTIN_TASKS", "SPLIT_NAMES", "register_task", "load_task", "loader_options", "available_tasks", "task_info", "loaded_splits"]
 
 SPLIT_NAMES: tuple[str, ...] = ("dist", "test")
 """The two splits of a task, in the order :func:`load_task` loads them."""
@@ -70,6 +70,16 @@ def _resolve(name: str) -> tuple[Loader, dict[str, Any]]:
 def task_info(name: str) -> dict[str, Any]:
     """What a task declares about itself (kind, metric, default sizes, sources, files)."""
     return _resolve(name)[1]
+
+
+def loader_options(name: str, recorded: Mapping[str, Any]) -> dict[str, Any]:
+    """The options in ``recorded`` (a run manifest's task options, which also hold descriptions
+    such as the protocol) that the task's loader takes as keywords, other than the sizes, the
+    data directory and the splits: what loads the same task again (``seed``, ``chat_template``,
+    BoolQ's ``dist_from``, MBPP's ``judge`` and ``max_new_tokens``, ...)."""
+    params = inspect.signature(_resolve(name)[0]).parameters.values()
+    takes = {q.name for q in params if q.kind not in (q.VAR_KEYWORD, q.VAR_POSITIONAL)}
+    return {k: recorded[k] for k in sorted(takes - {"n_dist", "n_test", "data_dir", "splits"}) if k in recorded}
 
 
 def _check_splits(splits: Union[str, Sequence[str]]) -> tuple[str, ...]:

@@ -119,3 +119,27 @@ def test_verify_an_existing_export_from_the_command_line_and_refuse_relabelled_h
     assert report.files_ok == report.files_checked - 1 and not report.ok
     (out / PROVENANCE_HASH_FILE).unlink()
     assert main(["verify", str(out), "--no-progress"]) == 1 and "FAILED" in capsys.readouterr().out
+
+
+def test_run_task_loads_the_run_task_with_every_loader_option_it_recorded(data_dir, tmp_path):
+    """A BoolQ run with D_dist drawn from validation and a split seed other than the search seed:
+    the task is rebuilt with both (they used to be dropped), and a D_dist that is not the run's is
+    refused, not only a wrong D_test."""
+    from dataclasses import replace
+
+    from cel_lens.runs.reader import RunRecord
+
+    task = cel_lens.load_task("boolq", n_dist=10, n_test=20, seed=3, data_dir=data_dir, dist_from="validation")
+    splits = {s: {"n": len(getattr(task, s)), "content_sha256": getattr(task, s).content_hash} for s in ("dist", "test")}
+    manifest = {"task": {"name": "boolq", "options": dict(task.options)}, "splits": splits, "options": {"seed": 0}}
+    record = RunRecord(tmp_path, manifest, [], [], None)
+    again = run_task(record, data_dir=data_dir)
+    assert again.dist.content_hash == task.dist.content_hash and again.test.content_hash == task.test.content_hash
+    other = cel_lens.load_task("boolq", n_dist=10, n_test=20, seed=3, data_dir=data_dir)  # D_dist from train
+    assert other.test.content_hash == task.test.content_hash and other.dist.content_hash != task.dist.content_hash
+    with pytest.raises(ValueError, match="D_dist loaded for verification is not the run's"):
+        run_task(record, other)
+    test_only = cel_lens.load_task("boolq", n_test=20, seed=3, data_dir=data_dir, splits="test")
+    assert run_task(record, test_only) is test_only  # holds no D_dist: only D_test is checked
+    with pytest.raises(ValueError, match="D_test loaded for verification"):
+        run_task(record, replace(task, test=other.dist))
