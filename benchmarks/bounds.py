@@ -32,12 +32,12 @@ def generation_bound(
     (``hf_s`` CPU s to produce ``hf_out``)."""
     shape = Shape.from_hf_config(w["hf"].config.to_dict())
     tok = w["tokenizer"]
-    generated = [[len(tok.encode(c, add_special_tokens=False)) for c in row] for row in cel["completions"]]
+    generated = [[tok.encode(c, add_special_tokens=False) for c in row] for row in cel["completions"]]
     lengths = [len(p) for p in prompts]
     total = generation_flops(shape, lengths, generated)[1]
-    rate = generation_flops(shape, lengths, [[len(o) for o in hf_out]])[0] / hf_s
+    rate = generation_flops(shape, lengths, [list(hf_out)])[0] / hf_s
     return {"gen_bound_gflop": total / 1e9, "gen_bound_cpu_s": total / rate, "gen_hf_gflops": rate / 1e9,
-            "gen_tokens": sum(map(sum, generated))}
+            "gen_tokens": sum(len(ids) for row in generated for ids in row)}
 
 
 def limit_caption(case: dict[str, Any]) -> str:

@@ -160,22 +160,31 @@ def floor_flops(shape: Shape, sequences: Sequence[Sequence[int]]) -> float:
     return (1 + N * (L + 1) / (2 * L)) * scan_intact_flops(shape, sequences)
 
 
-def generation_flops(shape: Shape, prompts: Sequence[int], generated: Sequence[Sequence[int]]) -> tuple[int, int]:
-    """``(intact, scan)`` FLOP bounds of greedy generation: ``prompts`` token counts, ``generated[e][p]``
-    tokens produced by evaluation ``e`` (0: intact, then every head layer-major) on prompt ``p``.
-    Each evaluation prefills its prompt (the first token from its last position) and decodes the
-    rest one token at a time after a key/value cache; an ablated one resumes every position from
-    its head's layer, as if its tokens below that layer were the intact run's (so a lower bound)."""
+def generation_flops(
+    shape: Shape, prompts: Sequence[int], completions: Sequence[Sequence[Sequence[int]]]
+) -> tuple[int, int]:
+    """``(intact, scan)`` FLOP bounds of greedy generation: ``prompts`` token counts,
+    ``completions[e][p]`` the token ids evaluation ``e`` (0: intact, then every head layer-major)
+    generated for prompt ``p``. Each evaluation prefills its prompt (the first token from its last
+    position) and decodes the rest one token at a time after a key/value cache. An ablated one
+    resumes its prompt from its head's layer, and each decode step too while every token it has
+    generated so far is the intact run's (below that layer it is then the intact run's step); once
+    it departs from the intact text, its steps run every layer."""
     H = shape.n_heads
-
-    def cost(e: int, tokens: int, scored: int, past: int) -> int:
-        return intact_flops(shape, tokens, scored, past) if e == 0 else head_flops(shape, (e - 1) // H, tokens, scored, past)
-
-    per_eval = [
-        sum(cost(e, P, 1, 0) + sum(cost(e, 1, 1, P + i) for i in range(max(0, g - 1))) for P, g in zip(prompts, row))
-        for e, row in enumerate(generated)
-    ]
-    return per_eval[0], sum(per_eval)
+    total = 0
+    for e, row in enumerate(completions):
+        for P, ids, ref in zip(prompts, row, completions[0]):
+            same = next((i for i, (a, b) in enumerate(zip(ids, ref)) if a != b), min(len(ids), len(ref)))
+            if e == 0:
+                total += intact_flops(shape, P, 1, 0) + sum(intact_flops(shape, 1, 1, P + j) for j in range(len(ids) - 1))
+                continue
+            layer = (e - 1) // H
+            total += head_flops(shape, layer, P, 1, 0)
+            total += sum(head_flops(shape, layer, 1, 1, P + j) if j < same else intact_flops(shape, 1, 1, P + j)
+                         for j in range(len(ids) - 1))
+        if e == 0:
+            intact = total
+    return intact, total
 
 
 def matmul_flops_per_second(rows: int, d_in: int, d_out: int, reps: int = 5) -> float:

@@ -76,11 +76,14 @@ def test_pieces_share_a_multiple_choice_context():
 
 def test_generation_bound_by_hand():
     s = Shape(n_layers=2, n_heads=1, n_kv_heads=1, d_model=4, d_head=2, d_mlp=6, d_vocab=10)
-    # intact: prefill of 5 tokens, then 2 decode steps (3 tokens generated); head L1H0: 1 token generated
-    intact, total = generation_flops(s, [5], [[3], [0], [1]])
+    # intact: prefill of 5 tokens, 3 tokens generated (2 decode steps)
+    intact, total = generation_flops(s, [5], [[[7, 8, 9]], [[]], [[7, 8, 9]]])
     assert intact == intact_flops(s, 5, 1) + intact_flops(s, 1, 1, 5) + intact_flops(s, 1, 1, 6)
-    assert total == intact + head_flops(s, 0, 5, 1) + head_flops(s, 1, 5, 1)
-    # an ablated evaluation resumes from its head's layer: cheaper than the intact one
+    # L0H0 generated nothing: its prefill resumed from layer 0; L1H0 the intact text: every step from layer 1
+    assert total == intact + head_flops(s, 0, 5, 1) + head_flops(s, 1, 5, 1) + head_flops(s, 1, 1, 1, 5) + head_flops(s, 1, 1, 1, 6)
+    # a text that departs from the intact one after its first token: the later steps run every layer
+    _, departed = generation_flops(s, [5], [[[7, 8, 9]], [[7, 4, 9]]])
+    assert departed == intact + head_flops(s, 0, 5, 1) + head_flops(s, 0, 1, 1, 5) + intact_flops(s, 1, 1, 6)
     assert head_flops(s, 1, 1, 1, 9) < head_flops(s, 0, 1, 1, 9) < intact_flops(s, 1, 1, 9)
 
 
