@@ -249,7 +249,7 @@ def plan(
     try:
         result = _plan_for(config, oracle.n_layers, oracle.n_heads, task, hasattr(oracle, "model"))
         if calibrate:
-            memo, timer = MemoOracle(oracle), BatchTimer()
+            memo, timer = MemoOracle(oracle), BatchTimer(n_layers=oracle.n_layers)
             memo.timer = timer
             memo.evaluate(DIST_SPLIT, [HeadSet()], stage="intact")
             layers = calibration_layers(oracle.n_layers, oracle.n_heads)
@@ -298,7 +298,7 @@ def search(
         path = Path(out) if out is not None else default_run_dir(manifest)
         run_dir = RunDir.open(path, manifest, ignore=("versions", "cel_lens", TEST_SEAL))
         recording = RecordingOracle(oracle, run_dir)
-        recording.timer = BatchTimer(on_first=report.timed)
+        recording.timer = BatchTimer(on_first=report.timed, n_layers=oracle.n_layers)
         report.start(recording.answered(), run_dir.finished)
         key = default_run_dir(manifest, root="").name  # the configuration's identity, whatever the directory
         with progress_session(settings.progress, desc=f"search {task.name}"), reading_as(f"search {path}", key=key):

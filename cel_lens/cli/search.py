@@ -43,7 +43,7 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quick", action="store_true",
                    help=f"a first look in minutes: {quick} (options given explicitly still win)")
     p.add_argument("--plan", action="store_true",
-                   help="print how many evaluations each stage runs and an estimate from one timed batch, then stop")
+                   help="print how many evaluations each stage runs and an estimate from timing every head of a few layers, then stop")
     preset = {name: None for name in QUICK if name in _CONFIG_FIELDS}
     suffix = {name: f" (default: {getattr(d, name)}; --quick: {QUICK[name]})" for name in preset}
     add_fields(p, SearchConfig, [n for n in _CONFIG_FIELDS if n not in ("seed", "split_seed")], defaults=preset,

@@ -207,15 +207,27 @@ class BatchTimer:
     """Times a search's evaluations (a :class:`~cel_lens.oracle.MemoOracle`'s ``timer``): the first
     batch that holds an ablated head set sets :attr:`seconds_per_unit` (seconds per head set per
     example) and calls ``on_first(rate)`` once. Batches of the intact model alone are skipped: a
-    full forward pass, where ablated passes may resume from a stored residual stream."""
+    full forward pass, where ablated passes may resume from a stored residual stream.
 
-    def __init__(self, on_first: Optional[Callable[[float], Any]] = None) -> None:
+    With ``n_layers``, the batch's time is taken per layer a pass runs (a head set resumes at its
+    first ablated layer: ``n_layers - layer`` layers; the intact model all of them) and scaled to a
+    single head at an average layer (``(n_layers + 1) / 2`` layers). Exact stage 1 evaluates heads
+    layer by layer, so its first batch holds the deepest, dearest passes: timed plainly, it
+    overestimated a 30-layer scan about 1.6x."""
+
+    def __init__(self, on_first: Optional[Callable[[float], Any]] = None, n_layers: Optional[int] = None) -> None:
         self.on_first = on_first
+        self.n_layers = n_layers
         self.seconds_per_unit: Optional[float] = None
 
     def __call__(self, head_sets: Sequence[HeadSet], correct: Tensor, seconds: float) -> None:
         if self.seconds_per_unit is not None or not any(head_sets) or not correct.numel():
             return
-        self.seconds_per_unit = seconds / correct.numel()
+        if self.n_layers is None:
+            self.seconds_per_unit = seconds / correct.numel()
+        else:
+            L = int(self.n_layers)
+            layers = sum(L - min((h.layer for h in hs), default=0) for hs in head_sets)
+            self.seconds_per_unit = seconds / (layers * (correct.numel() // len(head_sets))) * (L + 1) / 2
         if self.on_first is not None:
             self.on_first(self.seconds_per_unit)

@@ -77,6 +77,20 @@ def test_batch_timer_skips_intact_only_batches_and_fires_once():
     assert rates == [pytest.approx(0.1)] and timer.seconds_per_unit == pytest.approx(0.1)
 
 
+def test_batch_timer_scales_a_batch_to_an_average_head_by_the_layers_its_passes_run():
+    """Exact stage 1's first batch holds the first layers' heads, whose passes run the most layers:
+    its time per layer, scaled to a head at an average layer, is what a whole scan costs per head."""
+    L = 10
+    timer = BatchTimer(n_layers=L)
+    # layers 0 and 1 (10 + 9 layers run) on 4 examples in 3.8 s: 0.05 s per layer per example
+    timer([HeadSet.parse("L0H0"), HeadSet.parse("L1H3")], torch.ones(2, 4, dtype=torch.bool), 3.8)
+    assert timer.seconds_per_unit == pytest.approx(0.05 * (L + 1) / 2)
+    # a set resumes at its first ablated layer; the intact model runs them all
+    other = BatchTimer(n_layers=L)
+    other([HeadSet(), HeadSet.parse("L7H0+L2H1")], torch.ones(2, 1, dtype=torch.bool), 1.8)
+    assert other.seconds_per_unit == pytest.approx(1.8 / (10 + 8) * (L + 1) / 2)
+
+
 def test_a_memo_oracle_times_what_it_evaluates_not_what_it_remembers():
     seen = []
     memo = MemoOracle(SyntheticOracle(2, 2, n_dist=10, n_test=10))
