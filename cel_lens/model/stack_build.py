@@ -214,6 +214,18 @@ class _HookedMLP(torch.nn.Module):
         return self.fn(x)
 
 
+def _native_norm(norm: torch.nn.Module) -> torch.nn.Module:
+    """The Hugging Face norm a bridge norm wraps, where the bridge returns that norm's own output when
+    no hook edits it (its native path): the same numbers without computing the hook points' values
+    a second time. Its hook points are then not fired by the stack, so a pass that hooks them runs
+    the model's own forward (:func:`_finish`). Any other norm is kept as it is."""
+    native = getattr(norm, "use_native_layernorm_autograd", False) or getattr(norm.config, "layer_norm_folding", False)
+    inner = getattr(norm, "original_component", None)
+    if native and inner is not None and type(inner).__name__.endswith("RMSNorm"):
+        return inner
+    return norm
+
+
 def _bridge_stack(model) -> Optional[Stack]:
     """A TransformerBridge's stack over the Hugging Face modules it wraps (unprocessed weights)."""
     if getattr(model, "_weights_processed", False):
@@ -238,7 +250,8 @@ def _bridge_stack(model) -> Optional[Stack]:
 
         layers.append(
             _Layer(
-                ln1=block.ln1, ln2=block.ln2, mlp=block.mlp, qkv=qkv, out=hf_attn.o_proj.original_component,
+                ln1=_native_norm(block.ln1), ln2=_native_norm(block.ln2), mlp=block.mlp, qkv=qkv,
+                out=hf_attn.o_proj.original_component,
                 rope=bool(getattr(hf_attn, "use_rope", 1)), hook_resid_pre=model.hook_dict[f"blocks.{l}.hook_resid_pre"],
                 hook_z=model.hook_dict[f"blocks.{l}.attn.hook_z"],
                 z_flat=True,

@@ -160,6 +160,25 @@ def test_a_hook_the_stack_does_not_fire_takes_the_own_forward(hooked):
     assert stack_for(model) is not None
 
 
+def test_a_bridge_stack_runs_the_hf_norms_and_falls_back_when_a_norm_is_hooked(bridges):
+    """The bridge's norms return their Hugging Face norm's own output when nothing edits them, so the
+    stack calls that norm directly (without the bridge recomputing the hook values); a hook on a
+    norm's hook point then is one the stack does not fire, and the pass takes the model's forward."""
+    model = bridges["llama"]
+    stack = stack_for(model)
+    assert stack is not None and type(stack.layers[0].ln1).__name__ == "LlamaRMSNorm"
+    x = torch.randn(2, 5, model.cfg.d_model)
+    assert torch.equal(stack.layers[1].ln2(x), model.blocks[1].ln2(x))  # the bridge's own output, bit for bit
+    name = "blocks.1.ln2.hook_normalized"
+    assert stack_for(model, [model.hook_dict[name]]) is None
+    seen = []
+    with torch.no_grad():
+        got = forward_resid(model, _tokens(), fwd_hooks=[(name, lambda t, hook=None: seen.append(t.shape))])
+        with fused_attention(False):
+            own = forward_resid(model, _tokens())
+    assert seen and torch.equal(got, own)
+
+
 @pytest.mark.parametrize("kind", ["bridge", "hooked"])
 def test_stack_cache_continues_a_sequence(bridges, hooked, kind):
     """A right-padded context in the cache, then continuations that follow each row's last real
