@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from benchmarks.floor import encode_for_floor
+from benchmarks.generation import _cut
 from benchmarks.limit import (
     Shape, against_limit, generation_flops, matmul_flops_per_second, pieces, scan_intact_flops, scan_limit_flops,
 )
@@ -25,19 +26,28 @@ def limit_case(w: dict[str, Any], model, task, scan_cpu_s: float, hf_pass_cpu_s:
 
 def generation_bound(
     w: dict[str, Any], prompts: Sequence[Sequence[int]], cel: dict[str, Any], hf_s: float, hf_out: Sequence[Sequence[int]]
-) -> dict[str, float]:
-    """Generation's FLOP bound (:func:`~benchmarks.limit.generation_flops`) for cel_lens's scan:
-    decode steps from each judged completion's tokens (re-tokenized; a row cut at a stop string
-    counts only up to it), in seconds at the throughput of ``transformers``' intact ``generate``
-    (``hf_s`` CPU s to produce ``hf_out``)."""
+) -> dict[str, Any]:
+    """Generation's FLOP bound (:func:`~benchmarks.limit.generation_flops`) for cel_lens's scan, from
+    the token ids each evaluation generated (generated again, untimed, by
+    :func:`cel_lens.evaluation.generation.generate_variants` as the scan runs it; their texts must be
+    the scan's), in seconds at the throughput of ``transformers``' intact ``generate`` (``hf_s``
+    CPU s to produce ``hf_out``)."""
+    from cel_lens.evaluation.generation import generate_variants
+    from cel_lens.heads import Head, HeadSet, masks_from_head_sets
+
+    model, task = w["models"]["hooked"], w["mbpp"]
     shape = Shape.from_hf_config(w["hf"].config.to_dict())
+    L, H = shape.n_layers, shape.n_heads
+    masks = masks_from_head_sets([HeadSet()] + [HeadSet([Head(l, h)]) for l in range(L) for h in range(H)], L, H)
+    stops = [list(task.dist.stop_strings(ex)) for ex in task.dist]
+    ids = generate_variants(model, prompts, masks, max_new_tokens=w["mbpp_max_new"], stop=stops)
     tok = w["tokenizer"]
-    generated = [[tok.encode(c, add_special_tokens=False) for c in row] for row in cel["completions"]]
+    texts = [[_cut(tok.decode(o, skip_special_tokens=True), st) for o, st in zip(row, stops)] for row in ids]
     lengths = [len(p) for p in prompts]
-    total = generation_flops(shape, lengths, generated)[1]
+    total = generation_flops(shape, lengths, ids)[1]
     rate = generation_flops(shape, lengths, [list(hf_out)])[0] / hf_s
     return {"gen_bound_gflop": total / 1e9, "gen_bound_cpu_s": total / rate, "gen_hf_gflops": rate / 1e9,
-            "gen_tokens": sum(len(ids) for row in generated for ids in row)}
+            "gen_tokens": sum(len(o) for row in ids for o in row), "gen_ids_match_texts": texts == cel["completions"]}
 
 
 def limit_caption(case: dict[str, Any]) -> str:

@@ -34,7 +34,7 @@ def print_rows(rec: dict[str, Any]) -> None:
         print(f"{'mbpp':18s} " + "  ".join(f"{k} {m[f'cel_cpu_s_{k}']:.1f} s ({_x(m[f'ratio_naive_{k}'])} naive, "
                                             f"eff {m[f'efficiency_hf_{k}']:.2f})" for k in KINDS if f"cel_cpu_s_{k}" in m)
               + f"  texts identical {m['identical']}"
-              + (f"  bound {m['gen_bound_cpu_s']:.1f} s" if "gen_bound_cpu_s" in m else ""))
+              + (f"  bound {m['gen_bound_cpu_s']:.1f} s (its texts the scan's: {m['gen_ids_match_texts']})" if "gen_bound_cpu_s" in m else ""))
 
 
 def _summary(rec: dict[str, Any]) -> list[str]:
@@ -120,7 +120,8 @@ def _limit(rec: dict[str, Any]) -> list[str]:
                    f"| {r['limit_over_scan_matmul']:.2f} |")
     m = rec.get("mbpp") or {}
     if "gen_bound_cpu_s" in m:
-        out += ["", f"Generation (MBPP, {m['gen_tokens']} tokens generated over all evaluations): the FLOP bound "
+        same = {True: "", False: " (**their texts differ from the scan's: the bound is not of this scan**)"}[m.get("gen_ids_match_texts", True)]
+        out += ["", f"Generation (MBPP, {m['gen_tokens']} tokens generated over all evaluations{same}): the FLOP bound "
                 f"(`generation_flops`: each evaluation's prefill and one step per generated token, an ablated one resumed "
                 f"from its head's layer) is {m['gen_bound_gflop']:.1f} GFLOP = **{m['gen_bound_cpu_s']:.1f} CPU s** at the "
                 f"throughput of `transformers`' intact `generate` ({m['gen_hf_gflops']:.1f} GFLOP/s). The scan takes "
