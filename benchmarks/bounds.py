@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from benchmarks.floor import encode_for_floor
+from benchmarks.floor import encode_for_floor, hf_pass_seconds
 from benchmarks.generation import _cut
 from benchmarks.limit import (
     Shape, against_limit, generation_flops, matmul_flops_per_second, pieces, scan_intact_flops, scan_limit_flops,
 )
 
-__all__ = ["limit_case", "generation_bound", "limit_caption"]
+__all__ = ["limit_case", "generation_bound", "limit_caption", "adjacent_pass"]
 
 
 def limit_case(w: dict[str, Any], model, task, scan_cpu_s: float, hf_pass_cpu_s: float) -> dict[str, float]:
@@ -61,3 +61,12 @@ def limit_caption(case: dict[str, Any]) -> str:
                  f"{case['limit_s_matmul']:.1f} s at the matmul peak ({case['limit_over_scan_matmul']:.2f}); "
                  f"the scan: {case['cel_cpu_s']:.1f} CPU s.")
     return text
+
+
+def adjacent_pass(w: dict[str, Any], task_key: str) -> float:
+    """CPU seconds of the floor's fastest ``transformers`` pass (the layout chosen at the start), timed
+    again now: beside each scan repetition, so that the floor and the limit are converted at the
+    machine's speed while the scan ran (a shared machine drifts by 10 % over a run)."""
+    layout, budget = w["floors"][task_key]["best"].split("/")
+    encoded = encode_for_floor(w["models"]["hooked"], w["tasks"][task_key].dist)
+    return hf_pass_seconds(w["hf"], encoded, shared=layout == "shared", max_tokens=int(budget), pad=w["tokenizer"].pad_token_id)

@@ -245,7 +245,9 @@ def write_results(rec: dict[str, Any]) -> str:
         "fused-attention stack (`cel_lens/model/stack.py`).",
         "- **Floor**: `(1 + N (L+1)/(2L))` x the fastest intact `transformers` pass over the same token ids (SDPA; "
         "sorted, bucketed by a token budget with <= 10 % padding, or one example per batch; scored positions unembedded; "
-        "a multiple-choice context once, its endings after a key/value cache) (`benchmarks/floor.py`). **Efficiency** = "
+        "a multiple-choice context once, its endings after a key/value cache) (`benchmarks/floor.py`); the fastest layout "
+        "is chosen at the start and its pass timed again beside each scan repetition (the minimum counts), so the floor "
+        "and the FLOP limit are converted at the machine's speed while the scan ran. **Efficiency** = "
         "floor / scan (> 1: the scan does less than that many passes, e.g. the last layer only at scored positions). "
         "Also against cel_lens's own intact pass at the scan's forward shapes.",
         "- **lm-eval loop**: lm-evaluation-harness's `HFLM` (batch 8) over a local task config of the same examples, one "
