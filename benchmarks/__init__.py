@@ -11,5 +11,9 @@ Not part of the installed package. Entry point: ``python -m benchmarks.run [--qu
 * :mod:`benchmarks.generation`: the MBPP generation scan against TransformerLens's ``generate``.
 * :mod:`benchmarks.measure`, :mod:`benchmarks.scaling`, :mod:`benchmarks.report`: timers, profile
   and scaling, RESULTS.md.
+* :mod:`benchmarks.limit`, :mod:`benchmarks.bounds`: the FLOP limit of an exact scan and generation's
+  FLOP bound, from the real token shapes, and each case against them.
+* :mod:`benchmarks.racing`: racing stage 1 against exact stage 1 (``python -m benchmarks.racing``).
+* :mod:`benchmarks.smollm2`, :mod:`benchmarks.smollm2_lmeval`: SmolLM2-135M-Instruct, the real model.
 * :mod:`benchmarks.gpu_scan`: forwards and scans at Llama-3.2-3B's shape on one GPU.
 """
