@@ -18,7 +18,7 @@ def limit_case(w: dict[str, Any], model, task, scan_cpu_s: float, hf_pass_cpu_s:
     """The scan against its FLOP limit (:mod:`benchmarks.limit`), from the real token shapes."""
     shape = Shape.from_hf_config(w["hf"].config.to_dict())
     parts = pieces(encode_for_floor(model, task.dist))
-    if "matmul_rate" not in w:  # once per workload: a [tokens, d_model] x [d_model, d_mlp] product
+    if "matmul_rate" not in w:  # once per workload: a [512, d_model] x [d_model, d_mlp] product
         w["matmul_rate"] = matmul_flops_per_second(512, shape.d_model, shape.d_mlp)
     return against_limit(scan_limit_flops(shape, parts), scan_intact_flops(shape, parts), hf_pass_cpu_s, scan_cpu_s,
                          w["matmul_rate"])
