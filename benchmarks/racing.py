@@ -55,7 +55,7 @@ def known_boundary_cost(oracle: Any, pool_size: int, options: RacingOptions) -> 
     with these intervals can stop a head sooner, since it must also learn the boundary: a lower bound
     on what racing can save on this oracle."""
     from cel_lens.heads import HeadSet
-    from cel_lens.scoring.racing import count_bounds, racing_schedule
+    from cel_lens.scoring.racing import gain_bounds, racing_level, racing_schedule
     from cel_lens.splits import subsplit, subsplit_indices
 
     L, H = oracle.n_layers, oracle.n_heads
@@ -63,7 +63,7 @@ def known_boundary_cost(oracle: Any, pool_size: int, options: RacingOptions) -> 
     n = intact.shape[0]
     bits = oracle.evaluate("dist", [HeadSet([Head(l, h)]) for l in range(L) for h in range(H)], stage="stage1").numpy()
     ends = racing_schedule(n, options)
-    alpha = float(options.delta) / (4 * L * H * max(1, len(ends) - 1))
+    alpha = racing_level(L * H, len(ends), options.delta)
     order = subsplit_indices(subsplit(options.seed, 0, n), n).numpy()
     base, bits = intact[order], bits[:, order]
     score = (bits.sum(1) - base.sum()) / n
@@ -72,13 +72,11 @@ def known_boundary_cost(oracle: Any, pool_size: int, options: RacingOptions) -> 
     inside[ranked[:pool_size]] = True
     low_in, best_out = score[ranked[pool_size - 1]], score[ranked[pool_size]] if pool_size < L * H else -np.inf
     stop_at = np.full(L * H, n)
+    margin = float(options.margin)  # a head within the margin of the boundary may stop on the wrong side
     for m in ends[:-1]:
         b = base[:m]
         fixes, breaks = (bits[:, :m] & ~b).sum(1), (~bits[:, :m] & b).sum(1)
-        f_lo, f_hi = count_bounds(fixes, int((~b).sum()), int((~intact).sum()), alpha)
-        b_lo, b_hi = count_bounds(breaks, int(b.sum()), int(intact.sum()), alpha)
-        lo, hi = (f_lo - b_hi) / n, (f_hi - b_lo) / n
-        margin = float(options.margin)  # a head within the margin of the boundary may stop on the wrong side
+        lo, hi = gain_bounds(fixes, breaks, int((~b).sum()), int(b.sum()), int((~intact).sum()), int(intact.sum()), alpha)
         decided = np.where(inside, lo + margin > best_out, hi - margin < low_in)
         stop_at = np.where((stop_at == n) & decided, m, stop_at)
     return int(stop_at.sum())

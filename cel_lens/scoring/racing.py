@@ -54,7 +54,8 @@ from cel_lens.splits import subsplit, subsplit_indices
 from cel_lens.scoring.registry import Cost, Scorer
 from cel_lens.tasks.base import Split
 
-__all__ = ["RacingOptions", "RacingOutcome", "RacingScorer", "RacingScorerOptions", "racing_scores", "racing_schedule", "racing_cost", "count_bounds"]
+__all__ = ["RacingOptions", "RacingOutcome", "RacingScorer", "RacingScorerOptions", "racing_scores", "racing_schedule", "racing_cost",
+           "racing_level", "count_bounds", "gain_bounds"]
 
 
 @dataclass(frozen=True)
@@ -137,6 +138,25 @@ def count_bounds(
     return lo.astype(np.int64), hi.astype(np.int64)
 
 
+def racing_level(n_heads: int, n_batches: int, delta: float) -> float:
+    """The level of each one-sided bound of a race over ``n_heads`` heads and ``n_batches`` batch
+    ends (module docstring): four bounds per head at every batch before the last share ``delta``."""
+    return float(delta) / (4 * n_heads * max(1, n_batches - 1))
+
+
+def gain_bounds(
+    fixes: Int[np.ndarray, " head"], breaks: Int[np.ndarray, " head"], seen0: int, seen1: int, n0: int, n1: int,
+    alpha: float,
+) -> tuple[Float[np.ndarray, " head"], Float[np.ndarray, " head"]]:
+    """Interval ``(lo, hi)`` on each head's exact gain ``(K+ - K-) / n`` from ``fixes`` seen among
+    ``seen0`` of the ``n0`` intact-wrong examples and ``breaks`` among ``seen1`` of the ``n1``
+    intact-right ones (:func:`count_bounds`, each side at level ``alpha``)."""
+    n = n0 + n1
+    f_lo, f_hi = count_bounds(fixes, seen0, n0, alpha)
+    b_lo, b_hi = count_bounds(breaks, seen1, n1, alpha)
+    return (f_lo - b_hi) / n, (f_hi - b_lo) / n
+
+
 @dataclass
 class RacingOutcome:
     """What a race did: ``scores`` ``[layer, head]`` (see the module docstring), ``pool`` (the
@@ -197,12 +217,8 @@ class _Race:
 
     def bound(self, heads: np.ndarray, alpha: float) -> None:
         """New intervals for ``heads`` (all seen on the same examples)."""
-        n = self.n0 + self.n1
         s0, s1 = int(self.seen0[heads[0]]), int(self.seen1[heads[0]])
-        f_lo, f_hi = count_bounds(self.fixes[heads], s0, self.n0, alpha)
-        b_lo, b_hi = count_bounds(self.breaks[heads], s1, self.n1, alpha)
-        self.lo[heads] = (f_lo - b_hi) / n
-        self.hi[heads] = (f_hi - b_lo) / n
+        self.lo[heads], self.hi[heads] = gain_bounds(self.fixes[heads], self.breaks[heads], s0, s1, self.n0, self.n1, alpha)
 
     def decide(self, pool_size: int, margin: float) -> None:
         """Put out every open head that ``pool_size`` heads surely beat (less ``margin``); put in
@@ -234,7 +250,7 @@ def racing_scores(
     intact = call_oracle(oracle, "dist", [HeadSet()], "intact")[0]
     n = int(intact.shape[0])
     ends = racing_schedule(n, options)
-    alpha = float(options.delta) / (4 * total * max(1, len(ends) - 1))
+    alpha = racing_level(total, len(ends), options.delta)
     race = _Race.start(int((~intact).sum()), int(intact.sum()), total)
     heads = [HeadSet([Head(i // H, i % H)]) for i in range(total)]
     evaluations, start = 0, 0
