@@ -227,7 +227,7 @@ class BatchTimer:
             self.seconds_per_unit = seconds / correct.numel()
         else:
             L = int(self.n_layers)
-            layers = sum(L - min((h.layer for h in hs), default=0) for hs in head_sets)
+            layers = sum(L - (hs.first_layer or 0) for hs in head_sets)  # the intact model (None) runs them all
             self.seconds_per_unit = seconds / (layers * (correct.numel() // len(head_sets))) * (L + 1) / 2
         if self.on_first is not None:
             self.on_first(self.seconds_per_unit)
