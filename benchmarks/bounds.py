@@ -3,9 +3,9 @@ token shapes: the exact scan of every head, and greedy generation."""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
-from benchmarks.floor import encode_for_floor, hf_pass_seconds
+from benchmarks.floor import hf_pass_seconds
 from benchmarks.generation import _cut
 from benchmarks.limit import (
     Shape, against_limit, generation_flops, matmul_flops_per_second, pieces, scan_intact_flops, scan_limit_flops,
@@ -14,10 +14,10 @@ from benchmarks.limit import (
 __all__ = ["limit_case", "generation_bound", "limit_caption", "adjacent_pass"]
 
 
-def limit_case(w: dict[str, Any], model, task, scan_cpu_s: float, hf_pass_cpu_s: float) -> dict[str, float]:
+def limit_case(w: dict[str, Any], task_key: str, scan_cpu_s: float, hf_pass_cpu_s: float) -> dict[str, float]:
     """The scan against its FLOP limit (:mod:`benchmarks.limit`), from the real token shapes."""
     shape = Shape.from_hf_config(w["hf"].config.to_dict())
-    parts = pieces(encode_for_floor(model, task.dist))
+    parts = pieces(w["encoded"][task_key])
     if "matmul_rate" not in w:  # once per workload: a [512, d_model] x [d_model, d_mlp] product
         w["matmul_rate"] = matmul_flops_per_second(512, shape.d_model, shape.d_mlp)
     return against_limit(scan_limit_flops(shape, parts), scan_intact_flops(shape, parts), hf_pass_cpu_s, scan_cpu_s,
@@ -25,13 +25,15 @@ def limit_case(w: dict[str, Any], model, task, scan_cpu_s: float, hf_pass_cpu_s:
 
 
 def generation_bound(
-    w: dict[str, Any], prompts: Sequence[Sequence[int]], cel: dict[str, Any], hf_out: Sequence[Sequence[int]]
+    w: dict[str, Any], prompts: Sequence[Sequence[int]], cel: dict[str, Any], hf_out: Sequence[Sequence[int]],
+    beside: Mapping[str, Sequence[float]],
 ) -> dict[str, Any]:
     """Generation's FLOP bound (:func:`~benchmarks.limit.generation_flops`) for cel_lens's scan, from
     the token ids each evaluation generated (generated again, untimed, by
     :func:`cel_lens.evaluation.generation.generate_variants` as the scan runs it; their texts must be
-    the scan's), and the FLOPs of ``transformers``' intact ``generate`` producing ``hf_out``: the
-    bound in seconds is ``gen_bound_gflop / gen_intact_gflop`` times that ``generate``'s seconds."""
+    the scan's), and the FLOPs of ``transformers``' intact ``generate`` producing ``hf_out``. In
+    seconds per model type: ``gen_bound_gflop / gen_intact_gflop`` times that ``generate``'s CPU
+    seconds timed beside its scans (``beside[kind]``, the minimum)."""
     from cel_lens.evaluation.generation import generate_variants
     from cel_lens.heads import Head, HeadSet, masks_from_head_sets
 
@@ -44,9 +46,13 @@ def generation_bound(
     tok = w["tokenizer"]
     texts = [[_cut(tok.decode(o, skip_special_tokens=True), st) for o, st in zip(row, stops)] for row in ids]
     lengths = [len(p) for p in prompts]
-    return {"gen_bound_gflop": generation_flops(shape, lengths, ids)[1] / 1e9,
-            "gen_intact_gflop": generation_flops(shape, lengths, [list(hf_out)])[0] / 1e9,
-            "gen_tokens": sum(len(o) for row in ids for o in row), "gen_ids_match_texts": texts == cel["completions"]}
+    out = {"gen_bound_gflop": generation_flops(shape, lengths, ids)[1] / 1e9,
+           "gen_intact_gflop": generation_flops(shape, lengths, [list(hf_out)])[0] / 1e9,
+           "gen_tokens": sum(len(o) for row in ids for o in row), "gen_ids_match_texts": texts == cel["completions"]}
+    for kind, times in beside.items():
+        out[f"gen_hf_cpu_s_{kind}"] = min(times)
+        out[f"gen_bound_cpu_s_{kind}"] = out["gen_bound_gflop"] / out["gen_intact_gflop"] * min(times)
+    return out
 
 
 def limit_caption(case: dict[str, Any]) -> str:
@@ -67,5 +73,5 @@ def adjacent_pass(w: dict[str, Any], task_key: str) -> float:
     again now: beside each scan repetition, so that the floor and the limit are converted at the
     machine's speed while the scan ran (a shared machine drifts by 10 % over a run)."""
     layout, budget = w["floors"][task_key]["best"].split("/")
-    encoded = encode_for_floor(w["models"]["hooked"], w["tasks"][task_key].dist)
-    return hf_pass_seconds(w["hf"], encoded, shared=layout == "shared", max_tokens=int(budget), pad=w["tokenizer"].pad_token_id)
+    return hf_pass_seconds(w["hf"], w["encoded"][task_key], shared=layout == "shared", max_tokens=int(budget),
+                           pad=w["tokenizer"].pad_token_id)

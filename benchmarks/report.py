@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 from benchmarks.bounds import limit_caption
 from benchmarks.scaling import fit_line
 from benchmarks.scan import GPU_JSON
 
-__all__ = ["print_rows", "write_results", "with_sections"]
+__all__ = ["print_rows", "write_results", "with_sections", "write_report"]
 
 KINDS = {"hooked": "HookedTransformer", "bridge": "TransformerBridge"}
 
@@ -299,3 +300,8 @@ def with_sections(new: str, old: str) -> str:
     and ``<!-- key:end -->``: racing, SmolLM2, ...), so that rewriting the suite's report keeps them."""
     blocks = [m.group(0) for m in re.finditer(r"<!-- ([\w-]+):start -->.*?<!-- \1:end -->", old, flags=re.S)]
     return new.rstrip("\n") + "\n" + "".join(f"\n{b}\n" for b in blocks) if blocks else new
+
+
+def write_report(rec: dict[str, Any], path: Path) -> None:
+    """``path`` (RESULTS.md) from ``rec``, keeping the sections other benchmarks wrote into it."""
+    path.write_text(with_sections(write_results(rec), path.read_text() if path.exists() else ""))

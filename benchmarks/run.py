@@ -146,7 +146,7 @@ def run_case(w: dict[str, Any], kind: str, task_key: str, reps: int, loops: dict
     }
     out["efficiency_hf"] = out["floor_cpu_s"] / cel_cpu
     out["efficiency_own"] = out["own_floor_cpu_s"] / cel_cpu
-    out.update(limit_case(w, model, task, cel_cpu, hf["pass_cpu_s"]))
+    out.update(limit_case(w, task_key, cel_cpu, hf["pass_cpu_s"]))
     if naive_runs:
         per_eval = median([m.cpu_s / k for m, k in naive_runs])
         out.update(naive_eval_cpu_s=per_eval, naive_cpu_s=per_eval * (N + 1), ratio_naive=per_eval * (N + 1) / cel_cpu,
@@ -272,10 +272,7 @@ def mbpp_case(w: dict[str, Any], reps: int, naive_per_rep: int, log) -> dict[str
     for kind in w["models"]:
         out[f"ratio_naive_{kind}"] = out["naive_cpu_s"] / out[f"cel_cpu_s_{kind}"]
         out[f"efficiency_hf_{kind}"] = out["floor_cpu_s"] / out[f"cel_cpu_s_{kind}"]
-    out.update(generation_bound(w, prompts, cel, hf_out))
-    for kind, times in beside.items():  # at the throughput of transformers' generate beside that scan
-        out[f"gen_hf_cpu_s_{kind}"] = min(times)
-        out[f"gen_bound_cpu_s_{kind}"] = out["gen_bound_gflop"] / out["gen_intact_gflop"] * min(times)
+    out.update(generation_bound(w, prompts, cel, hf_out, beside))
     return out
 
 
@@ -311,23 +308,23 @@ def build_workload(quick: bool, log) -> dict[str, Any]:
         "hellaswag": f"HellaSwag-shaped ({sizes['hellaswag']} contexts x 4 endings, acc_norm)",
     }
     hf = hf_causal_lm(path)
+    encoded = {key: encode_for_floor(hooked, task.dist) for key, task in tasks.items()}  # the ids every reader scores
     floors = {}
-    for key, task in tasks.items():
-        floors[key] = hf_floor(hf, encode_for_floor(hooked, task.dist), pad=tok.pad_token_id, budgets=(0, 1024, 4096),
-                               reps=2)
+    for key in tasks:
+        floors[key] = hf_floor(hf, encoded[key], pad=tok.pad_token_id, budgets=(0, 1024, 4096), reps=2)
         log(f"  floor {key}: transformers pass {floors[key]['pass_cpu_s']:.2f} s cpu ({floors[key]['best']})")
     d = shape["n_heads"] * shape["d_head"]
     label = (f"random Llama checkpoint, {shape['n_layers']}L x {shape['n_heads']}H, d_model {d}, "
              f"{shape['n_kv_heads']} KV heads, d_mlp {2 * d}, vocab {len(tok)}, float32")
     return {"models": {"hooked": hooked, "bridge": bridge}, "hf": hf, "tokenizer": tok, "tasks": tasks,
-            "task_labels": labels, "floors": floors, "shape": shape, "model_label": label, "naive_per_rep": per_rep,
+            "task_labels": labels, "encoded": encoded, "floors": floors, "shape": shape, "model_label": label, "naive_per_rep": per_rep,
             "mbpp": W.mbpp_task(sizes["mbpp"], sizes["mbpp_new"], data_dir=data), "mbpp_max_new": sizes["mbpp_new"],
             "cel_correct": {}, "quick": quick}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the suite; 0 when every comparison of decisions and texts agreed, 1 otherwise."""
-    from benchmarks.report import print_rows, with_sections, write_results
+    from benchmarks.report import print_rows, write_report
 
     ap = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smaller model and splits, a few minutes, writes nothing")
@@ -339,7 +336,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = ap.parse_args(argv)
     if args.report_only:
         rec = json.loads(RESULTS_JSON.read_text())
-        RESULTS_MD.write_text(with_sections(write_results(rec), RESULTS_MD.read_text() if RESULTS_MD.exists() else ""))
+        write_report(rec, RESULTS_MD)
         print(f"wrote {RESULTS_MD.relative_to(REPO)} from {RESULTS_JSON.relative_to(REPO)}")
         return 0
     os.environ.setdefault("CEL_LENS_ALLOW_CODE_EXECUTION", "1")  # MBPP's judge runs generated code in the sandbox
@@ -396,7 +393,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print_rows(rec)
     if not args.quick:
         RESULTS_JSON.write_text(json.dumps(rec, indent=1, default=str) + "\n")
-        RESULTS_MD.write_text(with_sections(write_results(rec), RESULTS_MD.read_text() if RESULTS_MD.exists() else ""))
+        write_report(rec, RESULTS_MD)
         log(f"wrote {RESULTS_MD.relative_to(REPO)}, {RESULTS_JSON.relative_to(REPO)}")
     bad = [r["key"] for r in rows if not r["identical"]] + (["mbpp"] if not rec.get("mbpp", {}).get("identical", True) else [])
     if bad:

@@ -83,9 +83,10 @@ def measure(model_path: str, data_dir: str, n_dist: int, loader: str) -> dict[st
     L, H = oracle.n_layers, oracle.n_heads
     race = racing_scores(ReplayOracle(memo, L, H, n_dist), 12, RacingOptions(first=max(4, n_dist // 8)))
     shape = Shape.from_hf_config(json.loads((Path(model_path) / "config.json").read_text()))
-    seqs = pieces(encode_for_floor(model, task.dist))
+    encoded = encode_for_floor(model, task.dist)
+    seqs = pieces(encoded)
     hf = hf_causal_lm(model_path)
-    floor = hf_floor(hf, encode_for_floor(model, task.dist), pad=int(hf.config.pad_token_id or 0), budgets=(0, 1024), reps=2)
+    floor = hf_floor(hf, encoded, pad=int(hf.config.pad_token_id or 0), budgets=(0, 1024), reps=2)
     hf_rate = scan_intact_flops(shape, seqs) / floor["pass_cpu_s"]
     mm_rate = matmul_flops_per_second(sum(p[0] for p in seqs), shape.d_model, shape.d_mlp)
     limit = scan_limit_flops(shape, seqs)
