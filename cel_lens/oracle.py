@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import inspect
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Protocol, Sequence, Union, runtime_checkable
 
 import torch
@@ -179,6 +179,9 @@ class Stage1Scores:
     values: Float[Tensor, "layer head"]
     split: str
     scorer: str
+    seconds: float = field(default=0.0, compare=False)
+    """Seconds spent getting them before the search (a scorer that runs first, or reading them back);
+    a search counts them in its ``stage1_s``."""
 
     def __post_init__(self) -> None:
         values = torch.as_tensor(self.values).detach().to(torch.float64).cpu()

@@ -182,11 +182,9 @@ def _search_with_controls(
     with using_ablation(model, ablation) if model is not None else contextlib.nullcontext():
         t0 = time.perf_counter()
         scores = _stage1_scores(config, recording, run_dir, settings)
-        scoring_s = time.perf_counter() - t0  # a scorer that runs before the search (attribution, compressed)
+        if scores is not None:  # a scorer that runs before the search (attribution, compressed): stage 1's time
+            scores = replace(scores, seconds=time.perf_counter() - t0)
         result = run_search(recording, config=config, scores=scores, progress=settings.progress, test_reads=test_reads)
-    if scores is not None:  # stage 1's time includes computing its scores (0 when read back from the run)
-        result = replace(result, timings={**result.timings, "stage1_s": result.timings.get("stage1_s", 0.0) + scoring_s})
-        run_dir.write_result(result.to_dict())
     if model is None:
         return result
     controls = ablation_controls(

@@ -347,6 +347,7 @@ def _recorded_stage1(
     pipeline reuses scores that are costly or not bit-reproducible."""
     with _timed(timings, "stage1_s"):
         intact, scores = stage1(memo, given, chunk=chunk, progress=progress)
+    timings["stage1_s"] += given.seconds if given is not None else 0.0  # a scorer that ran before the search
     journal = memo.journal
     if journal is not None and not any(e.get("scorer") == name for e in journal.events("stage1_scores")):
         journal.record_event("stage1_scores", **{**scores.record(), "scorer": name})
