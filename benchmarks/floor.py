@@ -4,7 +4,7 @@ A stage-1 exact scan of N heads cannot cost less than one intact pass over D_dis
 the layers from the head's own layer on: ``(1 + N (L+1) / (2L))`` intact passes. The floor takes
 that pass from ``transformers`` itself, with PyTorch's fused attention, on the token ids cel_lens
 scores (:func:`cel_lens.evaluation.encode_pair`), sorted by length and cut into buckets of a token
-budget with at most 10 % padding; unembedding only the scored positions; for multiple choice with
+budget with at most cel_lens's share of padding (:data:`~cel_lens.evaluation.batch.MAX_PADDING`); unembedding only the scored positions; for multiple choice with
 multi-token endings, each context once and its endings (grouped by length) after a key/value cache.
 Several budgets are
 timed (one example per batch, i.e. no padding at all, and larger buckets) and the fastest counts.
@@ -33,9 +33,13 @@ def hf_causal_lm(path, dtype: torch.dtype = torch.float32, attn: str = "sdpa"):
     return model.eval()
 
 
-def buckets(lengths: Sequence[int], max_tokens: int, max_padding: float = 0.1) -> list[list[int]]:
+def buckets(lengths: Sequence[int], max_tokens: int, max_padding: Optional[float] = None) -> list[list[int]]:
     """Indices sorted longest first, cut into batches of at most ``max_tokens`` padded positions and
-    ``max_padding`` padding (``max_tokens=0``: one example per batch)."""
+    ``max_padding`` padding (default cel_lens's own, :data:`~cel_lens.evaluation.batch.MAX_PADDING`;
+    ``max_tokens=0``: one example per batch)."""
+    from cel_lens.evaluation.batch import MAX_PADDING
+
+    max_padding = MAX_PADDING if max_padding is None else max_padding
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
     out: list[list[int]] = []
     for i in order:
@@ -116,7 +120,7 @@ def _shared_pass(hf, encoded, max_tokens: int, pad: int) -> dict[tuple[int, int]
         first = _score(hf, last[torch.tensor([r for r, _ in conts])], torch.tensor([c[0] for _, c in conts]))
         total.update(zip(keys, first.tolist()))
         ending = [len(c) - 1 for _, c in conts]
-        for group in buckets(ending, 1 << 30):  # endings of like length together (<= 10 % padding)
+        for group in buckets(ending, 1 << 30):  # endings of like length together
             group = [j for j in group if ending[j] > 0]
             if not group:
                 continue

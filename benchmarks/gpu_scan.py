@@ -15,7 +15,7 @@ first and the bridge then wraps.
 1. **One intact pass** (CUDA-synchronised, median of ``--reps`` after a warm-up) over two
    workloads of random tokens: Arithmetic-shaped (prompts of 15-25 tokens) and BoolQ-shaped
    (60-400 tokens, real BoolQ's spread), cut into cel_lens's batches (sorted, token budget
-   ``--max-tokens``, <= 10 % padding), the scored positions unembedded. Tokens per second and the
+   ``--max-tokens``, cel_lens's padding share), the scored positions unembedded. Tokens per second and the
    ratio to ``transformers``.
 2. **A stage-1 exact scan** (Arithmetic-shaped, ``--n-prompts``) on each cel_lens model type: the
    activation store's build, then all heads of ``--layers`` evenly spaced layers; a layer's cost is

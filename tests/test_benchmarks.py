@@ -155,7 +155,9 @@ def test_floor_buckets_hand_computed():
     from benchmarks.floor import buckets
 
     # longest first; 10 % padding at most; 0 = one example per batch
-    assert buckets([10, 30, 29, 9, 28], 1000) == [[1, 2, 4], [0, 3]]
+    assert buckets([10, 30, 29, 9, 28], 1000, 0.1) == [[1, 2, 4], [0, 3]]
+    # cel_lens's share by default, 2 %: 30, 29 and 28 is 3.3 % padding, 10 and 9 is 5 %
+    assert buckets([10, 30, 29, 9, 28], 1000) == [[1, 2], [4], [0], [3]]
     assert buckets([10, 30, 29], 0) == [[1], [2], [0]]
     assert buckets([30, 30, 30], 60) == [[0, 1], [2]]
 
