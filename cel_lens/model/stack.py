@@ -54,10 +54,15 @@ class _Layer:
 
 class StackCache:
     """Keys and values of the positions a :class:`Stack` has seen, per layer, in buffers that grow
-    by doubling (appending a generated token copies nothing)."""
+    by doubling (appending a generated token copies nothing). ``spare``: positions a new buffer
+    holds beyond those first appended (generation's new tokens), so that the sequence grows into it
+    without a copy of every layer's keys and values."""
 
-    def __init__(self, batch: int) -> None:
+    def __init__(self, batch: int, spare: int = 0) -> None:
+        if spare < 0:
+            raise ValueError(f"spare must be >= 0, got {spare}")
         self.batch = int(batch)
+        self.spare = int(spare)
         self.layers: dict[int, list[Tensor]] = {}  # layer -> [keys, values], [b, kv, capacity, d]
         self.length: dict[int, int] = {}
 
@@ -71,7 +76,7 @@ class StackCache:
         n, new = self.past(layer), k.shape[2]
         bufs = self.layers.get(layer)
         if bufs is None or bufs[0].shape[2] < n + new:
-            cap = max(n + new, 2 * (bufs[0].shape[2] if bufs is not None else 0))
+            cap = max(n + new + (self.spare if bufs is None else 0), 2 * (bufs[0].shape[2] if bufs is not None else 0))
             grown = [t.new_empty(t.shape[0], t.shape[1], cap, t.shape[3]) for t in (k, v)]
             if bufs is not None and n:
                 for g, b in zip(grown, bufs):
@@ -82,16 +87,34 @@ class StackCache:
         self.length[layer] = n + new
         return bufs[0][:, :, : n + new], bufs[1][:, :, : n + new]
 
+    def write(self, layer: int, rows: Int[Tensor, " row"], k: Tensor, v: Tensor, width: int) -> None:
+        """Put ``k``/``v`` (``[len(rows), kv, n, d]``, ``n <= width``) at positions ``[0, n)`` of
+        ``rows`` of ``layer``, which then holds ``width`` positions (zeros where nothing is written,
+        a right-padded row's pads): keys and values of rows computed apart, gathered for one batch."""
+        if k.shape[2] > width:
+            raise ValueError(f"{k.shape[2]} positions do not fit in a width of {width}")
+        bufs = self.layers.get(layer)
+        if bufs is None:
+            shape = (self.batch, k.shape[1], width + self.spare, k.shape[3])
+            bufs = self.layers[layer] = [k.new_zeros(shape), v.new_zeros(shape)]
+            self.length[layer] = width
+        elif self.length[layer] != width:
+            raise ValueError(f"layer {layer} holds {self.length[layer]} positions, not {width}")
+        idx = rows.to(bufs[0].device)
+        bufs[0][idx, :, : k.shape[2]] = k
+        bufs[1][idx, :, : k.shape[2]] = v
+
     def select(self, index: Int[Tensor, " row"], layers: Optional[Sequence[int]] = None) -> "StackCache":
         """A new cache whose row ``i`` is row ``index[i]`` of this one (only ``layers``, default
-        all); this cache is left unchanged."""
-        out = StackCache(int(index.shape[0]))
+        all), with the same ``spare`` room after its positions; this cache is left unchanged."""
+        out = StackCache(int(index.shape[0]), self.spare)
         for layer, bufs in self.layers.items():
             if layers is not None and layer not in layers:
                 continue
             n = self.length[layer]
+            room = min(bufs[0].shape[2], n + self.spare)  # one copy, spare room included
             idx = index.to(bufs[0].device)
-            out.layers[layer] = [b[idx, :, :n] for b in bufs]
+            out.layers[layer] = [b[:, :, :room].index_select(0, idx) for b in bufs]
             out.length[layer] = n
         return out
 
@@ -106,10 +129,14 @@ def _rotary_tables(cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
 
 def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """Rotary embedding of ``x`` (``[b, h, s, d]``) on its first ``rot`` dimensions, rotate-half
-    convention (Llama, GPT-NeoX): ``x cos + rotate_half(x) sin`` (tables from :func:`_rotary_tables`)."""
-    rot = cos.shape[-1]
+    convention (Llama, GPT-NeoX): ``x cos + rotate_half(x) sin`` (tables from :func:`_rotary_tables`).
+    The halves are added in place from slices of ``x`` rather than from a rolled copy: the same
+    arithmetic, one buffer instead of three (half the time on a CPU)."""
+    rot, half = cos.shape[-1], cos.shape[-1] // 2
     part = x[..., :rot] if rot < x.shape[-1] else x
-    rotated = torch.addcmul(part * cos, part.roll(rot // 2, dims=-1), sin)
+    rotated = part * cos
+    rotated[..., :half].addcmul_(part[..., half:], sin[..., :half])
+    rotated[..., half:].addcmul_(part[..., :half], sin[..., half:])
     return torch.cat((rotated, x[..., rot:]), dim=-1) if rot < x.shape[-1] else rotated
 
 

@@ -179,6 +179,34 @@ def test_a_bridge_stack_runs_the_hf_norms_and_falls_back_when_a_norm_is_hooked(b
     assert seen and torch.equal(got, own)
 
 
+def test_hooked_gated_mlp_is_transformer_lens_arithmetic(hooked):
+    """The stack's gated MLP forms ``act(pre) * lin + b_in`` in place: with a nonzero ``b_in`` its
+    hook_post value is TransformerLens's formula on the captured pre-activations, bit for bit, and
+    the hook values it passed on are left as they were."""
+    model = hooked["llama"]
+    mlp = model.blocks[1].mlp
+    stack = stack_for(model)
+    seen: dict[str, torch.Tensor] = {}
+
+    def keep(name):
+        return lambda t, hook=None: seen.__setitem__(name, t)
+
+    x = torch.randn(2, 5, model.cfg.d_model, generator=torch.Generator().manual_seed(3))
+    old = mlp.b_in.detach().clone()
+    try:
+        with torch.no_grad():
+            mlp.b_in.copy_(torch.randn_like(old))
+            with model.hooks(fwd_hooks=[(f"blocks.1.mlp.{n}", keep(n)) for n in ("hook_pre", "hook_pre_linear", "hook_post")]):
+                got = stack.layers[1].mlp(x)
+            pre, lin = seen["hook_pre"].clone(), seen["hook_pre_linear"].clone()
+            assert torch.equal(seen["hook_post"], (mlp.act_fn(pre) * lin) + mlp.b_in)
+            torch.testing.assert_close(got, mlp(x), atol=ATOL, rtol=0)
+            assert torch.equal(seen["hook_pre"], pre) and torch.equal(seen["hook_pre_linear"], lin)
+    finally:
+        with torch.no_grad():
+            mlp.b_in.copy_(old)
+
+
 @pytest.mark.parametrize("kind", ["bridge", "hooked"])
 def test_stack_cache_continues_a_sequence(bridges, hooked, kind):
     """A right-padded context in the cache, then continuations that follow each row's last real
@@ -201,3 +229,43 @@ def test_stack_cache_continues_a_sequence(bridges, hooked, kind):
         for i in range(3):
             ref = forward_resid(model, torch.tensor([ctx[i] + cont[i]]))[0, -2:]
             torch.testing.assert_close(got[i], ref, atol=ATOL, rtol=0)
+
+
+def test_stack_cache_spare_room_takes_new_positions_without_a_copy():
+    """A cache made with ``spare`` room grows into it in place, and a selection of its rows keeps
+    the room; the keys and values read back are those appended."""
+    cache = StackCache(2, spare=3)
+    k, v = torch.randn(2, 1, 4, 8), torch.randn(2, 1, 4, 8)
+    cache.append(0, k, v)
+    ptr = cache.layers[0][0].data_ptr()
+    k1, v1 = torch.randn(2, 1, 1, 8), torch.randn(2, 1, 1, 8)
+    keys, values = cache.append(0, k1, v1)
+    assert cache.layers[0][0].data_ptr() == ptr and cache.past(0) == 5
+    assert torch.equal(keys, torch.cat([k, k1], 2)) and torch.equal(values, torch.cat([v, v1], 2))
+    picked = cache.select(torch.tensor([1, 1, 0]))
+    assert picked.spare == 3 and picked.past(0) == 5
+    ptr = picked.layers[0][0].data_ptr()
+    k2 = torch.randn(3, 1, 2, 8)
+    keys, _ = picked.append(0, k2, k2)
+    assert picked.layers[0][0].data_ptr() == ptr  # 5 + 2 positions fit in the 4 + 3 allocated
+    assert torch.equal(keys, torch.cat([torch.cat([k, k1], 2)[[1, 1, 0]], k2], 2))
+    keys, _ = picked.append(0, k2, k2)  # past the room: the buffers grow, the content stays
+    assert picked.layers[0][0].data_ptr() != ptr and torch.equal(keys[:, :, 7:], k2)
+    with pytest.raises(ValueError, match="spare"):
+        StackCache(1, spare=-1)
+
+
+def test_stack_cache_write_gathers_rows_computed_apart():
+    """Rows written at their own lengths read back right padded with zeros, with room to grow."""
+    cache = StackCache(3, spare=2)
+    a, b = torch.randn(2, 1, 4, 8), torch.randn(1, 1, 6, 8)
+    cache.write(0, torch.tensor([0, 2]), a, a + 1, 6)
+    cache.write(0, torch.tensor([1]), b, b + 1, 6)
+    keys, values = cache.layers[0][0][:, :, :6], cache.layers[0][1][:, :, :6]
+    assert cache.past(0) == 6 and cache.layers[0][0].shape[2] == 8
+    assert torch.equal(keys[[0, 2], :, :4], a) and torch.equal(keys[1], b[0]) and torch.equal(values[1], b[0] + 1)
+    assert not keys[[0, 2], :, 4:].any()
+    with pytest.raises(ValueError, match="do not fit"):
+        cache.write(1, torch.tensor([0]), b, b, 5)
+    with pytest.raises(ValueError, match="holds 6"):
+        cache.write(0, torch.tensor([0]), a, a, 7)
