@@ -12,7 +12,9 @@ its own ablation mask, applied on every token, prompt and generated. Finished ro
 (:mod:`cel_lens.model.stack`) the prompts' intact pass runs once per batch: a variant whose first
 ablated layer is ``l`` copies the intact keys and values of the layers below ``l`` and resumes the
 prompt pass at ``l`` from the intact residual stream, as a teacher-forced variant resumes from the
-activation store. Variants are ordered by that layer, so one chunk of them shares a start.
+activation store. Variants are ordered by that layer, so one chunk of them shares a start. Prompts
+of unlike lengths resume in groups of like length, each at its own width (pads cost what tokens
+cost), and decode together.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from cel_lens.evaluation.batch import right_pad
+from cel_lens.evaluation.batch import length_groups, right_pad
 from cel_lens.evaluation.encode import _tokenizer, encode_prompt, format_prompt, pad_id
 from cel_lens.evaluation.teacher_forced import chunks
 from cel_lens.heads import HeadSet, masks_from_head_sets
@@ -103,7 +105,7 @@ def greedy_generate(
     if masks.shape[0] != n:
         raise ValueError(f"masks has {masks.shape[0]} rows for {n} prompts")
     tokens, attn, last = _right_padded(prompts, pad_id(model), param_device(model))
-    cache = init_kv_cache(model, n)
+    cache = init_kv_cache(model, n, spare=max_new_tokens)
     hooks = variant_hooks(masks, 1, ablation_of(model))
     with torch.inference_mode():
         if cache is not None:
@@ -190,7 +192,7 @@ def generate_variants(
     first = [int(m.any(-1).nonzero()[0, 0]) if bool(m.any()) else n_layers for m in masks]
     per_chunk = max(1, (max_rows or n_var * n) // n)
     tokens, attn, last = _right_padded(prompts, pad_id(model), param_device(model))
-    cache = init_kv_cache(model, n)
+    cache = init_kv_cache(model, n, spare=max_new_tokens)
     shared = isinstance(cache, StackCache)
     groups: dict[int, list[int]] = {}
     for v in sorted(range(n_var), key=lambda v: first[v]):
@@ -242,12 +244,41 @@ def _resumed_generate(
     if start >= n_layers:
         last = prefix["final"][index]
     else:
-        x = tokens[index] if start == 0 else einops.repeat(prefix["resid"][start], "b p d -> (v b) p d", v=v)
-        last = forward_resid_cached(
-            model, x, cache, attention_mask=rep_attn, start_at_layer=start, fwd_hooks=variant_hooks(row_masks, 1, ablation_of(model)),
-            keep=prefix["last"][index],
-        )[:, 0]
+        last = _resumed_prompts(model, prefix, start, v, row_masks, cache)
     return _decode(model, last, cache, tokens[index], rep_attn, row_masks, row_stops, stop_at_eos, max_new_tokens)
+
+
+def _resumed_prompts(
+    model, prefix: dict, start: int, v: int, row_masks: Bool[Tensor, "row layer head"], cache: StackCache
+) -> Float[Tensor, "row d_model"]:
+    """The prompt pass of ``v`` variants (rows variant-major) resumed at ``start``, into ``cache``:
+    one pass per group of prompts of like length (:func:`~cel_lens.evaluation.batch.length_groups`),
+    so that no more padding is computed than a teacher-forced batch allows; the groups' keys and
+    values are then written into the cache's right-padded rows. The final residual stream at each
+    row's last prompt token."""
+    tokens, attn, prompt_last = prefix["tokens"], prefix["attn"], prefix["last"]
+    n, width = tokens.shape
+    groups = length_groups((prompt_last[:, 0] + 1).tolist())
+    last: Optional[Tensor] = None
+    for g in groups:
+        g_t = torch.tensor(sorted(g), device=tokens.device)  # one group: the rows in their own order
+        w = int(prompt_last[g_t].max()) + 1
+        rows = (torch.arange(v, device=tokens.device)[:, None] * n + g_t[None, :]).flatten()
+        x = tokens[g_t, :w] if start == 0 else prefix["resid"][start][g_t, :w]
+        part = cache if len(groups) == 1 else StackCache(len(rows))
+        out = forward_resid_cached(
+            model, einops.repeat(x, "b ... -> (v b) ...", v=v), part, attention_mask=attn[g_t, :w].repeat(v, 1),
+            start_at_layer=start, fwd_hooks=variant_hooks(row_masks[rows], 1, ablation_of(model)),
+            keep=prompt_last[g_t].repeat(v, 1),
+        )[:, 0]
+        if len(groups) == 1:
+            return out
+        last = out.new_empty(v * n, out.shape[-1]) if last is None else last
+        last[rows] = out
+        for layer, (k, val) in part.layers.items():
+            cache.write(layer, rows, k[:, :, :w], val[:, :, :w], width)
+    assert last is not None
+    return last
 
 
 def generation_prompts(model, split: Split, chat: bool, max_new_tokens: int) -> list[list[int]]:

@@ -90,7 +90,7 @@ def _shared_vectors(
     width = batch.cont_tokens.shape[1]
     device = param_device(model)
     ctx_mask = _repeat(batch.context_mask, n_var, device)
-    cache = init_kv_cache(model, n_var * n_ex) if width > 0 else None
+    cache = init_kv_cache(model, n_var * n_ex, spare=width) if width > 0 else None  # room for a continuation
     if width > 0 and cache is None:
         raise ValueError("this batch was encoded with shared contexts, which needs a key/value cache")
     last = forward_resid_cached(
@@ -114,7 +114,7 @@ def _shared_vectors(
 
 def _continuations(model, batch, masks, start, sources, capture, sink, cache, ctx_mask) -> Tensor:
     """Every choice's continuation after its prompt's cache, ``[variant, row, width, d_model]``:
-    rows in groups of like length (at most a tenth padding each), one pass per group."""
+    rows in groups of like length (:func:`~cel_lens.evaluation.batch.length_groups`), one pass per group."""
     n_var, n_ex, n_rows = masks.shape[0], batch.n_examples, batch.n_rows
     device = param_device(model)
     row_example = batch.row_example.to(device)

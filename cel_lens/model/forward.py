@@ -261,15 +261,16 @@ def unembed(model, resid: Float[Tensor, "... d_model"]) -> Float[Tensor, "... d_
     return logits
 
 
-def init_kv_cache(model, batch: int):
+def init_kv_cache(model, batch: int, spare: int = 0):
     """A fresh, empty key/value cache for ``batch`` rows: the model's fused-attention stack's
-    (:class:`~cel_lens.model.stack.StackCache`), TransformerLens's for other HookedTransformers, or
-    ``None`` (callers then recompute the full sequence instead)."""
+    (:class:`~cel_lens.model.stack.StackCache`, with room for ``spare`` positions after the first
+    appended, e.g. the tokens a generation will add), TransformerLens's for other HookedTransformers,
+    or ``None`` (callers then recompute the full sequence instead)."""
     from transformer_lens import HookedTransformer
     from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
 
     if stack_for(model) is not None:
-        return StackCache(batch)
+        return StackCache(batch, spare)
     if not isinstance(model, HookedTransformer):
         return None
     return TransformerLensKeyValueCache.init_cache(model.cfg, model.cfg.device, batch)

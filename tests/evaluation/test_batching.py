@@ -48,7 +48,7 @@ def _splits() -> dict[str, Split]:
 
 
 @pytest.mark.parametrize("name", ["exact_match", "one_token", "multi_token"])
-def test_batches_are_sorted_budgeted_and_padded_at_most_a_tenth(models, name):
+def test_batches_are_sorted_budgeted_and_padded_at_most_max_padding(models, name):
     split = _splits()[name]
     for batch_size, max_tokens in ((4, None), (16, 200), (64, 10_000)):
         batches = encode_split(models["hooked"], split, batch_size, max_tokens=max_tokens)
@@ -96,10 +96,15 @@ def test_shared_contexts_equal_one_row_per_choice(models, kind):
     torch.testing.assert_close(shared.extra["choice_ll"], rows.extra["choice_ll"], atol=1e-4, rtol=1e-5, equal_nan=True)
 
 
-def test_length_groups_hand_computed():
+def test_length_groups_hand_computed(monkeypatch):
+    from cel_lens.evaluation import batch
     from cel_lens.evaluation.batch import length_groups
 
+    # the default: a group closes before 2 % of padding (10 vs 9 is 5 %; 100, 99, 98 is 1 %)
+    assert length_groups([3, 10, 0, 9, 10, 2]) == [[1, 4], [3], [0], [5]]
+    assert length_groups([100, 99, 98, 90]) == [[0, 1, 2], [3]]
     # longest first, zero-length rows left out, a group closes before a tenth of padding
+    monkeypatch.setattr(batch, "MAX_PADDING", 0.1)
     assert length_groups([3, 10, 0, 9, 10, 2]) == [[1, 4, 3], [0], [5]]
     assert length_groups([10, 9, 9, 10]) == [[0, 3, 1, 2]]
     assert length_groups([5, 1]) == [[0], [1]]
@@ -116,9 +121,11 @@ def _prompts(model) -> list[list[int]]:
 @pytest.mark.parametrize("fused", [True, False])
 def test_generation_variants_equal_one_by_one_generation(models, kind, fused):
     """Variants batched (the intact prompt pass shared below each first ablated layer, finished rows
-    dropped) give every (prompt, variant) the tokens it gets alone."""
+    dropped, prompts of unlike length resumed apart and of like length together) give every
+    (prompt, variant) the tokens it gets alone."""
     model = models[kind]
     prompts = _prompts(model)
+    prompts += prompts[:2]  # two groups of two prompts of one length, and two prompts alone
     sets = ["intact", "L0H2", "L1H1", "L1H3+L2H0", "L2H2"]
     masks = masks_from_head_sets(sets, 3, 4)
     tok = model.tokenizer
