@@ -128,7 +128,7 @@ def _limit(rec: dict[str, Any]) -> list[str]:
                 f"(`generation_flops`: each evaluation's prefill and one step per generated token, an ablated one resumed "
                 f"from its head's layer while its text is the intact one's) is {m['gen_bound_gflop']:.1f} GFLOP, "
                 f"{m['gen_bound_gflop'] / m['gen_intact_gflop']:.1f} times the FLOPs of `transformers`' intact `generate`; "
-                "in seconds at that `generate`'s speed, timed beside each scan: "
+                "in seconds at that `generate`'s speed, timed twice beside each scan (the fastest counts): "
                 + ", ".join(f"{KINDS[k]} bound {m[f'gen_bound_cpu_s_{k}']:.1f} s, scan {m[f'cel_cpu_s_{k}']:.1f} s = "
                             f"**{m[f'cel_cpu_s_{k}'] / m[f'gen_bound_cpu_s_{k}']:.2f}x** the bound" for k in kinds) + "."]
     return out
@@ -250,7 +250,7 @@ def write_results(rec: dict[str, Any]) -> str:
         "- **Floor**: `(1 + N (L+1)/(2L))` x the fastest intact `transformers` pass over the same token ids (SDPA; "
         "sorted, bucketed by a token budget with cel_lens's padding share (<= 2 %), or one example per batch; scored positions unembedded; "
         "a multiple-choice context once, its endings after a key/value cache) (`benchmarks/floor.py`); the fastest layout "
-        "is chosen at the start and its pass timed again beside each scan repetition (the minimum counts), so the floor "
+        "is chosen at the start and its pass timed again twice beside each scan repetition (the minimum counts), so the floor "
         "and the FLOP limit are converted at the machine's speed while the scan ran. **Efficiency** = "
         "floor / scan (> 1: the scan does less than that many passes, e.g. the last layer only at scored positions). "
         "Also against cel_lens's own intact pass at the scan's forward shapes.",
