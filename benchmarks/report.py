@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional, Sequence
 
 from benchmarks.bounds import limit_caption
 from benchmarks.scaling import fit_line
@@ -99,6 +99,13 @@ def _goals(rec: dict[str, Any]) -> list[str]:
     return out
 
 
+def _span(values: Optional[Sequence[float]], digits: int = 1) -> str:
+    """``lo-hi`` of a list of timings (``n/a`` when the record has none)."""
+    if not values:
+        return "n/a"
+    return f"{min(values):.{digits}f}-{max(values):.{digits}f}"
+
+
 def _limit(rec: dict[str, Any]) -> list[str]:
     """Each case against its FLOP limit (:mod:`benchmarks.limit`) and generation against its bound."""
     rows = [r for r in rec["cases"] if "limit_gflop" in r]
@@ -110,14 +117,17 @@ def _limit(rec: dict[str, Any]) -> list[str]:
         "correction, that layer's MLP, the layers above in full, the last layer only at scored positions (apart from "
         "its keys and values), a multiple-choice context once. It is converted to seconds at two throughputs measured "
         "in this run: the plain `transformers` intact pass's (its FLOPs over its CPU seconds) and a plain single-thread "
-        "matmul's (the peak). **limit / scan**: 1 is at the limit; 0.8 means the scan takes 1.25x the limit.",
+        "matmul's (the peak). **limit / scan**: 1 is at the limit; 0.8 means the scan takes 1.25x the limit. The "
+        "scan is the median of its repetitions, the `transformers` pass the fastest of those timed beside them; both "
+        "ranges are shown, since on a shared machine one pass can run 15 % faster than the next.",
         "",
-        "| case | FLOP limit, GFLOP | scan, CPU s | `transformers` GFLOP/s | limit there, s | **limit / scan** "
-        "| matmul GFLOP/s | limit there, s | limit / scan |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| case | FLOP limit, GFLOP | scan, CPU s (range) | `transformers` pass beside, s (range) | `transformers` GFLOP/s "
+        "| limit there, s | **limit / scan** | matmul GFLOP/s | limit there, s | limit / scan |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        out.append(f"| {r['key']} | {r['limit_gflop']:.1f} | {r['cel_cpu_s']:.1f} | {r['hf_gflops']:.1f} | {r['limit_s_hf']:.1f} "
+        out.append(f"| {r['key']} | {r['limit_gflop']:.1f} | {r['cel_cpu_s']:.1f} ({_span(r.get('cel_cpu_runs'))}) "
+                   f"| {_span(r.get('hf_pass_beside_cpu_s'), 2)} | {r['hf_gflops']:.1f} | {r['limit_s_hf']:.1f} "
                    f"| **{r['limit_over_scan_hf']:.2f}** | {r['matmul_gflops']:.1f} | {r['limit_s_matmul']:.1f} "
                    f"| {r['limit_over_scan_matmul']:.2f} |")
     m = rec.get("mbpp") or {}
