@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from benchmarks.floor import hf_pass_seconds
+from benchmarks.floor import floor_layout, hf_pass_seconds
 from benchmarks.generation import _cut
 from benchmarks.limit import (
     Shape, against_limit, generation_flops, matmul_flops_per_second, pieces, scan_intact_flops, scan_limit_flops,
@@ -72,6 +72,5 @@ def adjacent_pass(w: dict[str, Any], task_key: str) -> float:
     """CPU seconds of the floor's fastest ``transformers`` pass (the layout chosen at the start), timed
     again now (the faster of two): beside each scan repetition, so that the floor and the limit are
     converted at the machine's speed while the scan ran (a shared machine drifts by 10 % over a run)."""
-    layout, budget = w["floors"][task_key]["best"].split("/")
-    return min(hf_pass_seconds(w["hf"], w["encoded"][task_key], shared=layout == "shared", max_tokens=int(budget),
-                               pad=w["tokenizer"].pad_token_id) for _ in range(2))
+    layout = floor_layout(w["floors"][task_key]["best"])
+    return min(hf_pass_seconds(w["hf"], w["encoded"][task_key], pad=w["tokenizer"].pad_token_id, **layout) for _ in range(2))

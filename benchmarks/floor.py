@@ -4,10 +4,11 @@ A stage-1 exact scan of N heads cannot cost less than one intact pass over D_dis
 the layers from the head's own layer on: ``(1 + N (L+1) / (2L))`` intact passes. The floor takes
 that pass from ``transformers`` itself, with PyTorch's fused attention, on the token ids cel_lens
 scores (:func:`cel_lens.evaluation.encode_pair`), sorted by length and cut into buckets of a token
-budget with at most cel_lens's share of padding (:data:`~cel_lens.evaluation.batch.MAX_PADDING`); unembedding only the scored positions; for multiple choice with
+budget with at most a share of padding (cel_lens's 2 %, or 10 %); unembedding only the scored positions; for multiple choice with
 multi-token endings, each context once and its endings (grouped by length) after a key/value cache.
-Several budgets are
-timed (one example per batch, i.e. no padding at all, and larger buckets) and the fastest counts.
+Several budgets and
+padding shares are timed (one example per batch, i.e. no padding at all, and larger buckets) and the
+fastest counts.
 
 For generation the floor is ``transformers``' ``generate`` with its key/value cache (greedy, the
 prompts one at a time, stopping at EOS), timed intact and scaled by ``N + 1``.
@@ -21,7 +22,9 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
-__all__ = ["hf_causal_lm", "buckets", "encode_for_floor", "hf_pass_seconds", "hf_floor", "zero_head_prehook",
+from cel_lens.evaluation.batch import MAX_PADDING
+
+__all__ = ["hf_causal_lm", "buckets", "encode_for_floor", "hf_pass_seconds", "hf_floor", "floor_layout", "zero_head_prehook",
            "hf_generate_seconds"]
 
 
@@ -37,8 +40,6 @@ def buckets(lengths: Sequence[int], max_tokens: int, max_padding: Optional[float
     """Indices sorted longest first, cut into batches of at most ``max_tokens`` padded positions and
     ``max_padding`` padding (default cel_lens's own, :data:`~cel_lens.evaluation.batch.MAX_PADDING`;
     ``max_tokens=0``: one example per batch)."""
-    from cel_lens.evaluation.batch import MAX_PADDING
-
     max_padding = MAX_PADDING if max_padding is None else max_padding
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
     out: list[list[int]] = []
@@ -72,7 +73,7 @@ def _score(hf, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return logits.gather(-1, targets[:, None])[:, 0] - logits.logsumexp(-1)
 
 
-def _rows_pass(hf, encoded, max_tokens: int, pad: int) -> dict[tuple[int, int], float]:
+def _rows_pass(hf, encoded, max_tokens: int, pad: int, max_padding: Optional[float] = None) -> dict[tuple[int, int], float]:
     """One row ``context + continuation[:-1]`` per (example, choice), right padded (causal attention
     keeps pads out of real positions: no mask), scored positions unembedded. Returns the
     log-likelihood of each (example, choice)."""
@@ -80,7 +81,7 @@ def _rows_pass(hf, encoded, max_tokens: int, pad: int) -> dict[tuple[int, int], 
     rows = [(ctx, cont) for ctx, conts in encoded for cont in conts]
     lengths = [len(c) + len(k) - 1 for c, k in rows]
     total: dict[tuple[int, int], float] = {}
-    for idx in buckets(lengths, max_tokens):
+    for idx in buckets(lengths, max_tokens, max_padding):
         width = lengths[idx[0]]
         tokens = torch.full((len(idx), width), pad, dtype=torch.long)
         pos, tgt, rid = [], [], []
@@ -98,14 +99,14 @@ def _rows_pass(hf, encoded, max_tokens: int, pad: int) -> dict[tuple[int, int], 
     return total
 
 
-def _shared_pass(hf, encoded, max_tokens: int, pad: int) -> dict[tuple[int, int], float]:
+def _shared_pass(hf, encoded, max_tokens: int, pad: int, max_padding: Optional[float] = None) -> dict[tuple[int, int], float]:
     """Each context once (right padded), then its continuations after a key/value cache of it, in
     groups of like length. Returns the log-likelihood of each (example, choice)."""
     from transformers import DynamicCache
 
     lengths = [len(ctx) for ctx, _ in encoded]
     total: dict[tuple[int, int], float] = {}
-    for idx in buckets(lengths, max_tokens):
+    for idx in buckets(lengths, max_tokens, max_padding):
         width = lengths[idx[0]]
         tokens = torch.full((len(idx), width), pad, dtype=torch.long)
         mask = torch.zeros((len(idx), width), dtype=torch.long)
@@ -146,37 +147,53 @@ def _shared_pass(hf, encoded, max_tokens: int, pad: int) -> dict[tuple[int, int]
     return total
 
 
-def hf_loglikelihoods(hf, encoded, *, shared: bool, max_tokens: int, pad: int) -> dict[tuple[int, int], float]:
+def hf_loglikelihoods(
+    hf, encoded, *, shared: bool, max_tokens: int, pad: int, max_padding: Optional[float] = None
+) -> dict[tuple[int, int], float]:
     """Log-likelihood of every (example, choice) of ``encoded`` from the floor's pass in one layout
     (what :func:`hf_pass_seconds` times), so that the layouts can be checked against each other."""
     with torch.inference_mode():
-        return (_shared_pass if shared else _rows_pass)(hf, encoded, max_tokens, pad)
+        return (_shared_pass if shared else _rows_pass)(hf, encoded, max_tokens, pad, max_padding)
 
 
 def hf_pass_seconds(
-    hf, encoded, *, shared: bool, max_tokens: int, pad: int, clock: Callable[[], float] = time.process_time
+    hf, encoded, *, shared: bool, max_tokens: int, pad: int, max_padding: Optional[float] = None,
+    clock: Callable[[], float] = time.process_time,
 ) -> float:
     """CPU seconds (or ``clock``) of one intact pass over ``encoded`` with ``transformers``."""
     t0 = clock()
     with torch.inference_mode():
-        (_shared_pass if shared else _rows_pass)(hf, encoded, max_tokens, pad)
+        (_shared_pass if shared else _rows_pass)(hf, encoded, max_tokens, pad, max_padding)
     return clock() - t0
 
 
-def hf_floor(hf, encoded, *, pad: int, budgets: Sequence[int] = (0, 4096, 16384), reps: int = 3) -> dict[str, Any]:
-    """The fastest intact ``transformers`` pass (CPU seconds, min over ``reps``) over the budgets
-    and, for multi-token multiple choice, both layouts (one row per choice, or shared contexts)."""
+def hf_floor(
+    hf, encoded, *, pad: int, budgets: Sequence[int] = (0, 4096, 16384), paddings: Sequence[float] = (MAX_PADDING, 0.1),
+    reps: int = 3,
+) -> dict[str, Any]:
+    """The fastest intact ``transformers`` pass (CPU seconds, min over ``reps``) over the budgets, the
+    padding shares (short prompts batch better with more padding, long ones with less) and, for
+    multi-token multiple choice, both layouts (one row per choice, or shared contexts). Layouts are
+    named ``layout/budget/padding`` (:func:`floor_layout` reads the name back)."""
     multi = any(len(conts) > 1 for _, conts in encoded)
     one_token = all(len(c) == 1 for _, conts in encoded for c in conts)
     layouts = [True] if one_token and multi else ([False, True] if multi else [False])
     times = {}
     for shared in layouts:
         for budget in budgets:
-            times[f"{'shared' if shared else 'rows'}/{budget}"] = min(
-                hf_pass_seconds(hf, encoded, shared=shared, max_tokens=budget, pad=pad) for _ in range(reps)
-            )
+            for share in paddings:
+                times[f"{'shared' if shared else 'rows'}/{budget}/{share:g}"] = min(
+                    hf_pass_seconds(hf, encoded, shared=shared, max_tokens=budget, pad=pad, max_padding=share)
+                    for _ in range(reps)
+                )
     best = min(times, key=times.get)
     return {"pass_cpu_s": times[best], "best": best, "all": times}
+
+
+def floor_layout(name: str) -> dict[str, Any]:
+    """The keyword arguments of :func:`hf_pass_seconds` that a layout name of :func:`hf_floor` stands for."""
+    layout, budget, share = name.split("/")
+    return {"shared": layout == "shared", "max_tokens": int(budget), "max_padding": float(share)}
 
 
 def zero_head_prehook(hf, layer: int, head: int):

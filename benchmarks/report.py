@@ -258,7 +258,7 @@ def write_results(rec: dict[str, Any]) -> str:
         "store built inside the timed region; every head resumed from its layer, variants sharing rows up to it, on the "
         "fused-attention stack (`cel_lens/model/stack.py`).",
         "- **Floor**: `(1 + N (L+1)/(2L))` x the fastest intact `transformers` pass over the same token ids (SDPA; "
-        "sorted, bucketed by a token budget with cel_lens's padding share (<= 2 %), or one example per batch; scored positions unembedded; "
+        "sorted, bucketed by a token budget with <= 2 % or <= 10 % padding, or one example per batch; scored positions unembedded; "
         "a multiple-choice context once, its endings after a key/value cache) (`benchmarks/floor.py`); the fastest layout "
         "is chosen at the start and its pass timed again twice beside each scan repetition (the minimum counts), so the floor "
         "and the FLOP limit are converted at the machine's speed while the scan ran. **Efficiency** = "

@@ -164,7 +164,7 @@ def test_floor_buckets_hand_computed():
 
 def test_floor_pass_and_lm_eval_task(model, tmp_path):
     """The transformers floor runs on each layout; the lm-eval task file holds the split's examples."""
-    from benchmarks.floor import encode_for_floor, hf_floor
+    from benchmarks.floor import encode_for_floor, floor_layout, hf_floor
     from benchmarks.lm_eval_loop import write_task
 
     task, _ = _arithmetic(model, 8)
@@ -190,6 +190,8 @@ def test_floor_pass_and_lm_eval_task(model, tmp_path):
 
     out = hf_floor(Hf(model), encode_for_floor(model, task.dist), pad=0, budgets=(0, 256), reps=1)
     assert out["best"].startswith("rows/") and out["pass_cpu_s"] > 0
+    assert sorted(out["all"]) == ["rows/0/0.02", "rows/0/0.1", "rows/256/0.02", "rows/256/0.1"]
+    assert floor_layout("shared/256/0.1") == {"shared": True, "max_tokens": 256, "max_padding": 0.1}
     yaml = write_task(hs, "t_hs", tmp_path).read_text()
     assert "output_type: multiple_choice" in yaml and "acc_norm" in yaml and 'target_delimiter: " "' in yaml
     rows = [json.loads(line) for line in (tmp_path / "t_hs.jsonl").read_text().splitlines()]
