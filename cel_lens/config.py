@@ -60,6 +60,7 @@ SCORERS: dict[str, str] = {
     "attribution": "cel_lens.scoring.attribution:AttributionScorer",
     "compressed": "cel_lens.scoring.compressed:CompressedScorer",
     "racing": "cel_lens.scoring.racing:RacingScorer",
+    "prescreen": "cel_lens.scoring.prescreen:PrescreenScorer",
 }
 """Stage-1 scorer name -> ``"module:Class"`` (:mod:`cel_lens.scoring.registry`: adding a scorer is
 one file there and one line here)."""
@@ -221,6 +222,13 @@ class SearchConfig:
         "choices": CI_METHODS})
     n_adjusted: int = field(default=999, metadata={
         "help": "sign-flip permutations of the selection-adjusted test of 'any ablation helps' on D_dist (0: off)"})
+    prescreen_pass: str = field(default="attribution", metadata={
+        "help": "--scorer prescreen: the first pass that ranks every head (attribution, or every head on a subsample)",
+        "choices": ("attribution", "subsample")})
+    prescreen_keep: float = field(default=0.25, metadata={
+        "help": "--scorer prescreen: fraction of heads (the first pass's best) the exact scan keeps"})
+    prescreen_sample: int = field(default=32, metadata={
+        "help": "--scorer prescreen --prescreen-pass subsample: D_dist examples of the first pass"})
 
     @property
     def task_seed(self) -> int:
@@ -261,6 +269,11 @@ class SearchConfig:
             raise OptionError("delta", "delta must be > 0 (the racing scorer's error probability)")
         if self.store_dtype is not None:
             canonical_dtype(self.store_dtype, "store_dtype")
+        _choice("prescreen_pass", self.prescreen_pass, ("attribution", "subsample"))
+        keep = self.prescreen_keep
+        if isinstance(keep, bool) or not isinstance(keep, numbers.Real) or not 0.0 < float(keep) <= 1.0:
+            raise OptionError("prescreen_keep", f"prescreen_keep must lie in (0, 1], got {keep!r}")
+        _int("prescreen_sample", self.prescreen_sample, 1)
         return self
 
     def manifest_options(self, use_store: bool = True) -> dict[str, Any]:
@@ -278,6 +291,9 @@ class SearchConfig:
             **({"n_specificity": self.n_specificity} if self.n_specificity else {}),
             **({"racing": {"delta": self.delta, "margin": self.margin}} if self.scorer == "racing" else {}),
             **({"ablation": self.ablation} if self.ablation != "zero" else {}),
+            **({"prescreen": {"pass": self.prescreen_pass, "keep": self.prescreen_keep,
+                              **({"sample": self.prescreen_sample} if self.prescreen_pass == "subsample" else {})}}
+               if self.scorer == "prescreen" else {}),
         }
 
     def to_dict(self) -> dict[str, Any]:
