@@ -50,7 +50,7 @@ def split_one_file(
     """D_test (``n_test``, default ``n_test_default``) and D_dist (``n_dist``, default
     ``n_dist_default``) from the validation split alone; returns both and the options to record.
     ``splits=("test",)`` returns D_test alone (the same D_test)."""
-    root = resolve_data_dir(data_dir)
+    root = resolve_data_dir(data_dir, needs=(relpath,))
     rows, src = load_rows(
         what=f"{label} validation", data_dir=root, relpath=relpath, hub_id=hub_id, hub_split="validation",
         hub_config=hub_config,

@@ -101,19 +101,32 @@ def search_dirs() -> list[Path]:
 def resolve_data_dir(data_dir: Optional[PathLike], needs: Sequence[str] = ()) -> Optional[Path]:
     """``data_dir`` if given, else ``$CEL_LENS_DATA_DIR`` if set, else the first of
     :func:`search_dirs` that holds every file in ``needs`` (the task's relative paths), else None
-    (use the hub)."""
+    (use the hub). When none holds them all and the hub cannot be reached, the first that holds
+    some of them: the load then fails on the file it lacks, naming that folder and that file (not
+    the hub, nor a file the folder does hold)."""
     if data_dir is None:
         data_dir = os.environ.get(ENV_DATA_DIR) or None
     if data_dir is None:
         if needs:
-            for path in search_dirs():
+            dirs = search_dirs()
+            for path in dirs:
                 if all((path / relpath).is_file() for relpath in needs):
                     return path
+            partial = next((p for p in dirs if any((p / relpath).is_file() for relpath in needs)), None)
+            if partial is not None and not _hub_usable():
+                return partial
         return None
     path = Path(data_dir).expanduser()
     if not path.is_dir():
         raise DataNotFoundError(f"data directory {path} does not exist (from --data-dir or ${ENV_DATA_DIR})")
     return path
+
+
+def _hub_usable() -> bool:
+    """Whether task rows could come from the hub now (online mode and the hub answers)."""
+    from cel_lens.model.hub import hub_offline, hub_reachable  # here: cel_lens.model loads transformer_lens
+
+    return not hub_offline() and hub_reachable()
 
 
 def sha256_file(path: PathLike) -> str:

@@ -48,3 +48,45 @@ def test_missing_train_names_the_option(tmp_path):
     assert "\n" not in str(err.value) and "--task-option dist_from=validation" in str(err.value)
     task = load_task("boolq", n_dist=1, n_test=1, data_dir=str(tmp_path), dist_from="validation")
     assert len(task.dist) == len(task.test) == 1
+
+
+def _validation_only(folder):
+    (folder / "boolq").mkdir(parents=True)
+    rows = [f'{{"question": "q{i}", "title": "t", "answer": {str(i % 2 == 0).lower()}, "passage": "p{i}"}}\n'
+            for i in range(6)]
+    (folder / "boolq" / "dev.jsonl").write_text("".join(rows))
+    return folder
+
+
+def test_dist_from_validation_finds_a_search_dir(tmp_path, monkeypatch):
+    """``split_one_file`` resolved the data directory without naming its file, so a search dir
+    holding ``boolq/dev.jsonl`` (``../shared/data``) was passed over for the hub."""
+    from cel_lens.model import hub
+    from cel_lens.tasks import io
+
+    shared = _validation_only(tmp_path / "shared" / "data")
+    monkeypatch.delenv("CEL_LENS_DATA_DIR", raising=False)
+    monkeypatch.setattr(io, "search_dirs", lambda: [tmp_path / "data", shared])
+    monkeypatch.setattr(hub, "_hub_reachable", lambda endpoint, timeout=5.0: False)
+    task = load_task("boolq", n_dist=2, n_test=2, dist_from="validation")
+    assert task.options["sources"][0]["data_dir"] == str(shared)
+
+
+def test_missing_train_names_the_folder_and_file_it_lacks(tmp_path, monkeypatch):
+    """With only ``dev.jsonl`` in ``../shared/data`` and no hub, the error said "BoolQ validation not
+    found ... ../shared/data lack it" (it holds it) and did not name ``dist_from``."""
+    from cel_lens.model import hub
+    from cel_lens.tasks import io
+
+    shared = _validation_only(tmp_path / "shared" / "data")
+    monkeypatch.delenv("CEL_LENS_DATA_DIR", raising=False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(io, "search_dirs", lambda: [tmp_path / "data", shared])
+    monkeypatch.setattr(hub, "_hub_reachable", lambda endpoint, timeout=5.0: False)
+    with pytest.raises(DataNotFoundError) as err:
+        load_task("boolq", n_dist=2, n_test=2)
+    message = str(err.value)
+    assert f"BoolQ train not found in {shared}" in message and "boolq/train.jsonl" in message
+    assert "BoolQ validation" not in message and "dist_from=validation" in message
+    monkeypatch.setattr(hub, "_hub_reachable", lambda endpoint, timeout=5.0: True)  # a hub: it serves both files
+    assert io.resolve_data_dir(None, needs=("boolq/dev.jsonl", "boolq/train.jsonl")) is None
