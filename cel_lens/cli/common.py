@@ -150,11 +150,21 @@ def task_options_from_args(args: argparse.Namespace) -> dict[str, Any]:
         check_max_new_tokens(budget)
         options["max_new_tokens"] = budget
     for key, value in parse_task_options(getattr(args, "task_option", None) or []).items():
-        if key in options or key in ("chat_template", "max_new_tokens", "splits"):
-            raise OptionError("task_option", f"{key}: use its own flag (--{key.replace('_', '-')})"
-                              if key != "splits" else "splits is not a loader option")
+        if key == "splits":
+            raise OptionError("task_option", "splits is not a loader option (the subcommand reads the splits it needs)")
+        if key in RESERVED_TASK_OPTIONS:
+            raise OptionError("task_option", f"{key}: use its own flag ({RESERVED_TASK_OPTIONS[key]})")
         options[key] = value
     return options
+
+
+RESERVED_TASK_OPTIONS = {
+    "n_dist": "--n-dist", "n_test": "--n-test", "seed": "--seed, or --split-seed for the splits alone",
+    "split_seed": "--split-seed", "data_dir": "--data-dir", "chat_template": "--chat-template",
+    "max_new_tokens": "--max-new-tokens",
+}
+"""Loader arguments that flags of their own set, with the flag: ``--task-option`` refuses each (and
+``splits``) with one line naming it (passed twice, the loader would end in a ``TypeError``)."""
 
 
 def parse_task_options(items: Sequence[str]) -> dict[str, Any]:

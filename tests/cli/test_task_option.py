@@ -56,3 +56,20 @@ def test_missing_boolq_train_names_the_option(capsys, tmp_path):
                  "--out", str(tmp_path / "run")])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "--task-option dist_from=validation" in err
+
+
+@pytest.mark.parametrize("option, flag", [("seed=1", "--seed"), ("n_dist=3", "--n-dist"), ("n_test=3", "--n-test"),
+                                          ("data_dir=/x", "--data-dir"), ("split_seed=2", "--split-seed")])
+@pytest.mark.parametrize("command", ["evaluate", "search"])
+def test_reserved_task_option_is_one_line_naming_the_flag(capsys, tmp_path, command, option, flag):
+    """A loader argument that has its own flag (seed, sizes, data directory) is refused with one line
+    naming the flag, before anything loads (it reached the loader twice: a TypeError traceback)."""
+    extra = ["--out", str(tmp_path / "run")] if command == "search" else []
+    code = main([command, "--model", "organism", "--task", "organism_a", "--n-test", "20", *extra,
+                 "--task-option", option])
+    captured = capsys.readouterr()
+    key = option.split("=")[0]
+    assert code == 2 and captured.out == ""
+    assert captured.err.count("\n") == 1 and captured.err.startswith(f"cel-lens: error: --task-option: {key}: ")
+    assert flag in captured.err and "Traceback" not in captured.err
+    assert not (tmp_path / "run").exists()
