@@ -25,7 +25,7 @@ ORACLE = dict(n_layers=4, n_heads=4, n_dist=200, n_test=200, base_acc=0.5, effec
 SEARCH = dict(k=2, pool_size=4, n_null=6, n_boot=200, chunk=2, progress=False)
 
 # A search into argv[1] over an oracle that sleeps argv[2] s per call, waiting up to argv[3] s for
-# the directory. It touches argv[7] + ".ready" just before opening the directory and, if argv[7]
+# the directory. Unless argv[7] is "-", it touches argv[7] + ".ready" just before opening the directory and
 # is not "-", stops before its fifth evaluation until the file argv[7] exists. Prints
 # {"heads", "gain", "calls"} on success, {"error", "type"} on failure.
 _SEARCH_CHILD = textwrap.dedent(
@@ -46,7 +46,8 @@ _SEARCH_CHILD = textwrap.dedent(
             return super().evaluate(*args, **kwargs)
 
     oracle = Held(**oracle_kw, delay=float(sys.argv[2]))
-    Path(hold + ".ready").touch()
+    if hold != "-":
+        Path(hold + ".ready").touch()
     try:
         with RunDir.open(sys.argv[1], manifest, wait=float(sys.argv[3])) as run:
             result = run_search(RecordingOracle(oracle, run), **search_kw)
