@@ -26,7 +26,7 @@ SEARCH = dict(k=2, pool_size=4, n_null=6, n_boot=200, chunk=2, progress=False)
 
 # A search into argv[1] over an oracle that sleeps argv[2] s per call, waiting up to argv[3] s for
 # the directory. Unless argv[7] is "-", it touches argv[7] + ".ready" just before opening the directory and
-# is not "-", stops before its fifth evaluation until the file argv[7] exists. Prints
+# stops before its fifth evaluation until the file argv[7] exists. Prints
 # {"heads", "gain", "calls"} on success, {"error", "type"} on failure.
 _SEARCH_CHILD = textwrap.dedent(
     """
