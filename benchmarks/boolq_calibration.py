@@ -19,6 +19,7 @@ from typing import Optional
 import torch
 
 import cel_lens as cl
+from benchmarks.paths import MODEL, task_data_dir
 from cel_lens.backends.local import LocalOracle
 from cel_lens.config import QUICK
 from cel_lens.heads import HeadSet
@@ -67,8 +68,8 @@ def heads_report(model, task: Task, heads: str, seed: int, batch_size: int) -> s
 def main() -> None:
     """Run the search and print its result."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="/work/models/smollm2", help="model name or local HF directory")
-    parser.add_argument("--data-dir", default="/work/shared/data", help="directory holding boolq/dev.jsonl")
+    parser.add_argument("--model", default=MODEL, help="model name or local HF directory (default: %(default)s, loaded by name)")
+    parser.add_argument("--data-dir", default=None, help="task data directory (default: as the library finds it: $CEL_LENS_DATA_DIR, ./data or ../shared/data)")
     parser.add_argument("--n-dist", type=int, default=200, help="D_dist examples drawn from validation")
     parser.add_argument("--n-test", type=int, default=300, help="D_test examples drawn from validation (disjoint)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the draw and of the search's statistics")
@@ -83,7 +84,7 @@ def main() -> None:
     parser.add_argument("--heads", default=None,
                         help="no search: evaluate these heads (e.g. L1H3) and the intact model, and print the calibration")
     args = parser.parse_args()
-    task = boolq_from_validation(Path(args.data_dir), args.n_dist, args.n_test, args.seed, args.max_passage_words)
+    task = boolq_from_validation(task_data_dir(args.data_dir, needs=["boolq/dev.jsonl"]), args.n_dist, args.n_test, args.seed, args.max_passage_words)
     model = cl.load_model(args.model)
     if args.heads:
         print(heads_report(model, task, args.heads, args.seed, args.batch_size))

@@ -1,6 +1,6 @@
 """SmolLM2-135M-Instruct (30 layers x 9 heads, GQA 3 key/value heads): stage-1 cost on a real shape.
 
-    python -m benchmarks.smollm2 --model /work/models/smollm2 --data-dir /work/shared/data --n-dist 24
+    python -m benchmarks.smollm2 --n-dist 24
 
 On Arithmetic (2-digit addition, ``--n-dist`` D_dist examples): the ``cel-lens search --plan``
 estimate of exact stage 1 (:func:`cel_lens.plan`, one timed batch) against the measured exact scan;
@@ -19,13 +19,14 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 import torch  # noqa: E402
 
+from benchmarks.paths import MODEL, checkpoint_dir  # noqa: E402
 from benchmarks.floor import encode_for_floor, hf_causal_lm, hf_floor  # noqa: E402
 from benchmarks.limit import Shape, floor_flops, matmul_flops_per_second, pieces, scan_intact_flops, scan_limit_flops  # noqa: E402
 from benchmarks.racing import write_section  # noqa: E402
@@ -59,7 +60,7 @@ def since(start: tuple[float, float]) -> tuple[float, float]:
     return w - start[0], c - start[1]
 
 
-def measure(model_path: str, data_dir: str, n_dist: int, loader: str) -> dict[str, Any]:
+def measure(model_path: str, data_dir: Optional[str], n_dist: int, loader: str) -> dict[str, Any]:
     """Every number of the section (module docstring)."""
     import cel_lens as cl
     from cel_lens.backends.local import LocalOracle
@@ -68,6 +69,7 @@ def measure(model_path: str, data_dir: str, n_dist: int, loader: str) -> dict[st
 
     torch.set_num_threads(1)
     model = cl.load_model(model_path, loader=loader)
+    model_path = str(checkpoint_dir(model_path))  # the same checkpoint as a directory, for transformers
     task = cl.load_task("arithmetic", n_dist=n_dist, n_test=4, seed=0, data_dir=data_dir)
     config = SearchConfig(scorer="exact", k=1, pool_size=12)
     plan = cl.plan(model, task, config, calibration_examples=n_dist, progress=False)
@@ -135,8 +137,8 @@ def section(r: dict[str, Any], command: str) -> str:
 def main() -> None:
     """Measure and write the section."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="/work/models/smollm2", help="SmolLM2-135M-Instruct as an HF directory")
-    p.add_argument("--data-dir", default=os.environ.get("CEL_LENS_DATA_DIR", "/work/shared/data"), help="task data directory")
+    p.add_argument("--model", default=MODEL, help="model name or local HF directory (default: %(default)s, loaded by name)")
+    p.add_argument("--data-dir", default=None, help="task data directory (default: as the library finds it: $CEL_LENS_DATA_DIR, ./data or ../shared/data)")
     p.add_argument("--n-dist", type=int, default=24, help="D_dist examples")
     p.add_argument("--loader", default="bridge", choices=["bridge", "hooked"], help="cel_lens loader")
     p.add_argument("--no-write", action="store_true", help="print only")

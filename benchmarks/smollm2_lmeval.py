@@ -1,6 +1,6 @@
 """SmolLM2-135M-Instruct against the lm-evaluation-harness loop: the same decisions, and their cost.
 
-    python -m benchmarks.smollm2_lmeval --model /work/models/smollm2 --data-dir /work/shared/data
+    python -m benchmarks.smollm2_lmeval
 
 On a real model, with real prompts: Arithmetic (``--n-arith`` D_dist rows of the ten GPT-3 files,
 targets replaced by the model's own greedy answers, since it answers almost none itself and
@@ -19,13 +19,14 @@ import argparse
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 import torch  # noqa: E402
 
+from benchmarks.paths import MODEL, checkpoint_dir, task_data_dir  # noqa: E402
 from benchmarks.measure import cpu_seconds, own_cpu_seconds  # noqa: E402
 from benchmarks.racing import write_section  # noqa: E402
 
@@ -75,7 +76,7 @@ def compare(model, hf, tokenizer, task, name: str, heads: list[tuple[int, int]])
     }
 
 
-def measure(model_path: str, data_dir: str, n_arith: int, n_boolq: int, loader: str) -> dict[str, Any]:
+def measure(model_path: str, data_dir: Optional[str], n_arith: int, n_boolq: int, loader: str) -> dict[str, Any]:
     """Both comparisons (module docstring)."""
     from transformers import AutoTokenizer
 
@@ -85,12 +86,14 @@ def measure(model_path: str, data_dir: str, n_arith: int, n_boolq: int, loader: 
 
     torch.set_num_threads(1)
     model = cl.load_model(model_path, loader=loader)
+    model_path = str(checkpoint_dir(model_path))  # the same checkpoint as a directory, for transformers
     hf = hf_causal_lm(model_path)
     # lm-eval gets the checkpoint's own tokenizer: a TransformerLens model's ``tokenizer`` is a copy
     # that adds BOS by default, which would give lm-eval other prompts than a user's run
     tokenizer = AutoTokenizer.from_pretrained(model_path)
-    arith, replaced = self_labelled(model, arithmetic_task(n_arith, data_dir=Path(data_dir)))
-    boolq = boolq_task(n_boolq, data_dir=Path(data_dir))
+    root = task_data_dir(data_dir, needs=["boolq/dev.jsonl"])
+    arith, replaced = self_labelled(model, arithmetic_task(n_arith, data_dir=root))
+    boolq = boolq_task(n_boolq, data_dir=root)
     out = {"loader": loader, "load_average": None}
     out["arithmetic"] = {**compare(model, hf, tokenizer, arith, "cel_smollm2_arith", HEADS), "self_labelled": replaced}
     out["boolq"] = compare(model, hf, tokenizer, boolq, "cel_smollm2_boolq", HEADS)
@@ -128,8 +131,8 @@ def section(r: dict[str, Any], command: str) -> str:
 def main() -> None:
     """Measure and write the section."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="/work/models/smollm2", help="SmolLM2-135M-Instruct as an HF directory")
-    p.add_argument("--data-dir", default=os.environ.get("CEL_LENS_DATA_DIR", "/work/shared/data"), help="task data directory")
+    p.add_argument("--model", default=MODEL, help="model name or local HF directory (default: %(default)s, loaded by name)")
+    p.add_argument("--data-dir", default=None, help="task data directory (default: as the library finds it: $CEL_LENS_DATA_DIR, ./data or ../shared/data)")
     p.add_argument("--n-arith", type=int, default=48, help="Arithmetic D_dist rows")
     p.add_argument("--n-boolq", type=int, default=16, help="BoolQ D_dist rows")
     p.add_argument("--loader", default="bridge", choices=["bridge", "hooked"], help="cel_lens loader")
