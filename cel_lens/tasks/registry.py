@@ -2,7 +2,8 @@
 
 Loading a task imports only that task's module (``load_task("boolq")`` never imports MBPP's or the
 organism's code). Built-in tasks are listed in :data:`BUILTIN_TASKS` as ``"module:loader:info"``;
-:func:`register_task` adds your own.
+:func:`register_task` adds your own. Any lm-evaluation-harness task loads too, as ``"lm_eval:NAME"`` or
+``"path/to/task.yaml"`` (:data:`LM_EVAL_TASKS`, :mod:`cel_lens.tasks.lm_eval_task`).
 
 A loader is ``fn(n_dist, n_test, seed, data_dir, **options) -> Task``; ``info`` describes the task
 for listings (kind, metric, default sizes, sources, files).
@@ -10,6 +11,7 @@ for listings (kind, metric, default sizes, sources, files).
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 from dataclasses import replace
@@ -17,7 +19,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 from cel_lens.tasks.base import Split, Task, check_disjoint
 
-__all__ = ["BUILTIN_TASKS", "SPLIT_NAMES", "register_task", "load_task", "loader_options", "available_tasks", "task_info", "loaded_splits"]
+__all__ = ["BUILTIN_TASKS", "SPLIT_NAMES", "LM_EVAL_TASKS", "is_lm_eval_spec", "register_task", "load_task", "loader_options", "available_tasks", "task_info", "loaded_splits"]
 
 SPLIT_NAMES: tuple[str, ...] = ("dist", "test")
 """The two splits of a task, in the order :func:`load_task` loads them."""
@@ -57,11 +59,25 @@ def available_tasks() -> list[str]:
     return sorted({*BUILTIN_TASKS, *_USER_TASKS})
 
 
+LM_EVAL_TASKS = "cel_lens.tasks.lm_eval_task:load_lm_eval_task:spec_info"
+"""Where ``"lm_eval:NAME"`` and ``"path/to/task.yaml"`` are loaded (loader and info function of that module)."""
+
+
+def is_lm_eval_spec(name: str) -> bool:
+    """Whether ``name`` is an lm-eval task: ``"lm_eval:NAME"`` or a path ending in .yaml/.yml."""
+    return isinstance(name, str) and (name.startswith("lm_eval:") or name.lower().endswith((".yaml", ".yml")))
+
+
 def _resolve(name: str) -> tuple[Loader, dict[str, Any]]:
     if name in _USER_TASKS:
         return _USER_TASKS[name]
+    if is_lm_eval_spec(name):
+        module, loader, info = LM_EVAL_TASKS.split(":")
+        mod = importlib.import_module(module)
+        return functools.partial(getattr(mod, loader), name), getattr(mod, info)(name)
     if name not in BUILTIN_TASKS:
-        raise ValueError(f"unknown task {name!r}; available: {', '.join(available_tasks())}")
+        raise ValueError(f"unknown task {name!r}; available: {', '.join(available_tasks())}, "
+                         "or any lm-eval task as lm_eval:NAME or path/to/task.yaml")
     module, loader, info = BUILTIN_TASKS[name].split(":")
     mod = importlib.import_module(module)
     return getattr(mod, loader), dict(getattr(mod, info))
