@@ -42,14 +42,15 @@ from cel_lens.selection.algorithm import run_search
 from cel_lens.selection.plan import BatchTimer, SearchPlan, plan_search
 from cel_lens.selection.result import Result, format_result
 from cel_lens.tasks.base import Task
-from cel_lens.tasks.registry import SPLIT_NAMES, load_task, loaded_splits
+from cel_lens.tasks.registry import SPLIT_NAMES, load_task, loaded_splits, loader_options
 
 __all__ = ["SearchConfig", "ExecutionSettings", "TASK_OPTIONS", "SIZE_OPTIONS", "Run", "check_task", "resolve_task", "search", "plan"]
 
 TASK_OPTIONS = ("n_dist", "n_test", "data_dir", "chat_template", "max_new_tokens")
 """Keyword arguments of :func:`search` that load a task given by name (with ``seed``):
 ``chat_template=True`` wraps prompts in the tokenizer's chat template (Instruct models),
-``max_new_tokens`` is a generation task's budget (MBPP)."""
+``max_new_tokens`` is a generation task's budget (MBPP). Any other keyword the task's loader takes
+(BoolQ's ``dist_from="validation"``) loads a task given by name too."""
 
 
 @dataclass
@@ -70,17 +71,32 @@ class Run:
         return f"<p>run <code>{self.path}</code></p>{self.result._repr_html_()}"
 
 
+def _loading_options(task: Any, options: Mapping[str, Any], taken: set[str]) -> set[str]:
+    """The names in ``options`` (other than ``taken``: the config's and settings' fields) that the
+    loader of ``task`` (a name, or a Task's name) takes as keywords: BoolQ's ``dist_from``, MBPP's
+    ``judge``, ... (:func:`~cel_lens.tasks.registry.loader_options`); none for an unregistered task."""
+    name = task if isinstance(task, str) else getattr(task, "name", None)
+    try:
+        return set(loader_options(name, {k: v for k, v in options.items() if k not in taken}))
+    except (ValueError, TypeError):
+        return set()
+
+
 def _split_options(
-    config: Optional[SearchConfig], settings: Optional[ExecutionSettings], options: Mapping[str, Any]
+    config: Optional[SearchConfig], settings: Optional[ExecutionSettings], options: Mapping[str, Any],
+    task: Any = None,
 ) -> tuple[SearchConfig, ExecutionSettings, dict[str, Any]]:
-    """Sort keyword options into the search config, the execution settings and task options."""
+    """Sort keyword options into the search config, the execution settings and task options (those
+    of :data:`TASK_OPTIONS`, and any other keyword the loader of ``task`` takes)."""
     config_names = {f.name for f in fields(SearchConfig)}
     settings_names = {f.name for f in fields(ExecutionSettings)}
-    unknown = sorted(set(options) - config_names - settings_names - set(TASK_OPTIONS))
+    loading = _loading_options(task, options, config_names | settings_names) | set(TASK_OPTIONS)
+    unknown = sorted(set(options) - config_names - settings_names - loading)
     if unknown:
         raise TypeError(
             f"search() got unknown option(s) {', '.join(unknown)}; options are "
-            f"{', '.join(sorted(config_names | settings_names | set(TASK_OPTIONS)))}"
+            f"{', '.join(sorted(config_names | settings_names | set(TASK_OPTIONS)))}, and the task loader's "
+            "(e.g. BoolQ's dist_from)"
         )
     for name, kind in (("config", SearchConfig), ("settings", ExecutionSettings)):
         given = config if name == "config" else settings
@@ -90,7 +106,7 @@ def _split_options(
         options = {**options, "store_dtype": str(options["store_dtype"]).removeprefix("torch.")}
     config = replace(config or SearchConfig(), **{k: v for k, v in options.items() if k in config_names})
     settings = replace(settings or ExecutionSettings(), **{k: v for k, v in options.items() if k in settings_names})
-    task_options = {k: v for k, v in options.items() if k in TASK_OPTIONS}
+    task_options = {k: v for k, v in options.items() if k in loading}
     check_split_sizes(task_options.get("n_dist"), task_options.get("n_test"))
     config, settings = config.validate(), settings.validate()
     if config.ablation != "zero" and settings.backend != "local":
@@ -239,7 +255,7 @@ def plan(
     single-head ablations (every head of a few layers, :func:`calibration_layers`) run on the first
     ``calibration_examples`` D_dist examples, and the plan carries the time they took per head set
     per example (:meth:`SearchPlan.seconds`)."""
-    config, settings, task_options = _split_options(config, settings, options)
+    config, settings, task_options = _split_options(config, settings, options, task)
     task = resolve_task(task, config, task_options)
     n = max(1, min(calibration_examples, len(task.dist)))
     sample = replace(task, dist=task.dist.subset(n), test=task.test.subset(1)) if calibrate else task
@@ -271,8 +287,8 @@ def search(
 
     ``model`` is a HookedTransformer/TransformerBridge, or a name/path for :func:`cel_lens.load_model`
     (loaded by the backend, with ``settings.device``/``dtype``); ``task`` a :class:`~cel_lens.tasks.Task`
-    or a task name (loaded with ``n_dist``, ``n_test``, ``data_dir`` and the config's ``split_seed``,
-    which defaults to its ``seed``).
+    or a task name (loaded with ``n_dist``, ``n_test``, ``data_dir``, any keyword its loader takes, such
+    as BoolQ's ``dist_from``, and the config's ``split_seed``, which defaults to its ``seed``).
     ``config`` says what to compute (:class:`SearchConfig`), ``settings`` how
     (:class:`~cel_lens.backends.ExecutionSettings`); any of their fields may also be passed as a
     keyword (``search(model, task, k=2, batch_size=16)``).
@@ -284,7 +300,7 @@ def search(
     the same arguments resumes without re-evaluating anything recorded. ``backend="ray"`` spreads
     the evaluations over Ray actors (see ``docs/distributed.md``); either backend resumes the other's run.
     """
-    config, settings, task_options = _split_options(config, settings, options)
+    config, settings, task_options = _split_options(config, settings, options, task)
     backend = get_backend(settings.backend)
     task = resolve_task(task, config, task_options)
     store_dtype = None if config.store_dtype is None else resolve_dtype(config.store_dtype)
