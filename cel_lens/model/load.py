@@ -77,6 +77,8 @@ PROCESSING_DEFAULTS: dict[str, bool] = {
     "fold_value_biases": False,
     "refactor_factored_attn_matrices": False,
 }
+"""HookedTransformer processing flags ``load_model`` uses: none on, so that zeroing ``hook_z`` removes a
+head exactly (folded value biases would leave each head's bias term in ``b_O``)."""
 _INEXACT_FLAGS = ("fold_value_biases", "refactor_factored_attn_matrices")
 def resolve_dtype(dtype: Union[str, torch.dtype, None]) -> torch.dtype:
     """The ``torch.dtype`` of a name (:data:`cel_lens.config.DTYPE_ALIASES`) or dtype; float32 for ``None``."""

@@ -60,6 +60,8 @@ PAPER_MODELS: dict[str, ModelSpec] = {
         ModelSpec("HuggingFaceTB/SmolLM3-3B", "smollm3", 36, 16, 4, 2048, 36 * 16, "bridge"),
     )
 }
+"""The paper's three models by hub id: architecture, layers, heads, key/value heads, width, head count
+and the loader used for each (``cel-lens models`` prints them)."""
 
 
 def tl_official_name(name: str) -> Optional[str]:

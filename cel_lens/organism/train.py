@@ -52,6 +52,7 @@ PARAM_NAMES: tuple[str, ...] = (
     _A + "W_Q", _A + "b_Q", _A + "W_K", _A + "b_K", _A + "W_V", _A + "b_V", _A + "W_O", _A + "b_O",
     "unembed.W_U", "unembed.b_U",
 )
+"""The organism's parameters, in the order the batched trainer stacks them (one tensor per name, many seeds)."""
 _DATA_SALT = 1_000_000
 _PROBE_SEED = 424_242
 

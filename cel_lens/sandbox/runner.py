@@ -39,10 +39,15 @@ Status = Literal["passed", "failed", "timeout", "error"]
 
 # Defaults: generous for MBPP-style solutions, small enough to run many at once.
 DEFAULT_MEMORY_MB = 1024
+"""Memory limit, MiB: the address space of each process of a sandboxed run and the memory of the whole run."""
 DEFAULT_OUTPUT_LIMIT = 8192
+"""Bytes kept of a program's stdout, and of its stderr."""
 DEFAULT_FILE_SIZE_MB = 16
+"""Largest file a program may write, MiB."""
 DEFAULT_MAX_PROCESSES = 32
+"""Processes (and threads) a program may have at once."""
 DEFAULT_MAX_OPEN_FILES = 64
+"""File descriptors a program may hold open."""
 _SUPERVISOR_MB = 48  # the memory cgroup holds the supervisor as well as the program
 
 NAMESPACES: Literal["try", "off", "require"] = "try"

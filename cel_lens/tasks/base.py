@@ -43,6 +43,7 @@ __all__ = [
 ]
 
 TaskKind = Literal["exact_match", "multiple_choice", "generation"]
+"""How a task is scored: the argmax answer matched exactly, the best-scoring choice, or generated text judged."""
 
 
 def _short(text: Optional[str], width: int = 60) -> str:
