@@ -31,10 +31,11 @@ import torch
 
 from cel_lens.model.convert import quiet
 from cel_lens.model.checkpoint_edit import file_sha256
+from cel_lens.model.gguf_header import MalformedGGUF, check_gguf_header
 from cel_lens.model.sources import Resolved
 
 __all__ = [
-    "GGUF_MARKER", "GGUF_FALLBACKS", "CACHE_ENV", "cache_root", "is_gguf_path", "check_gguf_file",
+    "GGUF_MARKER", "GGUF_FALLBACKS", "CACHE_ENV", "MalformedGGUF", "cache_root", "is_gguf_path", "check_gguf_file",
     "gguf_metadata", "convert_gguf", "converted_from", "gguf_fallback", "gguf_file_source", "fallback_note",
 ]
 
@@ -70,7 +71,9 @@ def is_gguf_path(text: Union[str, os.PathLike]) -> bool:
 
 
 def check_gguf_file(path: Union[str, os.PathLike]) -> Path:
-    """``path`` resolved, or a one-line error: missing, not a file, not GGUF, ``gguf`` not installed."""
+    """``path`` resolved, or a one-line error: missing, not a file, not GGUF, ``gguf`` not installed,
+    a malformed header (:func:`~cel_lens.model.gguf_header.check_gguf_header`: absurd counts or
+    lengths, an unknown version or type, a body cut short)."""
     path = Path(os.fspath(path)).expanduser()
     if not path.exists():
         raise FileNotFoundError(f"no such GGUF file: {path}")
@@ -81,6 +84,7 @@ def check_gguf_file(path: Union[str, os.PathLike]) -> Path:
             raise ValueError(f"{path} is not a GGUF file (it does not start with the GGUF magic bytes)")
     if importlib.util.find_spec("gguf") is None:
         raise RuntimeError(f"loading {path.name} needs the gguf package: pip install gguf")
+    check_gguf_header(path)  # a malformed header: one line (MalformedGGUF), never the gguf package's raw error
     return path.resolve()
 
 
@@ -89,7 +93,11 @@ def gguf_metadata(path: Union[str, os.PathLike]) -> dict[str, Any]:
     and the count of tensors per storage type, read from its header (no weights are decoded)."""
     import gguf
 
-    reader = gguf.GGUFReader(str(path))
+    check_gguf_header(path)
+    try:
+        reader = gguf.GGUFReader(str(path))
+    except Exception as exc:  # noqa: BLE001 - whatever the header check did not foresee: still one line
+        raise MalformedGGUF(f"{path}: the gguf package cannot read it ({type(exc).__name__}: {exc})".splitlines()[0]) from None
 
     def field(key: str) -> Any:
         f = reader.fields.get(key)

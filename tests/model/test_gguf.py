@@ -11,6 +11,7 @@ import pytest
 from cel_lens.model.gguf import (
     CACHE_ENV,
     GGUF_MARKER,
+    MalformedGGUF,
     cache_root,
     check_gguf_file,
     convert_gguf,
@@ -23,6 +24,23 @@ from cel_lens.model.gguf import (
 from cel_lens.model.hub import check_model_name
 
 SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
+
+
+def _small_gguf(path):
+    """A valid GGUF of two small tensors (544 bytes), written by the gguf package itself."""
+    import gguf
+    import numpy as np
+
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_name("tiny")
+    w.add_file_type(0)
+    w.add_tensor("a", np.arange(64, dtype=np.float32).reshape(8, 8))
+    w.add_tensor("b", np.ones(32, dtype=np.float16))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +84,9 @@ def test_detection_and_one_line_errors(tmp_path):
     # the CLI's fail-fast check reads the same errors, before anything loads
     with pytest.raises(FileNotFoundError, match="no such GGUF file"):
         check_model_name(str(tmp_path / "missing.gguf"))
-    check_model_name(str(magic))
+    with pytest.raises(MalformedGGUF, match="truncated"):  # the magic and a version, no header
+        check_model_name(str(magic))
+    check_model_name(str(_small_gguf(tmp_path / "small.q4")))
 
 
 def test_cache_root_follows_the_environment(monkeypatch, tmp_path):
