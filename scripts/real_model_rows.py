@@ -1,6 +1,6 @@
 """The results table of docs/real_model.md, read from the rows' run directories (no model).
 
-    python docs/real_model_rows.py LABEL=RUN_DIR [LABEL=RUN_DIR ...]
+    python scripts/real_model_rows.py LABEL=RUN_DIR [LABEL=RUN_DIR ...]
 
 Every number comes from a run's ``result.json`` (and its manifest): the selected heads, D_dist and
 D_test accuracies, the gain with its interval and exact McNemar p, the selection-adjusted test on
@@ -11,7 +11,6 @@ stability, the ablation-kind controls, whether D_test was read before the select
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -70,4 +69,8 @@ def main(items: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("rows", nargs="+", metavar="LABEL=RUN_DIR", help="a row's label and its run directory")
+    main(parser.parse_args().rows)

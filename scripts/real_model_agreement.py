@@ -1,6 +1,6 @@
 """Attribution against exact stage-1 scores on SmolLM2-135M-Instruct, on a finished run's D_dist.
 
-    PYTHONPATH=. python docs/real_model_agreement.py RUN_DIR DATA_DIR [--layers 0,1,2,29]
+    PYTHONPATH=. python scripts/real_model_agreement.py RUN_DIR DATA_DIR [--layers 0,1,2,29]
 
 The run's real rows score heads by attribution (one forward and backward pass) because exact
 scoring of all 270 heads does not fit this machine. This measures, on the very D_dist the run

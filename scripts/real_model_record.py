@@ -3,7 +3,7 @@
 The run (docs/real_model.md, "BoolQ, 150/300") was stopped in its null, after the selection, D_test's
 intact and S-hat evaluations and the leave-one-out ones were recorded. This prints what those
 recorded evaluations say: raw and calibrated D_test accuracy, the gain with Tango's interval and
-exact McNemar p, and the answer shares. Usage: python docs/real_model_record.py RUN_DIR
+exact McNemar p, and the answer shares. Usage: python scripts/real_model_record.py RUN_DIR
 """
 
 from __future__ import annotations
@@ -54,4 +54,9 @@ def main(path: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("run_dir", help="the BoolQ run directory")
+    parser.add_argument("data_dir", nargs="?", help="where boolq/dev.jsonl is (default: cel_lens's search path)")
+    main(parser.parse_args().run_dir)

@@ -1,6 +1,6 @@
 """The README's picture of ``explorer.html``: write a run's page and photograph it in headless Chromium.
 
-    python docs/explorer_screenshot.py RUN [--model] [--head L0H0] [--out figures/explorer.png]
+    python scripts/explorer_screenshot.py RUN [--model] [--head L0H0] [--out figures/explorer.png]
 
 ``--model`` loads the run's model (its manifest's) and adds the model panels first. The page is
 opened in Debian's chromium through Debian's chromedriver (Selenium), the heatmap cell of ``--head``
