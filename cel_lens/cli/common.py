@@ -80,7 +80,10 @@ def add_model_task_options(p: argparse.ArgumentParser, *, model_required: bool =
     """The options every model-and-task subcommand takes (``search``, ``evaluate``)."""
     p.add_argument("--model", required=model_required,
                    help="hub id, local checkpoint directory, .gguf file, short name (see 'cel-lens models'), or 'organism'")
-    p.add_argument("--task", required=True, help="task name (see 'cel-lens tasks')")
+    p.add_argument("--task", required=True, help="task name (see 'cel-lens tasks'), or any lm-evaluation-harness task: "
+                   "lm_eval:NAME or path/to/task.yaml")
+    p.add_argument("--include-path", action="append", default=[], metavar="DIR",
+                   help="a folder of lm-eval task YAMLs for --task lm_eval:NAME (as lm-eval's --include_path; repeatable)")
     p.add_argument("--n-dist", type=int, default=None, help="discovery examples (default: the paper's size)")
     p.add_argument("--n-test", type=int, default=None, help="test examples (default: the paper's size)")
     p.add_argument("--data-dir", default=None, help="read task files from this directory instead of the hub")
@@ -145,10 +148,12 @@ def task_options_from_args(args: argparse.Namespace) -> dict[str, Any]:
     budget = getattr(args, "max_new_tokens", None)
     if budget is not None:
         kind = task_info(args.task).get("kind")
-        if kind != "generation":
+        if kind not in ("generation", None):  # None: an lm-eval task by name, whose loader checks it
             raise OptionError("max_new_tokens", f"max_new_tokens applies to generation tasks (mbpp); {args.task} is {kind}")
         check_max_new_tokens(budget)
         options["max_new_tokens"] = budget
+    if getattr(args, "include_path", None):
+        options["include_path"] = list(args.include_path)
     for key, value in parse_task_options(getattr(args, "task_option", None) or []).items():
         if key == "splits":
             raise OptionError("task_option", "splits is not a loader option (the subcommand reads the splits it needs)")
@@ -161,7 +166,7 @@ def task_options_from_args(args: argparse.Namespace) -> dict[str, Any]:
 RESERVED_TASK_OPTIONS = {
     "n_dist": "--n-dist", "n_test": "--n-test", "seed": "--seed, or --split-seed for the splits alone",
     "split_seed": "--split-seed", "data_dir": "--data-dir", "chat_template": "--chat-template",
-    "max_new_tokens": "--max-new-tokens",
+    "max_new_tokens": "--max-new-tokens", "include_path": "--include-path",
 }
 """Loader arguments that flags of their own set, with the flag: ``--task-option`` refuses each (and
 ``splits``) with one line naming it (passed twice, the loader would end in a ``TypeError``)."""
