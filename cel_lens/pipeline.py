@@ -28,18 +28,19 @@ from cel_lens.backends.base import get_backend
 from cel_lens.config import ExecutionSettings, OptionError, SearchConfig, check_split_sizes
 from cel_lens.evaluation.seal import reading_as, recorded_reads
 from cel_lens.model.load import resolve_dtype
-from cel_lens.heads import HeadSet
-from cel_lens.oracle import DIST_SPLIT, MemoOracle, Stage1Scores
+from cel_lens.oracle import DIST_SPLIT, Stage1Scores
 from cel_lens.model.ablation import using_ablation
 from cel_lens.progress import info_stream, progress_session
 from cel_lens.runs.ablation_kind import ablation_controls, learn_ablation
 from cel_lens.runs.run_dir import RunDir
 from cel_lens.runs.journal_io import write_json_atomic
-from cel_lens.runs.manifest import build_manifest, default_run_dir
+from cel_lens.runs.manifest import EXAMPLES, build_manifest, default_run_dir
 from cel_lens.runs.recording_oracle import RecordingOracle
 from cel_lens.scoring.registry import scorer_from_config
 from cel_lens.selection.algorithm import run_search
-from cel_lens.selection.plan import BatchTimer, SearchPlan, plan_search
+from cel_lens.selection.plan import CALIBRATION_BUDGET_S, BatchTimer, SearchPlan, plan_search
+from cel_lens.selection.plan import calibration_layers  # noqa: F401 - where callers found it
+from cel_lens.selection.plan import calibrate as calibrate_plan
 from cel_lens.selection.result import Result, format_result
 from cel_lens.tasks.base import Task
 from cel_lens.tasks.registry import SPLIT_NAMES, load_task, loaded_splits, loader_options
@@ -225,19 +226,10 @@ class _PlanReport:
         if self.show and not finished:
             print(self.plan, file=info_stream(), flush=True)
 
-    def timed(self, seconds_per_unit: float) -> None:
-        self.plan = self.plan.timed(seconds_per_unit)
+    def timed(self, seconds_per_unit: float, cpu_share: Optional[float] = None) -> None:
+        self.plan = self.plan.timed(seconds_per_unit, cpu_share)
         if self.show:
             print(self.plan.estimate_line(), file=info_stream(), flush=True)
-
-
-def calibration_layers(n_layers: int, n_heads: int, heads: int = 32) -> list[int]:
-    """Whole layers the plan times, about ``heads`` heads in all: a head's cost falls with its layer
-    (an ablation resumes there), and a scan evaluates a layer's heads together (they share its
-    forwards), so the layers are whole and placed symmetrically over depth, their mean layer the
-    mean of all (``(L-1)/2``, up to rounding)."""
-    m = min(n_layers, max(2, round(heads / max(1, n_heads))))
-    return sorted({round((n_layers - 1) * (2 * j + 1) / (2 * m)) for j in range(m)})
 
 
 def plan(
@@ -247,14 +239,20 @@ def plan(
     *,
     settings: Optional[ExecutionSettings] = None,
     calibrate: bool = True,
-    calibration_examples: int = 64,
+    calibration_examples: int = 8,
+    calibration_heads: int = 18,
+    calibration_budget_s: float = CALIBRATION_BUDGET_S,
     **options: Any,
 ) -> SearchPlan:
     """What :func:`search` with the same arguments would evaluate, stage by stage, without
     searching or writing anything. With ``calibrate`` (default) the intact model and one batch of
-    single-head ablations (every head of a few layers, :func:`calibration_layers`) run on the first
-    ``calibration_examples`` D_dist examples, and the plan carries the time they took per head set
-    per example (:meth:`SearchPlan.seconds`)."""
+    single-head ablations (every head of a few layers, about ``calibration_heads``,
+    :func:`~cel_lens.selection.plan.calibration_layers`) run on the first ``calibration_examples``
+    D_dist examples, fewer heads when they would pass ``calibration_budget_s`` CPU seconds (it
+    says what it runs before running it); the plan carries the CPU time they took per head set per
+    example (:meth:`SearchPlan.seconds`) and the CPU share measured with it
+    (:meth:`SearchPlan.wall_seconds`), and what the calibration itself cost
+    (``calibration_cpu_s``). ``calibrate=False`` runs nothing and estimates nothing."""
     config, settings, task_options = _split_options(config, settings, options, task)
     task = resolve_task(task, config, task_options)
     n = max(1, min(calibration_examples, len(task.dist)))
@@ -263,12 +261,8 @@ def plan(
     try:
         result = _plan_for(config, oracle.n_layers, oracle.n_heads, task, hasattr(oracle, "model"))
         if calibrate:
-            memo, timer = MemoOracle(oracle), BatchTimer(n_layers=oracle.n_layers)
-            memo.timer = timer
-            memo.evaluate(DIST_SPLIT, [HeadSet()], stage="intact")
-            layers = calibration_layers(oracle.n_layers, oracle.n_heads)
-            memo.evaluate(DIST_SPLIT, [HeadSet([(l, h)]) for l in layers for h in range(oracle.n_heads)], stage="stage1")
-            result = result.timed(timer.seconds_per_unit)
+            result = calibrate_plan(result, oracle, task.dist.examples, sample.dist.examples, heads=calibration_heads,
+                                    budget_s=calibration_budget_s, show=settings.progress)
     finally:
         oracle.close()
     return result
@@ -308,11 +302,13 @@ def search(
     run_dir: Optional[RunDir] = None
     try:
         report = _PlanReport(_plan_for(config, oracle.n_layers, oracle.n_heads, task, hasattr(oracle, "model")), settings.progress)
-        manifest = build_manifest(oracle.model_manifest, task, config.manifest_options(settings.use_store))
+        manifest = build_manifest(oracle.model_manifest, task, config.manifest_options(settings.use_store), examples=True)
         path = Path(out) if out is not None else default_run_dir(manifest)
-        run_dir = RunDir.open(path, manifest, ignore=("versions", "cel_lens", TEST_SEAL))
+        run_dir = RunDir.open(path, manifest, ignore=("versions", "cel_lens", TEST_SEAL, EXAMPLES))
         recording = RecordingOracle(oracle, run_dir)
-        recording.timer = BatchTimer(on_first=report.timed, n_layers=oracle.n_layers)
+        timer = BatchTimer(n_layers=oracle.n_layers)
+        timer.on_first = lambda rate: report.timed(rate, timer.cpu_share)
+        recording.timer = timer
         report.start(recording.answered(), run_dir.finished)
         key = default_run_dir(manifest, root="").name  # the configuration's identity, whatever the directory
         with progress_session(settings.progress, desc=f"search {task.name}"), reading_as(f"search {path}", key=key):

@@ -31,7 +31,8 @@ from cel_lens.model.load import load_model
 from cel_lens.runs.run_dir import MANIFEST
 from cel_lens.runs.reader import RunRecord, as_record
 from cel_lens.tasks.base import Task
-from cel_lens.tasks.registry import load_task, loaded_splits, loader_options
+from cel_lens.runs.manifest import rebuild_task
+from cel_lens.tasks.registry import loaded_splits
 
 __all__ = ["export_model", "verify_export", "VerifyReport", "selected_heads", "run_task", "heads_zeroed", "run_ablation"]
 
@@ -177,16 +178,13 @@ class VerifyReport:
 def run_task(record: RunRecord, task: Optional[Task] = None, data_dir: Optional[str] = None) -> Task:
     """The run's task: ``task``, or the manifest's task loaded again (from ``data_dir``) with every
     loader option the manifest recorded (:func:`~cel_lens.tasks.loader_options`: the split seed,
-    the prompt format, BoolQ's ``dist_from``, ...); each split must have the content hash the
+    the prompt format, BoolQ's ``dist_from``, ...) and narrowed to the examples the run evaluated
+    (:func:`~cel_lens.runs.manifest.rebuild_task`); each split must have the content hash the
     manifest recorded (D_dist only where ``task`` holds it)."""
     record = as_record(record)
     splits = record.manifest.get("splits") or {}
     if task is None:
-        info = record.manifest.get("task") or {}
-        opts = dict(info.get("options") or {})
-        opts.setdefault("seed", (record.manifest.get("options") or {}).get("seed", 0))  # manifests that predate it
-        task = load_task(info.get("name"), n_dist=(splits.get("dist") or {}).get("n"), n_test=(splits.get("test") or {}).get("n"),
-                         data_dir=data_dir, **loader_options(info.get("name"), opts))
+        task = rebuild_task(record.manifest, data_dir)  # the examples the run evaluated, a cut Task's too
     for name in loaded_splits(task):
         label = {"dist": "D_dist", "test": "D_test"}[name]
         want = (splits.get(name) or {}).get("content_sha256")

@@ -8,15 +8,22 @@ import platform
 import re
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Mapping, Union
+from dataclasses import replace
+from typing import Any, Mapping, Optional, Sequence, Union
 
 import torch
 
 from cel_lens.model.identity import model_manifest
 from cel_lens.tasks.base import Task
+from cel_lens.tasks.registry import load_task, loaded_splits, loader_options
 from cel_lens.version import __version__
 
-__all__ = ["build_manifest", "default_run_dir", "package_versions"]
+__all__ = ["EXAMPLES", "build_manifest", "example_record", "default_run_dir", "package_versions", "rebuild_task"]
+
+EXAMPLES = "examples"
+"""The manifest's entry naming the evaluated examples (:func:`example_record`). It is derived from
+the splits, whose content hashes a run directory compares, so a reopened run ignores it (runs
+recorded before it existed resume)."""
 
 
 def _slug(text: str) -> str:
@@ -40,12 +47,30 @@ def package_versions() -> dict[str, Any]:
     }
 
 
-def build_manifest(model: Any, task: Task, options: Mapping[str, Any]) -> dict[str, Any]:
+def _source(record: Mapping[str, Any]) -> dict[str, Any]:
+    """Where a task's rows came from, in short: a file's path and sha256, or a hub dataset."""
+    keys = ("path", "sha256", "official") if record.get("kind") == "file" else ("hub_id", "config", "hub_split", "fingerprint")
+    return {k: record.get(k) for k in keys if k in record}
+
+
+def example_record(task: Task) -> dict[str, Any]:
+    """What a run evaluated, by name: each split's example ids in order (a split may hold fewer
+    examples than its loader drew: a Task cut before the search), and the files (path and sha256)
+    or hub datasets the rows came from. With the loader's options it rebuilds the splits exactly
+    (:func:`rebuild_task`) and finds the rows in the files without cel_lens."""
+    return {
+        **{name: {"ids": task.split(name).ids} for name in ("dist", "test")},
+        "sources": [_source(s) for s in task.options.get("sources") or [] if isinstance(s, Mapping)],
+    }
+
+
+def build_manifest(model: Any, task: Task, options: Mapping[str, Any], *, examples: bool = False) -> dict[str, Any]:
     """The run manifest: versions, model id and weights hash, task and split content hashes,
     and every option (a rerun with a different configuration is refused by
     :class:`~cel_lens.runs.RunDir`). ``model`` is the model, or its
-    :func:`~cel_lens.model.model_manifest` entry."""
-    return {
+    :func:`~cel_lens.model.model_manifest` entry. ``examples``: add the :data:`EXAMPLES` entry
+    (:func:`example_record`), as a search's run directory has."""
+    manifest = {
         "cel_lens": __version__,
         "versions": package_versions(),
         "model": dict(model) if isinstance(model, dict) else model_manifest(model),
@@ -56,6 +81,9 @@ def build_manifest(model: Any, task: Task, options: Mapping[str, Any]) -> dict[s
         },
         "options": dict(options),
     }
+    if examples:
+        manifest[EXAMPLES] = example_record(task)
+    return manifest
 
 
 def default_run_dir(manifest: Mapping[str, Any], root: Union[str, Path] = "runs") -> Path:
@@ -64,3 +92,37 @@ def default_run_dir(manifest: Mapping[str, Any], root: Union[str, Path] = "runs"
     core = {k: manifest[k] for k in ("model", "task", "splits", "options")}
     digest = hashlib.sha256(json.dumps(core, sort_keys=True, default=str).encode()).hexdigest()[:10]
     return Path(root) / f"{_slug(manifest['model']['id'])}__{_slug(manifest['task']['name'])}__{digest}"
+
+
+def _pick(split: Any, ids: Optional[Sequence[str]], n: Optional[int]) -> Any:
+    """``split`` narrowed to what a run evaluated: its examples ``ids`` in that order, else (older
+    manifests) its first ``n`` (how a search cuts a Task); ``KeyError`` names a missing id."""
+    if ids is not None:
+        if list(ids) == split.ids:
+            return split
+        by_id = {e.id: e for e in split}
+        missing = [i for i in ids if i not in by_id]
+        if missing:
+            raise KeyError(f"{len(missing)} of the run's {split.name} examples are not in the reloaded split "
+                           f"(first: {missing[0]})")
+        return replace(split, examples=tuple(by_id[i] for i in ids))
+    return split.subset(n) if n is not None and n < len(split) else split
+
+
+def rebuild_task(manifest: Mapping[str, Any], data_dir: Optional[str] = None, splits: Sequence[str] = ("dist", "test")) -> Task:
+    """The task a run evaluated, from its manifest: loaded again (from ``data_dir``, else where
+    the task finds its files) with every loader option recorded, at the sizes its loader drew
+    (``task.options``' ``n_dist``/``n_test``), then each split narrowed to the examples the run
+    evaluated (:data:`EXAMPLES`' ids; manifests without them: the first ``splits.<name>.n``). A run
+    on a cut Task (48 of 200 examples) rebuilds to those 48, not to a fresh draw of 48."""
+    info = manifest.get("task") or {}
+    name, recorded = info.get("name"), dict(info.get("options") or {})
+    recorded.setdefault("seed", (manifest.get("options") or {}).get("seed", 0))  # manifests that predate it
+    sizes = {k: (manifest.get("splits") or {}).get(k[2:], {}).get("n") for k in ("n_dist", "n_test")}
+    drawn = {k: recorded.get(k) if isinstance(recorded.get(k), int) else sizes[k] for k in sizes}
+    task = load_task(name, **drawn, data_dir=data_dir, splits=splits, **loader_options(name, recorded))
+    picked = {}
+    for split in loaded_splits(task):
+        ids = ((manifest.get(EXAMPLES) or {}).get(split) or {}).get("ids")
+        picked[split] = _pick(task.split(split), ids, sizes[f"n_{split}"])
+    return replace(task, **picked)

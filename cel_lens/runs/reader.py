@@ -40,6 +40,15 @@ class RunRecord:
         sel = [e for e in self.events if e.get("event") == "selected"]
         return sel[0] if sel else None
 
+    def example_ids(self, split: str) -> Optional[list[str]]:
+        """The ids of the examples the run evaluated on ``split`` (``"dist"`` or ``"test"``), in
+        the order of every recorded evaluation's bits, from the manifest's ``examples`` entry;
+        ``None`` for a run recorded before it existed (its content hashes still identify the split)."""
+        if split not in ("dist", "test"):
+            raise ValueError(f"split must be 'dist' or 'test', got {split!r}")
+        ids = ((self.manifest.get("examples") or {}).get(split) or {}).get("ids")
+        return None if ids is None else list(ids)
+
     @property
     def finished(self) -> bool:
         """Whether the search finished (a result and a ``finished`` event)."""

@@ -8,7 +8,8 @@
 """
 
 from cel_lens.tasks.base import Example, Split, SplitOverlapError, Task, TaskKind, check_disjoint, sample_disjoint
-from cel_lens.tasks.io import DataNotFoundError, fixture_data_dir
+from cel_lens.tasks.fixtures import fixture_data_dir
+from cel_lens.tasks.io import DataNotFoundError
 from cel_lens.tasks.registry import BUILTIN_TASKS, available_tasks, load_task, loader_options, register_task, task_info
 from cel_lens.tasks.tokens import token_task
 
