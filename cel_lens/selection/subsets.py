@@ -19,7 +19,14 @@ from cel_lens.config import DEFAULT_K
 from cel_lens.heads import Head, HeadSet, HeadsLike
 from cel_lens.oracle import Oracle, call_oracle, evaluate_chunked
 
-__all__ = ["DEFAULT_K", "Strategy", "SubsetScore", "selection_key", "select_best", "evaluate_subsets"]
+__all__ = ["DEFAULT_K", "STAGE2_BATCH", "Strategy", "SubsetScore", "selection_key", "select_best", "evaluate_subsets"]
+
+STAGE2_BATCH = 8
+"""Subsets per oracle call in stage 2 (at most; ``chunk`` when smaller). A run directory records each
+call's answers as it returns and the progress bar moves once per call, so a killed stage 2 loses
+at most one batch and resumes with the next (stage 2 of a pool of 6 and k=2, 21 subsets, was one
+call: nothing shown or recorded until all had run). Each batch holds subsets that resume at
+nearby layers (sorted by their first ablated layer), so they share forward passes."""
 
 Strategy = Literal["exhaustive", "beam"]
 
@@ -106,9 +113,10 @@ def evaluate_subsets(
     def run(sets: list[HeadSet], desc: str) -> list[SubsetScore]:
         todo = [s for s in sets if s not in done]
         if todo:
-            correct = evaluate_chunked(oracle, "dist", todo, desc, chunk, progress)
-            for s, c in zip(todo, correct):
-                nc = int(c.sum())
+            order = sorted(todo, key=lambda s: s.first_layer or 0)  # stable: ties keep their order
+            correct = dict(zip(order, evaluate_chunked(oracle, "dist", order, desc, min(chunk, STAGE2_BATCH), progress)))
+            for s in todo:
+                nc = int(correct[s].sum())
                 done[s] = SubsetScore(s, nc, n, (nc - base) / n, _score_sum(s, sc))
         return [done[s] for s in sets]
 
