@@ -119,7 +119,7 @@ class Explorer:
         model_id = str((self.record.manifest.get("model") or {}).get("id"))
         self.model = self.models.get(model_id) if isinstance(self.models, Mapping) else self.models
         s = explorer_summary(self.record, self.r)
-        self.summary.value = (f"<b>{s['model']} × {s['task']}</b>: {s['state']} ({s['status']}); scorer {s['scorer']}; "
+        self.summary.value = (f"<b>{s['model']} × {s['task']}</b>: {s['progress']}; scorer {s['scorer']}; "
                               f"S-hat {s['selected']}" + (f"<br><i>example texts not loaded: {why}</i>" if why else ""))
         self._set("heatmap", heatmap_figure(self.r))
         self._figs.pop("attention", None), self._figs.pop("logit", None)

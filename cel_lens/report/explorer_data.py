@@ -180,7 +180,9 @@ def panel_keys(r: Mapping[str, Any], *, n_top: int = 8, n_sets: int = 8) -> list
 
 def explorer_summary(record: RunRecord, r: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
     """What the page and the widget show above the panels: model, task, state, scorer, layout, S-hat,
-    pool, and the status line of an unfinished run."""
+    pool, and the status line of an unfinished run; ``"progress"`` is the state with the status
+    beside it when it says more (``"stopped (stage 1: 6 of 12 heads scored)"``; a finished run:
+    ``"finished"``, not ``"finished (finished)"``)."""
     r = r if r is not None else result_dict(record, partial=True)
     model = (record.manifest.get("model") or {}).get("id") or "?"
     task = (record.manifest.get("task") or {}).get("name") or "?"
@@ -189,5 +191,6 @@ def explorer_summary(record: RunRecord, r: Optional[Mapping[str, Any]] = None) -
         "model": str(model), "task": str(task), "state": record.state, "status": status, "scorer": str(r.get("scorer")),
         "n_layers": int(r.get("n_layers") or stage1_scores(r).shape[0]), "n_heads": int(r.get("n_heads") or stage1_scores(r).shape[1]),
         "selected": r.get("heads"), "pool": list(r.get("pool") or []), "path": str(record.path),
+        "progress": record.state if str(status) == record.state else f"{record.state} ({status})",
     }
 

@@ -129,8 +129,7 @@ def explorer_html(data: Mapping[str, Any]) -> str:
     payload = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
     options = "".join(f'<option value="{html.escape(k)}">{html.escape(data["panels"][k]["title"])}</option>'
                       for k in data["order"])
-    head = (f"{html.escape(s['model'])} × {html.escape(s['task'])}: {html.escape(s['state'])}"
-            f" ({html.escape(str(s['status']))}); scorer {html.escape(s['scorer'])}; S-hat {html.escape(str(s['selected']))}")
+    head = (f"{html.escape(s['model'])} × {html.escape(s['task'])}: {html.escape(s['progress'])}; scorer {html.escape(s['scorer'])}; S-hat {html.escape(str(s['selected']))}")
     statement = html.escape(_statement(data))
     body = (
         f"<h2>Run explorer</h2><p id=\"cel-summary\">{head}</p><p id=\"cel-precomputed\">{statement}</p>"

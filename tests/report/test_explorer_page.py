@@ -73,3 +73,11 @@ def test_only_s_hat_carries_d_test(big_run):
     test = head_set_panel(big_run, s_hat, r=r)["test"]
     assert test["gain"] == pytest.approx(big_run.result.gain, abs=1e-4)
     assert test["ci"] == pytest.approx([big_run.result.ci_low, big_run.result.ci_high], abs=1e-4)
+
+
+def test_subtitle_says_finished_once(big_run):
+    """The subtitle read "synthetic-28x24 × synthetic: finished (finished)"."""
+    from cel_lens.report.explorer_page import explorer_html
+
+    head = re.search(r'<p id="cel-summary">(.*?)</p>', explorer_html(explorer_page_data(big_run))).group(1)
+    assert "synthetic: finished; scorer" in head and "(finished)" not in head
