@@ -66,9 +66,10 @@ SCORERS: dict[str, str] = {
 one file there and one line here)."""
 STRATEGIES: tuple[str, ...] = ("exhaustive", "beam")
 """Stage-2 strategies (:mod:`cel_lens.selection.subsets`)."""
-PARSIMONY_RULES: tuple[str, ...] = ("one_se", "simultaneous", "best")
-"""Stage 2's choice (:mod:`cel_lens.selection.parsimony`): the smallest subset within one standard
-error of the most accurate (``one_se``), within ``z(1 - 0.05/m)`` standard errors for ``m`` subsets
+PARSIMONY_RULES: tuple[str, ...] = ("backward", "one_se", "simultaneous", "best")
+"""Stage 2's choice (:mod:`cel_lens.selection.parsimony`): backward elimination from the most
+accurate subset by the leave-one-out exact tests on D_dist (``backward``, the default), the smallest
+subset within one standard error of the most accurate (``one_se``), within ``z(1 - 0.05/m)`` standard errors for ``m`` subsets
 (``simultaneous``), or the most accurate (``best``)."""
 CI_METHODS: tuple[str, ...] = ("tango", "newcombe", "bootstrap")
 """Intervals of the test gain (:mod:`cel_lens.selection.paired`): Tango's score interval (the
@@ -168,7 +169,8 @@ class SearchConfig:
     of the pool up to ``k`` heads) or ``"beam"`` (``beam_width`` best sets grown per size);
     ``n_null``: random head sets in the null; ``n_boot``: bootstrap resamples; ``posthoc``: also
     evaluate every stage-2 subset on D_test (exploratory, off by default); ``parsimony``: stage 2's
-    rule (``"one_se"``: the smallest subset within one standard error of the best; ``"best"``);
+    rule (``"backward"``: drop heads the leave-one-out tests on D_dist do not support; ``"one_se"``;
+    ``"simultaneous"``; ``"best"``);
     ``ci_method``: the test gain's interval (``"tango"``, ``"newcombe"`` or ``"bootstrap"``); ``n_adjusted``:
     sign-flip permutations of the selection-adjusted test on D_dist (0: off); ``seed``: the statistics' randomness (null,
     bootstrap, selection stability, random pools) and, unless ``split_seed`` is given, the splits of
@@ -214,8 +216,9 @@ class SearchConfig:
         "help": "--scorer racing: probability allowed for its pool to differ from exact scoring's"})
     margin: float = field(default=0.0, metadata={
         "help": "--scorer racing: score difference (accuracy units) near the pool's boundary it may get wrong (0: none)"})
-    parsimony: str = field(default="one_se", metadata={
-        "help": "stage 2's choice: the smallest subset within one standard error of the best (one_se), within "
+    parsimony: str = field(default="backward", metadata={
+        "help": "stage 2's choice: drop heads of the best subset that their leave-one-out exact tests on D_dist do "
+        "not support (backward), the smallest subset within one standard error of the best (one_se), within "
         "simultaneous standard errors (simultaneous), or the best", "choices": PARSIMONY_RULES})
     ci_method: str = field(default="tango", metadata={
         "help": "interval of the test gain: Tango's score interval, Newcombe's paired interval, or the paired bootstrap",

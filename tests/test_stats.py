@@ -295,3 +295,40 @@ def test_holm_adjust_matches_statsmodels_and_the_definition(seed):
     np.testing.assert_allclose(holm_adjust(p), direct, rtol=0, atol=1e-15)
     multitest = pytest.importorskip("statsmodels.stats.multitest")
     np.testing.assert_allclose(holm_adjust(p), multitest.multipletests(p, method="holm")[1], rtol=0, atol=1e-12)
+
+
+# -- the one decision rule -----------------------------------------------------------------------
+
+from cel_lens.stats import (  # noqa: E402
+    minimum_detectable_effect,
+    sign_test_bound,
+    sign_test_p,
+    sign_test_power,
+    sign_test_upper,
+)
+
+
+def test_the_exact_bound_and_the_one_sided_test_never_disagree():
+    for wins in range(0, 41):
+        for losses in range(0, 41):
+            p = sign_test_p(wins, losses)
+            low, high = sign_test_bound(wins, losses, 500), sign_test_upper(wins, losses, 500)
+            assert (low > 0) == (p < 0.05) or abs(p - 0.05) < 1e-12
+            assert low <= (wins - losses) / 500 <= high
+
+
+def test_four_gained_none_lost_is_not_significant_one_sided():
+    # the case: b = 4, c = 0, n = 500; a bootstrap CI and Tango's interval exclude 0 there
+    assert sign_test_p(4, 0) == 0.0625
+    assert sign_test_bound(4, 0, 500) < 0
+    assert sign_test_p(5, 0) == 0.03125 and sign_test_bound(5, 0, 500) > 0
+
+
+def test_minimum_detectable_effect_is_where_the_power_reaches_80_percent():
+    mde = minimum_detectable_effect(1000, 0.1)
+    assert 0.02 < mde < 0.03
+    assert sign_test_power(1000, 0.1, mde) >= 0.8 > sign_test_power(1000, 0.1, mde - 0.002)
+    assert minimum_detectable_effect(4000, 0.1) < mde  # more examples, smaller detectable effects
+    assert minimum_detectable_effect(20, 0.1) is None  # two discordant examples can never reach p <= 0.05
+    with pytest.raises(ValueError):
+        minimum_detectable_effect(0, 0.1)

@@ -58,7 +58,13 @@ from cel_lens.selection.result import DEFAULT_N_NULL, Result, nonpositive_gain_w
 from cel_lens.selection.specificity import random_pool_winners, specificity_statistics
 from cel_lens.selection.guardrails import DEFAULT_N_ADJUSTED, nothing_helps_warning, selection_adjusted_test
 from cel_lens.config import CI_METHODS, PARSIMONY_RULES
-from cel_lens.selection.paired import DEFAULT_CI_METHOD, leave_one_out, mcnemar_enhancement_p, paired_interval
+from cel_lens.selection.paired import (
+    DEFAULT_CI_METHOD,
+    enhancement_decision,
+    leave_one_out,
+    mcnemar_enhancement_p,
+    paired_interval,
+)
 from cel_lens.selection.parsimony import DEFAULT_PARSIMONY, select_parsimonious
 from cel_lens.selection.reselect import Reselector, reselecting_stability, singles_from, split_half_agreement
 from cel_lens.selection.stability import DEFAULT_N_STABILITY, selection_stability
@@ -187,7 +193,8 @@ def test_statistics(
         test_acc_intact=float(intact.to(torch.float64).mean()),
         test_acc_ablated=float(ablated.to(torch.float64).mean()),
         gain=gain, ci_low=ci_low, ci_high=ci_high, ci_method=ci_method, p_value=mcnemar_exact(intact, ablated),
-        p_enhance=mcnemar_enhancement_p(intact, ablated), leave_one_out=loo,
+        p_enhance=mcnemar_enhancement_p(intact, ablated), decision=enhancement_decision(intact, ablated, alpha),
+        leave_one_out=loo,
         null_gains=[float(g) for g in null.gains], null_p=null.p_value(gain), null_min_p=null.min_p,
         null_exhaustive=null.exhaustive, subsets=records, n_test=n_test,
         calibration=calibration_statistics(oracle, best.heads, n_boot=n_boot, alpha=alpha, seed=seed),
@@ -214,10 +221,10 @@ def _discovery_checks(
     sub_bits = memo.evaluate(DIST_SPLIT, [s.heads for s in subsets], stage="stage2")
     singles = singles_from(sets, bits, memo.n_layers, memo.n_heads)
     if n_stability >= 1:
-        fixed = selection_stability(subsets, sub_bits, n_resamples=n_stability, seed=seed)
+        fixed = selection_stability(subsets, sub_bits, n_resamples=n_stability, seed=seed, rule=rule, alpha=alpha)
         out["selection_stability"] = {"method": "fixed pool", **fixed}
     if n_stability >= 1 and singles is not None:
-        reselector = Reselector(singles, subsets, sub_bits, intact, pool_size=pool_size, k=k, rule=rule)
+        reselector = Reselector(singles, subsets, sub_bits, intact, pool_size=pool_size, k=k, rule=rule, alpha=alpha)
         ties = {key: fixed.get(key) for key in ("selected_by_tie_break", "identical_subsets") if key in fixed}
         out["selection_stability"] = {**reselecting_stability(reselector, selected, n_resamples=n_stability, seed=seed),
                                       "fixed_pool_frequency": fixed["selected_frequency"], **ties}
@@ -306,7 +313,7 @@ def run_search(
             journal.record_event("pool", scorer=name, pool=[str(h) for h in pool])
         subsets, _ = stage2(memo, pool, stage1_scores, intact, **search)
         bits = memo.evaluate(DIST_SPLIT, [s.heads for s in subsets], stage="stage2")
-        best, choice = select_parsimonious(subsets, bits, parsimony)
+        best, choice = select_parsimonious(subsets, bits, parsimony, alpha=alpha)
         checks = _discovery_checks(memo, subsets, best.heads, intact, pool_size=pool_size, k=k, rule=parsimony,
                                    n_stability=n_stability, n_adjusted=n_adjusted, seed=seed, alpha=alpha)
         if n_specificity:  # on D_dist, before the selection is fixed

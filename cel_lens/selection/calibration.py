@@ -31,8 +31,9 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from cel_lens.heads import HeadSet
+from cel_lens.selection.paired import DECISION_TEST
 from cel_lens.oracle import DIST_SPLIT, TEST_SPLIT, AnswerKey, MemoOracle
-from cel_lens.stats import mcnemar_exact, paired_bootstrap_ci, wilson_interval
+from cel_lens.stats import paired_bootstrap_ci, sign_test_bound, sign_test_p, wilson_interval
 
 __all__ = [
     "fit_choice_bias",
@@ -60,53 +61,122 @@ def _valid(scores: Tensor) -> Tensor:
     return ~torch.isnan(scores)
 
 
-def _best_offset(t: Tensor, wins_above: Tensor, wins_below: Tensor, current: float) -> float:
-    """The ``b`` maximising ``#{wins_above: t < b} + #{wins_below: t > b}``: the midpoint of the
-    best interval between sorted thresholds ``t`` (the one nearest ``current`` among ties)."""
+def _offset_scores(t: Tensor, wins_above: Tensor, wins_below: Tensor) -> tuple[Tensor, Tensor]:
+    """Every interval between sorted thresholds ``t``: how many examples are right for ``b`` in it
+    (``#{wins_above: t < b} + #{wins_below: t > b}``; -1 for empty intervals between tied
+    thresholds, which hold no ``b``) and its midpoint."""
     order = torch.argsort(t)
     t, above, below = t[order], wins_above[order].double(), wins_below[order].double()
-    # b in interval k (between t[k-1] and t[k]) scores: above among t[:k] + below among t[k:]
     score = torch.cat([torch.zeros(1, dtype=torch.float64), above.cumsum(0)])
     score = score + torch.cat([below.flip(0).cumsum(0).flip(0), torch.zeros(1, dtype=torch.float64)])
     edges = torch.cat([t[:1] - 1.0, t, t[-1:] + 1.0])
     mids = (edges[:-1] + edges[1:]) / 2
     distinct = torch.cat([torch.ones(1, dtype=torch.bool), t[1:] > t[:-1], torch.ones(1, dtype=torch.bool)])
-    best = score.masked_fill(~distinct, -1.0)  # empty intervals (tied thresholds) hold no b
-    ties = torch.nonzero(best == best.max())[:, 0]
-    return float(mids[ties[torch.argmin((mids[ties] - current).abs())]])
+    return score.masked_fill(~distinct, -1.0), mids
 
 
-def fit_choice_bias(
-    scores: Float[Tensor, "example choice"], labels: Int[Tensor, " example"], *, max_sweeps: int = 20
-) -> Float[Tensor, " choice"]:
-    """The per-choice additive bias ``b`` (``b[0] = 0``) under which ``argmax_j(s_j + b_j)`` is right
-    on the most examples: the model's accuracy at its best constant answer prior. Exact for two
-    choices; coordinate ascent (each coordinate's exact optimum in turn) for more. NaN scores
-    (choices an example does not have) never win; deterministic."""
-    s = scores.detach().to(torch.float64).cpu()
-    y = labels.detach().long().cpu()
-    n, m = s.shape
-    bias = torch.zeros(m, dtype=torch.float64)
-    if m < 2 or n == 0:
-        return bias
-    s = torch.where(_valid(s), s, torch.full_like(s, float("-inf")))
+def _best_offset(t: Tensor, wins_above: Tensor, wins_below: Tensor, current: Optional[float] = None) -> float:
+    """The ``b`` maximising ``#{wins_above: t < b} + #{wins_below: t > b}``. Among equally good
+    intervals: ``current`` when it already lies in one (a coordinate search never moves sideways),
+    else the middle one in order (the lower middle of an even count) at its midpoint. The middle
+    rule moves with the scores: shifting every score of a choice by a constant shifts the chosen
+    bias by the same constant, so a pure prior shift is taken back exactly, ties or not."""
+    score, mids = _offset_scores(t, wins_above, wins_below)
+    ties = torch.nonzero(score == score.max())[:, 0]
+    if current is not None:
+        pos = int(torch.searchsorted(torch.sort(t).values, torch.tensor(current, dtype=t.dtype), right=False))
+        on_edge = bool((t == current).any())
+        if not on_edge and bool((ties == pos).any()):
+            return float(current)
+    return float(mids[ties[(len(ties) - 1) // 2]])
+
+
+def _coordinate(s: Tensor, y: Tensor, bias: Tensor, j: int) -> Optional[tuple[Tensor, Tensor, Tensor]]:
+    """Choice ``j``'s thresholds against the best other choice under ``bias``, and which examples
+    are right above / below them (``None`` when no example has both)."""
+    others = (s + bias[None, :]).clone()
+    others[:, j] = float("-inf")
+    best_other, pred_other = others.max(1)
+    ok = torch.isfinite(s[:, j]) & torch.isfinite(best_other)
+    if not bool(ok.any()):
+        return None
+    return (best_other - s[:, j])[ok], (y == j)[ok], ((y != j) & (pred_other == y))[ok]
+
+
+def _ascend(s: Tensor, y: Tensor, bias: Tensor, max_sweeps: int) -> Tensor:
+    """Coordinate ascent from ``bias``: each coordinate (the reference choice 0 too, which is the
+    common offset of all the others) set to its exact optimum in turn, until none moves."""
+    bias = bias.clone()
     for _ in range(max_sweeps):
         moved = False
-        for j in range(1, m):
-            shifted = s + bias[None, :]
-            others = shifted.clone()
-            others[:, j] = float("-inf")
-            best_other, pred_other = others.max(1)
-            ok = torch.isfinite(s[:, j]) & torch.isfinite(best_other)
-            if not bool(ok.any()):
+        for j in range(s.shape[1]):
+            parts = _coordinate(s, y, bias, j)
+            if parts is None:
                 continue
-            t = (best_other - s[:, j])[ok]
-            new = _best_offset(t, (y == j)[ok], ((y != j) & (pred_other == y))[ok], float(bias[j]))
+            new = _best_offset(*parts, current=float(bias[j]))
             moved |= new != float(bias[j])
             bias[j] = new
         if not moved:
             break
-    return bias
+    return bias - bias[0]
+
+
+def _accuracy(s: Tensor, y: Tensor, bias: Tensor) -> int:
+    return int(((s + bias[None, :]).argmax(1) == y).sum())
+
+
+def optimal_biases(
+    scores: Float[Tensor, "example choice"], labels: Int[Tensor, " example"], *, max_sweeps: int = 50
+) -> list[Float[Tensor, " choice"]]:
+    """Every bias found at the best D_dist accuracy, the chosen one (:func:`fit_choice_bias`) first.
+    Two choices: the midpoint of every equally good interval (exact). More: the optima of coordinate
+    ascent started from no bias, from the exact best common offset (all choices against the first)
+    and from each choice's exact best offset alone; the distinct ones reaching the best count."""
+    s = scores.detach().to(torch.float64).cpu()
+    y = labels.detach().long().cpu()
+    n, m = s.shape
+    if m < 2 or n == 0:
+        return [torch.zeros(m, dtype=torch.float64)]
+    s = torch.where(_valid(s), s, torch.full_like(s, float("-inf")))
+    zero = torch.zeros(m, dtype=torch.float64)
+    if m == 2:
+        parts = _coordinate(s, y, zero, 1)
+        if parts is None:
+            return [zero]
+        score, mids = _offset_scores(*parts)
+        ties = torch.nonzero(score == score.max())[:, 0]
+        chosen = _best_offset(*parts)
+        others = [float(mids[i]) for i in ties if float(mids[i]) != chosen]
+        return [torch.tensor([0.0, b], dtype=torch.float64) for b in [chosen, *others]]
+    starts = [zero]
+    for j in range(m):
+        parts = _coordinate(s, y, zero, j)
+        if parts is not None:
+            start = zero.clone()
+            start[j] = _best_offset(*parts)
+            starts.append(start)
+    found = [_ascend(s, y, b, max_sweeps) for b in starts]
+    counts = [_accuracy(s, y, b) for b in found]
+    top = max(counts)
+    out: list[Tensor] = []
+    for b, c in zip(found, counts):
+        if c == top and not any(torch.equal(b, o) for o in out):
+            out.append(b)
+    return out
+
+
+def fit_choice_bias(
+    scores: Float[Tensor, "example choice"], labels: Int[Tensor, " example"], *, max_sweeps: int = 50
+) -> Float[Tensor, " choice"]:
+    """The per-choice additive bias ``b`` (``b[0] = 0``) under which ``argmax_j(s_j + b_j)`` is right
+    on the most examples: the model's accuracy at its best constant answer prior. Exact for two
+    choices (every interval between thresholds scored); for more, coordinate ascent with each
+    coordinate's exact optimum, from several starts including the best common offset, keeping the
+    best (:func:`optimal_biases`; measured against brute force in the tests and at the optimum in
+    ``python -m benchmarks.planted_study``). The tie rule is stated in :func:`_best_offset` (the
+    middle of equally good intervals; among starts, the first in the order above). NaN scores
+    (choices an example does not have) never win; deterministic."""
+    return optimal_biases(scores, labels, max_sweeps=max_sweeps)[0]
 
 
 def calibrated_predictions(
@@ -169,25 +239,65 @@ def calibration_statistics(
     if key_dist is None or key_dist.labels is None or key_test.labels is None or any(t is None for t in tables.values()):
         return {**out, "reason": _not_applicable(key_test)}
     m = max(len(key_test.names), tables[(TEST_SPLIT, HeadSet())].shape[1])
-    fits = {h: fit_choice_bias(tables[(DIST_SPLIT, h)], key_dist.labels) for h in (HeadSet(), heads)}
+    fits = {h: optimal_biases(tables[(DIST_SPLIT, h)], key_dist.labels) for h in (HeadSet(), heads)}
     raw = {h: calibrated_predictions(tables[(TEST_SPLIT, h)]) for h in fits}
-    cal = {h: calibrated_predictions(tables[(TEST_SPLIT, h)], fits[h]) for h in fits}
+    cal = {h: calibrated_predictions(tables[(TEST_SPLIT, h)], fits[h][0]) for h in fits}
     right: dict[HeadSet, Bool[Tensor, " example"]] = {h: cal[h] == key_test.labels for h in fits}
     intact, ablated = right[HeadSet()], right[heads]
     n = int(intact.numel())
     low, high = paired_bootstrap_ci(intact, ablated, n_boot=n_boot, alpha=alpha, seed=seed)
     return {
         **out, "applies": True,
-        "method": "per-choice additive bias fitted on D_dist (each model its own)",
-        "bias_intact": fits[HeadSet()].tolist(), "bias_ablated": fits[heads].tolist(),
+        "method": "per-choice additive bias fitted on D_dist (each model its own)", "tie_rule": TIE_RULE,
+        "bias_intact": fits[HeadSet()][0].tolist(), "bias_ablated": fits[heads][0].tolist(),
         "test_acc_intact_cal": float(intact.double().mean()), "test_acc_ablated_cal": float(ablated.double().mean()),
         "ci_intact_cal": list(wilson_interval(int(intact.sum()), n, alpha)),
         "ci_ablated_cal": list(wilson_interval(int(ablated.sum()), n, alpha)),
         "gain_cal": (int(ablated.sum()) - int(intact.sum())) / n, "ci_low_cal": low, "ci_high_cal": high,
-        "p_value_cal": mcnemar_exact(intact, ablated), "survives": low > 0,
+        "gain_cal_range": _tie_range(tables[(TEST_SPLIT, HeadSet())], tables[(TEST_SPLIT, heads)], fits, heads,
+                                     key_test.labels),
+        **_survival(tables[(TEST_SPLIT, HeadSet())], key_test.labels, ablated, alpha),
         "shares_intact": prediction_shares(raw[HeadSet()], m), "shares_ablated": prediction_shares(raw[heads], m),
         "shares_intact_cal": prediction_shares(cal[HeadSet()], m), "shares_ablated_cal": prediction_shares(cal[heads], m),
     }
+
+
+TIE_RULE = ("among equally good biases on D_dist, the middle interval in order (two choices; it moves with a "
+            "prior shift), else the first optimum in the order: no bias, best common offset, each choice alone")
+"""The stated rule that picks one bias among equally good ones (issue: the calibrated Δ must not depend
+on an unstated tie-break); the range over all of them is reported beside it."""
+
+
+def _tie_range(test_intact: Tensor, test_ablated: Tensor, fits: Mapping[HeadSet, list[Tensor]], heads: HeadSet,
+               labels: Tensor) -> list[float]:
+    """The calibrated gain's range over every equally good bias of either model: ``[low, high]``."""
+    def accs(table: Tensor, biases: list[Tensor]) -> list[float]:
+        return [float((calibrated_predictions(table, b) == labels).double().mean()) for b in biases]
+
+    a, b = accs(test_intact, fits[HeadSet()]), accs(test_ablated, fits[heads])
+    return [min(b) - max(a), max(b) - min(a)]
+
+
+def _survival(test_intact: Tensor, labels: Tensor, ablated: Tensor, alpha: float) -> dict[str, Any]:
+    """Whether the gain survives calibration, by the one decision rule: the one-sided exact McNemar
+    test of the ablated model (its bias fitted on D_dist) against the intact model at its *best
+    bias on D_test itself*. A pure prior shift can never pass: whatever bias the ablated model gets,
+    the intact model with that bias plus the shift answers the same, and the comparison gives the
+    intact model the best of all biases. So the test's type-I error under a prior-only ablation is
+    at most its level whatever the size of D_dist (the price: it is conservative)."""
+    best = fit_choice_bias(test_intact, labels)
+    intact_best = calibrated_predictions(test_intact, best) == labels
+    _, wins, losses, _ = _counts(intact_best, ablated)
+    n = int(ablated.numel())
+    p = sign_test_p(wins, losses)
+    return {"test_acc_intact_best": float(intact_best.double().mean()), "bias_intact_best": best.tolist(),
+            "p_value_cal": p, "bound_cal": sign_test_bound(wins, losses, n, alpha), "survives": bool(p <= alpha),
+            "decision_cal": f"{DECISION_TEST}: ablated (bias fitted on D_dist) vs intact at its best bias on D_test"}
+
+
+def _counts(a: Tensor, b: Tensor) -> tuple[int, int, int, int]:
+    a, b = a.bool(), b.bool()
+    return int((a & b).sum()), int((b & ~a).sum()), int((a & ~b).sum()), int((~a & ~b).sum())
 
 
 def _shares(names: list[str], shares: list[float]) -> str:
@@ -221,13 +331,32 @@ def calibration_rows(r: Mapping[str, Any]) -> list[tuple[str, str]]:
                               f"{_pct(c['ci_intact_cal'][1])}] -> ablated {_pct(c['test_acc_ablated_cal'])} "
                               f"[{_pct(c['ci_ablated_cal'][0])}, {_pct(c['ci_ablated_cal'][1])}] (bias refit on each "
                               "model's D_dist scores)"),
-        ("calibrated gain", f"{100 * c['gain_cal']:+.2f} pp, {1 - alpha:.0%} paired CI [{100 * c['ci_low_cal']:+.2f} pp, "
-                            f"{100 * c['ci_high_cal']:+.2f} pp], McNemar p = {c['p_value_cal']:.3g} "
-                            f"(raw {100 * float(r.get('gain', float('nan'))):+.2f} pp)"),
+        ("calibrated gain", f"{100 * c['gain_cal']:+.2f} pp{_range_text(c)}, {1 - alpha:.0%} paired bootstrap CI "
+                            f"[{100 * c['ci_low_cal']:+.2f} pp, {100 * c['ci_high_cal']:+.2f} pp] (descriptive; "
+                            f"raw {100 * float(r.get('gain', float('nan'))):+.2f} pp)"),
+        ("survives calibration?", _survival_text(c, alpha)),
     ]
     if not c.get("survives") and float(r.get("gain") or 0.0) > 0:
         rows.append(("warning", PRIOR_ONLY_LINE))
     return rows + [("calibrated vs raw", CALIBRATION_SENTENCE)]
+
+
+def _range_text(c: Mapping[str, Any]) -> str:
+    """`` (from -3.00 to +0.50 pp over equally good biases)`` when ties move the calibrated gain."""
+    rng = c.get("gain_cal_range")
+    if not rng or abs(rng[1] - rng[0]) < 1e-12:
+        return ""
+    return f" (from {100 * rng[0]:+.2f} to {100 * rng[1]:+.2f} pp over equally good D_dist biases)"
+
+
+def _survival_text(c: Mapping[str, Any], alpha: float) -> str:
+    """The calibrated verdict by the one decision rule, against the intact model's best D_test bias."""
+    if "bound_cal" not in c:  # a result written before the decision rule: its p was two-sided
+        return f"{'yes' if c.get('survives') else 'no'} (McNemar p = {c['p_value_cal']:.3g})"
+    return (f"{'yes' if c['survives'] else 'no'}: one-sided exact McNemar p = {c['p_value_cal']:.3g} (α = {alpha:g}), "
+            f"ablated (bias fitted on D_dist) against intact at its best bias on D_test itself "
+            f"({_pct(c['test_acc_intact_best'])}), which no prior shift can beat; exact bound: gain >= "
+            f"{100 * c['bound_cal']:+.2f} pp")
 
 
 def calibrated_gain_text(r: Mapping[str, Any], *, unit: str = " pp") -> str:

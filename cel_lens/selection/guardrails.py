@@ -23,10 +23,16 @@ import torch
 from jaxtyping import Bool
 from torch import Tensor
 
-__all__ = ["DEFAULT_N_ADJUSTED", "selection_adjusted_test", "nothing_helps_warning"]
+from cel_lens.stats import minimum_detectable_effect
+
+__all__ = ["DEFAULT_N_ADJUSTED", "DEFAULT_MIN_EFFECT", "selection_adjusted_test", "nothing_helps_warning",
+           "adjusted_verdict"]
 
 DEFAULT_N_ADJUSTED = 999
 """Sign-flip permutations of the selection-adjusted test."""
+DEFAULT_MIN_EFFECT = 0.01
+"""The stated effect (1 pp of accuracy) below which "nothing helps" may be said as an absence: only
+when no evaluated head set's gain above it is compatible with the data."""
 
 
 def selection_adjusted_test(
@@ -36,13 +42,21 @@ def selection_adjusted_test(
     n_permutations: int = DEFAULT_N_ADJUSTED,
     seed: int = 0,
     alpha: float = 0.05,
+    min_effect: float = DEFAULT_MIN_EFFECT,
 ) -> dict[str, Any]:
     """The max-statistic sign-flip test of "no evaluated head set raises D_dist accuracy".
     ``correct``: every evaluated head set's D_dist correctness; ``intact``: the intact model's.
 
     Returns ``{"observed", "p_value", "min_p", "n_permutations", "n_sets", "null_mean",
-    "null_quantile", "rejects"}`` (``null_quantile``: the ``1 - alpha`` quantile of the max gain
-    under the null, what the best discovery gain must exceed)."""
+    "null_quantile", "rejects", "upper", "min_effect", "mde", "absence"}`` (``null_quantile``: the
+    ``1 - alpha`` quantile of the max gain under the null, what the best discovery gain must
+    exceed; ``upper``: the largest gain of any evaluated set not ruled out, ``observed +
+    null_quantile``, a one-sided simultaneous bound: the sign flips of the centred differences
+    bound how far every set's observed gain can fall below its true one; ``mde``: the gain a single
+    pre-specified one-sided exact test detects with 80 % power at this ``n`` and the best set's
+    discordance (:func:`cel_lens.stats.minimum_detectable_effect`; the adjusted test needs more);
+    ``absence``: the test does not reject *and* ``upper < min_effect``, the only case in which
+    "nothing helps" is stated as an absence)."""
     if n_permutations < 1:
         raise ValueError(f"n_permutations must be >= 1, got {n_permutations}")
     if correct.ndim != 2 or correct.shape[1] != intact.shape[0]:
@@ -61,18 +75,49 @@ def selection_adjusted_test(
         maxima[start : start + b] = (d @ signs).max(0) / n if d.size else 0.0
     exceed = int((maxima >= observed - 1e-12).sum())
     p = (1 + exceed) / (1 + n_permutations)
+    quantile = float(np.quantile(maxima, 1 - alpha))
+    full = (correct.to(torch.int64) - intact.to(torch.int64)[None, :]).numpy()
+    top = int(np.argmax(full.sum(1))) if full.size else 0
+    discordance = float(np.abs(full[top]).mean()) if full.size else 0.0
+    upper = observed + quantile
     return {
         "observed": observed, "p_value": p, "min_p": 1 / (1 + n_permutations), "n_permutations": int(n_permutations),
-        "n_sets": int(correct.shape[0]), "null_mean": float(maxima.mean()),
-        "null_quantile": float(np.quantile(maxima, 1 - alpha)), "rejects": bool(p <= alpha),
+        "n_sets": int(correct.shape[0]), "null_mean": float(maxima.mean()), "null_quantile": quantile,
+        "rejects": bool(p <= alpha), "upper": upper, "min_effect": float(min_effect),
+        "mde": minimum_detectable_effect(n, discordance, alpha) if discordance > 0 else None,
+        "absence": bool(p > alpha and upper < min_effect),
     }
 
 
+def adjusted_verdict(adjusted: dict[str, Any]) -> str:
+    """The verdict in a few words: ``some ablation helps``, ``NOTHING HELPS`` (an absence the data
+    support: no gain of ``min_effect`` or more is compatible with them) or ``NOT SHOWN`` (no
+    evidence either way at this n)."""
+    if adjusted["rejects"]:
+        return "some ablation helps"
+    if adjusted.get("absence", "upper" not in adjusted):  # results before the bound: the old verdict
+        return "NOTHING HELPS"
+    return "NOT SHOWN (no evidence of a gain, none ruled out)"
+
+
+def _limits(adjusted: dict[str, Any]) -> str:
+    """What this n can and cannot rule out."""
+    if "upper" not in adjusted:
+        return ""
+    mde = adjusted.get("mde")
+    power = (f"; a single pre-specified exact test at this n detects {100 * mde:+.2f} pp with 80% power"
+             if mde is not None else "; too few discordant examples for any test to detect a gain with 80% power")
+    return f"; gains up to {100 * adjusted['upper']:+.2f} pp are not ruled out (one-sided, every evaluated set){power}"
+
+
 def nothing_helps_warning(adjusted: dict[str, Any], alpha: float) -> str:
-    """The one line shown when the selection-adjusted test does not reject: no evidence on D_dist
-    that any ablation helps, whatever S-hat's (selection-biased) discovery gain."""
-    return (
-        f"nothing helps: the best discovery gain {100 * adjusted['observed']:+.2f} pp is within what the best of "
-        f"{adjusted['n_sets']} evaluated head sets reaches when none helps (selection-adjusted p = "
-        f"{adjusted['p_value']:.3g} > α = {alpha:g}); this is not evidence of an enhancement"
-    )
+    """The one line shown when the selection-adjusted test does not reject: "nothing helps" as an
+    absence only when the bound is below the stated effect, else that this n shows nothing either way."""
+    head = (f"the best discovery gain {100 * adjusted['observed']:+.2f} pp is within what the best of "
+            f"{adjusted['n_sets']} evaluated head sets reaches when none helps (selection-adjusted p = "
+            f"{adjusted['p_value']:.3g} > α = {alpha:g})")
+    if adjusted.get("absence", "upper" not in adjusted):
+        bound = (f"; no evaluated head set raises D_dist accuracy by {100 * adjusted['min_effect']:.2g} pp or more"
+                 if "upper" in adjusted else "")
+        return f"nothing helps: {head}{bound}; this is not evidence of an enhancement"
+    return f"no evidence that any ablation helps: {head}{_limits(adjusted)}; this is not evidence of an absence either"

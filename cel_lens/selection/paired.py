@@ -19,7 +19,6 @@ leave-one-out contribution of each head of S-hat.
 from __future__ import annotations
 
 import math
-from fractions import Fraction
 from statistics import NormalDist
 from typing import Any, Callable, Sequence
 
@@ -29,10 +28,17 @@ from torch import Tensor
 
 from cel_lens.config import CI_METHODS
 from cel_lens.heads import HeadSet
-from cel_lens.stats import holm_adjust, wilson_interval
+from cel_lens.stats import (
+    holm_adjust,
+    minimum_detectable_effect,
+    sign_test_bound,
+    sign_test_p,
+    sign_test_upper,
+    wilson_interval,
+)
 
 __all__ = ["CI_METHODS", "DEFAULT_CI_METHOD", "discordant_counts", "mcnemar_enhancement_p", "newcombe_paired_ci",
-           "tango_paired_ci", "paired_interval", "leave_one_out"]
+           "tango_paired_ci", "paired_interval", "leave_one_out", "enhancement_decision", "DECISION_TEST"]
 
 DEFAULT_CI_METHOD = "tango"
 """The default interval of the test gain (it keeps its coverage with few discordant pairs)."""
@@ -52,10 +58,25 @@ def mcnemar_enhancement_p(intact: Any, ablated: Any) -> float:
     ``X ~ Binomial(b + c, 1/2)``, ``b`` the examples only the ablated model gets right and ``c``
     those only the intact one does (1 without discordant pairs). Exact rational arithmetic."""
     _, b, c, _ = discordant_counts(intact, ablated)
-    n = b + c
-    if n == 0:
-        return 1.0
-    return float(Fraction(sum(math.comb(n, i) for i in range(b, n + 1)), 2**n))
+    return sign_test_p(b, c)
+
+
+DECISION_TEST = "one-sided exact McNemar (sign test on the discordant examples)"
+"""The one test behind every "helps", "significant" and "survives" a result prints."""
+
+
+def enhancement_decision(intact: Any, ablated: Any, alpha: float = 0.05) -> dict[str, Any]:
+    """The decision "ablating raises accuracy" on paired 0/1 outcomes, by the one rule
+    (:func:`cel_lens.stats.sign_test_p` at most ``alpha``), with the exact one-sided bound that
+    agrees with it by construction, the largest gain it does not rule out, and the smallest gain
+    it detects at 80 % power at this ``n`` and discordance: ``{"test", "alpha", "wins", "losses",
+    "n", "p", "helps", "bound", "upper", "mde"}``."""
+    _, b, c, _ = discordant_counts(intact, ablated)
+    n = len(np.asarray(intact).reshape(-1))
+    p = sign_test_p(b, c)
+    return {"test": DECISION_TEST, "alpha": alpha, "wins": b, "losses": c, "n": n, "p": p, "helps": bool(p <= alpha),
+            "bound": sign_test_bound(b, c, n, alpha), "upper": sign_test_upper(b, c, n, alpha),
+            "mde": minimum_detectable_effect(n, (b + c) / n, alpha) if n else None}
 
 
 def newcombe_paired_ci(intact: Any, ablated: Any, alpha: float = 0.05) -> tuple[float, float]:

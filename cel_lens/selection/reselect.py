@@ -22,8 +22,8 @@ from jaxtyping import Bool
 from torch import Tensor
 
 from cel_lens.heads import Head, HeadSet
-from cel_lens.selection.parsimony import tolerance_width
-from cel_lens.selection.subsets import SubsetScore, selection_key
+from cel_lens.selection.parsimony import DEFAULT_PARSIMONY, RuleTable
+from cel_lens.selection.subsets import SubsetScore
 
 __all__ = ["Reselector", "reselecting_stability", "split_half_agreement"]
 
@@ -34,27 +34,26 @@ class Reselector:
     (``{Head: bits}``); ``subsets``/``subset_bits``: stage 2's evaluated subsets."""
 
     def __init__(self, singles: dict[Head, Tensor], subsets: Sequence[SubsetScore], subset_bits: Tensor,
-                 intact: Tensor, *, pool_size: int, k: int, rule: str = "one_se") -> None:
+                 intact: Tensor, *, pool_size: int, k: int, rule: str = DEFAULT_PARSIMONY, alpha: float = 0.05) -> None:
         self.heads = sorted(singles)
         index = {h: i for i, h in enumerate(self.heads)}
         self.single_d = np.stack([singles[h].numpy().astype(np.float64) for h in self.heads]) - intact.numpy()
-        order = sorted(range(len(subsets)), key=lambda i: selection_key(subsets[i])[1:])
-        self.subsets = [subsets[i] for i in order]
-        self.bits = subset_bits[order].to(torch.float64).numpy()
-        self.sizes = np.array([len(s.heads) for s in self.subsets])
-        width = int(self.sizes.max()) if len(self.subsets) else 1
+        self.subsets = list(subsets)
+        m = min(pool_size, len(self.heads))
+        self.pool_size, self.rule = m, rule
+        self.table = RuleTable(self.subsets, subset_bits, rule, pool_size=m, alpha=alpha)
+        width = int(self.table.sizes.max()) if len(self.subsets) else 1
         self.members = np.full((len(self.subsets), width), -1)
         for i, s in enumerate(self.subsets):
             self.members[i, : len(s.heads)] = [index.get(h, -1) for h in s.heads]
-        m = min(pool_size, len(self.heads))
-        self.pool_size, self.rule = m, rule
-        self.width = tolerance_width(rule, len(self.subsets))
         self.needed = sum(math.comb(m, j) for j in range(1, min(k, m) + 1))
 
     def select(self, w: np.ndarray) -> tuple[Optional[HeadSet], bool]:
         """The selection under example weights ``w`` and whether it is certain: ``(winner, True)``
         when every subset the new pool needs was evaluated, ``(best of those evaluated, False)``
-        otherwise (an unevaluated subset might have won instead); ``(None, False)`` when none was."""
+        otherwise (an unevaluated subset might have won instead); ``(None, False)`` when none was.
+        Stage 2 is the search's own rule (:class:`~cel_lens.selection.parsimony.RuleTable`), every
+        tie broken by the resample's counts."""
         scores = self.single_d @ w
         pool = np.zeros(len(self.heads) + 1, dtype=bool)  # the last entry stands for "not a head" (-1)
         pool[np.argsort(-scores, kind="stable")[: self.pool_size]] = True
@@ -62,25 +61,13 @@ class Reselector:
         cands = np.flatnonzero(inside)
         if len(cands) == 0:
             return None, False
-        complete = len(cands) >= self.needed
-        counts = self.bits[cands] @ w
-        best = int(np.argmax(counts))
-        if self.rule == "best":
-            return self.subsets[cands[best]].heads, complete
-        total = float(w.sum())
-        diff = self.bits[cands] - self.bits[cands[best]]
-        mean = (diff @ w) / total
-        var = ((diff - mean[:, None]) ** 2 @ w) / max(total - 1.0, 1.0)
-        within = mean >= -self.width * np.sqrt(var / total) - 1e-12
-        smallest = self.sizes[cands][within].min()
-        pick = np.flatnonzero(within & (self.sizes[cands] == smallest))[0]  # first in the rule's order
-        return self.subsets[cands[pick]].heads, complete
+        return self.subsets[self.table.choose(w, cands)].heads, len(cands) >= self.needed
 
 
 def _summary(picks: list[tuple[Optional[HeadSet], bool]], selected: HeadSet) -> dict[str, Any]:
     """Frequencies of the winners; S-hat's as a bound: certain wins, and wins that an unevaluated
     subset might have taken (``unknown``)."""
-    b = len(picks)
+    b = len(picks)  # every figure below comes from these picks: they sum to at most 1
     wins = sum(w == selected and sure for w, sure in picks)
     unknown = sum(w == selected and not sure for w, sure in picks)
     freq: dict[str, int] = {}
@@ -88,6 +75,8 @@ def _summary(picks: list[tuple[Optional[HeadSet], bool]], selected: HeadSet) -> 
         if w is not None and sure:
             freq[str(w)] = freq.get(str(w), 0) + 1
     top = sorted(freq.items(), key=lambda kv: -kv[1])[:10]
+    if wins and str(selected) not in dict(top):
+        top.append((str(selected), wins))
     return {"selected": str(selected), "selected_frequency": wins / b, "upper": (wins + unknown) / b,
             "unknown": unknown, "incomplete": sum(not sure for _, sure in picks) / b,
             "wins": [{"heads": h, "frequency": c / b} for h, c in top]}

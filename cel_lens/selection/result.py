@@ -22,11 +22,12 @@ from torch import Tensor
 from cel_lens.config import DEFAULT_N_NULL
 from cel_lens.heads import HeadSet
 from cel_lens.selection.calibration import calibration_rows
+from cel_lens.selection.guardrails import adjusted_verdict
 from cel_lens.stats import null_min_p, null_p_value
 
 __all__ = [
     "DEFAULT_N_NULL", "RESULT_TITLE", "LABEL_WIDTH", "Result", "result_rows", "format_result", "pp", "format_p",
-    "nonpositive_gain_warning", "selection_sentence",
+    "nonpositive_gain_warning", "selection_sentence", "decision_text",
 ]
 
 RESULT_TITLE = "CEL search result"
@@ -119,24 +120,50 @@ def _stability_row(r: Mapping[str, Any]) -> str:
     return f"{text} (other winners: {rest})"
 
 
+def _adjusted_bound(adj: Mapping[str, Any]) -> str:
+    """The bound and power beside the selection-adjusted verdict (results that have them)."""
+    if "upper" not in adj:
+        return ""
+    mde = f", 80%-power effect of one exact test {pp(adj['mde'])}" if adj.get("mde") is not None else ""
+    return f"; gains up to {pp(adj['upper'])} not ruled out (stated effect {pp(adj['min_effect'])}{mde})"
+
+
+def decision_text(dec: Mapping[str, Any]) -> str:
+    """The one decision in words: verdict, the exact test's p, the exact bound that agrees with it,
+    the largest gain not ruled out, and, when it does not reject, the effect detectable at 80 %."""
+    alpha = float(dec.get("alpha", 0.05))
+    verdict = "yes" if dec.get("helps") else "not shown"
+    text = (f"{verdict}: {dec.get('test', 'one-sided exact McNemar')} p = {format_p(dec.get('p'))} "
+            f"({dec.get('wins')} examples gained, {dec.get('losses')} lost; α = {alpha:g}); exact one-sided "
+            f"{1 - alpha:.0%} bounds: gain >= {pp(dec.get('bound'))}, <= {pp(dec.get('upper'))}")
+    if not dec.get("helps"):
+        mde = dec.get("mde")
+        text += ("; at this n and discordance the test detects a gain of " + pp(mde) + " with 80% power"
+                 if mde is not None else "; too few discordant examples to detect any gain with 80% power")
+    return text
+
+
 def _evidence_rows(r: Mapping[str, Any]) -> list[tuple[str, str]]:
     """The rows on whether ablation helps: the selection-adjusted test on D_dist, the one-sided
     McNemar p on D_test, and which heads of S-hat their leave-one-out contribution supports."""
     rows = []
     adj = r.get("adjusted")
     if adj:
-        verdict = "some ablation helps" if adj["rejects"] else "NOTHING HELPS (not rejected)"
-        rows.append(("any ablation helps?", f"{verdict}: best discovery gain {pp(adj['observed'])} vs the best of "
-                     f"{adj['n_sets']} head sets with no effect (sign-flip max statistic, {adj['n_permutations']} "
-                     f"permutations): selection-adjusted p = {format_p(adj['p_value'])}"))
-    if r.get("p_enhance") is not None:
+        rows.append(("any ablation helps?", f"{adjusted_verdict(adj)}: best discovery gain {pp(adj['observed'])} vs the "
+                     f"best of {adj['n_sets']} head sets with no effect (sign-flip max statistic, {adj['n_permutations']} "
+                     f"permutations): selection-adjusted p = {format_p(adj['p_value'])}" + _adjusted_bound(adj)))
+    dec = r.get("decision")
+    if dec:
+        rows.append(("ablation helps? (D_test)", decision_text(dec)))
+    elif r.get("p_enhance") is not None:
         rows.append(("one-sided McNemar p", f"{format_p(r['p_enhance'])} (ablation raises D_test accuracy)"))
     loo = r.get("leave_one_out")
     if loo:
         parts = "; ".join(f"{h['head']} {pp(h['gain'])} [{pp(h['ci_low'])}, {pp(h['ci_high'])}], Holm p "
                           f"{format_p(h['p_holm'])}" for h in loo["heads"])
         supported = ", ".join(loo["supported"]) or "none"
-        rows.append(("each head (leave-one-out)", f"data support {supported} at α = {loo['alpha']:g}: {parts}"))
+        rows.append(("each head (leave-one-out)", f"data support {supported} at α = {loo['alpha']:g} (Holm over the "
+                     f"one-sided exact tests; intervals descriptive): {parts}"))
     return rows
 
 
@@ -189,6 +216,14 @@ def _selected_row(r: Mapping[str, Any]) -> str:
     if par and par.get("rule") == "one_se" and par.get("best") != par.get("chosen"):
         text += (f"; smallest subset within one standard error ({pp(par['tolerance'])}) of the most accurate, "
                  f"{par['best']} ({pp(par['best_dist_gain'])})")
+    if par and par.get("rule") == "backward" and par.get("best") != par.get("chosen"):
+        dropped = ", ".join(d["dropped"] for d in par.get("dropped") or [])
+        text += (f"; {dropped} dropped from the most accurate, {par['best']} ({pp(par['best_dist_gain'])}): their "
+                 "leave-one-out exact tests on D_dist do not support them")
+    passengers = (par or {}).get("passengers") or []
+    if passengers:
+        text += ("; passengers kept (their own D_dist leave-one-out test does not support them): "
+                 + ", ".join(f"{x['head']} (p = {format_p(x['p'])} > {format_p(x['level'])})" for x in passengers))
     return text
 
 
@@ -215,7 +250,8 @@ def result_rows(result: Union["Result", Mapping[str, Any]]) -> list[tuple[str, s
         (f"D_test (n={r.get('n_test', '?')})", f"intact {pp(r.get('test_acc_intact'), False)} -> ablated "
                                                 f"{pp(r.get('test_acc_ablated'), False)}, gain {pp(r.get('gain'))}"),
         (f"{1 - alpha:.0%} {_CI_NAMES.get(r.get('ci_method'), 'paired bootstrap')} CI",
-         f"[{pp(r.get('ci_low'))}, {pp(r.get('ci_high'))}]"),
+         f"[{pp(r.get('ci_low'))}, {pp(r.get('ci_high'))}]" + (" (descriptive; the decision is the one-sided exact test)"
+                                                                if r.get("decision") else "")),
         ("McNemar exact p", format_p(r.get("p_value"))),
         *_evidence_rows(r),
         *calibration_rows(r),
@@ -274,7 +310,11 @@ class Result:
     D_dist (:mod:`~cel_lens.selection.guardrails`); ``split_half`` the split-half agreement
     (:mod:`~cel_lens.selection.reselect`);
     ``calibration`` the answer-prior control (:mod:`~cel_lens.selection.calibration`: majority-class
-    rate, calibrated intact and ablated accuracy, calibrated gain; or why it does not apply).
+    rate, calibrated intact and ablated accuracy, calibrated gain; or why it does not apply);
+    ``decision`` the one decision "ablation helps" on D_test (one-sided exact McNemar at ``alpha``,
+    its exact bound, the largest gain not ruled out, the effect detectable at 80 % power:
+    :func:`~cel_lens.selection.paired.enhancement_decision`); the interval ``[ci_low, ci_high]`` is
+    descriptive.
     """
 
     heads: str
@@ -321,6 +361,7 @@ class Result:
     ablation: str = "zero"
     ablation_controls: Optional[dict[str, Any]] = None
     calibration: Optional[dict[str, Any]] = None
+    decision: Optional[dict[str, Any]] = None
     timings: dict[str, float] = field(default_factory=dict, compare=False)
 
     @property

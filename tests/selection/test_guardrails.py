@@ -39,15 +39,31 @@ def test_rejects_with_a_real_effect_and_rarely_without():
     assert rejections <= 4  # about 5% of 30 expected; the raw "best gain > 0" is positive nearly always
 
 
-def test_nothing_helps_fires_when_the_best_gain_is_positive_but_not_beyond_chance():
+def test_a_positive_gain_within_chance_is_not_shown_and_not_called_an_absence():
+    # n = 300 cannot rule out a gain of several points: the warning says "no evidence", and no
+    # longer "nothing helps" (an absence the sample cannot support: that sentence was the false one)
     oracle = SyntheticOracle(4, 4, n_dist=300, n_test=100, noise=0.05, seed=2)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         r = run_search(oracle, k=2, pool_size=4, n_null=5, progress=False)
-    assert r.dist_gain > 0  # before, no warning was given for a positive discovery gain
-    assert not r.adjusted["rejects"]
-    assert any("nothing helps" in str(w.message) for w in caught)
-    assert "NOTHING HELPS" in str(r)
+    assert r.dist_gain > 0
+    assert not r.adjusted["rejects"] and not r.adjusted["absence"]
+    assert r.adjusted["upper"] > r.adjusted["min_effect"] and r.adjusted["mde"] > 0
+    assert any("no evidence that any ablation helps" in str(w.message) for w in caught)
+    assert not any(str(w.message).startswith("nothing helps") for w in caught)
+    assert "NOT SHOWN" in str(r) and "not ruled out" in str(r)
+
+
+def test_an_absence_is_stated_only_when_the_bound_is_below_the_stated_effect():
+    sets = [[(l, h)] for l in range(4) for h in range(4)]
+    big = SyntheticOracle(4, 4, n_dist=20000, noise=0.003, seed=0)
+    intact = big.evaluate("dist", [[]])[0]
+    out = selection_adjusted_test(big.evaluate("dist", sets), intact, n_permutations=199)
+    assert not out["rejects"] and out["upper"] < out["min_effect"] and out["absence"]
+    one = SyntheticOracle(4, 4, n_dist=1000, effects={"L1H1": 0.02}, noise=0.02, seed=0)
+    intact = one.evaluate("dist", [[]])[0]
+    out = selection_adjusted_test(one.evaluate("dist", sets), intact, n_permutations=199)
+    assert out["upper"] >= 0.02 and not out["absence"]  # a real +2 pp head is never ruled out
 
 
 def test_validates_its_input():

@@ -57,3 +57,23 @@ def test_singles_are_required():
         Reselector(None, [], None, None, pool_size=2, k=1)  # type: ignore[arg-type]
     oracle = SyntheticOracle(2, 2, n_dist=10)
     assert singles_from([HeadSet.parse("L0H0")], oracle.evaluate("dist", ["L0H0"]), 2, 2) is None
+
+
+@pytest.mark.parametrize("rule", ["one_se", "backward"])
+def test_reselection_breaks_ties_as_the_selection_does(rule):
+    # pool = every head, so the re-selection is stage 2 alone: it must equal the rule run on the
+    # resampled data itself (before, one_se ties went to the full data's stage-1 order)
+    import torch
+
+    from cel_lens.selection import SubsetScore
+
+    oracle = SyntheticOracle(2, 2, n_dist=120, effects={"L0H1": 0.03}, noise=0.08, seed=5)
+    rs, subsets, bits, _ = _reselector(oracle, pool=4, k=2, rule=rule)
+    rng = np.random.default_rng(0)
+    for _ in range(60):
+        idx = rng.integers(0, 120, 120)
+        w = np.bincount(idx, minlength=120).astype(np.float64)
+        rb = bits[:, torch.from_numpy(idx)]
+        resampled = [SubsetScore(s.heads, int(c.sum()), s.n_dist, 0.0, s.score_sum) for s, c in zip(subsets, rb)]
+        picked, sure = rs.select(w)
+        assert sure and picked == select_parsimonious(resampled, rb, rule, pool_size=4)[0].heads

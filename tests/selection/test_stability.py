@@ -104,3 +104,28 @@ def test_ties_are_said_not_reported_as_a_clear_win():
     text = format_result(r)
     assert r.selection_stability["identical_subsets"] == 3 and "only by the tie-break" in text
     assert "3 other subset(s) give the same answer on every D_dist example" in text
+
+
+@pytest.mark.parametrize("rule", ["one_se", "backward"])
+def test_every_rule_matches_the_selection_itself_on_the_same_resamples(rule):
+    # the stability of a result is the stability of the rule that chose it, ties broken by the
+    # resample's counts as select_parsimonious breaks them (before: the full data's stage-1 order)
+    from cel_lens.selection import select_parsimonious
+
+    oracle = SyntheticOracle(2, 3, n_dist=150, effects={"L0H0": 0.04, "L1H1": 0.02}, noise=0.08, seed=2)
+    texts = ["L0H0", "L1H1", "L0H2", "L0H1", "L0H0+L1H1", "L0H0+L0H2", "L0H0+L0H1", "L1H1+L0H2", "L0H1+L1H1",
+             "L0H1+L0H2"]
+    subsets, bits = _subsets(oracle, texts, {t: 0.01 * i for i, t in enumerate(texts)})
+    B, seed = 120, 3
+    got = selection_stability(subsets, bits, n_resamples=B, seed=seed, top=len(texts), rule=rule)
+    assert got["selected"] == str(select_parsimonious(subsets, bits, rule)[0].heads)
+    idx = np.random.default_rng([seed, 0x5EED]).integers(0, bits.shape[1], size=(B, bits.shape[1]))
+    wins: dict[str, int] = {}
+    for row in idx:
+        resampled_bits = bits[:, torch.from_numpy(row)]
+        resampled = [SubsetScore(s.heads, int(c.sum()), s.n_dist, 0.0, s.score_sum) for s, c in zip(subsets, resampled_bits)]
+        winner = str(select_parsimonious(resampled, resampled_bits, rule)[0].heads)
+        wins[winner] = wins.get(winner, 0) + 1
+    assert {w["heads"]: w["frequency"] for w in got["wins"]} == {h: c / B for h, c in wins.items()}
+    assert sum(w["frequency"] for w in got["wins"]) <= 1.0 + 1e-12
+    assert got["selected_frequency"] == wins.get(got["selected"], 0) / B

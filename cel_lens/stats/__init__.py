@@ -361,3 +361,15 @@ def holm_adjust(p_values: Union[ArrayLike, Sequence[float]]) -> np.ndarray:
 
 
 __all__ += ["holm_adjust"]
+
+
+# the one decision rule (one-sided exact McNemar), its bounds and its power: cel_lens.stats.decision
+from cel_lens.stats.decision import (  # noqa: E402
+    minimum_detectable_effect,
+    sign_test_bound,
+    sign_test_p,
+    sign_test_power,
+    sign_test_upper,
+)
+
+__all__ += ["sign_test_p", "sign_test_bound", "sign_test_upper", "sign_test_power", "minimum_detectable_effect"]
