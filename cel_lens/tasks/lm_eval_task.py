@@ -131,7 +131,11 @@ def check_config(spec: str, cfg: Mapping[str, Any], metric: Optional[str] = None
 def check_dataset(spec: str, cfg: Mapping[str, Any]) -> None:
     """Offline, a dataset on the hub fails here at once, with how to point it at local files."""
     source = str(cfg.get("dataset_path") or "")
-    if source in LOCAL_BUILDERS or (source and Path(source).expanduser().exists()):
+    files = _file_list(cfg)
+    remote = [f for f in files if "://" in f]
+    if remote:
+        source = remote[0]
+    elif source in LOCAL_BUILDERS or (source and Path(source).expanduser().exists()):
         return
     from cel_lens.model.hub import hub_offline, hub_reachable  # here: cel_lens.model loads transformer_lens
 
@@ -157,15 +161,20 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _data_files(cfg: Mapping[str, Any]) -> dict[str, str]:
+def _split_files(cfg: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``(split, path)`` of every file in ``dataset_kwargs.data_files``."""
     files = (cfg.get("dataset_kwargs") or {}).get("data_files") or {}
     files = {"data": files} if isinstance(files, (str, list)) else dict(files)
-    out = {}
-    for split, paths in files.items():
-        for p in [paths] if isinstance(paths, str) else paths:
-            if Path(p).is_file():
-                out[f"{split}:{p}"] = _sha256(Path(p).read_bytes())
-    return out
+    return [(split, str(p)) for split, paths in files.items() for p in ([paths] if isinstance(paths, str) else paths)]
+
+
+def _file_list(cfg: Mapping[str, Any]) -> list[str]:
+    return [p for _, p in _split_files(cfg)]
+
+
+def _data_files(cfg: Mapping[str, Any]) -> dict[str, str]:
+    """sha256 of each local data file, keyed ``split:path``."""
+    return {f"{split}:{p}": _sha256(Path(p).read_bytes()) for split, p in _split_files(cfg) if Path(p).is_file()}
 
 
 def _docs(task: Any, split: Optional[str]) -> list[Mapping[str, Any]]:
