@@ -75,6 +75,9 @@ class EncodedBatch:
     context_mask: Optional[Int[Tensor, "example ctx"]] = None
     cont_tokens: Optional[Int[Tensor, "row cont"]] = None
     cont_mask: Optional[Int[Tensor, "row cont"]] = None
+    prefix: int = 0
+    """``"rows"`` layout: the first ``prefix`` tokens every row shares, computed once per variant
+    (:mod:`~cel_lens.evaluation.prefix`); 0: none."""
 
     @property
     def layout(self) -> str:
@@ -91,7 +94,7 @@ class EncodedBatch:
     def padded_tokens(self) -> int:
         """Positions one intact pass over the batch computes (padding included)."""
         if self.rows is not None:
-            return int(self.rows.tokens.numel())
+            return int(self.rows.tokens.numel()) - (self.rows.tokens.shape[0] - 1) * self.prefix
         assert self.context_tokens is not None and self.cont_tokens is not None
         return int(self.context_tokens.numel() + self.cont_tokens.numel())
 
@@ -109,7 +112,7 @@ class EncodedBatch:
     def real_tokens(self) -> int:
         """Positions of real tokens among :attr:`padded_tokens`."""
         if self.rows is not None:
-            return int(self.rows.attention_mask.sum())
+            return int(self.rows.attention_mask.sum()) - (self.rows.tokens.shape[0] - 1) * self.prefix
         assert self.context_mask is not None and self.cont_mask is not None
         return int(self.context_mask.sum() + self.cont_mask.sum())
 
@@ -125,7 +128,11 @@ class EncodedBatch:
 
     def part_shapes(self, d_model: int) -> list[tuple[int, int, int]]:
         """Shapes of the residual-stream tensors one layer of this batch has: ``[rows, pos, d]``
-        for the ``"rows"`` layout, the contexts' and the continuations' for ``"shared"``."""
+        for the ``"rows"`` layout (a shared prefix's ``[1, prefix, d]`` first, then the rows after it),
+        the contexts' and the continuations' for ``"shared"``."""
+        if self.rows is not None and self.prefix:
+            n, width = self.rows.tokens.shape
+            return [(1, self.prefix, d_model), (n, width - self.prefix, d_model)]
         if self.rows is not None:
             return [(*self.rows.tokens.shape, d_model)]
         assert self.context_tokens is not None and self.cont_tokens is not None
@@ -179,10 +186,12 @@ def teacher_forced_rows(pairs: Sequence[tuple[list[int], list[int]]], pad: int) 
 
 
 def build_batch(
-    kind: str, index: list[int], encoded: list[tuple[list[int], list[list[int]], int, list[int]]], pad: int, shared: bool
+    kind: str, index: list[int], encoded: list[tuple[list[int], list[list[int]], int, list[int]]], pad: int, shared: bool,
+    prefix: int = 0,
 ) -> EncodedBatch:
     """The :class:`EncodedBatch` of encoded examples (``index``: their positions in the split), in
-    the ``"shared"`` layout when ``shared`` (multiple choice), else ``"rows"``."""
+    the ``"shared"`` layout when ``shared`` (multiple choice), else ``"rows"`` (``prefix``: tokens
+    every row shares, see :attr:`EncodedBatch.prefix`)."""
     row_example, row_choice, chars, pairs = [], [], [], []
     for b, (ctx, conts, _, lens) in enumerate(encoded):
         for c, cont in enumerate(conts):
@@ -203,7 +212,7 @@ def build_batch(
     )
     if not shared:
         rows = answer if kind == "exact_match" else teacher_forced_rows(pairs, pad)
-        return EncodedBatch(targets=rows.targets, target_mask=rows.target_mask, rows=rows, **common)
+        return EncodedBatch(targets=rows.targets, target_mask=rows.target_mask, rows=rows, prefix=int(prefix), **common)
     context, context_mask = right_pad([ctx for ctx, *_ in encoded], pad)
     k = max(len(cont) for _, cont in pairs)
     cont_tokens, cont_mask = right_pad([cont[:-1] for _, cont in pairs], pad, width=k - 1)

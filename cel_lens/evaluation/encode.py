@@ -15,6 +15,7 @@ from typing import Optional, Sequence
 
 
 from cel_lens.evaluation.batch import MAX_PADDING, Encoded, EncodedBatch, build_batch, length_groups
+from cel_lens.evaluation.prefix import can_share_prefix, prefix_sharing_enabled, rows_prefix
 from cel_lens.model.bos import bos_prefix, prompt_ids
 from cel_lens.model.forward import init_kv_cache
 from cel_lens.tasks.base import Example, Split, Task
@@ -260,6 +261,7 @@ def encode_split(
     chat_template: Optional[bool] = None,
     share_context: Optional[bool] = None,
     max_tokens: Optional[int] = None,
+    share_prefix: Optional[bool] = None,
 ) -> list[EncodedBatch]:
     """Encode an exact-match or multiple-choice split into batches of similar lengths.
 
@@ -268,6 +270,10 @@ def encode_split(
     default :func:`default_max_tokens`); ``EncodedBatch.example_index`` maps back to the split.
     ``share_context`` picks the ``"shared"`` layout for multiple choice: each prompt runs once for
     all its choices (default: when the model has a key/value cache, or every choice is one token).
+    ``share_prefix`` (``"rows"`` layout, a model with a stack cache): the tokens every row of a batch
+    begins with are computed once per variant (:mod:`~cel_lens.evaluation.prefix`; default: as
+    :func:`~cel_lens.evaluation.prefix.prefix_sharing` says, off). The batches are cut the same
+    way either way.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -292,7 +298,18 @@ def encode_split(
         key = lambda i: -(len(encoded[i][0]) + max(map(len, encoded[i][1])))  # noqa: E731
     order = sorted(range(len(encoded)), key=key)
     pad = pad_id(model)
+    want = prefix_sharing_enabled() if share_prefix is None else bool(share_prefix)
+    prefix = want and not shared and can_share_prefix(model)
+    if want and share_prefix and not prefix and not shared:
+        raise ValueError("share_prefix=True needs a model with the fused-attention stack's key/value cache")
     return [
-        build_batch(kind, idx, [encoded[i] for i in idx], pad, shared)
+        build_batch(kind, idx, [encoded[i] for i in idx], pad, shared, _rows_prefix(encoded, idx) if prefix else 0)
         for idx in cut_batches(encoded, order, shared, batch_size, budget)
     ]
+
+
+def _rows_prefix(encoded: Sequence[Encoded], idx: Sequence[int]) -> int:
+    """The prefix the ``"rows"`` of examples ``idx`` share (:func:`~cel_lens.evaluation.prefix.rows_prefix`)."""
+    contexts = [encoded[i][0] for i in idx]
+    rows = [encoded[i][0] + c[:-1] for i in idx for c in encoded[i][1]]
+    return rows_prefix(contexts, rows)

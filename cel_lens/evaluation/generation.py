@@ -29,6 +29,7 @@ from torch import Tensor
 
 from cel_lens.evaluation.batch import length_groups, right_pad
 from cel_lens.evaluation.encode import _tokenizer, encode_prompt, format_prompt, pad_id
+from cel_lens.evaluation.prefix import intact_prompts_shared, prefix_sharing_enabled, resumed_prompts_shared, shared_prefix
 from cel_lens.evaluation.teacher_forced import chunks
 from cel_lens.heads import HeadSet, masks_from_head_sets
 from cel_lens.model.ablation import ablation_of, variant_hooks
@@ -197,8 +198,11 @@ def generate_variants(
     groups: dict[int, list[int]] = {}
     for v in sorted(range(n_var), key=lambda v: first[v]):
         groups.setdefault(first[v] if shared else 0, []).append(v)
+    head = shared_prefix(prompts, min(map(len, prompts)) - 1) if shared and prefix_sharing_enabled() else 0
     with torch.inference_mode():
-        prefix = _intact_prompts(model, cache, tokens, attn, last, sorted(groups)) if shared else None
+        prefix = _intact_prompts(model, cache, tokens, attn, last, sorted(groups)) if shared and not head else None
+        if head:  # the prompts' shared start once per variant (:mod:`~cel_lens.evaluation.prefix`)
+            prefix = intact_prompts_shared(model, tokens, attn, last, head, sorted(groups), max_new_tokens)
         for chunk in (c for members in groups.values() for c in chunks(members, per_chunk)):
             row_masks = masks[chunk].repeat_interleave(n, dim=0)
             row_stops = [stops[i] for _ in chunk for i in range(n)]
@@ -243,6 +247,8 @@ def _resumed_generate(
     rep_attn = attn[index]
     if start >= n_layers:
         last = prefix["final"][index]
+    elif prefix.get("prefix"):
+        last = resumed_prompts_shared(model, prefix, start, row_masks[::n], cache)
     else:
         last = _resumed_prompts(model, prefix, start, v, row_masks, cache)
     return _decode(model, last, cache, tokens[index], rep_attn, row_masks, row_stops, stop_at_eos, max_new_tokens)

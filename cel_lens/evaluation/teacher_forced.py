@@ -19,6 +19,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from cel_lens.evaluation.batch import EncodedBatch, TeacherForced, length_groups
+from cel_lens.evaluation.prefix import prefix_rows_vectors
 from cel_lens.heads import HeadSet, masks_from_head_sets
 from cel_lens.model.ablation import ablation_of, variant_hooks
 from cel_lens.model.forward import forward_resid, forward_resid_cached, init_kv_cache, param_device, select_kv_cache, unembed
@@ -190,6 +191,9 @@ def batch_pass(
     """Row scores of ``batch`` under ``masks``, starting at layer ``start`` (from tokens when 0,
     else from ``sources``: the intact residual streams entering ``start``), capturing the intact
     residual stream entering each layer in ``capture`` into ``sink[(part, layer)]``."""
+    if batch.rows is not None and batch.prefix:
+        vectors = prefix_rows_vectors(model, batch.rows, batch.prefix, masks, start, sources, capture, sink)
+        return _row_scores(model, batch, vectors)
     fn = _rows_vectors if batch.layout == "rows" else _shared_vectors
     rows_or_batch = batch.rows if batch.layout == "rows" else batch
     vectors = fn(model, rows_or_batch, masks, start, sources, capture, sink)  # type: ignore[arg-type]
