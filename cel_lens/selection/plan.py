@@ -4,6 +4,14 @@
 each step of Algorithm 1 evaluates on how many examples (a *unit* is one head set on one example:
 what a forward pass costs per row). :class:`BatchTimer` times the first batch of ablations that is
 actually computed (not answered from a run directory) and turns the plan into a time estimate.
+
+**CPU time, and wall time at the measured CPU share.** The rate is CPU seconds per unit (this
+process's CPU time, every thread: what the work costs, whatever else the machine runs), and the
+share is the CPU seconds the process got per wall second while it was measured (below 1 on a loaded
+machine, up to the thread count on an idle one). The plan predicts both: CPU seconds, and wall
+seconds at that share. Timed by the wall clock alone, a plan made under load predicted 2.9x the
+CPU time a search needed, and a search's own estimate after a batch taken while the machine was
+idle was 2.7x below the time it then took under load.
 Counts marked "at most" are bounds: the null and the post-hoc gains depend on S-hat's size, a beam
 on what it keeps, and the selection stability costs no forward pass at all.
 """
@@ -12,17 +20,22 @@ from __future__ import annotations
 
 import html
 import math
+import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Optional, Sequence, Union
 
 from torch import Tensor
 
-from cel_lens.heads import HeadSet
+from cel_lens.evaluation.encode import encode_prompt
+from cel_lens.heads import Head, HeadSet
+from cel_lens.oracle import DIST_SPLIT, MemoOracle
+from cel_lens.progress import info_stream
 from cel_lens.scoring.attribution import ATTRIBUTION_UNITS
 from cel_lens.config import ABLATION_KINDS, DEFAULT_K, DEFAULT_POOL_SIZE, SearchConfig
 from cel_lens.scoring.registry import Scorer, get_scorer, scorer_from_config
 
-__all__ = ["StagePlan", "SearchPlan", "plan_search", "stage2_sets", "BatchTimer", "ATTRIBUTION_UNITS"]
+__all__ = ["StagePlan", "SearchPlan", "plan_search", "stage2_sets", "BatchTimer", "cpu_and_wall", "ATTRIBUTION_UNITS",
+           "calibration_layers", "calibrate", "CALIBRATION_BUDGET_S", "mean_prompt_tokens"]
 
 
 
@@ -55,30 +68,42 @@ class SearchPlan:
     notes: tuple[str, ...] = ()
     recorded: int = 0
     seconds_per_unit: Optional[float] = None
+    cpu_share: Optional[float] = None
+    calibration_cpu_s: Optional[float] = None
 
     @property
     def units(self) -> int:
         """Every step's units together (an upper bound where a step's count is)."""
         return sum(s.units for s in self.stages)
 
-    def timed(self, seconds_per_unit: float) -> "SearchPlan":
-        """This plan with a measured cost per unit."""
-        return replace(self, seconds_per_unit=float(seconds_per_unit))
+    def timed(self, seconds_per_unit: float, cpu_share: Optional[float] = None) -> "SearchPlan":
+        """This plan with a measured cost per unit (CPU seconds) and the CPU share it was measured
+        at (CPU seconds per wall second; ``None``: unknown, wall time taken equal to CPU time)."""
+        share = None if cpu_share is None or not cpu_share > 0 else float(cpu_share)
+        return replace(self, seconds_per_unit=float(seconds_per_unit), cpu_share=share)
 
     def seconds(self, stage: Optional[StagePlan] = None) -> Optional[float]:
-        """Estimated seconds of ``stage`` (all of what is left to compute when ``None``)."""
+        """Estimated CPU seconds of ``stage`` (all of what is left to compute when ``None``)."""
         if self.seconds_per_unit is None:
             return None
         units = stage.units if stage is not None else max(self.units - self.recorded, 0)
         return units * self.seconds_per_unit
 
+    def wall_seconds(self, stage: Optional[StagePlan] = None) -> Optional[float]:
+        """Estimated wall seconds of ``stage`` (or of all that is left): the CPU estimate at the
+        CPU share measured with the rate."""
+        cpu = self.seconds(stage)
+        return None if cpu is None else cpu / (self.cpu_share or 1.0)
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict: every step with its units and estimated seconds, and the totals."""
         return {
             "n_layers": self.n_layers, "n_heads": self.n_heads, "units": self.units, "recorded": self.recorded,
-            "seconds_per_unit": self.seconds_per_unit, "seconds": self.seconds(), "notes": list(self.notes),
+            "seconds_per_unit": self.seconds_per_unit, "seconds": self.seconds(), "cpu_share": self.cpu_share,
+            "wall_seconds": self.wall_seconds(), "calibration_cpu_s": self.calibration_cpu_s, "notes": list(self.notes),
             "stages": [dict(name=s.name, split=s.split, head_sets=s.head_sets, examples=s.examples, bound=s.bound,
-                            units=s.units, seconds=self.seconds(s), note=s.note) for s in self.stages],
+                            units=s.units, seconds=self.seconds(s), wall_seconds=self.wall_seconds(s), note=s.note)
+                       for s in self.stages],
         }
 
     def estimate_line(self) -> str:
@@ -86,8 +111,10 @@ class SearchPlan:
         if self.seconds_per_unit is None:
             return "no batch timed yet: no estimate"
         parts = ", ".join(f"{s.name} {_duration(self.seconds(s))}" for s in self.stages if s.units)
-        rate = f"{1e6 * self.seconds_per_unit:.3g} µs per head set per example"
-        return f"estimate from the first timed batch ({rate}): {parts}; {_duration(self.seconds())} left in all"
+        rate = f"{1e6 * self.seconds_per_unit:.3g} CPU µs per head set per example"
+        share = f"{self.cpu_share:.2f}" if self.cpu_share is not None else "unmeasured (taken as 1)"
+        return (f"estimate from the first timed batch ({rate}), CPU time: {parts}; {_duration(self.seconds())} CPU left in all, "
+                f"{_duration(self.wall_seconds())} wall at the CPU share measured with it ({share} CPU s per wall s)")
 
     def rows(self) -> list[tuple[str, str, str]]:
         """``(step, evaluations, estimate)`` rows: what :meth:`__str__` and the HTML table show."""
@@ -99,10 +126,15 @@ class SearchPlan:
             out.append((s.name, what, _duration(self.seconds(s))))
         left = f"; {self.recorded:,} already recorded" if self.recorded else ""
         out.append(("total", f"{self.units:,} head-set x example evaluations{left}", _duration(self.seconds())))
+        if self.seconds_per_unit is not None:
+            share = f"{self.cpu_share:.2f}" if self.cpu_share is not None else "1 (unmeasured)"
+            out.append(("wall", f"at the measured CPU share ({share} CPU s per wall s)", _duration(self.wall_seconds())))
+        if self.calibration_cpu_s is not None:
+            out.append(("(plan)", "its own calibration took", f"{self.calibration_cpu_s:.1f} CPU s"))
         return out
 
     def __repr__(self) -> str:
-        estimate = f", about {_duration(self.seconds())[1:]}" if self.seconds_per_unit is not None else ""
+        estimate = f", about {_duration(self.seconds())[1:]} CPU" if self.seconds_per_unit is not None else ""
         return f"<SearchPlan {_layout(self.n_layers, self.n_heads)}: {len(self.stages)} steps, {self.units:,} units{estimate}>"
 
     def __str__(self) -> str:
@@ -203,31 +235,125 @@ def plan_search(
     return SearchPlan(tuple(stages), n_layers, n_heads, tuple(notes))
 
 
+def cpu_and_wall() -> tuple[float, float]:
+    """This process's CPU seconds (every thread) and the wall clock, read together."""
+    return time.process_time(), time.perf_counter()
+
+
 class BatchTimer:
     """Times a search's evaluations (a :class:`~cel_lens.oracle.MemoOracle`'s ``timer``): the first
-    batch that holds an ablated head set sets :attr:`seconds_per_unit` (seconds per head set per
-    example) and calls ``on_first(rate)`` once. Batches of the intact model alone are skipped: a
-    full forward pass, where ablated passes may resume from a stored residual stream.
+    batch that holds an ablated head set sets :attr:`seconds_per_unit` (CPU seconds per head set per
+    example) and :attr:`cpu_share`, and calls ``on_first(rate)`` once. Batches of the intact model
+    alone are skipped: a full forward pass, where ablated passes may resume from a stored residual
+    stream.
+
+    **CPU, not wall.** The oracle reports a batch's wall seconds; the timer reads this process's CPU
+    clock (``time.process_time``, every thread) at each call, and takes the batch's CPU time as its
+    wall time times the CPU share of the window since the previous call (the previous evaluation's
+    end: in a scan, nothing but the batch runs in between). The rate is then what the work costs,
+    not what a loaded machine let it have; :attr:`cpu_share` turns it into wall time.
 
     With ``n_layers``, the batch's time is taken per layer a pass runs (a head set resumes at its
-    first ablated layer: ``n_layers - layer`` layers; the intact model all of them) and scaled to a
-    single head at an average layer (``(n_layers + 1) / 2`` layers). Exact stage 1 evaluates heads
-    layer by layer, so its first batch holds the deepest, dearest passes: timed plainly, it
-    overestimated a 30-layer scan about 1.6x."""
+    first ablated layer: ``n_layers - layer`` layers; the intact model all of them), plus
+    ``fixed_layers`` layers' worth per pass that every pass pays whatever its layer (the final norm
+    and the scored columns of the unembedding), and scaled to a single head at an average layer.
+    Exact stage 1 evaluates heads layer by layer, so its first batch holds the deepest, dearest
+    passes: timed plainly, it overestimated a 30-layer scan about 1.6x."""
 
-    def __init__(self, on_first: Optional[Callable[[float], Any]] = None, n_layers: Optional[int] = None) -> None:
+    def __init__(
+        self, on_first: Optional[Callable[[float], Any]] = None, n_layers: Optional[int] = None,
+        fixed_layers: float = 0.0, clock: Optional[Callable[[], tuple[float, float]]] = None,
+    ) -> None:
         self.on_first = on_first
         self.n_layers = n_layers
+        self.fixed_layers = float(fixed_layers)
         self.seconds_per_unit: Optional[float] = None
+        self.cpu_share: Optional[float] = None
+        self.clock = clock if clock is not None else cpu_and_wall
+        self._marks = self.clock()
+
+    def _window_share(self) -> Optional[float]:
+        """CPU seconds per wall second since the previous call (and restart the window)."""
+        cpu, wall = self.clock()
+        d_cpu, d_wall = cpu - self._marks[0], wall - self._marks[1]
+        self._marks = (cpu, wall)
+        return d_cpu / d_wall if d_wall > 0 else None
 
     def __call__(self, head_sets: Sequence[HeadSet], correct: Tensor, seconds: float) -> None:
+        share = self._window_share()
         if self.seconds_per_unit is not None or not any(head_sets) or not correct.numel():
             return
-        if self.n_layers is None:
-            self.seconds_per_unit = seconds / correct.numel()
-        else:
-            L = int(self.n_layers)
-            layers = sum(L - (hs.first_layer or 0) for hs in head_sets)  # the intact model (None) runs them all
-            self.seconds_per_unit = seconds / (layers * (correct.numel() // len(head_sets))) * (L + 1) / 2
+        self.cpu_share = share
+        cpu = seconds * (share if share is not None else 1.0)
+        self.seconds_per_unit = self.rate(head_sets, int(correct.numel() // len(head_sets)), cpu)
         if self.on_first is not None:
             self.on_first(self.seconds_per_unit)
+
+    def rate(self, head_sets: Sequence[HeadSet], n_examples: int, seconds: float) -> float:
+        """Seconds per head set per example of an average single head, from ``seconds`` spent on
+        ``head_sets`` over ``n_examples`` examples (the layer scaling of the class docstring)."""
+        if self.n_layers is None:
+            return seconds / (len(head_sets) * n_examples)
+        L, c = int(self.n_layers), self.fixed_layers
+        layers = sum(L - (hs.first_layer or 0) + c for hs in head_sets)  # the intact model (None) runs them all
+        return seconds / (layers * n_examples) * ((L + 1) / 2 + c)
+
+
+CALIBRATION_BUDGET_S = 45.0
+"""CPU seconds a plan's calibration may spend (:func:`calibrate`): under one CPU minute on
+SmolLM2-135M's BoolQ, whose prompts are among the longest a choice task has."""
+
+
+def calibration_layers(n_layers: int, n_heads: int, heads: int = 32) -> list[int]:
+    """Whole layers the plan times, about ``heads`` heads in all: a head's cost falls with its layer
+    (an ablation resumes there), and a scan evaluates a layer's heads together (they share its
+    forwards), so the layers are whole and placed symmetrically over depth, their mean layer the
+    mean of all (``(L-1)/2``, up to rounding)."""
+    m = min(n_layers, max(2, round(heads / max(1, n_heads))))
+    return sorted({round((n_layers - 1) * (2 * j + 1) / (2 * m)) for j in range(m)})
+
+
+def mean_prompt_tokens(model: Any, examples: Sequence[Any]) -> Optional[float]:
+    """Mean prompt length in tokens (``None`` without a tokenizer to ask)."""
+    if model is None or getattr(model, "tokenizer", None) is None or not examples:
+        return None
+    return sum(len(encode_prompt(model, ex.prompt)) for ex in examples) / len(examples)
+
+
+def calibrate(
+    plan: SearchPlan, oracle: Any, dist: Sequence[Any], sample: Sequence[Any], *, heads: int = 18,
+    budget_s: float = CALIBRATION_BUDGET_S, show: bool = True,
+) -> SearchPlan:
+    """``plan`` timed on ``oracle`` (opened on a sample of D_dist: its first examples): the intact
+    model, then every head of a few whole layers (:func:`calibration_layers`), fewer when the
+    intact pass's CPU time says they would pass ``budget_s``. What it will run is printed before it
+    runs (with ``show``), and the plan records the CPU seconds it took and the CPU share measured.
+    The rate is scaled by D_dist's mean prompt length over the sample's (cost grows with tokens;
+    a few BoolQ passages are no average), when the oracle's model has a tokenizer. ``dist``: the
+    whole D_dist's examples, ``sample``: the ones the oracle evaluates."""
+    L, H = oracle.n_layers, oracle.n_heads
+    clock0 = cpu_and_wall()
+    memo, timer = MemoOracle(oracle), BatchTimer(n_layers=L)
+    memo.timer = timer
+    layers = calibration_layers(L, H, heads)
+    if show:
+        print(f"plan: calibrating on the first D_dist examples: the intact model, then at most {len(layers) * H} single "
+              f"heads (layers {layers}), capped at {budget_s:.0f} CPU s", file=info_stream(), flush=True)
+    memo.evaluate(DIST_SPLIT, [HeadSet()], stage="intact")
+    intact_cpu = cpu_and_wall()[0] - clock0[0]
+    planned = layers
+    while len(layers) > 1 and intact_cpu * (1 + sum(H * (L - l) / L for l in layers)) > budget_s:
+        fewer = len(layers) - 1  # fewer whole layers, still spread over depth (one: the middle one)
+        layers = calibration_layers(L, H, fewer * H) if fewer >= 2 else [(L - 1) // 2]
+    if show and layers != planned:
+        print(f"plan: the intact pass took {intact_cpu:.1f} CPU s; timing {len(layers) * H} heads (layers {layers}) "
+              f"to stay within {budget_s:.0f} CPU s", file=info_stream(), flush=True)
+    memo.evaluate(DIST_SPLIT, [HeadSet([Head(l, h)]) for l in layers for h in range(H)], stage="stage1")
+    clock1 = cpu_and_wall()
+    model = getattr(oracle, "model", None)
+    full, part = mean_prompt_tokens(model, list(dist)), mean_prompt_tokens(model, list(sample))
+    scale = full / part if full and part else 1.0
+    cpu_s, wall_s = clock1[0] - clock0[0], clock1[1] - clock0[1]
+    share = cpu_s / wall_s if wall_s > 0 else None
+    timed = plan.timed(float(timer.seconds_per_unit) * scale, share)
+    return replace(timed, calibration_cpu_s=cpu_s)

@@ -67,9 +67,22 @@ def test_plan_estimates_from_a_rate_and_prints_each_stage():
     assert resumed.seconds() == 0
 
 
+class _Clock:
+    """A fake ``(cpu, wall)`` clock: each reading advances by the next step."""
+
+    def __init__(self, *steps: tuple[float, float]) -> None:
+        self.now, self.steps = (0.0, 0.0), list(steps)
+
+    def __call__(self) -> tuple[float, float]:
+        if self.steps:
+            d_cpu, d_wall = self.steps.pop(0)
+            self.now = (self.now[0] + d_cpu, self.now[1] + d_wall)
+        return self.now
+
+
 def test_batch_timer_skips_intact_only_batches_and_fires_once():
     rates = []
-    timer = BatchTimer(on_first=rates.append)
+    timer = BatchTimer(on_first=rates.append, clock=_Clock((0, 0), (5, 5), (2, 2), (9, 9)))
     timer([HeadSet()], torch.ones(1, 10, dtype=torch.bool), 5.0)
     assert timer.seconds_per_unit is None
     timer([HeadSet(), HeadSet.parse("L0H1")], torch.ones(2, 10, dtype=torch.bool), 2.0)
@@ -77,16 +90,28 @@ def test_batch_timer_skips_intact_only_batches_and_fires_once():
     assert rates == [pytest.approx(0.1)] and timer.seconds_per_unit == pytest.approx(0.1)
 
 
+def test_batch_timer_rates_cpu_time_and_measures_the_cpu_share():
+    """Under load a batch's wall time overstates its work: the rate is CPU seconds (the share of the
+    window since the previous evaluation), and the share says what wall time to expect."""
+    timer = BatchTimer(clock=_Clock((0, 0), (1.0, 4.0)))  # 1 CPU s in 4 wall s: a quarter of a core
+    timer([HeadSet.parse("L0H0")], torch.ones(1, 10, dtype=torch.bool), 4.0)
+    assert timer.cpu_share == pytest.approx(0.25) and timer.seconds_per_unit == pytest.approx(0.1)
+    plan = plan_search(2, 3, 100, 50, k=2, pool_size=3, n_null=4).timed(timer.seconds_per_unit, timer.cpu_share)
+    assert plan.wall_seconds() == pytest.approx(4 * plan.seconds())
+    assert "0.25 CPU s per wall s" in plan.estimate_line() and "wall" in str(plan)
+    assert plan.to_dict()["wall_seconds"] == pytest.approx(plan.wall_seconds())
+
+
 def test_batch_timer_scales_a_batch_to_an_average_head_by_the_layers_its_passes_run():
     """Exact stage 1's first batch holds the first layers' heads, whose passes run the most layers:
     its time per layer, scaled to a head at an average layer, is what a whole scan costs per head."""
     L = 10
-    timer = BatchTimer(n_layers=L)
+    timer = BatchTimer(n_layers=L, clock=_Clock((0, 0), (3.8, 3.8)))
     # layers 0 and 1 (10 + 9 layers run) on 4 examples in 3.8 s: 0.05 s per layer per example
     timer([HeadSet.parse("L0H0"), HeadSet.parse("L1H3")], torch.ones(2, 4, dtype=torch.bool), 3.8)
     assert timer.seconds_per_unit == pytest.approx(0.05 * (L + 1) / 2)
     # a set resumes at its first ablated layer; the intact model runs them all
-    other = BatchTimer(n_layers=L)
+    other = BatchTimer(n_layers=L, clock=_Clock((0, 0), (1.8, 1.8)))
     other([HeadSet(), HeadSet.parse("L7H0+L2H1")], torch.ones(2, 1, dtype=torch.bool), 1.8)
     assert other.seconds_per_unit == pytest.approx(1.8 / (10 + 8) * (L + 1) / 2)
 
@@ -98,3 +123,33 @@ def test_a_memo_oracle_times_what_it_evaluates_not_what_it_remembers():
     memo.evaluate("dist", ["L0H0", "L0H1"])
     memo.evaluate("dist", ["L0H0", "L1H1"])
     assert seen == [(2, (2, 10)), (1, (1, 10))]
+
+
+def test_plan_calibration_says_what_it_runs_first_and_keeps_to_its_budget(tiny_model, capsys):
+    """``cl.plan`` on SmolLM2 BoolQ cost 343 CPU s and said nothing first: it now says what it will
+    run, cuts the heads it times to its CPU budget, and reports what it spent and the CPU share."""
+    import cel_lens as cl
+    from cel_lens.testing import planted_task
+
+    task = planted_task(tiny_model, n=16)
+    plan = cl.plan(tiny_model, task, k=1, pool_size=3, n_null=4, calibration_examples=4, progress=True)
+    err = capsys.readouterr().err
+    assert "plan: calibrating" in err and "capped at 45 CPU s" in err
+    assert 0 < plan.calibration_cpu_s < 45 and plan.cpu_share > 0
+    assert plan.wall_seconds() == pytest.approx(plan.seconds() / plan.cpu_share)
+    assert "its own calibration took" in str(plan)
+    cut = cl.plan(tiny_model, task, k=1, pool_size=3, n_null=4, calibration_examples=4, calibration_budget_s=1e-9,
+                  progress=True)
+    assert "timing 4 heads (layers [1])" in capsys.readouterr().err and cut.seconds_per_unit > 0
+
+
+def test_plan_rate_is_scaled_to_d_dist_mean_prompt_length(tiny_model):
+    """A few examples are no average: the rate is scaled by D_dist's mean prompt tokens over the
+    sample's (BoolQ passages vary several-fold)."""
+    from cel_lens.selection.plan import mean_prompt_tokens
+    from cel_lens.tasks.base import Example
+
+    short = [Example("a", "one two"), Example("b", "one two")]
+    long = short + [Example("c", "one two " * 20)]
+    assert mean_prompt_tokens(tiny_model, long) > 2 * mean_prompt_tokens(tiny_model, short)
+    assert mean_prompt_tokens(None, long) is None
