@@ -3,7 +3,7 @@ of each task's selected heads on every task. The figures themselves are drawn by
 :mod:`cel_lens.report` from the data computed here.
 
 * :mod:`~cel_lens.analysis.attention`: :func:`attention_patterns`, :func:`plot_attention` (runs the
-  model, then draws :func:`cel_lens.report.plot_attention`);
+  model, then draws :func:`cel_lens.report.plot_attention_patterns`);
 * :mod:`~cel_lens.analysis.side_effects`: :func:`side_effect_matrix`;
 * :mod:`~cel_lens.analysis.flips`: :func:`flipped_examples`, the examples an ablation fixes and breaks,
   with the selected heads' attention and direct logit effects (drawn by :func:`cel_lens.report.plot_flips`);

@@ -7,7 +7,7 @@ the model and draws them in one call.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import plotly.graph_objects as go
 import torch
@@ -20,12 +20,12 @@ from cel_lens.model.ablation import ablation_hooks
 from cel_lens.model.forward import forward_resid, unembed
 from cel_lens.model.kinds import model_shape
 from cel_lens.report.attention import AttentionPatterns
-from cel_lens.report.attention import plot_attention as plot_patterns
+from cel_lens.report.attention import plot_attention_patterns
 
 if TYPE_CHECKING:
     from cel_lens.model.types import Model
 
-__all__ = ["example_tokens", "direct_logit_effects", "attention_patterns", "plot_attention"]
+__all__ = ["example_tokens", "readable_tokens", "direct_logit_effects", "attention_patterns", "plot_attention"]
 
 
 def _pattern_name(layer: int) -> str:
@@ -118,6 +118,36 @@ def direct_logit_effects(
     return ids, effects[:, ids]
 
 
+MAX_SPLIT_TOKENS = 4
+"""The most tokens one character spans (UTF-8: 4 bytes, each a token at worst)."""
+
+
+def readable_tokens(model: Model, ids: Sequence[int]) -> list[str]:
+    """Each token of ``ids`` as text. Byte-level BPE (SmolLM2, Llama 3, Qwen) splits some
+    characters (curly quotes, dashes, emoji) over tokens that do not decode alone: TransformerLens's
+    ``to_str_tokens`` gives each U+FFFD, drawn as ◆. Such a run is labelled with the text it decodes
+    to together and each token's place in it (``"’ 1/3"``, ``"’ 2/3"``, ``"’ 3/3"``); a token that
+    decodes in no run of :data:`MAX_SPLIT_TOKENS` shows its id (``"<token 1234>"``)."""
+    tok = model.tokenizer
+    ids = [int(i) for i in ids]
+    out = [str(tok.decode([i])) for i in ids]
+    i = 0
+    while i < len(ids):
+        if "\ufffd" not in out[i]:
+            i += 1
+            continue
+        for j in range(i + 2, min(len(ids), i + MAX_SPLIT_TOKENS) + 1):
+            text = str(tok.decode(ids[i:j]))
+            if "\ufffd" not in text:
+                out[i:j] = [f"{text} {k}/{j - i}" for k in range(1, j - i + 1)]
+                i = j
+                break
+        else:
+            out[i] = f"<token {ids[i]}>"
+            i += 1
+    return out
+
+
 def attention_patterns(
     model: Model,
     example: Any,
@@ -134,7 +164,7 @@ def attention_patterns(
     heads = HeadSet.parse(ablate).validate(n_layers, n_heads)
     ids, position, answer = _encode(model, example, include_target, chat_template)
     tokens = _checked_tensor(model, ids)
-    str_tokens = [str(t) for t in model.to_str_tokens(tokens[0])]
+    str_tokens = readable_tokens(model, ids)
     names = [_pattern_name(l) for l in range(n_layers)]
     hook_dict = getattr(model, "hook_dict", {})
     missing = [n for n in names if n not in hook_dict]
@@ -161,7 +191,7 @@ def attention_patterns(
     effect_ids, effects = direct_logit_effects(model, tokens, heads, position, answer)
     return AttentionPatterns(
         str_tokens, heads, intact, ablated, logit_position=position,
-        logit_tokens=[str(t) for t in model.to_str_tokens(torch.tensor(effect_ids))], logit_token_ids=effect_ids,
+        logit_tokens=[readable_tokens(model, [i])[0] for i in effect_ids], logit_token_ids=effect_ids,
         direct_effect=effects, answer_index=0 if answer is not None else None,
     )
 
@@ -184,10 +214,10 @@ def plot_attention(
     ``heads`` defaults to the ablated heads plus the ``n_downstream`` later heads whose patterns the
     ablation changes most. Long inputs show their last ``max_tokens`` positions (queries and keys).
     Pass precomputed ``patterns`` (:func:`attention_patterns`) to skip the forward passes; the
-    figure itself is :func:`cel_lens.report.plot_attention`.
+    figure itself is :func:`cel_lens.report.plot_attention_patterns`.
     """
     if patterns is None:
         patterns = attention_patterns(
             model, example, ablate, include_target=include_target, chat_template=chat_template
         )
-    return plot_patterns(patterns, heads, n_downstream=n_downstream, max_tokens=max_tokens, title=title)
+    return plot_attention_patterns(patterns, heads, n_downstream=n_downstream, max_tokens=max_tokens, title=title)

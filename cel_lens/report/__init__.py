@@ -19,7 +19,7 @@ Figures that need a model's forward passes (attention patterns, side-effect matr
 computed by :mod:`cel_lens.analysis` and drawn here.
 """
 
-from cel_lens.report.attention import AttentionPatterns, pattern_change, plot_attention, plot_pattern_change
+from cel_lens.report.attention import AttentionPatterns, pattern_change, plot_attention_patterns, plot_pattern_change
 from cel_lens.report.circuits_view import circuitsvis_patterns
 from cel_lens.report.compare import compare_runs, format_comparison, plot_compare
 from cel_lens.report.data import ResultLike, ranked_subsets, result_dict
@@ -48,7 +48,7 @@ __all__ = [
     "AttentionPatterns",
     "pattern_change",
     "plot_pattern_change",
-    "plot_attention",
+    "plot_attention_patterns",
     "circuitsvis_patterns",
     "write_run_figures",
     "write_explorer_page",

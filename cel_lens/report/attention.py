@@ -21,7 +21,7 @@ from cel_lens.heads import Head, HeadSet, HeadsLike
 from cel_lens.report.style import DIVERGING, FONT, SELECTED_COLOUR, tick_step
 
 __all__ = [
-    "AttentionPatterns", "pattern_change", "plot_pattern_change", "plot_attention", "plot_direct_effect",
+    "AttentionPatterns", "pattern_change", "plot_pattern_change", "plot_attention_patterns", "plot_direct_effect",
     "default_heads", "token_label",
 ]
 
@@ -162,7 +162,7 @@ def _add_head_row(
         )
 
 
-def plot_attention(
+def plot_attention_patterns(
     patterns: AttentionPatterns,
     heads: HeadsLike = None,
     *,

@@ -13,7 +13,7 @@ from cel_lens.evaluation.encode import encode_pair
 from cel_lens.heads import Head
 from cel_lens.model.ablation import ablate
 from cel_lens.report.attention import pattern_change, plot_pattern_change
-from cel_lens.report.attention import plot_attention as plot_patterns
+from cel_lens.report.attention import plot_attention_patterns as plot_patterns
 from cel_lens.tasks.base import Example
 
 import pytest
@@ -168,3 +168,22 @@ def test_direct_effect_equals_the_weights_direct_path(tiny_model):
     # a head upstream of others moves their patterns: the classic grid, no bars
     upstream = attention_patterns(tiny_model, text, "L0H1")
     assert "bar" not in {t.type for t in plot_attention(tiny_model, None, patterns=upstream).data}
+
+
+def test_tokens_of_a_split_character_read_as_that_character(tiny_checkpoints):
+    """Byte-level BPE splits ’, — and emoji over tokens that do not decode alone: the figure drew
+    each as ◆ (U+FFFD, from ``to_str_tokens``)."""
+    from cel_lens.analysis.attention import readable_tokens
+    from cel_lens.model.load import load_model
+
+    model = load_model(tiny_checkpoints["llama"], device="cpu")
+    text = "It’s a 😀 dash — café"
+    ids = model.to_tokens(text)[0].tolist()
+    assert any("\ufffd" in str(t) for t in model.to_str_tokens(torch.tensor(ids)))  # what the figure showed
+    labels = readable_tokens(model, ids)
+    assert len(labels) == len(ids) and not any("\ufffd" in t for t in labels)
+    for char in ("’", "😀", "—"):
+        run = [t for t in labels if t.startswith(f"{char} ")]
+        assert run and run[-1] == f"{char} {len(run)}/{len(run)}"
+    patterns = attention_patterns(model, text, "L0H0")
+    assert patterns.tokens == labels

@@ -13,7 +13,7 @@ from cel_lens.report.attention import (
     AttentionPatterns,
     default_heads,
     pattern_change,
-    plot_attention,
+    plot_attention_patterns,
     token_label,
 )
 
@@ -40,7 +40,7 @@ def test_pattern_change_is_the_mean_total_variation():
 
 def test_plot_attention_crops_to_the_last_tokens_and_shares_the_difference_scale():
     pats = _patterns()
-    fig = plot_attention(pats, "L1H0", max_tokens=3, title=None)
+    fig = plot_attention_patterns(pats, "L1H0", max_tokens=3, title=None)
     intact, ablated, diff = fig.data
     assert np.allclose(np.asarray(intact.z, dtype=float), pats.intact[1, 0, 2:, 2:].numpy())
     assert np.allclose(np.asarray(diff.z, dtype=float), (pats.ablated - pats.intact)[1, 0, 2:, 2:].numpy())
@@ -48,7 +48,7 @@ def test_plot_attention_crops_to_the_last_tokens_and_shares_the_difference_scale
     assert list(fig.layout.xaxis.ticktext) == ["t2", "t3", "t4"]
     assert fig.layout.title.text.endswith("L0H1 ablated, last 3 of 5 tokens")
     with pytest.raises(ValueError, match="no heads"):
-        plot_attention(pats, "")
+        plot_attention_patterns(pats, "")
 
 
 def test_token_labels_show_whitespace():
@@ -73,9 +73,19 @@ def test_angle_bracket_tokens_are_escaped_everywhere():
     pats = AttentionPatterns(tokens, pats.ablated_heads, pats.intact, pats.ablated)
     assert token_label("<s>") == "&lt;s&gt;" and token_label("a&b") == "a&amp;b"
     assert token_label("<" * 20) == "&lt;" * 11 + "…"  # cut before escaping: no broken entity
-    fig = plot_attention(pats, "L1H0+L0H1")
+    fig = plot_attention_patterns(pats, "L1H0+L0H1")
     labels = [s for ax in fig.select_xaxes() for s in (ax.ticktext or ())]
     labels += [s for ax in fig.select_yaxes() for s in (ax.ticktext or ()) if s]
     labels += [s for trace in fig.data for s in _strings(trace.customdata)]
     assert labels and all("<" not in s and ">" not in s for s in labels), [s for s in labels if "<" in s]
     assert {html.unescape(s) for s in labels} == {"<s>", "a&b", "</s>", "<|im_start|>", "·x"}
+
+
+def test_one_plot_attention_one_signature():
+    """``cl.plot_attention(model, example, heads)`` and ``cl.report.plot_attention(patterns)`` shared a
+    name; the figure from data is ``plot_attention_patterns``."""
+    import cel_lens as cl
+    from cel_lens.analysis import attention as analysis_attention
+
+    assert cl.plot_attention is analysis_attention.plot_attention
+    assert not hasattr(cl.report, "plot_attention") and cl.report.plot_attention_patterns is plot_attention_patterns
