@@ -186,6 +186,7 @@ def load_model(
     tag_source(model, source_id, chosen, processing, origin=converted_from(source))
     set_bos_rule(model, rule, own)
     model.eval()
+    model.requires_grad_(False)  # logits track no gradients (float(logit) warned); attribution needs dm/dz only
     return model
 
 
