@@ -88,7 +88,10 @@ def _yaml_path(spec: str, include: Optional[tuple[str, ...]]) -> Path:
 def task_config(spec: str, include_path: Any = None) -> tuple[Path, dict[str, Any]]:
     """The YAML file of ``spec`` and its config with includes merged (lm-eval's YAML loader; no
     function is imported, no dataset read)."""
-    from lm_eval.tasks._yaml_loader import load_yaml
+    try:
+        from lm_eval.tasks._yaml_loader import load_yaml
+    except ImportError as err:
+        raise ImportError(f"{spec} is an lm-evaluation-harness task: pip install 'cel_lens[lm-eval]' ({err})") from None
 
     path = _yaml_path(spec, _include(include_path))
     return path, load_yaml(path, resolve_func=False, recursive=True)
