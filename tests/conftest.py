@@ -19,6 +19,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# evaluate()'s default precision is "auto" (bf16 on a CPU with native bf16): the suite compares floats
+# across paths, so it pins float32; tests of bf16 ask for it (cel_lens.evaluation.precision).
+os.environ.setdefault("CEL_LENS_PRECISION", "float32")
 
 import tempfile  # noqa: E402
 from pathlib import Path  # noqa: E402

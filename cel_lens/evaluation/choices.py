@@ -18,8 +18,9 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from cel_lens.evaluation.batch import EncodedBatch
+from cel_lens.evaluation.precision import Margins
 
-__all__ = ["aggregate"]
+__all__ = ["aggregate", "decision_margins"]
 
 
 def aggregate(
@@ -59,3 +60,31 @@ def aggregate(
     choice_score = torch.where(torch.isnan(choice_ll), choice_ll, headline)
     correct = acc_norm if metric == "acc_norm" else acc
     return correct, gold - others, {"acc": acc, "acc_norm": acc_norm, "choice_ll": choice_ll, "choice_score": choice_score}
+
+
+def decision_margins(
+    kind: str,
+    batches: Sequence[EncodedBatch],
+    n_examples: int,
+    lp: Float[Tensor, "variant row"],
+    row_margin: Float[Tensor, "variant row"],
+) -> Margins:
+    """What each (variant, example) decision was made by, for :func:`~cel_lens.evaluation.precision.recompute_mask`:
+    exact match, the row's smallest target margin; multiple choice, each choice's summed
+    log-likelihood, tokens and characters (missing choices: ``-inf``, 0 tokens)."""
+    n_var = lp.shape[0]
+    ex = torch.cat([b.example_index[b.row_example] for b in batches]) if batches else torch.zeros(0, dtype=torch.long)
+    if kind == "exact_match":
+        token = torch.full((n_var, n_examples), float("inf"))
+        token[:, ex] = row_margin
+        return Margins(token=token)
+    choice = torch.cat([b.row_choice for b in batches]) if batches else torch.zeros(0, dtype=torch.long)
+    n_choices = int(choice.max()) + 1 if choice.numel() else 1
+    ll = torch.full((n_var, n_examples, n_choices), float("-inf"))
+    ll[:, ex, choice] = lp
+    tokens = torch.zeros(n_examples, n_choices)
+    chars = torch.ones(n_examples, n_choices)
+    if batches:
+        tokens[ex, choice] = torch.cat([b.target_mask.sum(1).float() for b in batches])
+        chars[ex, choice] = torch.cat([b.choice_chars for b in batches])
+    return Margins(choice_ll=ll, choice_tokens=tokens, choice_chars=chars)

@@ -22,17 +22,22 @@ token budget (:func:`~cel_lens.evaluation.encode.encode_split`).
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from typing import Optional, Sequence
 
 import einops
 import torch
-from jaxtyping import Float
+from jaxtyping import Bool, Float
 from torch import Tensor
 
 from cel_lens.evaluation.batch import EncodedBatch, TeacherForced, teacher_forced_rows
-from cel_lens.evaluation.choices import aggregate
+from cel_lens.evaluation.choices import aggregate, decision_margins
 from cel_lens.evaluation.encode import as_split, chat_choice, default_max_tokens, encode_split, split_kind
 from cel_lens.evaluation.generation import evaluate_generation
+from cel_lens.evaluation.precision import (
+    Margins, compute_precision, float32_model, precision_of, recompute_groups, recompute_mask, resolve_precision,
+    tally_recompute,
+)
 from cel_lens.evaluation.result import EvalResult
 from cel_lens.evaluation.seal import record_test_read
 from cel_lens.evaluation.store import ActivationStore
@@ -68,6 +73,7 @@ def evaluate(
     chat_template: Optional[bool] = None,
     max_rows: Optional[int] = None,
     max_tokens: Optional[int] = None,
+    precision: Optional[str] = None,
 ) -> EvalResult:
     """Evaluate ``model`` on ``split`` intact (``head_sets=None``) or under each head set.
 
@@ -83,7 +89,11 @@ def evaluate(
     :func:`default_max_rows`). ``chat_template`` wraps each prompt in the tokenizer's chat
     template (default: the split's ``options["chat_template"]`` if it has one, else off).
     ``max_new_tokens`` (generation) defaults to the task's own budget
-    (:attr:`~cel_lens.tasks.Split.max_new_tokens`). A single head set (``"L0H0+L1H2"``, a
+    (:attr:`~cel_lens.tasks.Split.max_new_tokens`). ``precision``: ``"float32"`` (the model as it
+    is), ``"bf16"`` (bfloat16 compute, every decision within the bf16 error bound recomputed in
+    float32, so the bits equal float32's: :mod:`~cel_lens.evaluation.precision`) or ``"auto"``
+    (default: the model's :func:`~cel_lens.evaluation.precision.use_precision`, else bf16 where
+    the hardware computes it natively). A single head set (``"L0H0+L1H2"``, a
     :class:`~cel_lens.heads.Head` or :class:`~cel_lens.heads.HeadSet`) counts as a list of one.
     """
     if isinstance(head_sets, (str, Head, HeadSet)):
@@ -99,39 +109,104 @@ def evaluate(
         raise ValueError("evaluate needs at least one head set (pass head_sets=None for the intact model)")
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    prec = resolve_precision(precision if precision is not None else precision_of(model), model)
     chat = chat_choice(split, chat_template)
     record_test_read(model_id(model), split, sets)  # the sealed test split: every D_test read is recorded
-    rows_budget = int(max_rows) if max_rows else default_max_rows(batch_size)
-    tokens_budget = int(max_tokens) if max_tokens else default_max_tokens(batch_size)
     metric = split.metric or "acc"
-    common = dict(head_sets=list(sets), ids=split.ids, kind=kind, metric=metric, task=split.task, split=split.name, chat_template=chat)
-    if kind == "generation":
-        if split.judge is None:
-            raise ValueError(f"generation split {split.task}/{split.name} has no judge to score completions")
-        budget = max_new_tokens if max_new_tokens is not None else split.max_new_tokens
-        if budget is None:
-            raise ValueError(
-                f"generation split {split.task}/{split.name} sets no options['max_new_tokens']; pass max_new_tokens="
-            )
-        correct, scores, completions = evaluate_generation(
-            model, split, sets, batch_size=batch_size, max_rows=rows_budget,
-            max_new_tokens=budget, chat=chat, progress=progress,
-        )
-        return EvalResult(correct=correct, scores=scores, completions=completions, **common)
+    budget = _generation_budget(split, kind, max_new_tokens)
     if kind == "multiple_choice" and metric not in ("acc", "acc_norm"):
         raise ValueError(f"multiple-choice metric must be 'acc' or 'acc_norm', got {metric!r}")
     if store is not None:
         store.check(model, split, chat)
-        batches = store.batches
-    else:
-        batches = encode_split(model, split, batch_size, chat_template=chat, max_tokens=tokens_budget)
+    plan = _Plan(kind, metric, chat, batch_size, max_rows, max_tokens, budget, progress)
+    common = dict(head_sets=list(sets), ids=split.ids, kind=kind, metric=metric, task=split.task, split=split.name, chat_template=chat)
+    if prec == "float32":
+        return EvalResult(**_run(model, split, sets, plan, store), **common)
+    with compute_precision(model, prec):
+        out = _run(model, split, sets, plan, store, margins=Margins())
+    redo = recompute_mask(kind, out.pop("margins"))
+    _recompute(out, redo, float32_model(model), split, sets, plan)
+    tally_recompute(model, split, redo)
+    return EvalResult(**out, **common, precision=prec, recomputed=redo)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """How :func:`evaluate` runs a split (the same for its bf16 pass and its float32 recompute)."""
+
+    kind: str
+    metric: str
+    chat: bool
+    batch_size: int
+    max_rows: Optional[int]
+    max_tokens: Optional[int]
+    max_new_tokens: Optional[int]
+    progress: bool
+
+
+def _generation_budget(split: Split, kind: str, max_new_tokens: Optional[int]) -> Optional[int]:
+    """The generation budget (``None`` for teacher-forced kinds); ``ValueError`` if there is none."""
+    if kind != "generation":
+        return None
+    if split.judge is None:
+        raise ValueError(f"generation split {split.task}/{split.name} has no judge to score completions")
+    budget = max_new_tokens if max_new_tokens is not None else split.max_new_tokens
+    if budget is None:
+        raise ValueError(f"generation split {split.task}/{split.name} sets no options['max_new_tokens']; pass max_new_tokens=")
+    return budget
+
+
+def _run(model, split: Split, sets: list[HeadSet], plan: _Plan, store: Optional[ActivationStore],
+         margins: Optional[Margins] = None) -> dict:
+    """One evaluation of ``split`` under ``sets`` as it stands (no precision logic): the fields of
+    its :class:`EvalResult`, and with ``margins`` what each decision was decided by (``"margins"``)."""
+    n_var = len(sets)
+    rows_budget = int(plan.max_rows) if plan.max_rows else default_max_rows(plan.batch_size)
+    tokens_budget = int(plan.max_tokens) if plan.max_tokens else default_max_tokens(plan.batch_size)
+    out: dict = {}
+    if plan.kind == "generation":
+        gaps = None if margins is None else torch.full((n_var, len(split)), float("inf"))
+        correct, scores, completions = evaluate_generation(
+            model, split, sets, batch_size=plan.batch_size, max_rows=rows_budget,
+            max_new_tokens=plan.max_new_tokens, chat=plan.chat, progress=plan.progress, gaps=gaps,
+        )
+        out = dict(correct=correct, scores=scores, completions=completions)
+        if margins is not None:
+            out["margins"] = Margins(token=gaps)
+        return out
+    batches = store.batches if store is not None else encode_split(
+        model, split, plan.batch_size, chat_template=plan.chat, max_tokens=tokens_budget)
+    row_margin = None if margins is None else torch.full((n_var, sum(b.n_rows for b in batches)), float("inf"))
     with torch.inference_mode():
         lp, greedy = score_batches(
-            model, batches, sets, store=store, max_tokens=tokens_budget, max_rows=max_rows, progress=progress,
-            desc=f"evaluate {split.task}/{split.name} x{len(sets)}",
+            model, batches, sets, store=store, max_tokens=tokens_budget, max_rows=plan.max_rows, progress=plan.progress,
+            desc=f"evaluate {split.task}/{split.name} x{n_var}", margin=row_margin,
         )
-    correct, scores, extra = aggregate(kind, metric, batches, len(split), lp, greedy)
-    return EvalResult(correct=correct, scores=scores, extra=extra, **common)
+    correct, scores, extra = aggregate(plan.kind, plan.metric, batches, len(split), lp, greedy)
+    out = dict(correct=correct, scores=scores, extra=extra)
+    if margins is not None:
+        out["margins"] = decision_margins(plan.kind, batches, len(split), lp, row_margin)
+    return out
+
+
+def _recompute(out: dict, redo: Bool[Tensor, "variant example"], model32, split: Split, sets: list[HeadSet],
+               plan: _Plan) -> None:
+    """Replace the results ``redo`` marks with float32 ones: one float32 evaluation per group of
+    variants (:func:`~cel_lens.evaluation.precision.recompute_groups`) on the examples any of them
+    marks; every result it returns is float32's, so all are copied."""
+    quiet = replace(plan, progress=False)
+    for group, examples in recompute_groups(redo):
+        sub = replace(split, examples=tuple(split.examples[i] for i in examples))
+        fixed = _run(model32, sub, [sets[v] for v in group], quiet, None)
+        rows, cols = torch.tensor(group)[:, None], torch.tensor(examples)[None, :]
+        out["correct"][rows, cols] = fixed["correct"]
+        out["scores"][rows, cols] = fixed["scores"]
+        for key, value in fixed.get("extra", {}).items():
+            out["extra"][key][rows, cols] = value
+        if fixed.get("completions") is not None:
+            for k, v in enumerate(group):
+                for j, i in enumerate(examples):
+                    out["completions"][v][i] = fixed["completions"][k][j]
 
 
 def _summed_logprob(model, rows: TeacherForced, fwd_hooks: Sequence) -> Float[Tensor, " row"]:

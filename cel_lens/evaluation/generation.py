@@ -88,6 +88,7 @@ def greedy_generate(
     masks: Optional[Bool[Tensor, "row layer head"]] = None,
     stop: Sequence[Sequence[str]] | Sequence[str] = (),
     stop_at_eos: bool = True,
+    gaps: Optional[Float[Tensor, " row"]] = None,
 ) -> list[list[int]]:
     """Greedy continuations (token ids, without the EOS) of token-id ``prompts`` in one batch.
 
@@ -96,6 +97,8 @@ def greedy_generate(
     (``[row, layer, head]``, ``True`` = ablated) zero ``hook_z`` of each row on every token, prompt
     and generated. A row stops at EOS or once its decoded text contains one of its stop sequences
     (``stop``: one list for all rows, or one list per row); finished rows leave the batch.
+    ``gaps`` (one entry per row, given ``inf``) receives each row's smallest top-1 minus top-2
+    logit gap over the steps it generated (:mod:`~cel_lens.evaluation.precision`).
     """
     n = len(prompts)
     if n == 0:
@@ -113,7 +116,8 @@ def greedy_generate(
             resid = forward_resid_cached(model, tokens, cache, attention_mask=attn, fwd_hooks=hooks, keep=last)
         else:
             resid = forward_resid(model, tokens, fwd_hooks=hooks, attention_mask=attn, keep=last)
-        return _decode(model, resid[:, 0], cache, tokens, attn, masks, _per_row_stops(stop, n), stop_at_eos, max_new_tokens)
+        return _decode(model, resid[:, 0], cache, tokens, attn, masks, _per_row_stops(stop, n), stop_at_eos, max_new_tokens,
+                       gaps)
 
 
 def _decode(
@@ -126,9 +130,11 @@ def _decode(
     stops: list[list[str]],
     stop_at_eos: bool,
     max_new_tokens: int,
+    gaps: Optional[Float[Tensor, " row"]] = None,
 ) -> list[list[int]]:
     """The greedy loop after the prompt pass (``last``: each row's residual stream at its last
-    prompt position; ``seq`` is only used without a cache, to recompute the whole sequence)."""
+    prompt position; ``seq`` is only used without a cache, to recompute the whole sequence;
+    ``gaps``: see :func:`greedy_generate`)."""
     tok = _tokenizer(model)
     n = last.shape[0]
     eos = getattr(tok, "eos_token_id", None) if stop_at_eos else None
@@ -144,8 +150,11 @@ def _decode(
             else:
                 resid = forward_resid(model, seq, fwd_hooks=hooks, attention_mask=attn)
             last = resid[:, -1]
-        nxt = unembed(model, last).argmax(-1)
+        logits = unembed(model, last)
+        nxt = logits.argmax(-1)
         rows = active.tolist()
+        if gaps is not None:
+            _record_gaps(gaps, logits, active, finished)
         _accept(tok, rows, nxt.tolist(), out, finished, eos, stops)
         alive = torch.tensor([not finished[r] for r in rows])
         if not bool(alive.any()) or step == max_new_tokens - 1:
@@ -167,6 +176,17 @@ def _decode(
     return out
 
 
+def _record_gaps(gaps: Tensor, logits: Float[Tensor, "row vocab"], active: Tensor, finished: list[bool]) -> None:
+    """Lower each unfinished row's entry of ``gaps`` to this step's top-1 minus top-2 logit."""
+    if logits.shape[-1] < 2:
+        return
+    top = logits.float().topk(2, dim=-1).values
+    step = (top[:, 0] - top[:, 1]).cpu()
+    live = torch.tensor([not finished[r] for r in active.tolist()], dtype=torch.bool)
+    idx = active[live]
+    gaps[idx] = torch.minimum(gaps[idx], step[live])
+
+
 def generate_variants(
     model,
     prompts: Sequence[Sequence[int]],
@@ -176,6 +196,7 @@ def generate_variants(
     stop: Sequence[Sequence[str]] = (),
     max_rows: Optional[int] = None,
     stop_at_eos: bool = True,
+    gaps: Optional[Float[Tensor, "variant prompt"]] = None,
 ) -> list[list[list[int]]]:
     """Greedy continuations of every prompt under every variant: ``[variant][prompt]`` token ids,
     equal to :func:`greedy_generate` of each (prompt, mask) alone.
@@ -183,7 +204,8 @@ def generate_variants(
     Variants run ``max_rows // len(prompts)`` at a time (default: all). With a stack key/value cache
     the prompts' intact pass runs once and each chunk of variants, all with the same first ablated
     layer, resumes it there (see the module docstring); otherwise each chunk runs
-    :func:`greedy_generate`. ``stop``: one list of stop strings per prompt."""
+    :func:`greedy_generate`. ``stop``: one list of stop strings per prompt; ``gaps`` (given ``inf``)
+    receives each (variant, prompt)'s smallest greedy gap (:func:`greedy_generate`)."""
     n_var, n = masks.shape[0], len(prompts)
     n_layers = masks.shape[1]
     out: list[list[list[int]]] = [[[] for _ in range(n)] for _ in range(n_var)]
@@ -206,13 +228,17 @@ def generate_variants(
         for chunk in (c for members in groups.values() for c in chunks(members, per_chunk)):
             row_masks = masks[chunk].repeat_interleave(n, dim=0)
             row_stops = [stops[i] for _ in chunk for i in range(n)]
+            row_gaps = None if gaps is None else torch.full((len(chunk) * n,), float("inf"))
             if prefix is None:
                 outs = greedy_generate(
                     model, [p for _ in chunk for p in prompts], max_new_tokens=max_new_tokens, masks=row_masks,
-                    stop=row_stops, stop_at_eos=stop_at_eos,
+                    stop=row_stops, stop_at_eos=stop_at_eos, gaps=row_gaps,
                 )
             else:
-                outs = _resumed_generate(model, prefix, chunk, first, row_masks, row_stops, stop_at_eos, max_new_tokens)
+                outs = _resumed_generate(model, prefix, chunk, first, row_masks, row_stops, stop_at_eos, max_new_tokens,
+                                         row_gaps)
+            if gaps is not None:
+                gaps[chunk] = row_gaps.view(len(chunk), n)
             for k, v in enumerate(chunk):
                 for i in range(n):
                     out[v][i] = outs[k * n + i]
@@ -234,7 +260,7 @@ def _intact_prompts(model, cache: StackCache, tokens: Tensor, attn: Tensor, last
 
 def _resumed_generate(
     model, prefix: dict, chunk: list[int], first: list[int], row_masks: Tensor, row_stops, stop_at_eos: bool,
-    max_new_tokens: int,
+    max_new_tokens: int, gaps: Optional[Tensor] = None,
 ) -> list[list[int]]:
     """Generation for one chunk of variants (rows variant-major) from the intact prompt pass: the
     cache of the layers below the chunk's first ablated layer is indexed, not recomputed."""
@@ -251,7 +277,7 @@ def _resumed_generate(
         last = resumed_prompts_shared(model, prefix, start, row_masks[::n], cache)
     else:
         last = _resumed_prompts(model, prefix, start, v, row_masks, cache)
-    return _decode(model, last, cache, tokens[index], rep_attn, row_masks, row_stops, stop_at_eos, max_new_tokens)
+    return _decode(model, last, cache, tokens[index], rep_attn, row_masks, row_stops, stop_at_eos, max_new_tokens, gaps)
 
 
 def _resumed_prompts(
@@ -311,11 +337,12 @@ def evaluate_generation(
     max_new_tokens: int,
     chat: bool,
     progress: bool,
+    gaps: Optional[Float[Tensor, "variant example"]] = None,
 ) -> tuple[Bool[Tensor, "variant example"], Float[Tensor, "variant example"], list[list[str]]]:
     """Generate for every example under every head set (``batch_size`` prompts by as many variants
     as fit in ``max_rows`` rows per batch, :func:`generate_variants`) and judge each distinct
     completion once: per-example correctness, its float copy as the score, and the completions
-    ``[variant][example]``."""
+    ``[variant][example]``. ``gaps`` (given ``inf``) receives each one's smallest greedy gap."""
     if split.judge is None:
         raise ValueError(f"generation split {split.task}/{split.name} has no judge to score completions")
     tok = _tokenizer(model)
@@ -330,10 +357,13 @@ def evaluate_generation(
     bar = progress_bar(math.ceil(n / batch_size), progress, f"generate {split.task}/{split.name} x{n_var}", unit="batch")
     for start in range(0, n, batch_size):
         idx = order[start : start + batch_size]
+        part = None if gaps is None else torch.full((n_var, len(idx)), float("inf"))
         outs = generate_variants(
             model, [prompts[i] for i in idx], masks, max_new_tokens=max_new_tokens, stop=[stops[i] for i in idx],
-            max_rows=per_chunk * len(idx),
+            max_rows=per_chunk * len(idx), gaps=part,
         )
+        if gaps is not None:
+            gaps[:, idx] = part
         for v in range(n_var):
             for j, i in enumerate(idx):
                 completions[v][i] = _cut(tok.decode(outs[v][j], skip_special_tokens=True), stops[i])

@@ -23,7 +23,10 @@ class EvalResult:
     exact match and BoolQ, acc_norm for HellaSwag, pass@1 for generation); ``scores[v, i]`` the
     number that decided it (exact match: log-prob of the target; multiple choice: margin of the
     correct choice's (normalised) log-likelihood over the best other choice, > 0 iff correct;
-    generation: 1.0/0.0). ``extra`` holds the other metric and per-choice log-likelihoods
+    generation: 1.0/0.0; with ``precision="bf16"`` the scores of decisions not recomputed are
+    bf16's, within its error bound of float32's). ``precision`` is the compute precision and
+    ``recomputed`` marks the decisions recomputed in float32 (:mod:`~cel_lens.evaluation.precision`).
+    ``extra`` holds the other metric and per-choice log-likelihoods
     (``"acc"``, ``"acc_norm"``, ``"choice_ll"`` ``[V, n, max_choices]``, NaN-padded, and
     ``"choice_score"``, the same on the scale the metric compares).
     """
@@ -39,6 +42,15 @@ class EvalResult:
     task: str = ""
     split: str = ""
     chat_template: bool = False
+    precision: str = "float32"
+    recomputed: Optional[Bool[Tensor, "variant example"]] = None
+
+    @property
+    def recomputed_share(self) -> float:
+        """Share of the decisions made in bf16 that were recomputed in float32 (0 in float32)."""
+        if self.recomputed is None or self.recomputed.numel() == 0:
+            return 0.0
+        return float(self.recomputed.float().mean())
 
     @property
     def accuracy(self) -> Float[Tensor, " variant"]:

@@ -146,36 +146,45 @@ def _continuations(model, batch, masks, start, sources, capture, sink, cache, ct
 
 def _score_vectors(
     model, vectors: Float[Tensor, "n d_model"], targets: Int[Tensor, " n"]
-) -> tuple[Float[Tensor, " n"], Bool[Tensor, " n"]]:
-    """Log-prob of each target and whether it is the argmax, unembedding in bounded chunks."""
+) -> tuple[Float[Tensor, " n"], Bool[Tensor, " n"], Float[Tensor, " n"]]:
+    """Log-prob of each target, whether it is the argmax, and its margin (its logit minus the best
+    other logit: > 0 iff it is the only argmax), unembedding in bounded chunks."""
     n = vectors.shape[0]
     step = max(1, _VECTOR_BUDGET // max(1, int(model.cfg.d_vocab)))
-    logprobs, greedy = [], []
+    logprobs, greedy, margins = [], [], []
     for i in range(0, n, step):
         logits = unembed(model, vectors[i : i + step]).float()
         tgt = targets[i : i + step, None]
-        logprobs.append((logits.gather(-1, tgt) - logits.logsumexp(-1, keepdim=True))[:, 0])
+        own = logits.gather(-1, tgt)
+        logprobs.append((own - logits.logsumexp(-1, keepdim=True))[:, 0])
         greedy.append(logits.argmax(-1) == tgt[:, 0])
+        margins.append(own[:, 0] - logits.scatter(-1, tgt, float("-inf")).amax(-1))
     if not logprobs:
-        return vectors.new_zeros(0, dtype=torch.float32), torch.zeros(0, dtype=torch.bool, device=vectors.device)
-    return torch.cat(logprobs), torch.cat(greedy)
+        empty = vectors.new_zeros(0, dtype=torch.float32)
+        return empty, torch.zeros(0, dtype=torch.bool, device=vectors.device), empty
+    return torch.cat(logprobs), torch.cat(greedy), torch.cat(margins)
 
 
 def _row_scores(
-    model, batch: EncodedBatch, vectors: Float[Tensor, "variant row k d_model"]
+    model, batch: EncodedBatch, vectors: Float[Tensor, "variant row k d_model"], margins: Optional[list] = None
 ) -> tuple[Float[Tensor, "variant row"], Bool[Tensor, "variant row"]]:
     """Summed target log-prob and all-tokens-greedy flag per (variant, row); only real target
-    positions are unembedded."""
+    positions are unembedded. ``margins`` (a list) receives each row's smallest target margin
+    (:func:`_score_vectors`; what :mod:`~cel_lens.evaluation.precision` decides a recompute by)."""
     device = vectors.device
     sel = batch.target_mask.to(device)
     n_var = vectors.shape[0]
     picked = vectors[:, sel]  # [v, n, d]
     tgt = einops.repeat(batch.targets.to(device)[sel], "n -> (v n)", v=n_var)
-    lp, greedy = _score_vectors(model, picked.reshape(-1, picked.shape[-1]), tgt)
+    lp, greedy, margin = _score_vectors(model, picked.reshape(-1, picked.shape[-1]), tgt)
     lp_full = torch.zeros((n_var, *sel.shape), dtype=torch.float32, device=device)
     greedy_full = torch.ones((n_var, *sel.shape), dtype=torch.bool, device=device)
     lp_full[:, sel] = lp.view(n_var, -1)
     greedy_full[:, sel] = greedy.view(n_var, -1)
+    if margins is not None:
+        margin_full = torch.full((n_var, *sel.shape), float("inf"), device=device)
+        margin_full[:, sel] = margin.view(n_var, -1)
+        margins.append(margin_full.amin(-1).cpu())
     return lp_full.sum(-1).cpu(), greedy_full.all(-1).cpu()
 
 
@@ -187,17 +196,19 @@ def batch_pass(
     sources: Optional[Sequence[Optional[Tensor]]],
     capture: Sequence[int] = (),
     sink: Optional[dict] = None,
+    margins: Optional[list] = None,
 ) -> tuple[Float[Tensor, "variant row"], Bool[Tensor, "variant row"]]:
     """Row scores of ``batch`` under ``masks``, starting at layer ``start`` (from tokens when 0,
     else from ``sources``: the intact residual streams entering ``start``), capturing the intact
-    residual stream entering each layer in ``capture`` into ``sink[(part, layer)]``."""
+    residual stream entering each layer in ``capture`` into ``sink[(part, layer)]`` (``margins``:
+    see :func:`_row_scores`)."""
     if batch.rows is not None and batch.prefix:
         vectors = prefix_rows_vectors(model, batch.rows, batch.prefix, masks, start, sources, capture, sink)
-        return _row_scores(model, batch, vectors)
+        return _row_scores(model, batch, vectors, margins)
     fn = _rows_vectors if batch.layout == "rows" else _shared_vectors
     rows_or_batch = batch.rows if batch.layout == "rows" else batch
     vectors = fn(model, rows_or_batch, masks, start, sources, capture, sink)  # type: ignore[arg-type]
-    return _row_scores(model, batch, vectors)
+    return _row_scores(model, batch, vectors, margins)
 
 
 def _batch_sources(sink: dict, layer: int, n_parts: int) -> list[Optional[Tensor]]:
@@ -251,8 +262,11 @@ def score_batches(
     max_rows: Optional[int] = None,
     progress: bool,
     desc: str,
+    margin: Optional[Tensor] = None,
 ) -> tuple[Float[Tensor, "variant row"], Bool[Tensor, "variant row"]]:
-    """Row scores of every batch under every head set (rows in batch order)."""
+    """Row scores of every batch under every head set (rows in batch order). ``margin``
+    (``[variant, row]``, given filled with ``inf``) receives each computed row's smallest target
+    margin (rows read from ``store``, computed in float32, keep theirs)."""
     n_layers, n_heads = model_shape(model)
     masks = masks_from_head_sets(sets, n_layers, n_heads)
     n_var = len(sets)
@@ -276,7 +290,10 @@ def score_batches(
         else:
             capture = [s for s in groups if s > 0]
             if intact or capture:
-                i_lp, i_greedy = batch_pass(model, batch, intact_mask(n_layers, n_heads), 0, None, capture, sink)
+                got: list = []
+                i_lp, i_greedy = batch_pass(model, batch, intact_mask(n_layers, n_heads), 0, None, capture, sink, got)
+                if margin is not None and intact:
+                    margin[intact, rows] = got[0]
                 lp[intact, rows] = i_lp
                 greedy[intact, rows] = i_greedy
         per_chunk = variants_per_pass(batch, max_tokens, max_rows)
@@ -288,7 +305,10 @@ def score_batches(
             else:
                 sources = _batch_sources(sink, start, n_parts)
             for chunk in chunks(members, per_chunk):
-                c_lp, c_greedy = batch_pass(model, batch, masks[chunk], start, sources)
+                got = []
+                c_lp, c_greedy = batch_pass(model, batch, masks[chunk], start, sources, margins=got)
+                if margin is not None:
+                    margin[chunk, rows] = got[0]
                 lp[chunk, rows] = c_lp
                 greedy[chunk, rows] = c_greedy
         bar.update(1)

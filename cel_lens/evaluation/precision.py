@@ -1,0 +1,247 @@
+"""bf16 compute whose decisions equal float32's: which examples to recompute, and how to compute.
+
+With ``precision="bf16"`` :func:`~cel_lens.evaluation.evaluate` runs its forward passes under
+``torch.autocast(dtype=torch.bfloat16)`` (matrix products and attention in bfloat16, the residual
+stream, norms and softmaxes in float32) and keeps, beside each decision, its *margin*:
+
+* exact match (Arithmetic): at every target position the target's logit minus the best other
+  logit; a row's margin is the smallest of them (> 0 iff every target token is the argmax);
+* generation (MBPP): at every greedy step the top-1 minus the top-2 logit; a row's margin is the
+  smallest over the steps it generated;
+* multiple choice (BoolQ, HellaSwag): each choice's summed log-likelihood (and per character,
+  for ``acc_norm``), its length in tokens.
+
+:func:`recompute_mask` is the one rule that says which (variant, example) decisions could differ
+from float32's: those whose margin is within :data:`LOGIT_BOUND` (per position, one logit
+difference) of flipping. Those are recomputed in float32 (a generation regenerated whole), so
+the per-example bits equal the float32 run's; the scorers, the search and the report only ever
+see the bits.
+
+**The bound.** :data:`LOGIT_BOUND` bounds ``|Δ(l_a - l_b)|``, the change bf16 makes to the
+difference of two logits at one position. On SmolLM2-135M-Instruct (30 layers, the only real model
+reachable here) the largest change measured was 0.34 (``docs/precision.md``: Arithmetic, BoolQ and
+MBPP prompts, intact and with heads ablated); the bound is 3 times that, rounded up to 1.0. A
+log-probability ``l_t - logsumexp(l)`` moves by at most twice the bound (its ``logsumexp`` is a
+weighted mean of logit differences), so a choice of ``k`` tokens moves by at most ``2 k`` bounds;
+when every choice of an example is one token at the same position (BoolQ), the difference of two
+choices is one logit difference and moves by at most one bound.
+
+:func:`resolve_precision` turns ``"auto"`` (the default) into ``"bf16"`` for a model held in
+bfloat16 (a GPU user's) or in float32 on a CPU with native bf16 arithmetic (``avx512_bf16`` or
+AMX), else ``"float32"``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import functools
+import os
+import weakref
+from dataclasses import dataclass
+from typing import Iterator, Optional
+
+import torch
+from jaxtyping import Bool, Float
+from torch import Tensor
+
+__all__ = [
+    "PRECISIONS",
+    "LOGIT_BOUND",
+    "Margins",
+    "resolve_precision",
+    "check_precision",
+    "cpu_has_native_bf16",
+    "compute_precision",
+    "float32_model",
+    "recompute_mask",
+    "recompute_groups",
+    "use_precision",
+    "precision_of",
+    "tally_recompute",
+    "recompute_summary",
+    "PRECISION_ENV",
+]
+
+PRECISIONS: tuple[str, ...] = ("auto", "float32", "bf16")
+"""Accepted values of ``precision`` (``"bfloat16"`` is read as ``"bf16"``)."""
+
+LOGIT_BOUND = 1.0
+"""Largest change bf16 compute may make to the difference of two logits at one position (logit
+units): 3 x the largest change measured on SmolLM2-135M-Instruct (0.34), rounded up
+(``docs/precision.md``). A decision within it of flipping is recomputed in float32."""
+
+PRECISION_ENV = "CEL_LENS_PRECISION"
+"""Environment variable that replaces ``"auto"`` (e.g. ``float32`` in the test suite, whose tests
+compare floats across paths)."""
+
+
+def check_precision(precision: Optional[str]) -> str:
+    """``precision``'s canonical name (``None`` is ``"auto"``); ``ValueError`` naming the choices."""
+    name = "auto" if precision is None else str(precision).lower()
+    name = "bf16" if name == "bfloat16" else ("float32" if name in ("fp32", "float") else name)
+    if name not in PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
+    return name
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU multiplies bfloat16 natively (``avx512_bf16`` or AMX in ``/proc/cpuinfo``)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = set(f.read().split())
+    except OSError:
+        return False
+    return bool(flags & {"avx512_bf16", "amx_bf16"})
+
+
+def resolve_precision(precision: Optional[str], model) -> str:
+    """``"float32"`` or ``"bf16"``: ``precision`` itself, or for ``"auto"`` (``None``) the rule of
+    the module docstring (after :data:`PRECISION_ENV`, when set)."""
+    name = check_precision(precision)
+    if name == "auto":
+        name = check_precision(os.environ.get(PRECISION_ENV) or "auto")
+    if name != "auto":
+        return name
+    p = next(model.parameters())
+    if p.dtype == torch.bfloat16:
+        return "bf16"
+    if p.dtype == torch.float32 and p.device.type == "cpu" and cpu_has_native_bf16():
+        return "bf16"
+    return "float32"
+
+
+@contextlib.contextmanager
+def compute_precision(model, precision: str) -> Iterator[None]:
+    """Within the block, ``model``'s forward passes compute in ``precision`` (``"bf16"``: autocast
+    on the model's device; ``"float32"``: as the model is)."""
+    if precision != "bf16":
+        yield
+        return
+    device = next(model.parameters()).device.type
+    with torch.autocast(device_type=device, dtype=torch.bfloat16):
+        yield
+
+
+_FLOAT32: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def float32_model(model):
+    """``model`` when its weights are float32, else a float32 copy of it (made once, kept beside
+    the model): what a bf16 decision near its bound is recomputed on."""
+    if next(model.parameters()).dtype == torch.float32:
+        return model
+    held = _FLOAT32.get(model)
+    if held is None:
+        held = copy.deepcopy(model).to(torch.float32)
+        _FLOAT32[model] = held
+    return held
+
+
+@dataclass
+class Margins:
+    """What bf16 decided each (variant, example) by (see the module docstring).
+
+    ``token``: the smallest per-position logit margin (exact match: target minus best other, signed;
+    generation: top-1 minus top-2, >= 0; ``inf`` where the decision was made in float32).
+    ``choice_ll``: each choice's summed log-likelihood (``-inf`` for a missing choice),
+    ``choice_tokens`` its tokens and ``choice_chars`` its characters (multiple choice)."""
+
+    token: Optional[Float[Tensor, "variant example"]] = None
+    choice_ll: Optional[Float[Tensor, "variant example choice"]] = None
+    choice_tokens: Optional[Float[Tensor, "example choice"]] = None
+    choice_chars: Optional[Float[Tensor, "example choice"]] = None
+
+
+def _choice_unsure(
+    scores: Float[Tensor, "variant example choice"], err: Float[Tensor, "example choice"]
+) -> Bool[Tensor, "variant example"]:
+    """Whether any choice could overtake the best: ``s_best - s_j <= err_best + err_j``."""
+    best = scores.argmax(-1, keepdim=True)
+    gap = scores.gather(-1, best) - scores
+    err = err.expand_as(scores)
+    room = err.gather(-1, best) + err
+    close = (gap <= room) & torch.isfinite(scores)
+    close = close.scatter(-1, best, False)
+    return close.any(-1)
+
+
+def recompute_mask(kind: str, margins: Margins, bound: float = LOGIT_BOUND) -> Bool[Tensor, "variant example"]:
+    """Which (variant, example) decisions bf16 may have got wrong, to be recomputed in float32.
+
+    ``exact_match``: ``|token margin| <= bound``; ``generation``: some step's top-1 minus top-2
+    gap ``<= bound``; ``multiple_choice``: for ``acc`` and for ``acc_norm`` alike, some choice
+    within its error bound of the best (a choice of ``k`` tokens: ``2 k bound``, divided by its
+    characters for ``acc_norm``; choices that are all one token: ``bound / 2`` each, whose sum is
+    the one logit difference that decides)."""
+    if kind in ("exact_match", "generation"):
+        assert margins.token is not None
+        return margins.token.abs() <= bound
+    if kind != "multiple_choice":
+        raise ValueError(f"no recompute rule for kind {kind!r}")
+    assert margins.choice_ll is not None and margins.choice_tokens is not None and margins.choice_chars is not None
+    ll, k, chars = margins.choice_ll, margins.choice_tokens, margins.choice_chars
+    one = ((k <= 1) | (k == 0)).all(-1, keepdim=True)
+    err = torch.where(one, torch.full_like(k, bound / 2), 2 * bound * k)
+    unsure = _choice_unsure(ll, err)
+    norm_err = 2 * bound * k / chars.clamp_min(1.0)
+    return unsure | _choice_unsure(ll / chars.clamp_min(1.0), norm_err)
+
+
+_CHOSEN: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_TALLY: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def use_precision(model, precision: Optional[str]) -> None:
+    """Make ``precision`` what :func:`~cel_lens.evaluation.evaluate` uses for ``model`` when it is
+    given none (a search sets its ``SearchConfig.precision`` so), and start a fresh tally."""
+    _CHOSEN[model] = check_precision(precision)
+    _TALLY[model] = {}
+
+
+def precision_of(model) -> str:
+    """The precision set by :func:`use_precision` for ``model`` (``"auto"`` if none)."""
+    return _CHOSEN.get(model, "auto")
+
+
+def tally_recompute(model, split, redo: Bool[Tensor, "variant example"]) -> None:
+    """Count ``redo``'s decisions, and those recomputed, under ``split``'s name for ``model``."""
+    counts = _TALLY.setdefault(model, {}).setdefault(str(getattr(split, "name", "") or "examples"), [0, 0])
+    counts[0] += int(redo.sum())
+    counts[1] += int(redo.numel())
+
+
+def recompute_summary(model) -> dict:
+    """Per split: decisions made in bf16 since :func:`use_precision`, how many were recomputed in
+    float32, and their share (what a run records)."""
+    return {
+        name: {"decisions": total, "recomputed": done, "share": (done / total) if total else 0.0}
+        for name, (done, total) in sorted(_TALLY.get(model, {}).items())
+    }
+
+
+def recompute_groups(redo: Bool[Tensor, "variant example"], slack: float = 2.0) -> list[tuple[list[int], list[int]]]:
+    """Variants whose marked examples are recomputed together, with the union of those examples:
+    a variant joins the current group while the group's cost (variants x union) stays within
+    ``slack`` times the decisions its members mark, so few evaluations recompute at most ``slack``
+    times what is needed."""
+    groups: list[tuple[list[int], list[int]]] = []
+    members: list[int] = []
+    union: set[int] = set()
+    needed = 0
+    for v in range(redo.shape[0]):
+        own = set(redo[v].nonzero()[:, 0].tolist())
+        if not own:
+            continue
+        joined = union | own
+        if members and (len(members) + 1) * len(joined) > slack * (needed + len(own)):
+            groups.append((members, sorted(union)))
+            members, union, needed = [], set(), 0
+            joined = own
+        members.append(v)
+        union = joined
+        needed += len(own)
+    if members:
+        groups.append((members, sorted(union)))
+    return groups

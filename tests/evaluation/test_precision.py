@@ -1,0 +1,150 @@
+"""bf16 compute with float32's decisions (cel_lens.evaluation.precision): the recompute rule on
+hand-made margins, the option's resolution, and bits equal to float32's on tiny checkpoints (both
+loaders) and on SmolLM2-135M-Instruct (slow)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from cel_lens.evaluation import encode_prompt, evaluate, format_prompt, greedy_generate
+from cel_lens.evaluation.precision import (
+    LOGIT_BOUND,
+    Margins,
+    check_precision,
+    float32_model,
+    recompute_groups,
+    recompute_mask,
+    recompute_summary,
+    resolve_precision,
+    use_precision,
+)
+from cel_lens.tasks.base import Example, Split
+
+SETS = ["intact", "L0H1", "L1H2+L2H0", "L2H3"]
+
+
+def test_exact_match_and_generation_recompute_within_the_bound():
+    token = torch.tensor([[5.0, 0.2, -0.3, -4.0, LOGIT_BOUND, float("inf")]])
+    assert recompute_mask("exact_match", Margins(token=token)).tolist() == [[False, True, True, False, True, False]]
+    gaps = torch.tensor([[0.0, 0.99, 1.01, 3.0]])
+    assert recompute_mask("generation", Margins(token=gaps)).tolist() == [[True, True, False, False]]
+
+
+def test_choice_recompute_uses_tokens_and_characters():
+    inf = float("inf")
+    # example 0: two one-token choices 0.8 apart (one logit difference: within the bound);
+    # example 1: 1.5 apart (outside); example 2: 3-token choices 5 apart (error 2*3 each: within);
+    # example 3: a missing third choice (-inf) never counts.
+    ll = torch.tensor([[[-1.0, -1.8, -inf], [-1.0, -2.5, -inf], [-3.0, -8.0, -inf], [-0.5, -9.0, -inf]]])
+    tokens = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 0.0], [3.0, 3.0, 0.0], [1.0, 1.0, 0.0]])
+    chars = torch.tensor([[3.0, 3.0, 1.0], [3.0, 3.0, 1.0], [9.0, 9.0, 1.0], [3.0, 3.0, 1.0]])
+    redo = recompute_mask("multiple_choice", Margins(choice_ll=ll, choice_tokens=tokens, choice_chars=chars))
+    # acc_norm (per character) of example 1: 1.5 / 3 = 0.5 apart, error 2 * 1/3 each: within
+    assert redo.tolist() == [[True, True, True, False]]
+    wide = Margins(choice_ll=ll * 10, choice_tokens=tokens, choice_chars=chars)
+    assert recompute_mask("multiple_choice", wide).tolist() == [[False, False, False, False]]
+    with pytest.raises(ValueError, match="no recompute rule"):
+        recompute_mask("ranking", Margins())
+
+
+def test_recompute_groups_cover_every_marked_decision_within_the_slack():
+    rng = torch.Generator().manual_seed(0)
+    redo = torch.rand(30, 50, generator=rng) < 0.05
+    redo[3] = False
+    groups = recompute_groups(redo)
+    covered = torch.zeros_like(redo)
+    cost = 0
+    for members, examples in groups:
+        assert 3 not in members
+        covered[torch.tensor(members)[:, None], torch.tensor(examples)[None, :]] = True
+        cost += len(members) * len(examples)
+    assert bool((covered | ~redo).all())  # every marked decision is recomputed
+    assert cost <= 2 * int(redo.sum())
+    assert recompute_groups(torch.zeros(4, 5, dtype=torch.bool)) == []
+
+
+def test_precision_option_resolution(tiny_model, monkeypatch):
+    assert check_precision(None) == "auto" and check_precision("bfloat16") == "bf16" and check_precision("fp32") == "float32"
+    with pytest.raises(ValueError, match="precision"):
+        check_precision("int8")
+    monkeypatch.delenv("CEL_LENS_PRECISION", raising=False)
+    from cel_lens.evaluation import precision as module
+
+    monkeypatch.setattr(module, "cpu_has_native_bf16", lambda: True)
+    assert resolve_precision("auto", tiny_model) == "bf16"
+    assert resolve_precision("float32", tiny_model) == "float32"
+    monkeypatch.setattr(module, "cpu_has_native_bf16", lambda: False)
+    assert resolve_precision(None, tiny_model) == "float32"
+    monkeypatch.setenv("CEL_LENS_PRECISION", "bf16")
+    assert resolve_precision("auto", tiny_model) == "bf16"
+    assert float32_model(tiny_model) is tiny_model
+
+
+def _splits(model) -> dict[str, Split]:
+    rng = random.Random(5)
+    words = ["cat", "dog", "sun", "red", "two", "one", "yes", "no", "tree", "blue"]
+    text = lambda n: " ".join(rng.choice(words) for _ in range(n))  # noqa: E731
+    em = [Example(f"em/{i}", f"Q: {text(rng.randint(2, 9))}\nA:", target=" " + text(rng.randint(1, 2))) for i in range(16)]
+    for i in range(0, 16, 2):  # half the targets are the model's own greedy continuation: some are right
+        ids = encode_prompt(model, format_prompt(model, em[i].prompt, False))
+        em[i] = Example(em[i].id, em[i].prompt, target=model.tokenizer.decode(greedy_generate(model, [ids], max_new_tokens=2)[0]))
+    mc = tuple(Example(f"mc/{i}", text(rng.randint(3, 12)) + "\nAnswer:", choices=(" no", " yes"), label=i % 2)
+               for i in range(16))
+    hs = tuple(Example(f"hs/{i}", text(rng.randint(3, 9)), choices=tuple(" " + text(rng.randint(1, 4)) for _ in range(3)),
+                       label=i % 3) for i in range(10))
+    gen = tuple(Example(f"g/{i}", text(rng.randint(2, 8)), meta={"stop": ["\n"]}) for i in range(8))
+    return {
+        "exact_match": Split("dist", tuple(em), task="em", kind="exact_match"),
+        "multiple_choice": Split("dist", mc, task="mc", kind="multiple_choice"),
+        "acc_norm": Split("dist", hs, task="hs", kind="multiple_choice", metric="acc_norm"),
+        "generation": Split("dist", gen, task="gen", kind="generation", metric="pass@1",
+                            judge=lambda ex, c: len(c) % 2 == 0, options={"max_new_tokens": 6}),
+    }
+
+
+@pytest.mark.parametrize("loader", ["hooked", "bridge"])
+def test_bf16_bits_equal_float32_on_tiny_checkpoints(tiny_checkpoints, loader):
+    """Every protocol, intact and with heads ablated: bf16's bits (and completions) are float32's,
+    and what was not recomputed was decided outside the bound."""
+    from cel_lens.model import load_model
+
+    model = load_model(str(tiny_checkpoints["llama"]), loader=loader)
+    use_precision(model, "auto")
+    for name, split in _splits(model).items():
+        exact = evaluate(model, split, SETS, batch_size=4, progress=False, precision="float32")
+        fast = evaluate(model, split, SETS, batch_size=4, progress=False, precision="bf16")
+        assert exact.precision == "float32" and exact.recomputed is None
+        assert fast.precision == "bf16" and fast.recomputed is not None and fast.recomputed.shape == exact.correct.shape
+        assert torch.equal(fast.correct, exact.correct), name
+        for key in ("acc", "acc_norm"):
+            if key in exact.extra:
+                assert torch.equal(fast.extra[key], exact.extra[key]), (name, key)
+        if name == "generation":
+            assert fast.completions == exact.completions
+        else:  # recomputed decisions carry float32's scores; the others are within the bound
+            redo = fast.recomputed
+            torch.testing.assert_close(fast.scores[redo], exact.scores[redo], atol=1e-4, rtol=0)
+    summary = recompute_summary(model)
+    assert summary["dist"]["decisions"] == sum(len(s) * len(SETS) for s in _splits(model).values())
+    assert 0 <= summary["dist"]["share"] <= 1
+
+
+@pytest.mark.slow
+def test_bf16_bits_equal_float32_on_smollm2(smollm2_hooked):
+    """SmolLM2-135M-Instruct, intact and with heads ablated, on real-shaped prompts of each protocol:
+    identical bits, and most decisions are not recomputed."""
+    model = smollm2_hooked
+    rng = random.Random(0)
+    em = tuple(Example(f"a/{i}", f"Question: What is {a} plus {b}?\nAnswer:", target=f" {a + b}")
+               for i, (a, b) in enumerate((rng.randint(1, 99), rng.randint(1, 99)) for _ in range(24)))
+    mc = tuple(Example(f"b/{i}", f"The number {rng.randint(1, 99)} is even.\nQuestion: is it true?\nAnswer:",
+                       choices=(" no", " yes"), label=i % 2) for i in range(24))
+    sets = ["intact", "L3H1", "L10H0+L20H4"]
+    for split in (Split("dist", em, task="em", kind="exact_match"), Split("dist", mc, task="mc", kind="multiple_choice")):
+        exact = evaluate(model, split, sets, batch_size=8, progress=False, precision="float32")
+        fast = evaluate(model, split, sets, batch_size=8, progress=False, precision="bf16")
+        assert torch.equal(fast.correct, exact.correct)
+        assert fast.recomputed_share < 0.5, fast.recomputed_share
