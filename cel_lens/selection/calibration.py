@@ -333,12 +333,23 @@ def calibration_rows(r: Mapping[str, Any]) -> list[tuple[str, str]]:
                               "model's D_dist scores)"),
         ("calibrated gain", f"{100 * c['gain_cal']:+.2f} pp{_range_text(c)}, {1 - alpha:.0%} paired bootstrap CI "
                             f"[{100 * c['ci_low_cal']:+.2f} pp, {100 * c['ci_high_cal']:+.2f} pp] (descriptive; "
-                            f"raw {100 * float(r.get('gain', float('nan'))):+.2f} pp)"),
+                            f"raw {100 * float(r.get('gain', float('nan'))):+.2f} pp)" + NO_CHANGE_NOTE * _no_change(c)),
         ("survives calibration?", _survival_text(c, alpha)),
     ]
     if not c.get("survives") and float(r.get("gain") or 0.0) > 0:
         rows.append(("warning", PRIOR_ONLY_LINE))
     return rows + [("calibrated vs raw", CALIBRATION_SENTENCE)]
+
+
+NO_CHANGE_NOTE = ("; the interval is a point, not a rounding: calibrated, the intact and the ablated model are right "
+                  "on the same D_test examples, so every resample's gain is 0")
+"""Why a calibrated interval reads ``[+0.00 pp, +0.00 pp]``: it is degenerate, not rounded."""
+
+
+def _no_change(c: Mapping[str, Any]) -> bool:
+    """Whether the calibrated interval is the point 0: the two models are right on the same D_test
+    examples (a paired bootstrap of any discordant pair spreads)."""
+    return c.get("ci_low_cal") == 0 and c.get("ci_high_cal") == 0 and c.get("gain_cal") == 0
 
 
 def _range_text(c: Mapping[str, Any]) -> str:
@@ -369,4 +380,6 @@ def calibrated_gain_text(r: Mapping[str, Any], *, unit: str = " pp") -> str:
     if not c.get("applies"):
         return "not recorded" if c.get("kind") == "multiple_choice" else "no fixed choices"
     text = f"{100 * c['gain_cal']:+.2f}{unit} [{100 * c['ci_low_cal']:+.2f}{unit}, {100 * c['ci_high_cal']:+.2f}{unit}]"
+    if _no_change(c):
+        text = f"{100 * c['gain_cal']:+.2f}{unit} (same examples right)"
     return text + (", prior only" if not c.get("survives") and float(r.get("gain") or 0.0) > 0 else "")
