@@ -140,8 +140,11 @@ MISSING_REASON = f"needs {', '.join(MISSING)} (`make install` as root installs D
 @pytest.fixture(scope="module")
 def served(site):
     """The built site over HTTP on localhost (the site search's worker cannot load from file://)."""
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(site))
-    handler.log_message = lambda *args: None
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args) -> None:  # no request lines in the test output
+            pass
+
+    handler = functools.partial(Quiet, directory=str(site))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_address[1]}"

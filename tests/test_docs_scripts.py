@@ -55,3 +55,14 @@ def test_doc_comments_document_attributes():
     lines = ["x = 1", "#: first line", "#: second line", "NAME = 2"]
     assert ext.doc_comment(lines, 4) == "first line second line"
     assert ext.doc_comment(lines, 1) == ""
+
+
+def test_missing_optional_pages_leave_the_navigation(tmp_path):
+    from types import SimpleNamespace
+
+    hooks = _module("mkdocs_hooks.py")
+    (tmp_path / "speed.md").write_text("# Speed\n")
+    nav = [{"Home": "index.md"}, {"Guide": [{"Speed": "speed.md"}, {"Precision": "precision.md"}, {"Tasks": "tasks.md"}]},
+           {"Later": [{"Statistics": "statistics.md"}]}]
+    config = hooks.on_config(SimpleNamespace(docs_dir=str(tmp_path), nav=nav))
+    assert config.nav == [{"Home": "index.md"}, {"Guide": [{"Speed": "speed.md"}, {"Tasks": "tasks.md"}]}]
