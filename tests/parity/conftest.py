@@ -75,10 +75,16 @@ def parity_rows(request: pytest.FixtureRequest) -> list[dict]:
     return request.config.stash.setdefault(PARITY_ROWS, [])
 
 
-def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # noqa: ARG001
-    """Print the parity table when the suite ran."""
+def parity_table_wanted(config, exitstatus) -> bool:
+    """Whether the session prints the parity table: when a test failed (the table helps read it) or
+    output is not captured (``-s``); ``pytest -q`` of a passing suite prints no table of ~30 lines."""
+    return int(exitstatus) != 0 or config.getoption("capture") == "no"
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    """Print the parity table when the suite ran and :func:`parity_table_wanted`."""
     rows = config.stash.get(PARITY_ROWS, [])
-    if not rows:
+    if not rows or not parity_table_wanted(config, exitstatus):
         return
     terminalreporter.section("lm-eval parity")
     head = "| task | BOS | loader | variant | max abs d loglik | decisions equal | prompts, ids equal | generations equal |"
