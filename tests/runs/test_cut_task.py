@@ -60,3 +60,22 @@ def test_examples_name_the_source_files_sha256(data_dir, tmp_path):
     assert source["path"] == "boolq/dev.jsonl" and source["sha256"] == sha256_file(data_dir / "boolq" / "dev.jsonl")
     again = run_task(record, data_dir=str(data_dir))
     assert again.test.content_hash == cut.test.content_hash and again.dist.content_hash == task.dist.content_hash
+
+
+def test_verification_finds_boolq_validation_in_a_search_dir(tmp_path, monkeypatch):
+    """export --verify and the explorer rebuild a dist_from=validation run without --data-dir when
+    ../shared/data holds boolq/dev.jsonl (they went to the hub)."""
+    from cel_lens.model import hub
+    from cel_lens.tasks import io
+
+    shared = tmp_path / "shared" / "data"
+    (shared / "boolq").mkdir(parents=True)
+    rows = [json.dumps({"question": f"q{i}", "title": "t", "answer": i % 2 == 0, "passage": f"p{i}"}) for i in range(12)]
+    (shared / "boolq" / "dev.jsonl").write_text("\n".join(rows) + "\n")
+    monkeypatch.delenv("CEL_LENS_DATA_DIR", raising=False)
+    monkeypatch.setattr(io, "search_dirs", lambda: [tmp_path / "data", shared])
+    monkeypatch.setattr(hub, "_hub_reachable", lambda endpoint, timeout=5.0: False)
+    task = cel_lens.load_task("boolq", n_dist=4, n_test=4, data_dir=str(shared), dist_from="validation")
+    record = RunRecord(tmp_path, build_manifest({}, task, {"seed": 0}, examples=True), [], [], None)
+    again = run_task(record)
+    assert (again.dist.content_hash, again.test.content_hash) == (task.dist.content_hash, task.test.content_hash)
