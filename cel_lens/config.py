@@ -27,6 +27,7 @@ __all__ = [
     "ABLATION_KINDS",
     "BOS_RULES",
     "LOADERS",
+    "PRECISIONS",
     "DTYPE_ALIASES",
     "QUICK",
     "canonical_dtype",
@@ -95,6 +96,10 @@ D_dist; ``"resample"`` a seeded D_dist example's. The one table every part of ce
 :class:`~cel_lens.model.ablation.Ablation` and one line here."""
 
 LOADERS: tuple[str, ...] = ("auto", "hooked", "bridge")
+PRECISIONS: tuple[str, ...] = ("auto", "float32", "bf16")
+"""Compute precision of the evaluations (:mod:`cel_lens.evaluation.precision`): ``"bf16"`` computes
+in bfloat16 and recomputes in float32 every decision within the bf16 error bound, so the bits equal
+``"float32"``'s; ``"auto"``: bf16 for a model in bfloat16 or in float32 on a CPU with native bf16."""
 """How a model given by name is loaded (:func:`cel_lens.load_model`)."""
 
 BOS_RULES: tuple[str, ...] = ("tokenizer", "always", "never")
@@ -186,8 +191,11 @@ class SearchConfig:
     under the other kinds, as a control); ``parsimony``, ``ci_method``, ``n_adjusted``: stage 2's
     choice among near-ties, the test gain's interval and the selection-adjusted test's permutations.
 
-    The manifest records ``split_seed``, ``n_specificity`` and ``ablation`` only when they are set (absent means
-    the default), so run directories made before these options existed resume unchanged.
+    ``precision``: the evaluations' compute precision (:data:`PRECISIONS`; the decisions are
+    float32's either way).
+
+    The manifest records ``split_seed``, ``n_specificity``, ``ablation`` and ``precision`` only when they are set
+    (absent means the default), so run directories made before these options existed resume unchanged.
     """
 
     k: int = field(default=DEFAULT_K, metadata={"help": "largest subset size"})
@@ -225,6 +233,10 @@ class SearchConfig:
         "choices": CI_METHODS})
     n_adjusted: int = field(default=999, metadata={
         "help": "sign-flip permutations of the selection-adjusted test of 'any ablation helps' on D_dist (0: off)"})
+    precision: str = field(default="auto", metadata={
+        "help": "compute precision: bf16 (decisions within its error bound recomputed in float32: the same bits), "
+        "float32, or auto (bf16 for a bfloat16 model or a float32 one on a CPU with native bf16)",
+        "choices": PRECISIONS})
     prescreen_pass: str = field(default="attribution", metadata={
         "help": "--scorer prescreen: the first pass that ranks every head (attribution, or every head on a subsample)",
         "choices": ("attribution", "subsample")})
@@ -261,6 +273,7 @@ class SearchConfig:
         _choice("ci_method", self.ci_method, CI_METHODS)
         _int("n_adjusted", self.n_adjusted, 0)
         _choice("ablation", self.ablation, tuple(ABLATION_KINDS))
+        _choice("precision", self.precision, PRECISIONS)
         if self.n_masks is not None:
             _int("n_masks", self.n_masks, 1)
         if isinstance(self.sparsity, bool) or not isinstance(self.sparsity, numbers.Real) or not 0.0 < float(self.sparsity) < 1.0:
@@ -294,6 +307,7 @@ class SearchConfig:
             **({"n_specificity": self.n_specificity} if self.n_specificity else {}),
             **({"racing": {"delta": self.delta, "margin": self.margin}} if self.scorer == "racing" else {}),
             **({"ablation": self.ablation} if self.ablation != "zero" else {}),
+            **({"precision": self.precision} if self.precision != "auto" else {}),
             **({"prescreen": {"pass": self.prescreen_pass, "keep": self.prescreen_keep,
                               **({"sample": self.prescreen_sample} if self.prescreen_pass == "subsample" else {})}}
                if self.scorer == "prescreen" else {}),

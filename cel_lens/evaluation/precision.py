@@ -17,14 +17,15 @@ difference) of flipping. Those are recomputed in float32 (a generation regenerat
 the per-example bits equal the float32 run's; the scorers, the search and the report only ever
 see the bits.
 
-**The bound.** :data:`LOGIT_BOUND` bounds ``|Δ(l_a - l_b)|``, the change bf16 makes to the
-difference of two logits at one position. On SmolLM2-135M-Instruct (30 layers, the only real model
-reachable here) the largest change measured was 0.34 (``docs/precision.md``: Arithmetic, BoolQ and
-MBPP prompts, intact and with heads ablated); the bound is 3 times that, rounded up to 1.0. A
-log-probability ``l_t - logsumexp(l)`` moves by at most twice the bound (its ``logsumexp`` is a
-weighted mean of logit differences), so a choice of ``k`` tokens moves by at most ``2 k`` bounds;
-when every choice of an example is one token at the same position (BoolQ), the difference of two
-choices is one logit difference and moves by at most one bound.
+**The bounds.** :data:`LOGIT_BOUND` bounds ``|Δ(l_a - l_b)|``, the change bf16 makes to the
+difference of two logits near the top of one position (what greedy and exact-match decisions
+compare); :data:`LOGPROB_BOUND` the same for any two logits of a position, hence for any token's
+log-probability ``l_t - logsumexp(l)`` (its ``logsumexp`` is a weighted mean of logits), so a
+choice of ``k`` tokens moves by at most ``k LOGPROB_BOUND``; when every choice of an example is
+one token at the same position (BoolQ), the difference of two choices is one logit difference
+and moves by at most ``LOGPROB_BOUND``. Both are measured on SmolLM2-135M-Instruct (30 layers,
+the only real model reachable here; ``benchmarks/precision.py``, ``docs/precision.md``) and set 2-3
+times above the largest change seen.
 
 :func:`resolve_precision` turns ``"auto"`` (the default) into ``"bf16"`` for a model held in
 bfloat16 (a GPU user's) or in float32 on a CPU with native bf16 arithmetic (``avx512_bf16`` or
@@ -45,9 +46,12 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
+from cel_lens.config import PRECISIONS
+
 __all__ = [
     "PRECISIONS",
     "LOGIT_BOUND",
+    "LOGPROB_BOUND",
     "Margins",
     "resolve_precision",
     "check_precision",
@@ -63,13 +67,19 @@ __all__ = [
     "PRECISION_ENV",
 ]
 
-PRECISIONS: tuple[str, ...] = ("auto", "float32", "bf16")
-"""Accepted values of ``precision`` (``"bfloat16"`` is read as ``"bf16"``)."""
 
 LOGIT_BOUND = 1.0
-"""Largest change bf16 compute may make to the difference of two logits at one position (logit
-units): 3 x the largest change measured on SmolLM2-135M-Instruct (0.34), rounded up
-(``docs/precision.md``). A decision within it of flipping is recomputed in float32."""
+"""Largest change bf16 compute may make to the difference of two logits near the top of one
+position (within ``2 LOGIT_BOUND`` of its largest: the tokens a greedy or exact-match decision
+within the bound is between), in logit units: about 3 x the largest change measured on
+SmolLM2-135M-Instruct, rounded up (``docs/precision.md``). A decision within it of flipping is
+recomputed in float32."""
+
+LOGPROB_BOUND = 2.0
+"""Largest change bf16 compute may make to the difference of *any* two logits of one position,
+hence to any token's log-probability (``l_t - logsumexp(l)`` moves by a weighted mean of such
+differences): about 2 x the largest change measured on SmolLM2-135M-Instruct (``docs/precision.md``).
+What a choice's score is bounded by (its tokens need not be near the top)."""
 
 PRECISION_ENV = "CEL_LENS_PRECISION"
 """Environment variable that replaces ``"auto"`` (e.g. ``float32`` in the test suite, whose tests
@@ -167,14 +177,16 @@ def _choice_unsure(
     return close.any(-1)
 
 
-def recompute_mask(kind: str, margins: Margins, bound: float = LOGIT_BOUND) -> Bool[Tensor, "variant example"]:
+def recompute_mask(
+    kind: str, margins: Margins, bound: float = LOGIT_BOUND, logprob_bound: float = LOGPROB_BOUND
+) -> Bool[Tensor, "variant example"]:
     """Which (variant, example) decisions bf16 may have got wrong, to be recomputed in float32.
 
     ``exact_match``: ``|token margin| <= bound``; ``generation``: some step's top-1 minus top-2
     gap ``<= bound``; ``multiple_choice``: for ``acc`` and for ``acc_norm`` alike, some choice
-    within its error bound of the best (a choice of ``k`` tokens: ``2 k bound``, divided by its
-    characters for ``acc_norm``; choices that are all one token: ``bound / 2`` each, whose sum is
-    the one logit difference that decides)."""
+    within its error bound of the best (a choice of ``k`` tokens: ``k logprob_bound``, divided by
+    its characters for ``acc_norm``; choices that are all one token: ``logprob_bound / 2`` each,
+    whose sum bounds the one logit difference that decides)."""
     if kind in ("exact_match", "generation"):
         assert margins.token is not None
         return margins.token.abs() <= bound
@@ -182,10 +194,10 @@ def recompute_mask(kind: str, margins: Margins, bound: float = LOGIT_BOUND) -> B
         raise ValueError(f"no recompute rule for kind {kind!r}")
     assert margins.choice_ll is not None and margins.choice_tokens is not None and margins.choice_chars is not None
     ll, k, chars = margins.choice_ll, margins.choice_tokens, margins.choice_chars
-    one = ((k <= 1) | (k == 0)).all(-1, keepdim=True)
-    err = torch.where(one, torch.full_like(k, bound / 2), 2 * bound * k)
+    one = (k <= 1).all(-1, keepdim=True)
+    err = torch.where(one, torch.full_like(k, logprob_bound / 2), logprob_bound * k)
     unsure = _choice_unsure(ll, err)
-    norm_err = 2 * bound * k / chars.clamp_min(1.0)
+    norm_err = logprob_bound * k / chars.clamp_min(1.0)
     return unsure | _choice_unsure(ll / chars.clamp_min(1.0), norm_err)
 
 
