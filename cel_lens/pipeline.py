@@ -204,12 +204,17 @@ def _search_with_controls(
         result = run_search(recording, config=config, scores=scores, progress=settings.progress, test_reads=test_reads)
     if model is None:
         return result
+    stored = run_dir.read_result()  # written by the search; a resumed run's may lack the parts below
+    if stored is not None and (stored.get("ablation") != config.ablation
+                               or (stored.get("ablation_controls") is None and len(result.head_set))):
+        run_dir.reopen()  # killed after the search finished, before these parts were recorded
     controls = ablation_controls(
         model, oracle, result.head_set, config.ablation, task.dist, seed=config.seed, n_boot=config.n_boot,
         journal=run_dir,
     )
     result = replace(result, ablation=config.ablation, ablation_controls=controls)
-    run_dir.write_result(result.to_dict())
+    late = {"ablation": config.ablation, "ablation_controls": result.to_dict()["ablation_controls"]}
+    run_dir.write_result({**stored, **late} if stored is not None else result.to_dict())
     return result
 
 

@@ -258,6 +258,15 @@ class RunDir:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def reopen(self) -> bool:
+        """Open a run that had finished when opened for writing again (where this ``RunDir`` holds
+        the lock): a resume that finds a part of the result missing (a kill between the ``finished``
+        event and the parts recorded after it) records it. Returns whether records are written."""
+        if self._closed_run and self.writable and self._lock is not None:
+            self._closed_run = False
+            self._repair_tail()
+        return not self._closed_run
+
     def _repair_tail(self) -> None:
         """Cut a partial last line (no trailing newline) so appends start on a fresh line."""
         p = self.evaluations_path
