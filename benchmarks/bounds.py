@@ -7,6 +7,7 @@ from typing import Any, Mapping, Sequence
 
 from benchmarks.floor import floor_layout, hf_pass_seconds
 from benchmarks.generation import _cut
+from benchmarks.prefix import generation_flops_shared
 from benchmarks.limit import (
     Shape, against_limit, generation_flops, matmul_flops_per_second, pieces, scan_intact_flops, scan_limit_flops,
 )
@@ -28,7 +29,9 @@ def generation_bound(
     w: dict[str, Any], prompts: Sequence[Sequence[int]], cel: dict[str, Any], hf_out: Sequence[Sequence[int]],
     beside: Mapping[str, Sequence[float]],
 ) -> dict[str, Any]:
-    """Generation's FLOP bound (:func:`~benchmarks.limit.generation_flops`) for cel_lens's scan, from
+    """Generation's FLOP bound for cel_lens's scan, the prompts' common prefix counted once per
+    evaluation (:func:`~benchmarks.prefix.generation_flops_shared`; ``gen_bound_unshared_gflop``:
+    every prompt in full, :func:`~benchmarks.limit.generation_flops`), from
     the token ids each evaluation generated (generated again, untimed, by
     :func:`cel_lens.evaluation.generation.generate_variants` as the scan runs it; their texts must be
     the scan's), and the FLOPs of ``transformers``' intact ``generate`` producing ``hf_out``. In
@@ -46,7 +49,8 @@ def generation_bound(
     tok = w["tokenizer"]
     texts = [[_cut(tok.decode(o, skip_special_tokens=True), st) for o, st in zip(row, stops)] for row in ids]
     lengths = [len(p) for p in prompts]
-    out = {"gen_bound_gflop": generation_flops(shape, lengths, ids)[1] / 1e9,
+    out = {"gen_bound_gflop": generation_flops_shared(shape, prompts, ids)[1] / 1e9,  # the shared prompt start once
+           "gen_bound_unshared_gflop": generation_flops(shape, lengths, ids)[1] / 1e9,
            "gen_intact_gflop": generation_flops(shape, lengths, [list(hf_out)])[0] / 1e9,
            "gen_tokens": sum(len(o) for row in ids for o in row), "gen_ids_match_texts": texts == cel["completions"]}
     for kind, times in beside.items():
