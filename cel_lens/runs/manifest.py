@@ -96,15 +96,15 @@ def default_run_dir(manifest: Mapping[str, Any], root: Union[str, Path] = "runs"
 
 def _pick(split: Any, ids: Optional[Sequence[str]], n: Optional[int]) -> Any:
     """``split`` narrowed to what a run evaluated: its examples ``ids`` in that order, else (older
-    manifests) its first ``n`` (how a search cuts a Task); ``KeyError`` names a missing id."""
+    manifests) its first ``n`` (how a search cuts a Task); ``ValueError`` names a missing id."""
     if ids is not None:
         if list(ids) == split.ids:
             return split
         by_id = {e.id: e for e in split}
         missing = [i for i in ids if i not in by_id]
         if missing:
-            raise KeyError(f"{len(missing)} of the run's {split.name} examples are not in the reloaded split "
-                           f"(first: {missing[0]})")
+            raise ValueError(f"{len(missing)} of the run's {split.name} examples are not in the split loaded again "
+                             f"(first: {missing[0]}): give the run's data directory (--data-dir) or task")
         return replace(split, examples=tuple(by_id[i] for i in ids))
     return split.subset(n) if n is not None and n < len(split) else split
 
