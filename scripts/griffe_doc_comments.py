@@ -1,12 +1,21 @@
-"""A Griffe extension for the API reference: a module attribute documented by ``#:`` comment lines
-right above it (Sphinx's form, used across cel_lens) gets them as its docstring, so mkdocstrings
-renders it and the site's missing-docstring check counts it as documented."""
+"""A Griffe extension for the API reference, for the Sphinx forms cel_lens's docstrings use: a module
+attribute documented by ``#:`` comment lines right above it gets them as its docstring (so mkdocstrings
+renders it and the site's missing-docstring check counts it), and a cross-reference role
+(``:func:`~cel_lens.x.f` ``) becomes a code span of the name it shows (``f``), since Markdown has no roles."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import griffe
+
+ROLE = re.compile(r":(?:py:)?(?:class|func|meth|mod|data|attr|obj|exc|const):`(~?)([^`]+)`")
+
+
+def plain_roles(text: str) -> str:
+    """Sphinx roles as Markdown code spans: ``:func:`~a.b` `` -> `` `b` ``, ``:mod:`a.b` `` -> `` `a.b` ``."""
+    return ROLE.sub(lambda m: f"`{m.group(2).rsplit('.', 1)[-1] if m.group(1) else m.group(2)}`", text)
 
 
 def doc_comment(lines: list[str], lineno: int) -> str:
@@ -20,7 +29,11 @@ def doc_comment(lines: list[str], lineno: int) -> str:
 
 
 class DocComments(griffe.Extension):
-    """Set an undocumented attribute's docstring from its ``#:`` comment."""
+    """Set an undocumented attribute's docstring from its ``#:`` comment; turn roles into code spans."""
+
+    def on_instance(self, *, node: Any, obj: griffe.Object, agent: Any, **kwargs: Any) -> None:
+        if obj.docstring is not None:
+            obj.docstring.value = plain_roles(obj.docstring.value)
 
     def on_attribute_instance(self, *, node: Any, attr: griffe.Attribute, agent: Any, **kwargs: Any) -> None:
         if attr.docstring is not None or attr.lineno is None or attr.filepath is None:
@@ -31,4 +44,4 @@ class DocComments(griffe.Extension):
             return
         text = doc_comment(lines, attr.lineno)
         if text:
-            attr.docstring = griffe.Docstring(text, lineno=attr.lineno - 1, parent=attr)
+            attr.docstring = griffe.Docstring(plain_roles(text), lineno=attr.lineno - 1, parent=attr)

@@ -10,7 +10,8 @@ Each text is written once, where it lives in the repository, and the site mounts
 - the CLI page is generated from ``cel_lens.cli.build_parser()`` and the API pages from the public
   names (``__all__``) of the modules in :data:`API_MODULES`, each one rendered by mkdocstrings; a
   public name without a docstring is a warning, so ``--strict`` fails on it;
-- the pages in :data:`OPTIONAL_PAGES` leave the navigation when their file is missing.
+- the pages in :data:`OPTIONAL_PAGES` leave the navigation when their file is missing;
+- a notebook's page opens with a link to its executed render (``make render-notebooks``) when there is one.
 """
 
 from __future__ import annotations
@@ -46,6 +47,9 @@ API_MODULES = {
 }
 """API page -> module whose ``__all__`` it documents."""
 CLI_PAGE, CLI_MARKER = "cli.md", "<!-- generated: cel-lens parsers -->"
+RENDERS = "figures/notebooks"
+"""Executed notebook renders, ``<stem>.html`` each."""
+ARTICLE = '<article class="md-content__inner md-typeset">'
 LINK = re.compile(r"(!?\[[^\]]*\]\()([^)\s]+)((?:\s+\"[^\"]*\")?\))")
 
 _sources: dict[str, str] = {}  # site page -> repository path (for its links)
@@ -226,3 +230,17 @@ def cli_reference() -> str:
                 out += [f"**{group.title}**", "", "| option | default | what it does |", "|---|---|---|"]
                 out += [_option_row(a, command.prog) for a in actions] + [""]
     return "\n".join(out)
+
+
+def on_post_page(output: str, page: Any, config: Any) -> str:
+    """A notebook's page (its source, unexecuted) links to its executed render first."""
+    src = page.file.src_uri
+    if not (src.startswith(f"{NOTEBOOK_DIR}/") and src.endswith(".ipynb")):
+        return output
+    render = f"{RENDERS}/{Path(src).stem}.html"
+    if not (REPO / render).is_file() or ARTICLE not in output:
+        return output
+    href = posixpath.relpath(render, page.url or ".")
+    note = (f'<p class="executed-render"><a href="{href}">The executed notebook</a>, outputs and figures included '
+            "(written by <code>make render-notebooks</code>); below, its source.</p>")
+    return output.replace(ARTICLE, ARTICLE + note, 1)

@@ -64,6 +64,11 @@ def test_the_site_builds_strict_and_offline(site):
                  "notebooks/01_quickstart/index.html", "search/search_index.json", "figures/explorer.png"):
         assert (site / page).is_file(), page
     assert "fonts.googleapis" not in (site / "index.html").read_text(encoding="utf-8")
+    for notebook in sorted((REPO / "notebooks").glob("*.ipynb")):  # each page, and its executed render when there is one
+        page = (site / "notebooks" / notebook.stem / "index.html").read_text(encoding="utf-8")
+        if (REPO / "figures" / "notebooks" / f"{notebook.stem}.html").is_file():
+            assert f'href="../../figures/notebooks/{notebook.stem}.html"' in page, notebook.name
+            assert (site / "figures" / "notebooks" / f"{notebook.stem}.html").is_file()
 
 
 @pytest.mark.slow

@@ -66,3 +66,9 @@ def test_missing_optional_pages_leave_the_navigation(tmp_path):
            {"Later": [{"Statistics": "statistics.md"}]}]
     config = hooks.on_config(SimpleNamespace(docs_dir=str(tmp_path), nav=nav))
     assert config.nav == [{"Home": "index.md"}, {"Guide": [{"Speed": "speed.md"}, {"Tasks": "tasks.md"}]}]
+
+
+def test_sphinx_roles_become_code_spans():
+    ext = _module("griffe_doc_comments.py")
+    assert ext.plain_roles("see :func:`~cel_lens.x.f`, :mod:`cel_lens.tasks` and :class:`Run`") == (
+        "see `f`, `cel_lens.tasks` and `Run`")
