@@ -115,6 +115,16 @@ def test_every_result_row_is_explained(tmp_path):
     assert labels | choice_rows <= explained, sorted((labels | choice_rows) - explained)
 
 
+def test_the_add_a_task_example_runs():
+    """docs/tasks.md's "Adding a task" block registers and loads its task as written."""
+    page = (REPO / "docs" / "tasks.md").read_text(encoding="utf-8")
+    code = re.search(r"```python\n(.*?)```", page[page.index("## Adding a task"):], re.S).group(1)
+    namespace: dict = {}
+    exec(compile(code, "docs/tasks.md:Adding a task", "exec"), namespace)  # noqa: S102 - the page's own code
+    task = namespace["task"]  # (the name stays registered in this process; registering it again is allowed)
+    assert (len(task.dist), len(task.test)) == (200, 100) and task.test[0].target.strip().isdigit()
+
+
 def test_the_readme_is_a_front_door():
     text = README.read_text(encoding="utf-8")
     assert len(text.encode()) <= 12 * 1024, len(text.encode())
