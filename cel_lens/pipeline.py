@@ -17,6 +17,7 @@ directory behind to refuse the corrected rerun.
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -26,6 +27,7 @@ import torch
 
 from cel_lens.backends.base import get_backend
 from cel_lens.config import ExecutionSettings, OptionError, SearchConfig, check_split_sizes
+from cel_lens.evaluation.precision import precision_line, recompute_summary, resolve_precision, use_precision
 from cel_lens.evaluation.seal import reading_as, recorded_reads
 from cel_lens.model.load import resolve_dtype
 from cel_lens.oracle import DIST_SPLIT, Stage1Scores
@@ -263,6 +265,7 @@ def plan(
     n = max(1, min(calibration_examples, len(task.dist)))
     sample = replace(task, dist=task.dist.subset(n), test=task.test.subset(1)) if calibrate else task
     oracle = get_backend(settings.backend).open(model, sample, replace(settings, progress=False))
+    _use_precision(oracle, config, show=False)
     try:
         result = _plan_for(config, oracle.n_layers, oracle.n_heads, task, hasattr(oracle, "model"))
         if calibrate:
@@ -304,12 +307,13 @@ def search(
     task = resolve_task(task, config, task_options)
     store_dtype = None if config.store_dtype is None else resolve_dtype(config.store_dtype)
     oracle = backend.open(model, task, settings, store_dtype=store_dtype)
+    _use_precision(oracle, config, show=settings.progress)
     run_dir: Optional[RunDir] = None
     try:
         report = _PlanReport(_plan_for(config, oracle.n_layers, oracle.n_heads, task, hasattr(oracle, "model")), settings.progress)
         manifest = build_manifest(oracle.model_manifest, task, config.manifest_options(settings.use_store), examples=True)
         path = Path(out) if out is not None else default_run_dir(manifest)
-        run_dir = RunDir.open(path, manifest, ignore=("versions", "cel_lens", TEST_SEAL, EXAMPLES))
+        run_dir = RunDir.open(path, manifest, ignore=("versions", "cel_lens", TEST_SEAL, EXAMPLES, PRECISION_RECORD))
         recording = RecordingOracle(oracle, run_dir)
         timer = BatchTimer(n_layers=oracle.n_layers)
         timer.on_first = lambda rate: report.timed(rate, timer.cpu_share)
@@ -322,11 +326,43 @@ def search(
                 test_reads=lambda: recorded_reads(str(manifest["model"]["id"]), task.test, exclude_key=key),
             )
         manifest = record_seal(run_dir, manifest, result)
+        manifest = record_precision(run_dir, manifest, oracle, config)
     finally:
         if run_dir is not None:
             run_dir.close()
         oracle.close()
     return Run(path=path, result=result, manifest=manifest, oracle=recording, plan=report.plan)
+
+
+PRECISION_RECORD = "precision"
+"""The manifest's entry, added when the search ends: the precision computed in and, per split, the
+decisions made in bf16 and the share recomputed in float32 (this process's; a local backend's)."""
+
+
+def _use_precision(oracle: Any, config: SearchConfig, show: bool) -> None:
+    """Make ``config.precision`` the oracle's model's (a local backend's), and say it in one line."""
+    model = getattr(oracle, "model", None)
+    if model is None:
+        return
+    use_precision(model, config.precision)
+    if show:
+        print(precision_line(model, config.precision), file=info_stream(), flush=True)
+
+
+def record_precision(run_dir: RunDir, manifest: dict[str, Any], oracle: Any, config: SearchConfig) -> dict[str, Any]:
+    """``manifest`` with its :data:`PRECISION_RECORD` entry, also written into the run directory's
+    manifest (which a reopened run ignores when it compares manifests)."""
+    model = getattr(oracle, "model", None)
+    if model is None:
+        return manifest
+    record = {"option": config.precision, "compute": resolve_precision(config.precision, model),
+              "recomputed": recompute_summary(model)}
+    try:
+        current = json.loads(run_dir.manifest_path.read_text())
+        write_json_atomic(run_dir.manifest_path, {**current, PRECISION_RECORD: record})
+    except (OSError, ValueError):
+        pass  # a read-only run directory: the returned manifest still says it
+    return {**manifest, PRECISION_RECORD: record}
 
 
 TEST_SEAL = "test_seal"

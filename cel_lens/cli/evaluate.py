@@ -20,6 +20,9 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--split", choices=["dist", "test"], default="test",
                    help="which split to evaluate (test: recorded in the seal's ledger, and a later search of this "
                    "model on this task reports that D_test was read before its selection; explore on dist)")
+    p.add_argument("--precision", choices=("auto", "float32", "bf16"), default="auto",
+                   help="compute precision: bf16 recomputes in float32 every decision within its error bound (the same "
+                   "bits); auto: bf16 for a bfloat16 model or a float32 one on a CPU with native bf16")
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
@@ -37,9 +40,11 @@ def run(args: argparse.Namespace) -> int:
     if args.split == "test":  # one line, not a Python warning with its source line
         print("note: " + SEAL_WARNING.format(task=task.name, model=model_id(model)), file=sys.stderr)
     with reading_as("cel-lens evaluate"):
-        res = evaluate(model, task.split(args.split), sets, batch_size=args.batch_size, progress=args.progress)
+        res = evaluate(model, task.split(args.split), sets, batch_size=args.batch_size, progress=args.progress,
+                       precision=args.precision)
     out: dict = {"task": task.name, "split": args.split, "n": len(res.ids), "metric": task.metric,
-                 "chat_template": bool(res.chat_template)}
+                 "chat_template": bool(res.chat_template), "precision": res.precision,
+                 "recomputed_share": res.recomputed_share}
     for name, row in zip(("intact", "ablated"), res.correct):
         lo, hi = accuracy_interval(row)
         out[name] = {"heads": str(sets[0 if name == "intact" else 1]), "accuracy": float(row.double().mean()), "ci": [lo, hi]}

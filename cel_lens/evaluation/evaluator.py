@@ -121,7 +121,9 @@ def evaluate(
     plan = _Plan(kind, metric, chat, batch_size, max_rows, max_tokens, budget, progress)
     common = dict(head_sets=list(sets), ids=split.ids, kind=kind, metric=metric, task=split.task, split=split.name, chat_template=chat)
     if prec == "float32":
-        return EvalResult(**_run(model, split, sets, plan, store), **common)
+        out = _run(model, split, sets, plan, store)
+        tally_recompute(model, split, torch.zeros_like(out["correct"]))
+        return EvalResult(**out, **common)
     with compute_precision(model, prec):
         out = _run(model, split, sets, plan, store, margins=Margins())
     redo = recompute_mask(kind, out.pop("margins"))

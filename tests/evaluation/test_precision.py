@@ -35,14 +35,14 @@ def test_exact_match_and_generation_recompute_within_the_bound():
 
 def test_choice_recompute_uses_tokens_and_characters():
     inf = float("inf")
-    # example 0: two one-token choices 0.8 apart (one logit difference: within the bound);
-    # example 1: 1.5 apart (outside); example 2: 3-token choices 5 apart (error 2*3 each: within);
-    # example 3: a missing third choice (-inf) never counts.
+    # LOGPROB_BOUND = 2. Example 0: two one-token choices 0.8 apart (one logit difference, bound 2:
+    # within); example 1: 1.5 apart (within); example 2: 3-token choices 5 apart (error 2*3 each:
+    # within); example 3: 8.5 apart (outside; per character 2.8 against 2*2/3); a missing third
+    # choice (-inf) never counts.
     ll = torch.tensor([[[-1.0, -1.8, -inf], [-1.0, -2.5, -inf], [-3.0, -8.0, -inf], [-0.5, -9.0, -inf]]])
     tokens = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 0.0], [3.0, 3.0, 0.0], [1.0, 1.0, 0.0]])
     chars = torch.tensor([[3.0, 3.0, 1.0], [3.0, 3.0, 1.0], [9.0, 9.0, 1.0], [3.0, 3.0, 1.0]])
     redo = recompute_mask("multiple_choice", Margins(choice_ll=ll, choice_tokens=tokens, choice_chars=chars))
-    # acc_norm (per character) of example 1: 1.5 / 3 = 0.5 apart, error 2 * 1/3 each: within
     assert redo.tolist() == [[True, True, True, False]]
     wide = Margins(choice_ll=ll * 10, choice_tokens=tokens, choice_chars=chars)
     assert recompute_mask("multiple_choice", wide).tolist() == [[False, False, False, False]]
@@ -148,3 +148,43 @@ def test_bf16_bits_equal_float32_on_smollm2(smollm2_hooked):
         fast = evaluate(model, split, sets, batch_size=8, progress=False, precision="bf16")
         assert torch.equal(fast.correct, exact.correct)
         assert fast.recomputed_share < 0.5, fast.recomputed_share
+
+
+def test_search_records_the_precision_and_keeps_the_bits(tiny_model, tmp_path, capsys):
+    """``precision`` is a checked SearchConfig option, part of the run's identity when set, said in
+    one line at the start of a search and recorded with the share recomputed; bf16 and float32
+    searches record the same per-example bits."""
+    import json
+
+    import cel_lens as cl
+    from cel_lens.config import OptionError, SearchConfig
+    from cel_lens.runs.manifest import default_run_dir
+    from cel_lens.testing import planted_task
+
+    with pytest.raises(OptionError, match="precision"):
+        SearchConfig(precision="half").validate()
+    assert "precision" not in SearchConfig().manifest_options()
+    base = {"model": {"id": "m"}, "task": {"name": "t"}, "splits": {}}
+    names = {p: default_run_dir({**base, "options": SearchConfig(precision=p).manifest_options()}).name
+             for p in ("auto", "float32", "bf16")}
+    assert len(set(names.values())) == 3
+    task = planted_task(tiny_model, n=12, heads="L1H2")
+    runs = {}
+    for precision in ("float32", "bf16"):
+        out = tmp_path / precision
+        runs[precision] = cl.search(tiny_model, task, k=1, pool_size=2, n_null=3, n_boot=50, n_adjusted=0, out=out,
+                                    precision=precision, progress=True)
+        line = [x for x in capsys.readouterr().err.splitlines() if x.startswith("precision:")]
+        assert len(line) == 1 and precision in line[0]
+        manifest = json.loads((out / "manifest.json").read_text())
+        assert manifest["options"]["precision"] == precision
+        record = manifest["precision"]
+        assert record["compute"] == precision and "dist" in record["recomputed"]
+        assert (record["recomputed"]["dist"]["recomputed"] == 0) == (precision == "float32")
+
+    def bits(path):
+        lines = [json.loads(x) for x in (path / "evaluations.jsonl").read_text().splitlines()]
+        return sorted((x["split"], x["heads"], str(x.get("correct"))) for x in lines if x.get("type") == "eval")
+
+    assert bits(tmp_path / "float32") == bits(tmp_path / "bf16")
+    assert runs["float32"].result.heads == runs["bf16"].result.heads
