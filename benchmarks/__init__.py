@@ -11,7 +11,7 @@ Not part of the installed package. Entry point: ``python -m benchmarks.run [--qu
 * :mod:`benchmarks.generation`: the MBPP generation scan against TransformerLens's ``generate``.
 * :mod:`benchmarks.measure`, :mod:`benchmarks.scaling`, :mod:`benchmarks.report`: timers, profile
   and scaling, RESULTS.md.
-* :mod:`benchmarks.limit`, :mod:`benchmarks.bounds`: the FLOP limit of an exact scan and generation's
+* :mod:`benchmarks.limit`, :mod:`benchmarks.bounds`: today's FLOP count of an exact scan (formerly "the FLOP limit"; :mod:`benchmarks.scan_bound`: the bound with the savings it leaves) and generation's
   FLOP bound, from the real token shapes, and each case against them.
 * :mod:`benchmarks.racing`: racing stage 1 against exact stage 1 (``python -m benchmarks.racing``).
 * :mod:`benchmarks.smollm2`, :mod:`benchmarks.smollm2_lmeval`: SmolLM2-135M-Instruct, the real model.

@@ -1,5 +1,6 @@
-"""The benchmark's cases against their FLOP limits (:mod:`benchmarks.limit`), from a workload's real
-token shapes: the exact scan of every head, and greedy generation."""
+"""The benchmark's cases against today's FLOP count of their method (:mod:`benchmarks.limit`; formerly
+"the FLOP limit"), from a workload's real token shapes: the exact scan of every head, and greedy
+generation."""
 
 from __future__ import annotations
 
@@ -9,19 +10,19 @@ from benchmarks.floor import floor_layout, hf_pass_seconds
 from benchmarks.generation import _cut
 from benchmarks.prefix import generation_flops_shared
 from benchmarks.limit import (
-    Shape, against_limit, generation_flops, matmul_flops_per_second, pieces, scan_intact_flops, scan_limit_flops,
+    Shape, against_limit, generation_flops, matmul_flops_per_second, pieces, scan_intact_flops, scan_count_flops,
 )
 
 __all__ = ["limit_case", "generation_bound", "limit_caption", "adjacent_pass"]
 
 
 def limit_case(w: dict[str, Any], task_key: str, scan_cpu_s: float, hf_pass_cpu_s: float) -> dict[str, float]:
-    """The scan against its FLOP limit (:mod:`benchmarks.limit`), from the real token shapes."""
+    """The scan against today's FLOP count (:mod:`benchmarks.limit`), from the real token shapes."""
     shape = Shape.from_hf_config(w["hf"].config.to_dict())
     parts = pieces(w["encoded"][task_key])
     if "matmul_rate" not in w:  # once per workload: a [512, d_model] x [d_model, d_mlp] product
         w["matmul_rate"] = matmul_flops_per_second(512, shape.d_model, shape.d_mlp)
-    return against_limit(scan_limit_flops(shape, parts), scan_intact_flops(shape, parts), hf_pass_cpu_s, scan_cpu_s,
+    return against_limit(scan_count_flops(shape, parts), scan_intact_flops(shape, parts), hf_pass_cpu_s, scan_cpu_s,
                          w["matmul_rate"])
 
 
@@ -60,13 +61,13 @@ def generation_bound(
 
 
 def limit_caption(case: dict[str, Any]) -> str:
-    """The scaling figure's caption from one case's record (its floor and FLOP limit, this run's numbers)."""
+    """The scaling figure's caption from one case's record (its floor and today's FLOP count, this run's numbers)."""
     text = ("Floor (red): N (L+1)/(2L) of cel_lens's own intact passes, each head charged every full layer from its own "
             f"up. Against the fastest transformers pass the scan's efficiency (floor / scan) is {case['efficiency_hf']:.2f}.")
     if "limit_gflop" in case:
-        text += ("<br>FLOP limit (benchmarks/limit.py: shared attention and a rank-d_head correction at the ablated layer, "
+        text += ("<br>Today's FLOP count (benchmarks/limit.py: shared attention and a rank-d_head correction at the ablated layer, "
                  f"the last layer at scored positions only): {case['limit_gflop']:.1f} GFLOP for all {case['n_heads']} heads;"
-                 f"<br>{case['limit_s_hf']:.1f} s at transformers' throughput (limit / scan {case['limit_over_scan_hf']:.2f}), "
+                 f"<br>{case['limit_s_hf']:.1f} s at transformers' throughput (count / scan {case['limit_over_scan_hf']:.2f}), "
                  f"{case['limit_s_matmul']:.1f} s at the matmul peak ({case['limit_over_scan_matmul']:.2f}); "
                  f"the scan: {case['cel_cpu_s']:.1f} CPU s.")
     return text

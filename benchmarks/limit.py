@@ -1,7 +1,14 @@
-"""The FLOP limit of an exact stage-1 scan, from the real token shapes.
+"""The FLOP count of today's exact stage-1 scan (cel_lens's method as it computes now), from the
+real token shapes.
+
+Formerly called the "FLOP limit": it is correct arithmetic but a count of one method, not a limit
+on the work. :mod:`benchmarks.scan_bound` subtracts what an exact scan may also skip (the shared
+prompt start, most of the ablated layer's MLP input, unscored unembedding columns) and states the
+bound at the float32 and bf16 matmul peaks. Result keys keep their old names (``limit_gflop``,
+``limit_over_scan_hf``, ...) so older records still render.
 
 The benchmark's *floor* ``1 + N (L+1) / (2L)`` charges each head every full layer from its own
-layer up. What a scan must compute is less:
+layer up. What today's method computes is less:
 
 * **The intact pass** once: every layer at every token, the unembedding at scored positions only.
 * **Per head at layer l** (resuming from the stored residual stream):
@@ -32,7 +39,7 @@ from typing import Any, Mapping, Optional, Sequence, Union
 
 import torch
 
-__all__ = ["Shape", "Piece", "intact_flops", "head_flops", "pieces", "scan_intact_flops", "scan_limit_flops", "floor_flops",
+__all__ = ["Shape", "Piece", "intact_flops", "head_flops", "pieces", "scan_intact_flops", "scan_count_flops", "floor_flops",
            "generation_flops", "matmul_flops_per_second", "against_limit"]
 
 Piece = Union[tuple[int, int], tuple[int, int, int]]  # (tokens, scored[, past])
@@ -146,8 +153,8 @@ def scan_intact_flops(shape: Shape, sequences: Sequence[Sequence[int]]) -> int:
     return sum(intact_flops(shape, *_piece(p)) for p in sequences)
 
 
-def scan_limit_flops(shape: Shape, sequences: Sequence[Sequence[int]]) -> int:
-    """The limit of an exact scan of every head over the pieces (:func:`pieces`)."""
+def scan_count_flops(shape: Shape, sequences: Sequence[Sequence[int]]) -> int:
+    """Today's FLOP count of an exact scan of every head over the pieces (:func:`pieces`)."""
     return sum(
         intact_flops(shape, *_piece(p)) + shape.n_heads * sum(head_flops(shape, l, *_piece(p)) for l in range(shape.n_layers))
         for p in sequences
@@ -200,7 +207,7 @@ def matmul_flops_per_second(rows: int, d_in: int, d_out: int, reps: int = 5) -> 
 
 
 def against_limit(limit: float, intact: float, intact_cpu_s: float, measured_cpu_s: float, matmul_rate: float) -> dict[str, float]:
-    """A measured run against its FLOP ``limit``: the limit in seconds at the throughput of the plain
+    """A measured run against today's FLOP count ``limit``: the count in seconds at the throughput of the plain
     ``transformers`` intact pass (``intact`` FLOPs in ``intact_cpu_s``) and of a plain matmul, and
     each over the measured seconds (1: at the limit; below 1: that far above it)."""
     hf_rate = intact / intact_cpu_s

@@ -7,7 +7,7 @@ estimate of exact stage 1 (:func:`cel_lens.plan`, one timed batch) against the m
 the racing scorer's head x example evaluations, replayed on the exact scan's per-example answers
 (the race decides from those bits alone, so its decisions and counts are what it would compute);
 and the scan against the floor ``(1 + N (L+1)/(2L))`` x the plain ``transformers`` intact pass and
-against the FLOP limit (:mod:`benchmarks.limit`) at the measured ``transformers`` and plain-matmul
+against today's FLOP count (:mod:`benchmarks.limit`, formerly "the FLOP limit") at the measured ``transformers`` and plain-matmul
 throughputs. CPU seconds of this process (one torch thread) and wall seconds; the machine is
 shared, so wall time is noisy. Writes the SmolLM2 section of ``benchmarks/RESULTS.md``.
 """
@@ -28,7 +28,7 @@ import torch  # noqa: E402
 
 from benchmarks.paths import MODEL, checkpoint_dir  # noqa: E402
 from benchmarks.floor import encode_for_floor, hf_causal_lm, hf_floor  # noqa: E402
-from benchmarks.limit import Shape, floor_flops, matmul_flops_per_second, pieces, scan_intact_flops, scan_limit_flops  # noqa: E402
+from benchmarks.limit import Shape, floor_flops, matmul_flops_per_second, pieces, scan_intact_flops, scan_count_flops  # noqa: E402
 from benchmarks.racing import write_section  # noqa: E402
 from cel_lens.heads import HeadSet  # noqa: E402
 from cel_lens.oracle import DIST_SPLIT, MemoOracle  # noqa: E402
@@ -91,7 +91,7 @@ def measure(model_path: str, data_dir: Optional[str], n_dist: int, loader: str) 
     floor = hf_floor(hf, encoded, pad=int(hf.config.pad_token_id or 0), budgets=(0, 1024), reps=2)
     hf_rate = scan_intact_flops(shape, seqs) / floor["pass_cpu_s"]
     mm_rate = matmul_flops_per_second(sum(p[0] for p in seqs), shape.d_model, shape.d_mlp)
-    limit = scan_limit_flops(shape, seqs)
+    limit = scan_count_flops(shape, seqs)
     rate = scan_cpu / (L * H * n_dist)
     return {
         "loader": loader, "n_dist": n_dist, "heads": L * H, "mean_tokens": sum(p[0] for p in seqs) / len(seqs),
@@ -127,9 +127,9 @@ def section(r: dict[str, Any], command: str) -> str:
         f"head x example evaluations ({r['race_saved']:.1%} saved, ~{r['race_cpu_s_est']:.1f} CPU s); pool equal to exact: {r['race_pool_equal']} |",
         f"| `transformers` intact pass (fastest layout) | {r['hf_intact_cpu_s']:.2f} CPU s ({r['hf_gflops']:.1f} GFLOP/s) |",
         f"| floor (1 + N(L+1)/(2L)) x that pass | {r['floor_cpu_s']:.1f} CPU s ({r['floor_gflop']:.0f} GFLOP); scan / floor = {r['scan_cpu_s'] / r['floor_cpu_s']:.2f} |",
-        f"| FLOP limit | {r['limit_gflop']:.0f} GFLOP = {r['limit_gflop'] / r['floor_gflop']:.2f} x the floor's FLOPs |",
-        f"| limit at `transformers` throughput | {r['limit_s_hf']:.1f} s; limit / scan = {r['limit_s_hf'] / r['scan_cpu_s']:.2f} (1: at the limit; above 1: faster than it at that throughput) |",
-        f"| limit at plain-matmul throughput ({r['matmul_gflops']:.1f} GFLOP/s) | {r['limit_s_matmul']:.1f} s; limit / scan = {r['limit_s_matmul'] / r['scan_cpu_s']:.2f} |",
+        f"| today's FLOP count (formerly \"FLOP limit\") | {r['limit_gflop']:.0f} GFLOP = {r['limit_gflop'] / r['floor_gflop']:.2f} x the floor's FLOPs |",
+        f"| count at `transformers` throughput | {r['limit_s_hf']:.1f} s; count / scan = {r['limit_s_hf'] / r['scan_cpu_s']:.2f} (1: at the count; above 1: faster than it at that throughput) |",
+        f"| count at plain-matmul throughput ({r['matmul_gflops']:.1f} GFLOP/s) | {r['limit_s_matmul']:.1f} s; count / scan = {r['limit_s_matmul'] / r['scan_cpu_s']:.2f} |",
         "",
     ])
 

@@ -14,7 +14,7 @@ if str(ROOT) not in sys.path:  # benchmarks/ is not part of the installed packag
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.limit import (  # noqa: E402
-    Shape, floor_flops, generation_flops, head_flops, intact_flops, pieces, scan_intact_flops, scan_limit_flops,
+    Shape, floor_flops, generation_flops, head_flops, intact_flops, pieces, scan_intact_flops, scan_count_flops,
 )
 from benchmarks.racing import compare, known_boundary_cost, planted, table  # noqa: E402
 
@@ -47,7 +47,7 @@ def test_head_costs_by_hand():
     expected0 = T * (2 * 2 * 4 + s.mlp) + s.full_layer(T) + s.last_layer(T, S) + S * s.unembed
     assert head_flops(s, 0, T, S) == expected0
     seqs = [(T, S), (7, 2)]
-    assert scan_limit_flops(s, seqs) < floor_flops(s, seqs)
+    assert scan_count_flops(s, seqs) < floor_flops(s, seqs)
 
 
 def test_causal_attention_counts_each_query_over_its_keys():
