@@ -11,8 +11,9 @@ changing files outside its directory. ``docs/sandbox.md`` has the full account.
 How one run goes
 ----------------
 * :mod:`~cel_lens.sandbox.process` starts ``python -I -S -B child.py`` (no ``preexec_fn``, a new
-  session, stdin ``/dev/null``, a minimal environment), reads its stdout, stderr and verdict
-  pipe, and enforces the wall clock (``timeout``, counted from the program's start).
+  session, stdin ``/dev/null``, a minimal environment), hands it the program and the tests on two
+  inherited, sealed memfds (never a file another run could open), reads its stdout, stderr and
+  verdict pipe, and enforces the wall clock (``timeout``, counted from the program's start).
 * That process, the **supervisor** (:mod:`~cel_lens.sandbox.child`), joins the run's pids and
   memory cgroups (:mod:`~cel_lens.sandbox.cgroups`; the memory cgroup bounds the whole process
   tree), enters new PID, network, mount and IPC namespaces, makes every mount read-only,
@@ -20,10 +21,12 @@ How one run goes
   process** (PID 1 of the new PID namespace), which mounts a private ``/proc``, sets rlimits
   (``RLIMIT_AS`` = ``memory_mb``, CPU, processes, file size, open files, no core), drops every
   capability, sets ``no_new_privs``, restricts itself with Landlock where the kernel has it
-  (writes only under the working directory; no signal to or ``ptrace`` of processes outside),
+  (writes only under the working directory; the temporary roots and ``/dev/shm`` unreadable, so
+  nothing of a concurrent run is in view; no signal to or ``ptrace`` of processes outside),
   installs a seccomp filter (no socket call of any kind, ``socketpair`` and ``sendto`` included:
   no path to a host Unix-domain socket and no network even without namespaces; no new namespace
-  or mount; no io_uring, ``ptrace``, ``process_vm_*``, key rings, ``bpf``; without namespaces also
+  or mount; no io_uring, ``ptrace``, ``process_vm_*``, key rings, ``bpf``; no SysV or POSIX IPC
+  object, file lock, lease or inotify watch (channels between runs); without namespaces also
   no chmod/chown/utime/xattr calls; the audit is in ``docs/sandbox.md``), installs the Python guard
   (:mod:`~cel_lens.sandbox.guard`) and runs the program. Both die with their parent
   (``PR_SET_PDEATHSIG``); leftovers of a caller

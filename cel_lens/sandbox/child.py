@@ -1,17 +1,18 @@
-"""The sandbox's own interpreter: ``python -I -S -B child.py CONFIG TESTS`` (standard library only).
+"""The sandbox's own interpreter: ``python -I -S -B child.py CONFIG_FD TESTS_FD WORKDIR`` (standard library
+only; ``WORKDIR`` only names the run in the process list).
 
-The parent (:mod:`cel_lens.sandbox.runner`) starts this file in a fresh interpreter with a
-configuration file, a tests file and three pipes it reads: stdout, stderr and the **verdict
-pipe**. This process becomes the **supervisor**: it joins the run's cgroups, enters new
+The parent (:mod:`cel_lens.sandbox.runner`) starts this file in a fresh interpreter with two
+inherited descriptors of input (the configuration and the tests: sealed memfds, never a path
+another process can open) and three pipes it reads: stdout, stderr and the **verdict pipe**. This process becomes the **supervisor**: it joins the run's cgroups, enters new
 namespaces and mounts, then forks the **program's process**, which sets the limits, drops every
 capability, restricts itself with Landlock and seccomp, installs the Python guard, runs the
 program and answers the supervisor's test requests (:mod:`cel_lens.sandbox.verdict`). The program's process never holds
 the verdict pipe, cannot see the supervisor (another PID namespace; the supervisor is not
 dumpable, and seccomp and Landlock refuse ``ptrace``, so ``/proc/PID/fd`` and ``/proc/PID/mem``
 do not reach it), and no code of the program's ever runs in the supervisor: the supervisor alone
-writes what the parent believes. The tests (with their expected values) come in a second file,
-which the supervisor opens and unlinks before the fork and reads after it, so they never enter
-the program's memory.
+writes what the parent believes. The tests (with their expected values) come on a descriptor of
+their own, which the supervisor reads only after the fork, so they never enter the program's
+memory.
 
 Supervisor -> parent, one record each (:mod:`cel_lens.sandbox.frame`: length-prefixed fields,
 never split on anything the program can write): ``ready LAYER...``, ``program EVENT TEXT`` (what
@@ -49,15 +50,16 @@ SENTINEL_NAME = "__cel_lens_end__"
 _EVENT_LIMIT = 4096
 
 
-def main(config_path: str, tests_path: str) -> None:  # pragma: no cover - runs in the sandbox process
-    """Entry of the sandbox process: isolate, fork the program's process, supervise it."""
+def main(config_fd: int, tests_fd: int) -> None:  # pragma: no cover - runs in the sandbox process
+    """Entry of the sandbox process: isolate, fork the program's process, supervise it.
+
+    ``config_fd`` and ``tests_fd``: the inherited descriptors of the input (sealed memfds or
+    pipes, never a path); the configuration is read at once, the tests after the fork."""
     import marshal
 
-    with open(config_path, "rb") as f:
+    with os.fdopen(config_fd, "rb") as f:
         cfg = marshal.load(f)
-    os.unlink(config_path)
-    tests_fd = os.open(tests_path, os.O_RDONLY | os.O_CLOEXEC)  # read after the fork, by the supervisor
-    os.unlink(tests_path)
+    os.set_inheritable(tests_fd, False)  # read after the fork, by the supervisor
     sys.path.extend(cfg["site_paths"])
     verdict_fd: int = cfg["verdict_fd"]
 
@@ -73,6 +75,8 @@ def main(config_path: str, tests_path: str) -> None:  # pragma: no cover - runs 
         os._exit(3)  # the parent is gone already
     layers = ["process", "rlimits", "guard"]
     kernel.join_cgroups(cfg["cgroups"], layers)
+    # from here on, no process without CAP_SYS_PTRACE reaches this one's descriptors (the tests)
+    kernel.set_dumpable(lib, False)
     namespaces = cfg["namespaces"] != "off" and kernel.unshare(lib, layers)
     if not namespaces:
         why = "namespaces are turned off" if cfg["namespaces"] == "off" else f"unshare: {kernel.errno_text()}"
@@ -89,8 +93,7 @@ def main(config_path: str, tests_path: str) -> None:  # pragma: no cover - runs 
     for module in cfg["modules"]:
         __import__(module)
     requests, replies = os.pipe(), os.pipe()
-    kernel.set_dumpable(lib, False)  # before the fork: the program never sees a dumpable supervisor
-    pid = os.fork()
+    pid = os.fork()  # the supervisor is not dumpable: neither is the program's process
     if pid == 0:
         os.close(tests_fd)
         os.close(verdict_fd)
@@ -186,7 +189,7 @@ def _program_process(lib: ctypes.CDLL, cfg: dict, namespaces: bool, layers: list
     if namespaces or os.geteuid() == 0:
         kernel.drop_capabilities(lib, layers)
     kernel.no_new_privs(lib)
-    kernel.landlock(lib, cfg["workdir"], layers)
+    kernel.landlock(lib, cfg["workdir"], layers, cfg.get("hidden"), cfg.get("keep"))
     kernel.seccomp(lib, layers, metadata=not namespaces)
     if not namespaces:
         layers.append("net:socket-patched")
@@ -274,4 +277,4 @@ def _run_program(source: str, setup: str, workdir: str, reply_fd: int, main: boo
 
 
 if __name__ == "__main__":  # pragma: no cover
-    main(sys.argv[1], sys.argv[2])
+    main(int(sys.argv[1]), int(sys.argv[2]))

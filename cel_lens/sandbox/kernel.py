@@ -12,6 +12,7 @@ import os
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import ctypes
+    from typing import Optional
 
 _CLONE_NEWNS = 0x00020000
 _CLONE_NEWIPC = 0x08000000
@@ -93,12 +94,14 @@ def unshare(lib: ctypes.CDLL, layers: list[str]) -> bool:
         if lib.unshare(flags | _CLONE_NEWUSER) != 0:
             return False
         layers.append("userns")
+        set_dumpable(lib, True)  # a process that is not dumpable cannot write its own maps
         for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
             try:
                 with open(f"/proc/self/{name}", "w") as f:
                     f.write(text)
             except OSError:
                 pass
+        set_dumpable(lib, False)
     layers += ["pidns", "netns", "ipcns"]
     return True
 
@@ -228,6 +231,23 @@ _DENIED_SYSCALLS = {
                           97, 268, 40, 39, 41, 51, 428, 429, 430, 431, 432, 433, 442, 262, 264, 265,
                           104, 105, 273, 106, 89, 224, 225, 142, 161, 162, 60),
 }
+# Cross-process kernel objects, in both modes (the IPC namespace bounds the first two only where it
+# applies; objects of the guard-only mode outlived the run, on the host): SysV shared memory,
+# semaphores and message queues; POSIX message queues; and locks and watches on the files every run
+# can read (flock, inotify; fcntl's lock commands below), each a channel between concurrent runs.
+_IPC_SYSCALLS = {
+    # shmget, shmat, shmctl, shmdt, semget, semop, semctl, semtimedop, msgget, msgsnd, msgrcv, msgctl,
+    # mq_open, mq_unlink, mq_timedsend, mq_timedreceive, mq_notify, mq_getsetattr, flock,
+    # inotify_init, inotify_add_watch, inotify_rm_watch, inotify_init1, process_madvise, process_mrelease
+    _AUDIT_ARCH_X86_64: (29, 30, 31, 67, 64, 65, 66, 220, 68, 69, 70, 71, 240, 241, 242, 243, 244, 245, 73,
+                         253, 254, 255, 294, 440, 448),
+    _AUDIT_ARCH_AARCH64: (194, 196, 195, 197, 190, 193, 191, 192, 186, 189, 188, 187, 180, 181, 182, 183, 184, 185,
+                          32, 27, 28, 26, 440, 448),
+}
+_FCNTL = {_AUDIT_ARCH_X86_64: 72, _AUDIT_ARCH_AARCH64: 25}
+# fcntl commands refused: F_GETLK, F_SETLK, F_SETLKW, F_OFD_GETLK, F_OFD_SETLK, F_OFD_SETLKW (record
+# locks), F_SETLEASE, F_GETLEASE (leases), F_NOTIFY (directory notification)
+_FCNTL_DENIED = (5, 6, 7, 36, 37, 38, 1024, 1025, 1026)
 # Without a read-only file system (no namespaces), also every call that changes a file's metadata
 # (Landlock does not cover them): chmod, chown, utime and extended attributes, all variants.
 _METADATA_SYSCALLS = {
@@ -255,7 +275,8 @@ def seccomp(lib: ctypes.CDLL, layers: list[str], metadata: bool = False) -> None
     ld_abs, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
     allow, deny, kill = 0x7FFF0000, 0x00050000 | 1, 0x80000000  # ALLOW, ERRNO(EPERM), KILL_PROCESS
     enosys = 0x00050000 | 38
-    denied = _SOCKET_SYSCALLS[arch] + _DENIED_SYSCALLS[arch] + (_METADATA_SYSCALLS[arch] if metadata else ())
+    denied = (_SOCKET_SYSCALLS[arch] + _DENIED_SYSCALLS[arch] + _IPC_SYSCALLS[arch]
+              + (_METADATA_SYSCALLS[arch] if metadata else ()))
     n = len(denied)
     clone, clone3 = _CLONE[arch]
     prog = [(ld_abs, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, kill), (ld_abs, 0, 0, 0)]
@@ -266,6 +287,11 @@ def seccomp(lib: ctypes.CDLL, layers: list[str], metadata: bool = False) -> None
     prog += [(jeq, 0, 1, clone3), (ret, 0, 0, enosys),
              (jeq, 0, 4, clone), (ld_abs, 0, 0, 16), (jset, 0, 1, _CLONE_NAMESPACES), (ret, 0, 0, deny),
              (ret, 0, 0, allow), (ld_abs, 0, 0, 0)]
+    # fcntl: its command (args[1], low half at offset 24) may not be one of the lock commands
+    locks = len(_FCNTL_DENIED)
+    prog += [(jeq, 0, locks + 3, _FCNTL[arch]), (ld_abs, 0, 0, 24)]
+    prog += [(jeq, locks - i, 0, cmd) for i, cmd in enumerate(_FCNTL_DENIED)]
+    prog += [(ret, 0, 0, allow), (ret, 0, 0, deny), (ld_abs, 0, 0, 0)]
     prog += [(jeq, n - i, 0, nr) for i, nr in enumerate(denied)]
     prog += [(ret, 0, 0, allow), (ret, 0, 0, deny)]
 
@@ -285,12 +311,50 @@ def seccomp(lib: ctypes.CDLL, layers: list[str], metadata: bool = False) -> None
 # Landlock (Linux 5.13+): file-system rights by path, for this process and its children, for good.
 _SYS_LANDLOCK_CREATE_RULESET, _SYS_LANDLOCK_ADD_RULE, _SYS_LANDLOCK_RESTRICT_SELF = 444, 445, 446
 _LANDLOCK_READ = 1 | 4 | 8  # EXECUTE, READ_FILE, READ_DIR
+_LANDLOCK_FILE = 1 | 2 | 4 | (1 << 14) | (1 << 15)  # EXECUTE, WRITE_FILE, READ_FILE, TRUNCATE, IOCTL_DEV
 _O_PATH = 0o10000000
 
 
-def landlock(lib: ctypes.CDLL, workdir: str, layers: list[str]) -> None:
-    """Allow writing under ``workdir`` only (reading everywhere), no TCP, and (ABI 6+) no signal to
-    or ``ptrace`` of a process outside the sandbox. Where Landlock is missing, nothing happens."""
+def readable(hidden: list[str], keep: list[str]) -> list[str]:
+    """The paths to grant reading beneath: everything but what lies in the ``hidden`` directories
+    (the temporary roots, where concurrent runs live), except the ``keep`` paths (Python, its
+    site-packages) and their parents. Landlock grants by allow-list, so what appears in a hidden
+    directory later (the next run's directory) is hidden too; the walk lists only the directories
+    on the way to a hidden or kept path."""
+    hidden = sorted({os.path.realpath(h) for h in hidden} - {"/"})
+    keep = [os.path.realpath(k) for k in keep]
+
+    def holds(d: str, paths: list[str]) -> bool:  # d is one of paths, or a parent of one
+        return any(p == d or p.startswith(d.rstrip("/") + "/") for p in paths)
+
+    def kept(p: str) -> bool:  # p is a kept path, or inside one
+        return any(p == k or p.startswith(k + "/") for k in keep)
+
+    grants: list[str] = []
+
+    def visit(d: str, inside: bool) -> None:
+        try:
+            entries = sorted(os.listdir(d))
+        except OSError:
+            return
+        for entry in entries:
+            p = os.path.join(d, entry)
+            within = inside or p in hidden  # p lies in a hidden directory (or is one)
+            if holds(p, hidden) or (within and holds(p, keep) and not kept(p)):
+                if not os.path.islink(p):
+                    visit(p, within)  # on the way to a hidden directory, or to a kept path inside one
+            elif (not within or kept(p)) and not os.path.islink(p):  # a link is reached by its target's path
+                grants.append(p)
+
+    visit("/", False)
+    return grants
+
+
+def landlock(lib: ctypes.CDLL, workdir: str, layers: list[str], hidden: Optional[list[str]] = None,
+             keep: Optional[list[str]] = None) -> None:
+    """Allow writing under ``workdir`` only, reading everywhere but the ``hidden`` directories
+    (:func:`readable`), no TCP, and (ABI 6+) no signal to or ``ptrace`` of a process outside the
+    sandbox. Where Landlock is missing, nothing happens."""
     import ctypes
 
     abi = lib.syscall(ctypes.c_long(_SYS_LANDLOCK_CREATE_RULESET), None, ctypes.c_size_t(0), ctypes.c_uint32(1))
@@ -311,13 +375,19 @@ def landlock(lib: ctypes.CDLL, workdir: str, layers: list[str]) -> None:
                           ctypes.c_uint32(0))
     if ruleset < 0:
         return
+    rules = [(p, _LANDLOCK_READ) for p in (readable(hidden, keep or []) if hidden else ["/"])]
     try:
-        for path, allowed in (("/", _LANDLOCK_READ), (workdir, every)):
-            fd = os.open(path, _O_PATH | os.O_CLOEXEC)
+        for path, allowed in rules + [(workdir, every)]:
             try:
+                fd = os.open(path, _O_PATH | os.O_CLOEXEC)
+            except OSError:
+                continue  # gone since it was listed: nothing to grant
+            try:
+                if not os.path.isdir(path):
+                    allowed &= _LANDLOCK_FILE  # a file takes file rights only
                 rule = PathBeneath(allowed, fd)
                 if lib.syscall(ctypes.c_long(_SYS_LANDLOCK_ADD_RULE), ctypes.c_int(ruleset), ctypes.c_int(1),
-                               ctypes.byref(rule), ctypes.c_uint32(0)) != 0:
+                               ctypes.byref(rule), ctypes.c_uint32(0)) != 0 and path == workdir:
                     return
             finally:
                 os.close(fd)

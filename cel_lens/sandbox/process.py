@@ -3,7 +3,8 @@
 The sandbox process is a fresh interpreter on :mod:`cel_lens.sandbox.child`, started with
 ``Popen`` and no ``preexec_fn`` (nothing Python-level runs in a copy of the caller, which may hold
 a model), in a new session, with stdin ``/dev/null``, a minimal environment and no file
-descriptor but its three pipes: stdout, stderr and the verdict pipe (see ``child``). Only the
+descriptor but its three pipes (stdout, stderr and the verdict pipe, see ``child``) and the two
+sealed descriptors of its input (:func:`sealed`: the configuration, the tests). Only the
 first ``output_limit`` bytes of stdout and stderr are kept (the rest is counted and dropped), so
 a flood of output costs no memory. The wall clock starts when the supervisor reports ``ready``
 (the program starts): ``timeout`` after that, or :data:`STARTUP_LIMIT` before it, the process
@@ -13,6 +14,7 @@ it is reaped.
 
 from __future__ import annotations
 
+import fcntl
 import marshal
 import os
 import selectors
@@ -20,6 +22,7 @@ import signal
 import site
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from typing import Optional, Sequence
@@ -94,36 +97,70 @@ def site_paths() -> list[str]:
     return [p for p in sys.path if p in paths] or paths
 
 
-def _write(path: str, data: object) -> None:
-    with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
-        marshal.dump(data, f)  # plain types only; loads faster in the child than json
+def sealed(name: str, data: object) -> int:
+    """A descriptor holding ``data`` (marshal: plain types only, loads faster than json) that no path
+    names: a memfd, sealed against every change, or (without memfd) a pipe filled by a thread.
+
+    Private input (the program, the tests with their expected values) reaches the sandbox only so,
+    inherited: nothing of it is ever a file under the temporary root, which the program of a
+    concurrent run can read (it sees the host's file system, read-only)."""
+    payload = marshal.dumps(data)
+    try:
+        fd = os.memfd_create(f"cel_lens_{name}", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    except (AttributeError, OSError):
+        return _pipe_of(payload)
+    view = memoryview(payload)
+    while view:
+        view = view[os.write(fd, view):]
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def _pipe_of(payload: bytes) -> int:
+    """The read end of a pipe a daemon thread fills with ``payload`` and closes."""
+    r, w = os.pipe2(os.O_CLOEXEC)
+
+    def fill() -> None:
+        try:
+            view = memoryview(payload)
+            while view:
+                view = view[os.write(w, view):]
+        except OSError:
+            pass  # the sandbox ended before reading it all
+        finally:
+            os.close(w)
+
+    threading.Thread(target=fill, name="cel_lens_sandbox_input", daemon=True).start()
+    return r
 
 
 def execute(config: dict, tests: list, workdir: str, timeout: float, output_limit: int,
             cgroups: Sequence[tuple[str, str]]) -> Finished:
     """Run the sandbox process on ``config`` and collect what it says (see the module docstring).
 
-    ``tests`` go in a file of their own, which the supervisor opens and unlinks before the
-    program's process exists and reads only after it has forked: the expected values never
-    enter the program's memory.
+    ``config`` and ``tests`` reach it as inherited descriptors (:func:`sealed`), closed here once
+    it started; the supervisor reads the configuration at once and the tests only after the
+    program's process has forked (which never holds them): the expected values never enter the
+    program's memory, and no other process finds them by a path.
     """
     verdict_r, verdict_w = os.pipe()
-    config_path = os.path.join(workdir, ".cel_lens_config")
-    tests_path = os.path.join(workdir, ".cel_lens_tests")
-    _write(config_path, {**config, "verdict_fd": verdict_w})
-    _write(tests_path, tests)
+    config_fd = sealed("config", {**config, "verdict_fd": verdict_w})
+    tests_fd = sealed("tests", tests)
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-I", "-S", "-B", CHILD, config_path, tests_path],
+            # the working directory names the run in the process list (its processes are found by it)
+            [sys.executable, "-I", "-S", "-B", CHILD, str(config_fd), str(tests_fd), workdir],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             cwd=workdir, env=child_env(workdir), start_new_session=True,
-            pass_fds=(verdict_w,), close_fds=True,
+            pass_fds=(verdict_w, config_fd, tests_fd), close_fds=True,
         )
     except OSError as exc:
         os.close(verdict_r)
         return Finished([["setup-error", f"could not start the sandbox: {exc}"]], None, None, 0.0, "", "")
     finally:
-        os.close(verdict_w)
+        for fd in (verdict_w, config_fd, tests_fd):
+            os.close(fd)
     pump = _Pump(proc, verdict_r, output_limit, list(cgroups))
     try:
         pump.loop(timeout)

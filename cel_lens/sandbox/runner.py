@@ -134,6 +134,22 @@ def check_program(code: str, test_setup_code: str, tests: Sequence[str]) -> str:
     return "\n".join(p for p in parts if p) + "\n"
 
 
+def hidden_roots(tmp_root: str) -> list[str]:
+    """Directories whose contents the program does not see (where Landlock applies): the run's
+    temporary root and the system's (concurrent runs' directories), and ``/dev/shm`` (POSIX shared
+    memory and semaphores of other processes)."""
+    return sorted({tmp_root, os.path.realpath(tempfile.gettempdir()), "/dev/shm"} - {"/"})
+
+
+def kept_paths() -> list[str]:
+    """What the program's interpreter reads even inside a hidden directory: Python, its standard
+    library and site-packages, this package."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, here,
+             os.path.dirname(os.path.realpath(sys.executable)), *site_paths()}
+    return sorted(os.path.realpath(p) for p in paths if p)
+
+
 def _sweep_once(tmp_root: str) -> None:
     """At the first run under ``tmp_root``: remove what runs of dead callers left behind."""
     with _swept_lock:
@@ -201,6 +217,7 @@ def run(
             "cgroups": [list(g) for g in groups], "memory_bytes": memory_mb << 20,
             "cpu_seconds": cpu_limit, "file_size_bytes": file_size_mb << 20,
             "max_processes": max_processes, "max_open_files": max_open_files, "main": bool(main),
+            "hidden": hidden_roots(root), "keep": kept_paths(),
         }
         start = time.monotonic()
         # the supervisor's part (the expected values) never enters the program's process
