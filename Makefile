@@ -41,9 +41,12 @@ demo: install
 	$(VENV)/bin/cel-lens demo
 
 # CEL_LENS_REQUIRE_BROWSER: explorer.html's browser test fails (not skips) without chromium + chromedriver,
-# unless NO_BROWSER=1 said to install none
+# unless NO_BROWSER=1 said to install none. CEL_LENS_REQUIRE_SANDBOX: the sandbox tests fail (not skip) where
+# the probe finds the kernel layers (namespaces, seccomp, cgroups); where it does not, they skip and the suite runs
 test: install
-	CEL_LENS_REQUIRE_BROWSER=$(if $(NO_BROWSER),,1) $(PY) -m pytest -q -ra
+	CEL_LENS_REQUIRE_BROWSER=$(if $(NO_BROWSER),,1) \
+	  CEL_LENS_REQUIRE_SANDBOX=$$(CEL_LENS_ALLOW_CODE_EXECUTION=1 $(PY) -m cel_lens.sandbox.probe || true) \
+	  $(PY) -m pytest -q -ra
 
 test-fast: install
 	$(PY) -m pytest -q -m "not slow"

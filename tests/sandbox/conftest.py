@@ -20,10 +20,23 @@ import pytest
 
 from cel_lens import sandbox as sb
 from cel_lens.sandbox import runner
+from cel_lens.sandbox.probe import REQUIRE_ENV
 
 TIMEOUT = 1.0
 SLACK = 2.0  # interpreter start-up (not counted in the timeout) on a loaded 2-core machine
 MBPP = Path(__file__).resolve().parents[3] / "shared" / "data" / "mbpp" / "mbpp.jsonl"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """With ``CEL_LENS_REQUIRE_SANDBOX=1`` (``make test`` where the probe finds the kernel layers,
+    :mod:`cel_lens.sandbox.probe`), a sandbox test that skips fails instead, with the skip's reason."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and os.environ.get(REQUIRE_ENV) == "1" and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome = "failed"
+        report.longrepr = f"{REQUIRE_ENV}=1 (the kernel layers are expected here), but the test skipped: {reason}"
 
 
 @pytest.fixture(scope="session")
