@@ -22,6 +22,7 @@ import importlib
 import importlib.util
 import posixpath
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,8 @@ from mkdocs.plugins import event_priority, get_plugin_logger
 from mkdocs.structure.files import File, Files
 
 REPO = Path(__file__).resolve().parents[1]
+if sys.path[:1] != [str(REPO)]:
+    sys.path.insert(0, str(REPO))  # the CLI page and __all__ come from this tree, not another installed copy
 log = get_plugin_logger("cel_lens_site")
 
 MOUNTS = {"index.md": "README.md", "benchmarks.md": "benchmarks/RESULTS.md",
