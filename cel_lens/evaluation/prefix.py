@@ -20,13 +20,15 @@ than of the row's width), and BLAS and the attention kernel pick their blocking 
 2.13 on this CPU: a linear layer's rows differ in the last bit when the product has 1-3, 5-7 or 9-11
 rows). The rows' own positions, given the same prefix keys and values, are bit for bit the unshared
 pass. So sharing is off unless asked for (``share_prefix=True`` in
-:func:`~cel_lens.evaluation.encode.encode_split`, or :func:`prefix_sharing` around a call); its
-decisions were measured identical to the unshared path's (``benchmarks/prefix.py``, docs/speed.md).
+:func:`~cel_lens.evaluation.encode.encode_split`, :func:`prefix_sharing` around a call, or
+``CEL_LENS_SHARE_PREFIX=1`` in the environment); its decisions were measured identical to the
+unshared path's (``benchmarks/prefix.py``, docs/speed.md).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 from typing import Iterator, Optional, Sequence
 
 import einops
@@ -47,6 +49,7 @@ __all__ = [
     "common_prefix",
     "shared_prefix",
     "MIN_PREFIX",
+    "PREFIX_ENV",
     "rows_prefix",
     "prefix_rows_vectors",
     "prefix_cache",
@@ -54,16 +57,20 @@ __all__ = [
     "resumed_prompts_shared",
 ]
 
-_ENABLED = [False]
+PREFIX_ENV = "CEL_LENS_SHARE_PREFIX"
+"""Environment variable that turns sharing on (``1``) for every process that inherits it (a Ray
+worker too), unless :func:`prefix_sharing` says otherwise."""
+_ENABLED: list = [None]
 MIN_PREFIX = 2
 """Shortest prefix worth a pass of its own (a lone BOS token is not)."""
 
 
 @contextlib.contextmanager
 def prefix_sharing(enabled: bool) -> Iterator[None]:
-    """Within the block, encode batches with (``True``) or without (``False``, the default) their
-    shared prefix computed once (what ``share_prefix=None`` means in
-    :func:`~cel_lens.evaluation.encode.encode_split` and in generation)."""
+    """Within the block, encode batches with (``True``) or without (``False``) their shared prefix
+    computed once (what ``share_prefix=None`` means in
+    :func:`~cel_lens.evaluation.encode.encode_split` and in generation). Outside any block:
+    :data:`PREFIX_ENV`, else off."""
     before = _ENABLED[0]
     _ENABLED[0] = bool(enabled)
     try:
@@ -74,7 +81,9 @@ def prefix_sharing(enabled: bool) -> Iterator[None]:
 
 def prefix_sharing_enabled() -> bool:
     """Whether batches share their prefix by default (see :func:`prefix_sharing`)."""
-    return _ENABLED[0]
+    if _ENABLED[0] is None:
+        return os.environ.get(PREFIX_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+    return bool(_ENABLED[0])
 
 
 def can_share_prefix(model) -> bool:

@@ -18,9 +18,10 @@ import torch
 from cel_lens.evaluation import ActivationStore, encode_pair, encode_split, evaluate
 from cel_lens.evaluation.generation import generate_variants
 from cel_lens.evaluation.prefix import (
-    MIN_PREFIX, common_prefix, prefix_sharing, prefix_sharing_enabled, rows_prefix, shared_prefix,
+    MIN_PREFIX, PREFIX_ENV, common_prefix, prefix_sharing, prefix_sharing_enabled, rows_prefix, shared_prefix,
 )
-from cel_lens.heads import masks_from_head_sets
+from cel_lens.evaluation.teacher_forced import score_batches
+from cel_lens.heads import HeadSet, masks_from_head_sets
 from cel_lens.model import fused_attention, load_model
 from cel_lens.tasks import Example, Split
 
@@ -79,6 +80,14 @@ def test_sharing_is_off_by_default_and_switchable(models):
             encode_split(model, split, 8, share_prefix=True)
 
 
+def test_the_environment_turns_sharing_on_unless_the_switch_says_otherwise(models, monkeypatch):
+    model, split = models["hooked"], _split()
+    monkeypatch.setenv(PREFIX_ENV, "1")
+    assert prefix_sharing_enabled() and any(b.prefix for b in encode_split(model, split, 8))
+    with prefix_sharing(False):
+        assert not prefix_sharing_enabled() and all(b.prefix == 0 for b in encode_split(model, split, 8))
+
+
 def test_batches_hold_prefix_as_a_part_and_count_it_once(models):
     model, split = models["hooked"], _split()
     plain = encode_split(model, split, 8)
@@ -114,6 +123,25 @@ def test_shared_prefix_equals_the_unshared_evaluation(models, kind):
     assert torch.equal(got.correct, ref.correct)
     torch.testing.assert_close(got.scores, ref.scores, atol=1e-4, rtol=1e-5)
     assert torch.equal(alone.scores, evaluate(model, split, SETS, batch_size=1, progress=False).scores)
+
+
+def test_multiple_choice_rows_share_their_prompt_start(models):
+    """One row per choice (``share_context=False``): every choice's row starts with the prompt."""
+    model = models["hooked"]
+    rng = random.Random(2)
+    examples = [Example(f"h/{i}", "Pick the ending. Story: " + _words(rng, rng.randint(3, 9)),
+                        choices=tuple(" " + _words(rng, rng.randint(1, 4)) for _ in range(3)), label=i % 3)
+                for i in range(10)]
+    split = Split("dist", tuple(examples), task="hellaswag", kind="multiple_choice", metric="acc_norm")
+    sets = [HeadSet.parse(x) for x in SETS]
+    runs = []
+    for share in (False, True):
+        batches = encode_split(model, split, 4, share_context=False, share_prefix=share)
+        assert all(b.layout == "rows" for b in batches) and any(b.prefix for b in batches) == share
+        runs.append(score_batches(model, batches, sets, max_tokens=4096, progress=False, desc=""))
+    (lp, greedy), (lp_shared, greedy_shared) = runs
+    assert torch.equal(greedy, greedy_shared)
+    torch.testing.assert_close(lp_shared, lp, atol=1e-4, rtol=1e-5)
 
 
 @pytest.mark.parametrize("kind", ["hooked", "bridge"])
