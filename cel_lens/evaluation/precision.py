@@ -28,8 +28,9 @@ the only real model reachable here; ``benchmarks/precision.py``, ``docs/precisio
 times above the largest change seen.
 
 :func:`resolve_precision` turns ``"auto"`` (the default) into ``"bf16"`` for a model held in
-bfloat16 (a GPU user's) or in float32 on a CPU with native bf16 arithmetic (``avx512_bf16`` or
-AMX), else ``"float32"``.
+bfloat16 (a GPU user's: its float32 re-checks run on a float32 copy) or in float32 on a CPU with
+native bf16 arithmetic (``avx512_bf16`` or AMX) and at least :data:`AUTO_MIN_PARAMS` parameters,
+else ``"float32"``.
 """
 
 from __future__ import annotations
@@ -64,7 +65,9 @@ __all__ = [
     "precision_of",
     "tally_recompute",
     "recompute_summary",
+    "precision_line",
     "PRECISION_ENV",
+    "AUTO_MIN_PARAMS",
 ]
 
 
@@ -80,6 +83,11 @@ LOGPROB_BOUND = 2.0
 hence to any token's log-probability (``l_t - logsumexp(l)`` moves by a weighted mean of such
 differences): about 2 x the largest change measured on SmolLM2-135M-Instruct (``docs/precision.md``).
 What a choice's score is bounded by (its tokens need not be near the top)."""
+
+AUTO_MIN_PARAMS = 20_000_000
+"""``"auto"`` computes a float32 model in bf16 only from this many parameters: a toy model's matrix
+products are too small for bf16 to pay (a 48k-parameter test model ran 2-3 x slower), and its flat
+logits put most decisions within the bound, to be recomputed anyway."""
 
 PRECISION_ENV = "CEL_LENS_PRECISION"
 """Environment variable that replaces ``"auto"`` (e.g. ``float32`` in the test suite, whose tests
@@ -118,7 +126,7 @@ def resolve_precision(precision: Optional[str], model) -> str:
     if p.dtype == torch.bfloat16:
         return "bf16"
     if p.dtype == torch.float32 and p.device.type == "cpu" and cpu_has_native_bf16():
-        return "bf16"
+        return "bf16" if sum(q.numel() for q in model.parameters()) >= AUTO_MIN_PARAMS else "float32"
     return "float32"
 
 
@@ -257,3 +265,20 @@ def recompute_groups(redo: Bool[Tensor, "variant example"], slack: float = 2.0) 
     if members:
         groups.append((members, sorted(union)))
     return groups
+
+
+def precision_line(model, precision: Optional[str]) -> str:
+    """One line a search starts with: the precision it computes in, and why."""
+    name = check_precision(precision)
+    resolved = resolve_precision(name, model)
+    if resolved == "float32":
+        if name != "auto":
+            return "precision: float32"
+        small = sum(q.numel() for q in model.parameters()) < AUTO_MIN_PARAMS
+        return "precision: float32 (auto: " + ("a model too small for bf16 to pay)" if small else "no native bf16 here)")
+    why = ""
+    if name == "auto":
+        held = next(model.parameters()).dtype == torch.bfloat16
+        why = " (auto: the model is in bfloat16)" if held else " (auto: this CPU has native bf16)"
+    return (f"precision: bf16 compute{why}; every decision within the bf16 error bound is recomputed in float32, "
+            "so the results equal float32's (--precision float32 turns it off)")
