@@ -50,11 +50,20 @@ DEFAULT_N_NULL = 100
 """Random head sets in the null (one test-split evaluation each)."""
 
 QUICK: dict[str, int] = {"n_dist": 200, "n_test": 200, "k": 2, "pool_size": 6, "n_null": 20, "n_boot": 1000}
-"""The ``--quick`` preset, for a first look in minutes (``search(model, "arithmetic", **QUICK)``):
-200 examples a split (confidence intervals about 2.2 times as wide as with 1,000), subsets of at
-most 2 of the 6 best heads (6 + 15 = 21 joint ablations instead of 298), a null of 20 sets (its
-smallest p, 1/21, still below 0.05) and 1,000 bootstrap resamples. Any option given explicitly
-wins over the preset."""
+"""The ``--quick`` preset, for a first look (``search(model, "arithmetic", **QUICK)``): 200
+examples a split (confidence intervals about 2.2 times as wide as with 1,000), subsets of at most 2
+of the 6 best heads (6 + 15 = 21 joint ablations instead of 298), a null of 20 sets (its smallest
+p, 1/21, still below 0.05) and 1,000 bootstrap resamples. Any option given explicitly wins over the
+preset.
+
+What it does not cut is exact stage 1: every head alone on the 200 D_dist examples. That is
+minutes on a small model (the organisms, a few layers), but not on a real one on a CPU:
+SmolLM2-135M-Instruct's 270 heads take about half an hour of one core on Arithmetic's 21-token
+prompts and hours on BoolQ's passages in float32 (measured: ``benchmarks/RESULTS.md``, SmolLM2
+section). So run ``--plan`` first (it says its own cost before spending it and predicts CPU and
+wall time), and for minutes on such a model add ``--scorer attribution`` (a ranking, not exact
+gains) or ``--scorer prescreen`` (exact gains on the heads a first pass keeps; its recall of exact's
+pool is measured, not guaranteed)."""
 
 SCORERS: dict[str, str] = {
     "exact": "cel_lens.scoring.exact:ExactScorer",
