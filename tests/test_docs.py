@@ -137,6 +137,15 @@ def test_the_add_a_task_example_runs():
     assert (len(task.dist), len(task.test)) == (200, 100) and task.test[0].target.strip().isdigit()
 
 
+def test_the_scorer_and_ablation_pages_name_every_registered_one():
+    from cel_lens.config import ABLATION_KINDS, SCORERS
+
+    scorers = (REPO / "docs" / "scorers.md").read_text(encoding="utf-8")
+    kinds = (REPO / "docs" / "ablation.md").read_text(encoding="utf-8")
+    assert [n for n in SCORERS if f"| `{n}`" not in scorers] == [], "docs/scorers.md: a row per scorer"
+    assert [n for n in ABLATION_KINDS if f"| `{n}`" not in kinds] == [], "docs/ablation.md: a row per kind"
+
+
 def test_the_readme_is_a_front_door():
     text = README.read_text(encoding="utf-8")
     assert len(text.encode()) <= 12 * 1024, len(text.encode())
