@@ -191,3 +191,20 @@ def test_without_namespaces_the_weaker_mode_needs_its_own_opt_in(monkeypatch: py
     monkeypatch.setenv(sb.WEAK_ENV, "1")
     assert sb.run("pass", allow=True).passed
     assert "guard" in sb.isolation(allow=True)  # the probe answers either way
+
+
+def test_input_without_memfd_goes_through_pipes(monkeypatch, tmp_path):
+    """Where ``memfd_create`` is missing, the program and the tests (here over a pipe's 64 KiB) reach
+    the sandbox on pipes; nothing is ever written under the temporary root."""
+    import os
+
+    def no_memfd(*args, **kwargs):
+        raise OSError("memfd_create: not here")
+
+    monkeypatch.setattr(os, "memfd_create", no_memfd)
+    big = "x" * 200_000
+    code = f"BIG = {big!r}\ndef f(x):\n    return len(BIG) + x\n"
+    out = sb.run(code, tests=[f"assert f(1) == {len(big) + 1}", f"assert f(0) != len({big!r}) + 1"], allow=True,
+                 tmp_root=str(tmp_path), timeout=5.0)
+    assert out.passed, out
+    assert list(tmp_path.iterdir()) == []
