@@ -1,0 +1,291 @@
+"""SmolLM2-135M-Instruct at real sizes on a CPU: exact stage 1 in float32 and bf16, today's FLOP count
+against the bound with its savings, the shared-prefix saving, the pre-screen's recall of exact's
+pool, and a ``--quick`` search against its ``--plan``; one command writes the section of RESULTS.md.
+
+    python -m benchmarks.smollm2_speed                       # issue 35's sizes: Arithmetic 200, BoolQ 100
+    python -m benchmarks.smollm2_speed --n-arith 32 --n-boolq 6 --quick-n 16   # what fits a loaded machine
+
+Parts (``--parts``, default all; each part's record is merged into ``benchmarks/smollm2_speed.json``,
+so parts run apart render one section):
+
+* ``arith``, ``boolq``: exact stage 1 (the intact model and every head alone, one oracle call per
+  layer chunk) on Arithmetic and on BoolQ with D_dist drawn from validation, in float32 and, where
+  ``cel_lens.evaluation.precision`` is committed, in bf16 with float32 re-checks: CPU and wall
+  seconds, per-example decisions compared, share recomputed. Then the pre-screen on the same D_dist:
+  attribution (measured) and a subsample scan (the full scan's decisions at the subsample's
+  positions: the decisions a subsample scan makes), each at several kept fractions, against exact's
+  pools of 6 and 12; today's FLOP count and the bound (:mod:`benchmarks.scan_bound`) at the float32
+  and bf16 matmul peaks.
+* ``planted``: the pre-screen's recall on planted tiny models (:func:`cel_lens.testing.planted_task`).
+* ``prefix``: ``benchmarks.prefix``'s measure function, when that module exists.
+* ``quick``: ``cl.plan`` then ``cl.search`` with :data:`cel_lens.config.QUICK` (exact stage 1) on
+  Arithmetic, CPU and wall seconds against the plan (``--quick-n`` cuts both splits).
+
+One torch thread per process; CPU seconds are the measure (the machine is shared), wall beside them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import torch
+
+from benchmarks.paths import MODEL, checkpoint_dir
+
+OUT = Path(__file__).with_name("smollm2_speed.json")
+KEEP = (0.1, 0.25, 0.5)
+POOLS = (6, 12)
+PARTS = ("arith", "boolq", "planted", "prefix", "quick")
+
+
+def clocks() -> tuple[float, float]:
+    """``(cpu, wall)`` now: this process's CPU seconds (every thread) and the wall clock."""
+    return time.process_time(), time.perf_counter()
+
+
+def since(t: tuple[float, float]) -> dict[str, float]:
+    """CPU and wall seconds since ``t``."""
+    cpu, wall = clocks()
+    return {"cpu_s": cpu - t[0], "wall_s": wall - t[1]}
+
+
+def precision_landed() -> bool:
+    """Whether ``cel_lens/evaluation/precision.py`` is in git history (not only in a working tree)."""
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run(["git", "log", "--oneline", "-1", "--", "cel_lens/evaluation/precision.py"], cwd=root,
+                         capture_output=True, text=True)
+    return out.returncode == 0 and bool(out.stdout.strip())
+
+
+def set_precision(model, precision: str) -> Optional[Callable[[], dict]]:
+    """Make ``precision`` the model's (when the precision module exists); its tally reader."""
+    try:
+        from cel_lens.evaluation.precision import recompute_summary, use_precision
+    except ImportError:
+        return None
+    use_precision(model, precision)
+    return lambda: recompute_summary(model)
+
+
+def exact_scan(model, task, precision: str) -> dict[str, Any]:
+    """Exact stage 1 (intact and every head alone on D_dist) in ``precision``: seconds, the
+    per-example decisions ``[1 + heads, n]`` and the recompute tally."""
+    from cel_lens.backends.local import LocalOracle
+    from cel_lens.heads import Head, HeadSet
+    from cel_lens.oracle import MemoOracle, evaluate_chunked
+
+    tally = set_precision(model, precision)
+    oracle = MemoOracle(LocalOracle(model, task, batch_size=8, progress=False))
+    L, H = oracle.n_layers, oracle.n_heads
+    t = clocks()
+    intact = oracle.evaluate("dist", [HeadSet()], stage="intact")
+    intact_s = since(t)
+    t = clocks()
+    singles = evaluate_chunked(oracle, "dist", [HeadSet([Head(l, h)]) for l in range(L) for h in range(H)], "stage1", H * 3)
+    return {"intact": intact_s, "scan": since(t), "bits": torch.cat([intact, singles]),
+            "recompute": tally() if tally is not None else None}
+
+
+def recall(exact: torch.Tensor, kept: set, pool: int) -> float:
+    """Recall of exact's pool of ``pool`` heads, up to ties: the share of its scores that the
+    pre-screen's pool (the best ``pool`` of the kept heads by exact score) also holds (a multiset
+    intersection: a kept head tied with a screened-out one in exact's pool recovers it; stage-1
+    gains are multiples of 1/n, so ties at the pool's boundary are common)."""
+    from collections import Counter
+
+    from cel_lens.selection import candidate_pool
+
+    only = torch.full_like(exact, float("nan"))
+    for h in kept:
+        only[h.layer, h.head] = exact[h.layer, h.head]
+    ours = Counter(float(exact[h.layer, h.head]) for h in candidate_pool(only, pool) if h in kept)
+    theirs = Counter(float(exact[h.layer, h.head]) for h in candidate_pool(exact, pool))
+    return sum((ours & theirs).values()) / pool
+
+
+def prescreen_rows(model, task, bits: torch.Tensor, scan_cpu_s: float, L: int, H: int) -> list[dict[str, Any]]:
+    """Recall of exact's pools and the cost saved, per first pass and kept fraction (module docstring)."""
+    from cel_lens.heads import Head
+    from cel_lens.scoring.attribution import attribution_scores
+    from cel_lens.scoring.prescreen import kept_count
+    from cel_lens.selection import candidate_pool
+    from cel_lens.splits import subsplit, subsplit_indices
+
+    n = bits.shape[1]
+    acc = bits.double().mean(1)
+    exact = (acc[1:] - acc[0]).reshape(L, H)
+    t = clocks()
+    attribution = attribution_scores(model, task.dist, batch_size=8, progress=False).double()
+    attr_s = since(t)
+    m = max(1, min(32, n // 4))
+    idx = subsplit_indices(subsplit(0, 0, m), n)
+    sub = bits[:, idx].double().mean(1)
+    firsts = {"attribution": (attribution, attr_s["cpu_s"]), f"subsample {m}": ((sub[1:] - sub[0]).reshape(L, H),
+                                                                                scan_cpu_s * m / n)}
+    weight = torch.tensor([L - l for l in range(L) for _ in range(H)], dtype=torch.float64)  # a head's layers run
+    rows = []
+    for name, (first, first_cpu) in firsts.items():
+        order = candidate_pool(first, L * H)
+        for keep in KEEP:
+            kept = order[: kept_count(L * H, keep, max(POOLS))]
+            kept_cost = float(weight[[h.layer * H + h.head for h in kept]].sum() / weight.sum()) * scan_cpu_s
+            row = {"first": name, "keep": keep, "kept": len(kept), "first_cpu_s": first_cpu,
+                   "cost_cpu_s": first_cpu + kept_cost, "saving": scan_cpu_s / (first_cpu + kept_cost)}
+            for p in POOLS:
+                pool = candidate_pool(exact, p)
+                row[f"recall_{p}"] = recall(exact, set(kept), p)
+                row[f"missed_{p}"] = [str(h) for h in pool if h not in set(kept)]
+            rows.append(row)
+    return rows
+
+
+def bound_record(model, task, scan_cpu_s: float) -> dict[str, Any]:
+    """Today's FLOP count and the bound with its savings, in seconds at the float32 and bf16 peaks."""
+    from benchmarks.floor import encode_for_floor
+    from benchmarks.limit import Shape
+    from benchmarks.scan_bound import matmul_peaks, scan_bound
+
+    shape = Shape.from_hf_config(json.loads((checkpoint_dir(MODEL) / "config.json").read_text()))
+    rec = scan_bound(shape, encode_for_floor(model, task.dist))
+    rec.update(matmul_peaks(d_in=shape.d_model, d_out=shape.d_mlp))
+    for what in ("today", "bound"):
+        for peak in ("fp32", "bf16"):
+            rec[f"{what}_s_{peak}"] = rec[f"{what}_gflop"] / rec[f"{peak}_gflops"]
+    rec["scan_cpu_s"] = scan_cpu_s
+    return rec
+
+
+def task_part(model, name: str, n: int) -> dict[str, Any]:
+    """One task's record: stage 1 in each precision, the pre-screen, the bound (module docstring)."""
+    import cel_lens as cl
+
+    options = {"dist_from": "validation"} if name == "boolq" else {}
+    task = cl.load_task(name, n_dist=n, n_test=1, seed=0, **options)
+    L, H = model.cfg.n_layers, model.cfg.n_heads
+    rec: dict[str, Any] = {"task": name, "n_dist": n, "heads": L * H, "bf16_landed": precision_landed()}
+    f32 = exact_scan(model, task, "float32")
+    rec["float32"] = {k: v for k, v in f32.items() if k != "bits"}
+    if rec["bf16_landed"]:
+        bf = exact_scan(model, task, "bf16")
+        rec["bf16"] = {k: v for k, v in bf.items() if k != "bits"}
+        rec["bf16"]["decisions"] = int(bf["bits"].numel())
+        rec["bf16"]["differing"] = int((bf["bits"] != f32["bits"]).sum())
+        set_precision(model, "float32")
+    rec["prescreen"] = prescreen_rows(model, task, f32["bits"], f32["scan"]["cpu_s"], L, H)
+    rec["bound"] = bound_record(model, task, f32["scan"]["cpu_s"])
+    return rec
+
+
+def planted_part() -> dict[str, Any]:
+    """The pre-screen's recall of exact's pool on planted tiny models (4 layers x 8 heads)."""
+    from cel_lens.backends.local import LocalOracle
+    from cel_lens.oracle import MemoOracle
+    from cel_lens.scoring import exact_scores
+    from cel_lens.scoring.prescreen import PrescreenOptions, prescreen_scores
+    from cel_lens.selection import candidate_pool
+    from cel_lens.testing import planted_task, tiny_hooked_transformer
+
+    rows = []
+    for seed, heads in ((0, "L1H2"), (1, "L2H5"), (2, "L0H3+L3H1")):
+        model = tiny_hooked_transformer(n_layers=4, n_heads=8, n_key_value_heads=4, seed=seed)
+        task = planted_task(model, n=48, heads=heads, name=f"planted_{seed}")
+        oracle = MemoOracle(LocalOracle(model, task, batch_size=16, progress=False))
+        exact = exact_scores(oracle)
+        for first in ("attribution", "subsample"):
+            for keep in KEEP:
+                out = prescreen_scores(oracle, PrescreenOptions(first, keep, 12, pool_size=max(POOLS)), model=model,
+                                       split=task.dist)
+                row = {"model": f"seed {seed}, planted {heads}", "first": first, "keep": keep, "kept": len(out.kept)}
+                for p in POOLS:
+                    row[f"recall_{p}"] = recall(exact, set(out.kept), p)
+                    row[f"pool_equal_{p}"] = candidate_pool(out.scores, p) == candidate_pool(exact, p)
+                rows.append(row)
+    return {"rows": rows}
+
+
+def prefix_part(model, n_arith: int, n_mbpp: int) -> dict[str, Any]:
+    """``benchmarks.prefix``'s measure function, when present, on ``n_arith`` Arithmetic and
+    ``n_mbpp`` MBPP prompts."""
+    try:
+        from benchmarks import prefix
+    except ImportError:
+        return {"missing": "benchmarks/prefix.py is not in this tree"}
+    fn = getattr(prefix, "measure", None)
+    if fn is None:
+        return {"missing": "benchmarks/prefix.py has no measure function"}
+    return {"result": fn(model, n_arith=n_arith, n_mbpp=n_mbpp)}
+
+
+def quick_part(model, n: Optional[int]) -> dict[str, Any]:
+    """``cl.plan`` then ``cl.search`` with the ``--quick`` preset on Arithmetic (exact stage 1)."""
+    import tempfile
+
+    import cel_lens as cl
+    from cel_lens.config import QUICK
+
+    options = {**QUICK, **({"n_dist": n, "n_test": n} if n else {})}
+    set_precision(model, "float32")
+    t = clocks()
+    plan = cl.plan(model, "arithmetic", scorer="exact", progress=False, **options)
+    plan_s = since(t)
+    with tempfile.TemporaryDirectory() as out:
+        t = clocks()
+        run = cl.search(model, "arithmetic", scorer="exact", out=Path(out) / "run", progress=False, **options)
+        search_s = since(t)
+    return {"options": options, "plan_cost": plan_s, "plan_cpu_s": plan.seconds(), "plan_wall_s": plan.wall_seconds(),
+            "plan_share": plan.cpu_share, "plan_calibration_cpu_s": plan.calibration_cpu_s, "search": search_s,
+            "heads": run.result.heads, "search_estimate_cpu_s": run.plan.seconds() if run.plan else None}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default=MODEL, help="model name (default: %(default)s, loaded by name)")
+    p.add_argument("--n-arith", type=int, default=200, help="Arithmetic D_dist examples (issue 35: 200)")
+    p.add_argument("--n-boolq", type=int, default=100, help="BoolQ D_dist examples, from validation (issue 35: 100)")
+    p.add_argument("--quick-n", type=int, default=None, help="cut the --quick search's splits to this size (default: QUICK's)")
+    p.add_argument("--prefix-n-arith", type=int, default=100, help="Arithmetic prompts of the prefix part")
+    p.add_argument("--prefix-n-mbpp", type=int, default=4, help="MBPP prompts of the prefix part")
+    p.add_argument("--parts", default=",".join(PARTS), help="comma-separated parts to run (default: all)")
+    p.add_argument("--record", type=Path, default=OUT, help="the JSON record parts merge into (default: %(default)s)")
+    p.add_argument("--no-write", action="store_true", help="print the section; write neither the JSON nor RESULTS.md")
+    args = p.parse_args()
+    import cel_lens as cl
+    from benchmarks.smollm2_speed_report import render
+
+    torch.set_num_threads(1)
+    rec = json.loads(args.record.read_text()) if args.record.exists() else {}
+    parts = [x for x in args.parts.split(",") if x]
+    model = cl.load_model(args.model) if set(parts) - {"planted"} else None
+    for part in parts:
+        t = clocks()
+        if part in ("arith", "boolq"):
+            rec[part] = task_part(model, "arithmetic" if part == "arith" else "boolq", args.n_arith if part == "arith" else args.n_boolq)
+        elif part == "planted":
+            rec[part] = planted_part()
+        elif part == "prefix":
+            rec[part] = prefix_part(model, args.prefix_n_arith, args.prefix_n_mbpp)
+        elif part == "quick":
+            rec[part] = quick_part(model, args.quick_n)
+        rec[part]["part_s"] = since(t)
+        rec[part]["load_average"] = os.getloadavg()[0]
+        rec[part]["finished"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        if not args.no_write:
+            args.record.write_text(json.dumps(rec, indent=1, default=str) + "\n")
+        print(f"{part}: {rec[part]['part_s']}", flush=True)
+    text = render(rec)
+    if args.no_write or args.record != OUT:
+        print(text)
+    else:
+        from benchmarks.racing import write_section
+
+        write_section(text, "smollm2-speed")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,136 @@
+"""The RESULTS.md section of :mod:`benchmarks.smollm2_speed`, from its record alone (no model)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["render"]
+
+TITLE = "## SmolLM2-135M-Instruct at real sizes on a CPU (`python -m benchmarks.smollm2_speed`)"
+
+
+def _s(x: Any, d: int = 1) -> str:
+    return "—" if x is None else f"{x:.{d}f}"
+
+
+def _stage1(rec: dict[str, Any]) -> list[str]:
+    out = ["### Exact stage 1, float32 and bf16", "",
+           "| task | D_dist | float32 CPU s (wall) | bf16 CPU s (wall) | float32 / bf16 | decisions compared | differing "
+           "| share recomputed in float32 |", "|---|---|---|---|---|---|---|---|"]
+    for key, label in (("arith", "Arithmetic"), ("boolq", "BoolQ (D_dist from validation)")):
+        r = rec.get(key)
+        if r is None:
+            out.append(f"| {label} | not run | | | | | | |")
+            continue
+        f = r["float32"]["scan"]
+        b = r.get("bf16")
+        if b is None:
+            why = "precision not in git history at this run: column left to fill" if not r.get("bf16_landed") else "not run"
+            out.append(f"| {label} | {r['n_dist']} | {f['cpu_s']:.1f} ({f['wall_s']:.0f}) | {why} | | | | |")
+            continue
+        share = "; ".join(f"{k}: {v['share']:.1%} of {v['decisions']:,}" for k, v in (b.get("recompute") or {}).items())
+        out.append(f"| {label} | {r['n_dist']} | {f['cpu_s']:.1f} ({f['wall_s']:.0f}) | {b['scan']['cpu_s']:.1f} "
+                   f"({b['scan']['wall_s']:.0f}) | {f['cpu_s'] / b['scan']['cpu_s']:.2f}x | {b['decisions']:,} "
+                   f"| {b['differing']} | {share or '—'} |")
+    return out + [""]
+
+
+def _bound(rec: dict[str, Any]) -> list[str]:
+    out = ["### Today's FLOP count and the bound (`benchmarks/scan_bound.py`)", "",
+           "**Today's count** is what cel_lens's exact scan computes now (`benchmarks/limit.py`, formerly called the "
+           "FLOP limit); the **bound** also skips the shared prompt start (once per variant), the ablated layer's MLP "
+           "input beyond a rank-d_head correction, and all but the scored unembedding columns of single-token choices. "
+           "Seconds at one thread's matmul peak (a [512, d_model] x [d_model, d_mlp] product, CPU time) in float32 and "
+           "bf16; the measured float32 scan beside them.", "",
+           "| task | mean tokens (shared prefix) | today, GFLOP | prefix | MLP rank | columns | bound, GFLOP (saving) "
+           "| fp32 / bf16 peak, GFLOP/s | today at fp32 / bf16 peak, s | bound at fp32 / bf16 peak, s | scan, CPU s |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for key, label in (("arith", "Arithmetic"), ("boolq", "BoolQ")):
+        b = (rec.get(key) or {}).get("bound")
+        if b is None:
+            continue
+        out.append(f"| {label} | {b['mean_tokens']:.1f} ({b['prefix_tokens']}) | {b['today_gflop']:.0f} "
+                   f"| {b['prefix_saving']:.2f}x | {b['mlp_rank_saving']:.3f}x | {b['columns_saving']:.3f}x "
+                   f"| {b['bound_gflop']:.0f} ({b['bound_saving']:.2f}x) | {b['fp32_gflops']:.0f} / {b['bf16_gflops']:.0f} "
+                   f"| {b['today_s_fp32']:.1f} / {b['today_s_bf16']:.1f} | {b['bound_s_fp32']:.1f} / {b['bound_s_bf16']:.1f} "
+                   f"| {b['scan_cpu_s']:.1f} |")
+    return out + [""]
+
+
+def _prescreen(rec: dict[str, Any]) -> list[str]:
+    out = ["### The pre-screen (`--scorer prescreen`): recall of exact's pool and cost", "",
+           "Recall: the share of exact stage 1's pool (6 or 12 heads) among the heads the first pass keeps (then the "
+           "pre-screen's pool is exact's). Cost: the first pass's CPU s plus the kept heads' share of the measured "
+           "exact scan (weighted by the layers each head's pass runs); saving = exact scan / that. The subsample "
+           "pass reads the full scan's decisions at the subsample's positions (the decisions a subsample scan makes) "
+           "and is charged that share of the scan.", "",
+           "| model | first pass | kept | recall, pool 6 | recall, pool 12 | saving | exact-pool heads screened out (pool 12) |",
+           "|---|---|---|---|---|---|---|"]
+    worst = []
+    for key, label in (("arith", "SmolLM2 Arithmetic"), ("boolq", "SmolLM2 BoolQ")):
+        for r in (rec.get(key) or {}).get("prescreen", []):
+            worst.append((r["first"], r["keep"], min(r["recall_6"], r["recall_12"])))
+            out.append(f"| {label} (n {rec[key]['n_dist']}) | {r['first']} | {r['kept']} ({r['keep']:.0%}) "
+                       f"| {r['recall_6']:.2f} | {r['recall_12']:.2f} | {r['saving']:.2f}x | {', '.join(r['missed_12']) or '—'} |")
+    for r in (rec.get("planted") or {}).get("rows", []):
+        worst.append((r["first"], r["keep"], min(r["recall_6"], r["recall_12"])))
+        out.append(f"| planted tiny ({r['model']}) | {r['first']} | {r['kept']} ({r['keep']:.0%}) | {r['recall_6']:.2f} "
+                   f"| {r['recall_12']:.2f} | — | pool equal to exact's: {r['pool_equal_12']} |")
+    if worst:
+        by = {}
+        for first, keep, r in worst:
+            key = (first.split()[0], keep)
+            by[key] = min(by.get(key, 1.0), r)
+        best = [k for k, v in by.items() if v >= 0.95]
+        out += ["", "Lowest recall per (first pass, kept fraction) over every measured case: "
+                + "; ".join(f"{f} {k:.0%}: {v:.2f}" for (f, k), v in sorted(by.items()))
+                + (". Recall >= 0.95 in every case for: " + ", ".join(f"{f} {k:.0%}" for f, k in best) if best
+                   else ". No setting reached recall >= 0.95 in every case: the pre-screen stays an option, not the default.")]
+    return out + [""]
+
+
+def _quick(rec: dict[str, Any]) -> list[str]:
+    q = rec.get("quick")
+    if q is None:
+        return ["### `--quick` search on Arithmetic (exact stage 1)", "", "Not run in this record.", ""]
+    o = q["options"]
+    s = q["search"]
+    return ["### `--quick` search on Arithmetic (exact stage 1) against its `--plan`", "",
+            f"Options {', '.join(f'{k} {v}' for k, v in o.items())}. The plan's calibration cost "
+            f"{_s(q['plan_calibration_cpu_s'])} CPU s ({q['plan_cost']['cpu_s']:.1f} CPU s with loading the task); "
+            f"S-hat {q['heads']}.", "",
+            "| quantity | CPU s | wall s |", "|---|---|---|",
+            f"| `--plan` estimate (CPU share measured {_s(q['plan_share'], 2)}) | {_s(q['plan_cpu_s'])} | {_s(q['plan_wall_s'])} |",
+            f"| search, measured end to end | {s['cpu_s']:.1f} | {s['wall_s']:.1f} |",
+            f"| plan / measured | {q['plan_cpu_s'] / s['cpu_s']:.2f} | {q['plan_wall_s'] / s['wall_s']:.2f} |", ""]
+
+
+def _prefix(rec: dict[str, Any]) -> list[str]:
+    p = rec.get("prefix")
+    if p is None:
+        return []
+    out = ["### The shared prompt start, once per variant (`benchmarks.prefix.measure`)", ""]
+    if "missing" in p:
+        return out + [p["missing"], ""]
+    out += ["| prompts | examples x variants | shared tokens | unshared CPU s (wall) | shared CPU s (wall) | saving "
+            "| decisions identical |", "|---|---|---|---|---|---|---|"]
+    for key in ("arithmetic", "mbpp"):
+        r = p["result"].get(key)
+        if not r:
+            continue
+        shared = r.get("prefix_tokens")
+        shared = max(shared) if isinstance(shared, list) and shared else shared
+        out.append(f"| {key} | {r['n_examples']} x {r['n_variants']} | {shared} | {r['cpu_s_unshared']:.1f} "
+                   f"({r['wall_s_unshared']:.0f}) | {r['cpu_s_shared']:.1f} ({r['wall_s_shared']:.0f}) "
+                   f"| {r['cpu_ratio']:.2f}x | {r['decisions_identical']} ({r['decisions_compared']:,}) |")
+    return out + [""]
+
+
+def render(rec: dict[str, Any]) -> str:
+    """The section from the merged record of every part that ran."""
+    ran = [f"{k} ({v.get('finished', '?')}, load average {v.get('load_average', 0):.1f})" for k, v in rec.items()
+           if isinstance(v, dict)]
+    head = [TITLE, "",
+            "One torch thread per process on a shared 2-core machine; CPU seconds are the measure, wall beside them. "
+            "Parts in this record: " + ("; ".join(ran) or "none") + ".", ""]
+    return "\n".join(head + _stage1(rec) + _bound(rec) + _prefix(rec) + _prescreen(rec) + _quick(rec)).rstrip() + "\n"

@@ -1,0 +1,48 @@
+"""The bound below today's FLOP count (benchmarks/scan_bound.py), by hand, and the SmolLM2 speed
+section rendered from a record."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.limit import Shape, head_flops, pieces, scan_count_flops
+from benchmarks.scan_bound import head_bound_flops, matmul_peaks, scan_bound, shared_prefix
+from benchmarks.smollm2_speed_report import render
+
+S = Shape(n_layers=3, n_heads=2, n_kv_heads=1, d_model=4, d_head=2, d_mlp=6, d_vocab=10, gated=True)
+
+
+def test_shared_prefix_keeps_a_token_of_each_context():
+    assert shared_prefix([([1, 2, 3, 4], [[9]]), ([1, 2, 5], [[9]])]) == 2
+    assert shared_prefix([([1, 2], [[9]]), ([1, 2, 3], [[9]])]) == 1  # the shorter context keeps its last token
+    assert shared_prefix([([1, 2, 3], [[9]])]) == 0
+
+
+def test_each_saving_by_hand():
+    # the MLP input: two gated projections of (d_model - d_head) columns fewer per corrected position
+    assert head_flops(S, 0, 5, 1) - head_bound_flops(S, 0, 5, 1, mlp_rank=True) == 5 * 2 * 2 * (4 - 2) * 6
+    # the last layer corrects only the scored position; two scored columns instead of ten
+    assert head_flops(S, 2, 5, 1) - head_bound_flops(S, 2, 5, 1, mlp_rank=True, columns=2) == 2 * 2 * 2 * 6 + 2 * 4 * 8
+
+
+def test_the_bound_is_below_today_s_count_and_each_saving_is_counted_alone():
+    plain = [([1, 2, 3, i], [[7]]) for i in range(4, 9)]  # exact match: no column saving
+    rec = scan_bound(S, plain)
+    assert rec["today_gflop"] * 1e9 == scan_count_flops(S, pieces(plain))
+    assert rec["prefix_tokens"] == 3 and rec["prefix_saving"] > 1 and rec["columns_saving"] == 1
+    assert rec["bound_gflop"] < min(rec["prefix_gflop"], rec["mlp_rank_gflop"])
+    choices = [([5, i, 6], [[7], [8]]) for i in range(5)]  # single-token choices: two columns suffice
+    assert scan_bound(S, choices)["columns_saving"] > 1
+
+
+def test_matmul_peaks_measure_both_precisions():
+    peaks = matmul_peaks(rows=64, d_in=32, d_out=48, reps=1)
+    assert peaks["fp32_gflops"] > 0 and peaks["bf16_gflops"] > 0
+
+
+def test_the_section_says_what_did_not_run():
+    text = render({"arith": {"n_dist": 4, "heads": 6, "bf16_landed": False,
+                             "float32": {"scan": {"cpu_s": 2.0, "wall_s": 3.0}}, "prescreen": [],
+                             "finished": "now", "load_average": 1.0}})
+    assert "column left to fill" in text and "BoolQ (D_dist from validation) | not run" in text
+    assert "Not run in this record" in text
