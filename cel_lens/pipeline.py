@@ -323,7 +323,8 @@ def search(
         with progress_session(settings.progress, desc=f"search {task.name}"), reading_as(f"search {path}", key=key):
             result = _search_with_controls(
                 config, settings, oracle, recording, run_dir, task,
-                test_reads=lambda: recorded_reads(str(manifest["model"]["id"]), task.test, exclude_key=key),
+                test_reads=lambda: recorded_reads(oracle.model if hasattr(oracle, "model") else str(manifest["model"]["id"]),
+                                                  task.test, exclude_key=key),  # weights too, not only the name
             )
         manifest = record_seal(run_dir, manifest, result)
         manifest = record_precision(run_dir, manifest, oracle, config)

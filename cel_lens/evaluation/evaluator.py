@@ -44,7 +44,6 @@ from cel_lens.evaluation.store import ActivationStore
 from cel_lens.evaluation.teacher_forced import score_batches
 from cel_lens.heads import Head, HeadSet, HeadsLike
 from cel_lens.model.forward import forward_resid, param_device, unembed
-from cel_lens.model.identity import model_id
 from cel_lens.model.kinds import model_name, model_shape
 from cel_lens.model.processing import warn_if_processed
 from cel_lens.tasks.base import Example, Split, Task
@@ -111,7 +110,7 @@ def evaluate(
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     prec = resolve_precision(precision if precision is not None else precision_of(model), model)
     chat = chat_choice(split, chat_template)
-    record_test_read(model_id(model), split, sets)  # the sealed test split: every D_test read is recorded
+    record_test_read(model, split, sets)  # the sealed test split: every D_test read is recorded (by content)
     metric = split.metric or "acc"
     budget = _generation_budget(split, kind, max_new_tokens)
     if kind == "multiple_choice" and metric not in ("acc", "acc_norm"):

@@ -9,6 +9,12 @@ example ids written once per hash), which head sets, when, and by which entry po
 fixes its selection: any read of one of its D_test examples by the same model before that moment
 makes ``selected_before_test`` false, with the reads as the reason.
 
+The ledger is keyed on content, not names: a read carries the model's id *and* a fingerprint of its
+weights (:func:`weights_key`; a renamed copy of a model matches), and each split's examples are
+written once with their content hashes (a renamed copy of the split, a list of examples, the same
+rows under another task name or none all match). Every split but the discovery one (``"dist"``) is
+recorded; every ledger file is consulted. A cut last line is repaired before the next append.
+
 The ledger is one append-only JSONL file per task under :func:`ledger_dir` (``$CEL_LENS_LEDGER``,
 else ``$CEL_LENS_CACHE/test_reads``, else ``~/.cache/cel_lens/test_reads``). Writers take an
 exclusive ``flock`` (one per open file description, so threads of one process take turns too),
@@ -22,6 +28,7 @@ import contextlib
 import contextvars
 import datetime as dt
 import fcntl
+import hashlib
 import json
 import os
 import re
@@ -30,14 +37,19 @@ import warnings
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
+import torch
+
 from cel_lens.heads import HeadSet
+from cel_lens.model.identity import model_id
 from cel_lens.tasks.base import Split
 
-__all__ = ["TEST_SPLIT_NAME", "SEAL_WARNING", "ledger_dir", "ledger_file", "reading_as", "record_test_read",
-           "recorded_reads", "summarize_read", "describe_reads"]
+__all__ = ["TEST_SPLIT_NAME", "DIST_SPLIT_NAME", "SEAL_WARNING", "ledger_dir", "ledger_file", "reading_as",
+           "record_test_read", "recorded_reads", "summarize_read", "describe_reads", "weights_key"]
 
 TEST_SPLIT_NAME = "test"
-"""The split name whose reads are recorded."""
+"""The split name whose reads warn when no caller claims them."""
+DIST_SPLIT_NAME = "dist"
+"""The one split name whose reads are not recorded (the discovery split a search selects on)."""
 SEAL_WARNING = (
     "reading D_test of {task} with {model} breaks its seal: a later search of this model on this task "
     "will report that its selection was not fixed before D_test was read (explore on D_dist instead)"
@@ -104,45 +116,120 @@ def _lines(fh: Any) -> list[dict[str, Any]]:
     return out
 
 
-def record_test_read(model: str, split: Split, head_sets: Sequence[HeadSet], *, entry: Optional[str] = None) -> None:
-    """Append a read of ``split`` (a test split) by ``model`` with ``head_sets`` to the ledger, and
-    warn (:data:`SEAL_WARNING`) when no caller claimed the read (:func:`reading_as`). Splits not
-    named ``"test"`` are not recorded."""
-    if split.name != TEST_SPLIT_NAME:
+def _repair_tail(fh: Any) -> None:
+    """Cut a partial last line (a short write: ``RLIMIT_FSIZE``, a kill, a full disk) back to the
+    last newline before appending, as run directories do (:meth:`cel_lens.runs.RunDir`), so the next
+    record starts on a line of its own instead of being glued onto the cut one and lost."""
+    fh.seek(0, os.SEEK_END)
+    size = fh.tell()
+    if size == 0:
+        return
+    fh.buffer.seek(size - 1)
+    if fh.buffer.read(1) == b"\n":
+        return
+    fh.buffer.seek(0)
+    data = fh.buffer.read()
+    fh.truncate(data.rfind(b"\n") + 1)
+    fh.flush()
+    os.fsync(fh.fileno())
+
+
+def weights_key(model: Any) -> Optional[str]:
+    """A fingerprint of ``model``'s weights (``None`` for a name): sha256 over every parameter's
+    name, shape, dtype and up to 4,096 evenly spaced values. Equal for a renamed copy of the same
+    weights, different for any other model in practice; cached until a parameter changes in place
+    (its ``_version`` counter)."""
+    if isinstance(model, str) or not hasattr(model, "state_dict"):
+        return None
+    state = model.state_dict()
+    version = sum(int(getattr(t, "_version", 0)) for t in state.values())
+    cached = model.__dict__.get("_cel_lens_weights")
+    if cached is not None and cached[0] == version:
+        return cached[1]
+    h = hashlib.sha256()
+    for name in sorted(state):
+        t = state[name].detach()
+        flat = t.reshape(-1)
+        step = max(1, flat.numel() // 4096)
+        h.update(f"{name}|{tuple(t.shape)}|{t.dtype}|".encode())
+        h.update(flat[::step].to("cpu", torch.float64).numpy().tobytes())
+    key = h.hexdigest()[:32]
+    model.__dict__["_cel_lens_weights"] = (version, key)
+    return key
+
+
+def _identity(model: Any) -> tuple[str, Optional[str]]:
+    """``(model id, weights fingerprint)`` of a model object, or ``(name, None)`` for a name."""
+    if isinstance(model, str):
+        return model, None
+    return model_id(model), weights_key(model)
+
+
+def record_test_read(model: Any, split: Split, head_sets: Sequence[HeadSet], *, entry: Optional[str] = None) -> None:
+    """Append a read of ``split`` by ``model`` (the model, or its id) with ``head_sets`` to the ledger,
+    keyed on content: the weights' fingerprint (:func:`weights_key`) and each example's content
+    hash, whatever the model, split or task is called. Every split but one named ``"dist"`` is
+    recorded (a renamed copy of D_test, examples passed as a list, a split without a task); a read of
+    a split named ``"test"`` that no caller claimed (:func:`reading_as`) warns (:data:`SEAL_WARNING`)."""
+    if split.name == DIST_SPLIT_NAME:
         return
     owner, key = _ENTRY.get() or (None, None)
-    if owner is None and entry is None:
-        warnings.warn(SEAL_WARNING.format(task=split.task or "this task", model=model), UserWarning, stacklevel=3)
+    mid, weights = _identity(model)
+    if split.name == TEST_SPLIT_NAME and owner is None and entry is None:
+        warnings.warn(SEAL_WARNING.format(task=split.task or "this task", model=mid), UserWarning, stacklevel=3)
     digest = split.content_hash
     now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="microseconds")
-    read = {"kind": "read", "time": now, "model": model, "task": split.task, "split": digest, "n": len(split),
-            "head_sets": [str(h) for h in head_sets], "entry": entry or owner or "evaluate", "key": key,
-            "pid": os.getpid(), "host": socket.gethostname()}
+    read = {"kind": "read", "time": now, "model": mid, "weights": weights, "task": split.task, "split_name": split.name,
+            "split": digest, "n": len(split), "head_sets": [str(h) for h in head_sets],
+            "entry": entry or owner or "evaluate", "key": key, "pid": os.getpid(), "host": socket.gethostname()}
     path = ledger_file(split.task)
     with _locked(path, exclusive=True) as fh:
-        # the split's ids are written once; a process reads the ledger for that only the first time
-        known = (str(path), digest) in _KNOWN or any(e.get("kind") == "split" and e.get("split") == digest for e in _lines(fh))
+        # the split's ids and content hashes are written once; a process reads the ledger for that once
+        known = (str(path), digest) in _KNOWN or any(e.get("kind") == "split" and e.get("split") == digest and "hashes" in e
+                                                   for e in _lines(fh))
         _KNOWN.add((str(path), digest))
-        lines = [] if known else [{"kind": "split", "split": digest, "ids": split.ids}]
+        lines = [] if known else [{"kind": "split", "split": digest, "ids": split.ids,
+                                   "hashes": [e.content_hash for e in split.examples]}]
+        _repair_tail(fh)
         fh.seek(0, os.SEEK_END)
         fh.write("".join(json.dumps(e) + "\n" for e in [*lines, read]))
         fh.flush()
         os.fsync(fh.fileno())
 
 
-def recorded_reads(model: str, split: Split, *, exclude_key: Optional[str] = None) -> list[dict[str, Any]]:
-    """Recorded reads by ``model`` of any example of ``split`` (a test split), oldest first; reads
-    made under ``exclude_key`` (the same search configuration, :func:`reading_as`) left out."""
-    path = ledger_file(split.task)
-    if not path.is_file():
+def _all_entries() -> list[dict[str, Any]]:
+    """Every line of every ledger file (each task's, the unnamed one, older ones): a read counts
+    whatever task name it was filed under."""
+    folder = ledger_dir()
+    if not folder.is_dir():
         return []
-    with _locked(path, exclusive=False) as fh:
-        entries = _lines(fh)
-    ours = set(split.ids)
-    overlapping = {e["split"] for e in entries if e.get("kind") == "split" and ours & set(e.get("ids") or [])}
-    overlapping.add(split.content_hash)
-    return [e for e in entries if e.get("kind") == "read" and e.get("model") == model and e.get("split") in overlapping
-            and (exclude_key is None or e.get("key") != exclude_key)]
+    entries: list[dict[str, Any]] = []
+    for path in sorted(folder.glob("*.jsonl")):
+        with _locked(path, exclusive=False) as fh:
+            entries += _lines(fh)
+    return entries
+
+
+def recorded_reads(model: Any, split: Split, *, exclude_key: Optional[str] = None) -> list[dict[str, Any]]:
+    """Recorded reads by ``model`` (the model, matched on its weights' fingerprint and on its id;
+    or an id) of any example of ``split`` (matched on content hashes; on ids for lines written
+    before hashes were), in any ledger file, oldest first; reads made under ``exclude_key`` (the
+    same search configuration, :func:`reading_as`) left out."""
+    mid, weights = _identity(model)
+    entries = _all_entries()
+    hashes = {e.content_hash for e in split.examples}
+    ids = set(split.ids)
+    overlapping = {split.content_hash}
+    for e in entries:
+        if e.get("kind") == "split" and (hashes & set(e.get("hashes") or []) or ("hashes" not in e and ids & set(e.get("ids") or []))):
+            overlapping.add(e["split"])
+
+    def same_model(e: dict[str, Any]) -> bool:
+        return e.get("model") == mid or (weights is not None and e.get("weights") == weights)
+
+    reads = [e for e in entries if e.get("kind") == "read" and same_model(e) and e.get("split") in overlapping
+             and (exclude_key is None or e.get("key") != exclude_key)]
+    return sorted(reads, key=lambda e: str(e.get("time")))
 
 
 def summarize_read(read: dict[str, Any]) -> dict[str, Any]:

@@ -7,6 +7,7 @@ import threading
 import warnings
 
 import pytest
+import torch
 
 import cel_lens as cl
 from cel_lens.analysis import flipped_examples
@@ -116,3 +117,39 @@ def test_ledger_is_safe_across_threads(task):
     assert sum(p["kind"] == "read" for p in parsed) == 80
     assert sum(p["kind"] == "split" for p in parsed) == 1
     assert len(recorded_reads("m", task.test)) == 80
+
+
+def test_a_cut_tail_is_repaired_before_the_next_read_is_appended(task):
+    record_test_read("m", task.test, [HeadSet.parse("L0H0")], entry="first")
+    path = ledger_file(task.test.task)
+    data = path.read_bytes()
+    path.write_bytes(data[:-7])  # a short write: the last line lost its end, no newline
+    record_test_read("m", task.test, [HeadSet.parse("L0H1")], entry="second")
+    assert path.read_bytes().endswith(b"\n")
+    assert [r["entry"] for r in recorded_reads("m", task.test)] == ["second"]  # before: glued on, lost
+
+
+def test_reads_are_matched_on_content_whatever_the_names(tiny_model, task):
+    import copy
+    from dataclasses import replace
+
+    from cel_lens.model.identity import tag_source
+    from cel_lens.tasks.base import Split
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cl.evaluate(tiny_model, list(task.test)[:2], [HeadSet()], progress=False)  # a plain list of examples
+        assert [r["split_name"] for r in recorded_reads(model_id(tiny_model), task.test)] == ["split"]
+        renamed = replace(task.test.subset(2), name="heldout", task="elsewhere")  # a renamed copy, another task
+        cl.evaluate(tiny_model, renamed, [HeadSet()], progress=False)
+        cl.evaluate(tiny_model, Split("test", tuple(task.test)[2:4]), [HeadSet()], progress=False)  # no task
+        twin = copy.deepcopy(tiny_model)  # the same weights under another name
+        tag_source(twin, "a-renamed-copy", "test", {})
+        cl.evaluate(twin, task.test.subset(1), [HeadSet()], progress=False)
+    assert model_id(twin) == "a-renamed-copy"
+    reads = recorded_reads(tiny_model, task.test)
+    assert len(reads) == 4 and {r["model"] for r in reads} == {model_id(tiny_model), "a-renamed-copy"}
+    assert len(recorded_reads(model_id(tiny_model), task.test)) == 3  # by name alone the copy is missed
+    with torch.no_grad():
+        next(twin.parameters()).add_(1.0)  # other weights: not the same model any more
+    assert recorded_reads(twin, task.dist) == [] and len(recorded_reads(twin, task.test)) == 1

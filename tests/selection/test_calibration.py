@@ -145,3 +145,66 @@ def test_capability_search_shows_no_prior_warning():
         result = run_search(oracle, k=1, pool_size=3, n_null=5, n_boot=300, progress=False)
     assert result.heads == str(HeadSet.parse(oracle.capability))
     assert result.calibration["survives"] and PRIOR_ONLY_LINE not in str(result)
+
+
+def test_four_choices_reach_at_least_every_common_offset_and_a_coarse_brute_force():
+    gen = torch.Generator().manual_seed(4)
+    for _ in range(3):
+        scores = torch.randn(60, 4, generator=gen, dtype=torch.float64)
+        labels = torch.multinomial(torch.tensor([0.4, 0.2, 0.2, 0.2]), 60, replacement=True, generator=gen)
+        scores[torch.arange(60), labels] += 0.8
+        scores[:, 0] -= 0.6
+        got = _accuracy(scores, labels, fit_choice_bias(scores, labels))
+        grid = torch.linspace(-3, 3, 25).tolist()
+        coarse = max(_accuracy(scores, labels, torch.tensor([0.0, *b], dtype=torch.float64))
+                     for b in itertools.product(grid, repeat=3))
+        offsets = max(_accuracy(scores, labels, torch.tensor([0.0, c, c, c], dtype=torch.float64))
+                      for c in torch.linspace(-4, 4, 801).tolist())
+        assert got >= coarse - 1e-12 and got >= offsets - 1e-12
+
+
+def test_ties_follow_a_stated_rule_that_moves_with_a_prior_shift_and_their_range_is_reported():
+    from cel_lens.selection.calibration import TIE_RULE, optimal_biases
+
+    # coarse scores: many equally good bias intervals on D_dist
+    gen = torch.Generator().manual_seed(2)
+    labels = torch.randint(0, 2, (40,), generator=gen)
+    scores = torch.zeros(40, 2)
+    scores[:, 1] = torch.randint(-3, 4, (40,), generator=gen).float() + 0.5 * labels
+    ties = optimal_biases(scores, labels)
+    assert len(ties) > 1 and "middle" in TIE_RULE
+    shifted = scores + torch.tensor([0.0, 2.0])
+    assert torch.equal(calibrated_predictions(scores, fit_choice_bias(scores, labels)),
+                       calibrated_predictions(shifted, fit_choice_bias(shifted, labels)))
+
+
+def test_a_pure_prior_shift_never_survives_and_the_tie_range_is_in_the_block():
+    class Shifted:
+        n_layers, n_heads = 2, 2
+
+        def __init__(self):
+            gen = torch.Generator().manual_seed(0)
+            self.labels = {sp: torch.randint(0, 4, (80,), generator=gen) for sp in ("dist", "test")}
+            self.scores = {sp: torch.randn(80, 4, generator=gen) for sp in ("dist", "test")}
+            for sp in self.scores:
+                self.scores[sp][torch.arange(80), self.labels[sp]] += 1.0
+
+        def evaluate_choices(self, split, head_sets, *, stage=""):
+            s = torch.stack([self.scores[split] + (torch.tensor([1.5, 0, 0, 0]) if len(h) else 0) for h in head_sets])
+            return s.argmax(-1) == self.labels[split], s
+
+        def evaluate(self, split, head_sets, *, stage=""):
+            return self.evaluate_choices(split, head_sets)[0]
+
+        def answer_key(self, split):
+            return AnswerKey("multiple_choice", self.labels[split], ("a", "b", "c", "d"))
+
+    memo = MemoOracle(Shifted(), guard_test=False)
+    for split in ("dist", "test"):
+        memo.evaluate(split, [HeadSet(), HeadSet.parse("L0H0")])
+    block = calibration_statistics(memo, HeadSet.parse("L0H0"), n_boot=200)
+    assert block["gain_best"] == 0.0 and not block["survives"] and block["p_value_cal"] == 1.0
+    low, high = block["gain_cal_range"]
+    assert low <= block["gain_cal"] <= high
+    rows = dict(calibration_rows({"calibration": block, "gain": 0.1, "alpha": 0.05}))
+    assert rows["survives calibration?"].startswith("no: each model at its best constant prior on D_test")
