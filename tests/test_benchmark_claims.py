@@ -1,4 +1,4 @@
-"""The before/after evidence runs, and its cheapest checks say what the README reports."""
+"""The before/after evidence runs, and its cheapest checks say what docs/claims.md reports."""
 
 from __future__ import annotations
 

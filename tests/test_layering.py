@@ -87,7 +87,7 @@ def _targets(module: str, names: list[str]) -> list[str]:
 
 def test_every_unit_has_a_layer():
     units = {_unit(m) for m in MODULES} - {""}
-    assert units - set(LAYERS) == set(), "add new packages to LAYERS (and the README's table)"
+    assert units - set(LAYERS) == set(), "add new packages to LAYERS (and docs/layout.md's table)"
 
 
 def test_imports_flow_one_way():

@@ -1,4 +1,4 @@
-"""What the README says about ``cl.ablate`` and TransformerLens's hook housekeeping: ``run_with_hooks``
+"""What docs/ablation.md says about ``cl.ablate`` and TransformerLens's hook housekeeping: ``run_with_hooks``
 inside the context keeps the ablation, ``model.reset_hooks()`` silently removes it."""
 
 from __future__ import annotations
