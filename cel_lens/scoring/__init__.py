@@ -12,6 +12,9 @@ Scorers are a registry (:mod:`~cel_lens.scoring.registry`: adding one is one fil
 * ``racing`` (:mod:`~cel_lens.scoring.racing`): exact scoring on growing batches of D_dist that
   stops evaluating a head once confidence bounds show it cannot change the pool (needs the pool
   size; its pool equals exact's with probability ``1 - delta``).
+* ``prescreen`` (:mod:`~cel_lens.scoring.prescreen`): a first pass (attribution, or every head on a
+  D_dist subsample) ranks every head, exact scoring runs on the top ``prescreen_keep`` fraction; its
+  recall of exact's pool is measured (``benchmarks/RESULTS.md``), not guaranteed.
 
 ``exact`` and ``compressed`` run over any evaluation oracle; ``attribution`` needs gradients
 through the model: the oracle's own ``attribution_scores`` (the local and Ray backends have one),
