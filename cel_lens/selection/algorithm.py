@@ -221,10 +221,12 @@ def _discovery_checks(
     sub_bits = memo.evaluate(DIST_SPLIT, [s.heads for s in subsets], stage="stage2")
     singles = singles_from(sets, bits, memo.n_layers, memo.n_heads)
     if n_stability >= 1:
-        fixed = selection_stability(subsets, sub_bits, n_resamples=n_stability, seed=seed, rule=rule, alpha=alpha)
+        fixed = selection_stability(subsets, sub_bits, n_resamples=n_stability, seed=seed, rule=rule, alpha=alpha,
+                                    stand_ins=memo.n_layers * memo.n_heads)
         out["selection_stability"] = {"method": "fixed pool", **fixed}
     if n_stability >= 1 and singles is not None:
-        reselector = Reselector(singles, subsets, sub_bits, intact, pool_size=pool_size, k=k, rule=rule, alpha=alpha)
+        reselector = Reselector(singles, subsets, sub_bits, intact, pool_size=pool_size, k=k, rule=rule, alpha=alpha,
+                                stand_ins=memo.n_layers * memo.n_heads)
         ties = {key: fixed.get(key) for key in ("selected_by_tie_break", "identical_subsets") if key in fixed}
         out["selection_stability"] = {**reselecting_stability(reselector, selected, n_resamples=n_stability, seed=seed),
                                       "fixed_pool_frequency": fixed["selected_frequency"], **ties}
@@ -313,7 +315,8 @@ def run_search(
             journal.record_event("pool", scorer=name, pool=[str(h) for h in pool])
         subsets, _ = stage2(memo, pool, stage1_scores, intact, **search)
         bits = memo.evaluate(DIST_SPLIT, [s.heads for s in subsets], stage="stage2")
-        best, choice = select_parsimonious(subsets, bits, parsimony, alpha=alpha)
+        best, choice = select_parsimonious(subsets, bits, parsimony, alpha=alpha,
+                                           stand_ins=memo.n_layers * memo.n_heads)
         checks = _discovery_checks(memo, subsets, best.heads, intact, pool_size=pool_size, k=k, rule=parsimony,
                                    n_stability=n_stability, n_adjusted=n_adjusted, seed=seed, alpha=alpha)
         if n_specificity:  # on D_dist, before the selection is fixed

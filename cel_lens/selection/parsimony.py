@@ -9,9 +9,10 @@ passenger"; with a pool of 12 and k = 3 there are 66 such sets beside the real h
   do not support them. At each step every head ``h`` of the current set ``S`` is tested by the one
   decision rule (:func:`cel_lens.stats.sign_test_p`, one-sided exact McNemar) on D_dist: ``S``
   against ``S`` without ``h``, both already evaluated. The head with the largest p is dropped when
-  that p exceeds ``alpha / (pool - |S| + 1)``: Bonferroni over the pool heads that could have stood
-  in for ``h`` (the passenger is the best of them, so an unadjusted test keeps it about
-  ``1 - 0.95^11`` of the time). A single head is never dropped (whether anything helps at all is
+  that p exceeds ``alpha / (N - |S| + 1)``: Bonferroni over the ``N`` heads that could have stood
+  in for ``h`` (``stand_ins``; the search passes every head of the model, since the pool itself
+  was chosen on the same D_dist examples, so a passenger is the best of all of them; an unadjusted
+  test keeps it most of the time). A single head is never dropped (whether anything helps at all is
   the question of :mod:`cel_lens.selection.guardrails`). Ties of p go to dropping the head whose
   removal leaves the more accurate set.
 * ``"one_se"``: the smallest subset whose D_dist accuracy is within one standard error of the best
@@ -72,7 +73,7 @@ class RuleTable:
     multiplicities, a half's 0/1 mask) and to any subfamily of candidates (a re-selected pool)."""
 
     def __init__(self, subsets: Sequence[SubsetScore], bits: Any, rule: str = DEFAULT_PARSIMONY, *,
-                 pool_size: Optional[int] = None, alpha: float = 0.05) -> None:
+                 stand_ins: Optional[int] = None, alpha: float = 0.05) -> None:
         if rule not in PARSIMONY_RULES:
             raise ValueError(f"unknown parsimony rule {rule!r}; choose one of {', '.join(PARSIMONY_RULES)}")
         self.subsets, self.rule, self.alpha = list(subsets), rule, float(alpha)
@@ -84,7 +85,7 @@ class RuleTable:
         self.sizes = np.array([len(s.heads) for s in self.subsets], dtype=np.int64)
         self.index = {s.heads: i for i, s in enumerate(self.subsets)}
         heads = {h for s in self.subsets for h in s.heads}
-        self.pool_size = int(pool_size) if pool_size is not None else len(heads)
+        self.stand_ins = int(stand_ins) if stand_ins is not None else len(heads)
         self.width = tolerance_width(rule, len(self.subsets), alpha)
 
     def best(self, counts: np.ndarray, cands: np.ndarray) -> int:
@@ -110,9 +111,9 @@ class RuleTable:
         return out
 
     def threshold(self, size: int) -> float:
-        """The backward rule's level for a head of a ``size``-head set (Bonferroni over the pool
-        heads that could have stood in for it)."""
-        return self.alpha / max(1, self.pool_size - size + 1)
+        """The backward rule's level for a head of a ``size``-head set (Bonferroni over the heads
+        that could have stood in for it)."""
+        return self.alpha / max(1, self.stand_ins - size + 1)
 
     def choose(self, w: Optional[np.ndarray] = None, cands: Optional[np.ndarray] = None,
                trace: Optional[list] = None) -> int:
@@ -159,18 +160,19 @@ class RuleTable:
 
 def select_parsimonious(
     subsets: Sequence[SubsetScore], correct: Bool[Tensor, "subset example"], rule: str = DEFAULT_PARSIMONY,
-    *, pool_size: Optional[int] = None, alpha: float = 0.05,
+    *, stand_ins: Optional[int] = None, alpha: float = 0.05,
 ) -> tuple[SubsetScore, dict[str, Any]]:
     """S-hat under ``rule`` and the record of the choice: ``{"rule", "best", "best_dist_gain",
     "tolerance", "chosen", "candidates", "dropped", "passengers"}`` (``tolerance``: for the
     standard-error rules, the margin in accuracy; ``dropped``: the backward rule's steps;
     ``passengers``: heads of the chosen set its own D_dist data do not support). ``correct[i]`` is
-    ``subsets[i]``'s per-example D_dist correctness; ``pool_size`` defaults to the heads seen."""
+    ``subsets[i]``'s per-example D_dist correctness; ``stand_ins`` (the heads a dropped head could be
+    replaced by; the search passes the model's head count) defaults to the heads seen."""
     if rule not in PARSIMONY_RULES:
         raise ValueError(f"unknown parsimony rule {rule!r}; choose one of {', '.join(PARSIMONY_RULES)}")
     if correct.ndim != 2 or correct.shape[0] != len(subsets):
         raise ValueError(f"correct must be [{len(subsets)}, example], got shape {tuple(correct.shape)}")
-    table = RuleTable(subsets, correct, rule, pool_size=pool_size, alpha=alpha)
+    table = RuleTable(subsets, correct, rule, stand_ins=stand_ins, alpha=alpha)
     raw = table.best(table.bits.sum(1), np.arange(len(subsets)))
     steps: list = []
     i = table.choose(trace=steps)
@@ -181,5 +183,5 @@ def select_parsimonious(
     within = int((diff.mean(1) >= -table.width * se - 1e-12).sum()) if rule in ("one_se", "simultaneous") else 1
     record = {"rule": rule, "best": str(best.heads), "best_dist_gain": best.dist_gain,
               "tolerance": float(table.width * se[i]), "chosen": str(chosen.heads), "candidates": within,
-              "dropped": steps, "passengers": table.passengers(i), "alpha": alpha, "pool_size": table.pool_size}
+              "dropped": steps, "passengers": table.passengers(i), "alpha": alpha, "stand_ins": table.stand_ins}
     return chosen, record

@@ -34,14 +34,16 @@ class Reselector:
     (``{Head: bits}``); ``subsets``/``subset_bits``: stage 2's evaluated subsets."""
 
     def __init__(self, singles: dict[Head, Tensor], subsets: Sequence[SubsetScore], subset_bits: Tensor,
-                 intact: Tensor, *, pool_size: int, k: int, rule: str = DEFAULT_PARSIMONY, alpha: float = 0.05) -> None:
+                 intact: Tensor, *, pool_size: int, k: int, rule: str = DEFAULT_PARSIMONY, alpha: float = 0.05,
+                 stand_ins: Optional[int] = None) -> None:
         self.heads = sorted(singles)
         index = {h: i for i, h in enumerate(self.heads)}
         self.single_d = np.stack([singles[h].numpy().astype(np.float64) for h in self.heads]) - intact.numpy()
         self.subsets = list(subsets)
         m = min(pool_size, len(self.heads))
         self.pool_size, self.rule = m, rule
-        self.table = RuleTable(self.subsets, subset_bits, rule, pool_size=m, alpha=alpha)
+        self.table = RuleTable(self.subsets, subset_bits, rule, stand_ins=stand_ins if stand_ins else len(self.heads),
+                               alpha=alpha)
         width = int(self.table.sizes.max()) if len(self.subsets) else 1
         self.members = np.full((len(self.subsets), width), -1)
         for i, s in enumerate(self.subsets):

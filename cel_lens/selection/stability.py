@@ -43,7 +43,7 @@ def selection_stability(
     seed: int = 0,
     top: int = 50,
     rule: str = "best",
-    pool_size: Optional[int] = None,
+    stand_ins: Optional[int] = None,
     alpha: float = 0.05,
 ) -> dict[str, Any]:
     """How often each subset wins stage 2's selection under ``rule`` (the search passes its own:
@@ -64,7 +64,7 @@ def selection_stability(
         raise ValueError(f"correct must be [{len(subsets)}, example], got shape {tuple(correct.shape)}")
     if n_resamples < 1:
         raise ValueError(f"n_resamples must be >= 1, got {n_resamples}")
-    table = RuleTable(subsets, correct, rule, pool_size=pool_size, alpha=alpha)
+    table = RuleTable(subsets, correct, rule, stand_ins=stand_ins, alpha=alpha)
     bits = table.bits
     n = bits.shape[1]
     full = table.choose()

@@ -76,4 +76,4 @@ def test_reselection_breaks_ties_as_the_selection_does(rule):
         rb = bits[:, torch.from_numpy(idx)]
         resampled = [SubsetScore(s.heads, int(c.sum()), s.n_dist, 0.0, s.score_sum) for s, c in zip(subsets, rb)]
         picked, sure = rs.select(w)
-        assert sure and picked == select_parsimonious(resampled, rb, rule, pool_size=4)[0].heads
+        assert sure and picked == select_parsimonious(resampled, rb, rule, stand_ins=4)[0].heads
