@@ -129,3 +129,26 @@ def test_every_rule_matches_the_selection_itself_on_the_same_resamples(rule):
     assert {w["heads"]: w["frequency"] for w in got["wins"]} == {h: c / B for h, c in wins.items()}
     assert sum(w["frequency"] for w in got["wins"]) <= 1.0 + 1e-12
     assert got["selected_frequency"] == wins.get(got["selected"], 0) / B
+
+
+def test_the_text_the_heatmap_and_the_grid_read_one_computation():
+    # issue 42 item 8: "L1H3 wins 49.2 %" beside "L1H3+L1H5 49.2 %" (the raw winner's frequency
+    # under S-hat's name), a heatmap at 5 % and a table at 22 %: now one set of picks feeds all three
+    from cel_lens.grids.summary import selection_stability as grid_stability
+    from cel_lens.report.heatmap import stability_wins
+
+    oracle = SyntheticOracle(4, 4, n_dist=300, n_test=100, effects={"L1H2": 0.08}, noise=0.05, seed=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        r = run_search(oracle, k=3, pool_size=6, n_null=5, n_stability=200, progress=False).to_dict()
+    st = r["selection_stability"]
+    wins = stability_wins(r)
+    assert st["selected"] == r["heads"] == "L1H2"
+    assert wins[r["heads"]] == st["selected_frequency"] == grid_stability(r)
+    assert sum(wins.values()) <= 1.0 + 1e-12
+    subsets = [SubsetScore(HeadSet.parse(s["heads"]), round(s["dist_acc"] * 300), 300, s["dist_gain"], s["score_sum"])
+               for s in r["subsets"]]
+    bits = oracle.evaluate("dist", [s.heads for s in subsets])
+    fixed = selection_stability(subsets, bits, n_resamples=100, rule="backward", stand_ins=16)
+    assert fixed["selected"] == "L1H2"  # before: the raw winner, a padded set, under S-hat's name
+    assert sum(w["frequency"] for w in fixed["wins"]) <= 1.0 + 1e-12
