@@ -36,7 +36,7 @@ def reverse(monkeypatch):
 
 
 def test_built_in_scorers_and_their_costs():
-    assert list(SCORERS) == ["exact", "attribution", "compressed", "racing"]
+    assert list(SCORERS) == ["exact", "attribution", "compressed", "racing", "prescreen"]
     assert scorer_class("exact").in_search and scorer_class("attribution").units == "nats"
     assert get_scorer("exact").cost(4, 8, 10) == Cost(32, "every head alone", singles=True)
     assert get_scorer("compressed", sparsity=0.05, bogus=1).cost(4, 8, 10).head_sets == max(32, 16, math.ceil(5 / 0.05))
