@@ -1,18 +1,35 @@
-"""The results table of docs/real_model.md, read from the rows' run directories (no model).
+"""The rows table of docs/real_model.md, read from the committed records (no model, no forward pass).
 
-    python scripts/real_model_rows.py LABEL=RUN_DIR [LABEL=RUN_DIR ...]
+    python scripts/real_model_rows.py results/smollm2-135m            # the markdown table
+    python scripts/real_model_rows.py results/smollm2-135m --json     # the same rows as JSON
+    python scripts/real_model_rows.py LABEL=RUN_DIR [LABEL=RUN_DIR ...]   # run directories
 
-Every number comes from a run's ``result.json`` (and its manifest): the selected heads, D_dist and
-D_test accuracies, the gain with its interval and exact McNemar p, the selection-adjusted test on
-D_dist, the answer-prior (calibrated) gain where it applies, the random-subset null, selection
-stability, the ablation-kind controls, whether D_test was read before the selection, and the time.
+A row is a folder holding the ``manifest.json`` a search wrote when it opened its run directory and,
+once the search finished, its ``result.json`` (``scripts/seal_row.py`` commits the first before the
+search reads D_test and the second when it ends). A folder with only the manifest is a row that is
+sealed but not run yet. Every number comes from those two files: the sizes, the scorer (a
+pre-screen's recall of exact's pool from ``prescreen_recall.json`` beside them, when it was
+measured on the row), Ŝ, accuracies, the gain with its interval, the exact McNemar p (one-sided,
+the package's one decision, and two-sided), the selection-adjusted test, the calibrated gain, the
+random-subset null with its smallest possible p, selection stability, the ablation-kind controls,
+leave-one-out, the seal (the ledger's ``selected_before_test`` and its earlier reads; with git, the
+order in which the two files were committed), the smallest gain the one-sided exact test detects
+with 80 % power at the row's n and observed discordance
+(:func:`cel_lens.stats.decision.minimum_detectable_effect`), and a conclusion computed from them.
+A row the ledger does not mark as sealed is reported as such and not counted as evidence.
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Optional
+
+from cel_lens.stats.decision import minimum_detectable_effect, sign_test_p, sign_test_upper
+
+POWER = 0.8
+"""The power at which a row states the smallest detectable gain."""
 
 
 def pct(x: Any) -> str:
@@ -23,54 +40,263 @@ def pp(x: Any) -> str:
     return "n/a" if x is None else f"{100 * float(x):+.1f} pp"
 
 
-def row(label: str, path: Path) -> str:
-    """One markdown row."""
-    r = json.loads((path / "result.json").read_text())
-    cal = r.get("calibration") or {}
-    if cal.get("applies"):
-        calibrated = (f"{pct(cal['test_acc_intact_cal'])} → {pct(cal['test_acc_ablated_cal'])}: {pp(cal['gain_cal'])} "
-                      f"[{pp(cal['ci_low_cal'])}, {pp(cal['ci_high_cal'])}], p {cal['p_value_cal']:.2g}"
-                      + ("" if cal.get("survives") or float(r["gain"]) <= 0 else ", **prior only**"))
-    else:
-        calibrated = "does not apply (free-form answers)" if cal else "n/a"
-    adj = r.get("adjusted") or {}
-    null = r.get("null_gains") or []
-    null_text = (f"{len(null)} sets: mean {pp(sum(null) / len(null))}, max {pp(max(null))}; p {r['null_p']:.2f} (smallest possible {r['null_min_p']:.2f})"
-                 if null else "n/a")
-    stab = r.get("selection_stability") or {}
-    controls = r.get("ablation_controls") or {}
-    ctrl = "; ".join(f"{k} {pp(v.get('gain'))}" for k, v in controls.items()) or "n/a"
-    seal = r.get("seal") or {}
-    sealed = "yes" if r.get("selected_before_test") and not seal.get("prior_test_reads") else (
-        f"yes; {seal.get('prior_test_reads')} earlier reads of these D_test rows by other runs" if r.get("selected_before_test") else "**no**")
-    t = r.get("timings") or {}
-    minutes = sum(float(v) for v in t.values()) / 60
-    return (
-        f"| {label} | {r['n_dist']} / {r['n_test']} | {r['heads']} | {pct(r['dist_acc_intact'])} → {pct(r['dist_acc_ablated'])} | "
-        f"{pct(r['test_acc_intact'])} → {pct(r['test_acc_ablated'])} | {pp(r['gain'])} [{pp(r['ci_low'])}, {pp(r['ci_high'])}] | "
-        f"{r['p_value']:.2g} | {adj.get('p_value', float('nan')):.3g} | {calibrated} | {null_text} | "
-        f"{100 * float(stab.get('selected_frequency', float('nan'))):.0f} % | {ctrl} | {sealed} | {minutes:.0f} min |"
+def fmt_p(x: Any) -> str:
+    return "n/a" if x is None else f"{float(x):.2g}"
+
+
+def _read(path: Path) -> Optional[dict[str, Any]]:
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _find(d: Any, key: str) -> Any:
+    """The first value of ``key`` anywhere in a nested manifest (``None`` when absent)."""
+    if isinstance(d, dict):
+        if key in d:
+            return d[key]
+        for v in d.values():
+            found = _find(v, key)
+            if found is not None:
+                return found
+    return None
+
+
+def describe(manifest: dict[str, Any]) -> str:
+    """A row's label from its manifest: task, prompts (plain or chat template), where D_dist came from."""
+    task = (manifest.get("task") or {}).get("name", "?")
+    chat = "chat template" if _find(manifest, "chat_template") else "plain"
+    dist_from = (manifest.get("task") or {}).get("options", {}).get("dist_from")
+    return f"{task}, {chat}" + (f" (D_dist from {dist_from})" if dist_from else "")
+
+
+def git_history(path: Path) -> Optional[dict[str, str]]:
+    """When each record file of a row folder was first committed (``{name: "<sha> <iso time>"}``),
+    or ``None`` outside a git checkout."""
+    out: dict[str, str] = {}
+    for name in ("manifest.json", "result.json"):
+        try:
+            log = subprocess.run(["git", "log", "--diff-filter=A", "--format=%H %cI", "--", name], cwd=path,
+                                 capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        if log.returncode != 0:
+            return None
+        lines = log.stdout.split()
+        if lines:
+            out[name] = f"{lines[-2]} {lines[-1]}"
+    return out
+
+
+def _is_ancestor(older: str, newer: str, cwd: Path) -> bool:
+    out = subprocess.run(["git", "merge-base", "--is-ancestor", older, newer], cwd=cwd, capture_output=True, timeout=30)
+    return out.returncode == 0
+
+
+def _history_order(history: Optional[dict[str, str]], folder: Path) -> tuple[str, bool]:
+    """What git says of the order (text), and whether it contradicts the seal (the result added in
+    the manifest's commit, or in one that does not descend from it)."""
+    if history is None:
+        return "not in git", False
+    man, res = history.get("manifest.json"), history.get("result.json")
+    if man is None:
+        return "manifest not committed", res is not None
+    if res is None:
+        return f"manifest committed ({man.split()[0][:8]})", False
+    m, r = man.split()[0], res.split()[0]
+    if m == r or not _is_ancestor(m, r, folder):
+        return f"**result committed with or before the manifest** ({r[:8]})", True
+    return f"manifest committed ({m[:8]}) before result ({r[:8]})", False
+
+
+def power(result: dict[str, Any]) -> dict[str, Any]:
+    """The one-sided exact McNemar decision recomputed from the result's discordant counts, with the
+    smallest gain it detects at :data:`POWER` at this n and the observed discordance."""
+    dec = result.get("decision") or {}
+    wins, losses, n = dec.get("wins"), dec.get("losses"), int(result.get("n_test") or dec.get("n") or 0)
+    alpha = float(result.get("alpha", 0.05))
+    if wins is None or losses is None or n <= 0:
+        return {"alpha": alpha, "n": n, "wins": None, "losses": None, "p_one_sided": result.get("p_enhance"),
+                "discordance": None, "mde": None, "upper": None}
+    disc = (wins + losses) / n
+    return {"alpha": alpha, "n": n, "wins": wins, "losses": losses, "p_one_sided": sign_test_p(wins, losses),
+            "discordance": disc, "mde": minimum_detectable_effect(n, disc, alpha, POWER),
+            "upper": sign_test_upper(wins, losses, n, alpha)}
+
+
+def sealed(result: dict[str, Any], history: Optional[dict[str, str]], folder: Path) -> tuple[bool, str]:
+    """Whether the row counts as evidence (the ledger says Ŝ was fixed before any read of its D_test,
+    and git does not show the result committed before the manifest), and the column's text."""
+    seal = result.get("seal")
+    order, contradicts = _history_order(history, folder)
+    if seal is None:
+        return False, f"**unknown** (no seal record); {order}"
+    if not result.get("selected_before_test") or seal.get("prior_test_reads"):
+        reason = seal.get("reason") or f"{seal.get('prior_test_reads')} earlier reads of D_test"
+        return False, f"**no**: {reason}; {order}"
+    if contradicts:
+        return False, f"**no**: {order}"
+    return True, f"yes (ledger: no earlier read of D_test); {order}"
+
+
+def conclusion(rec: dict[str, Any]) -> str:
+    """The row's conclusion, computed from its seal, decision, power and controls."""
+    if rec["status"] != "finished":
+        return "not run yet: the manifest is sealed, the search has not finished"
+    pw, alpha = rec["power"], rec["power"]["alpha"]
+    prefix = "" if rec["evidence"] else "NOT SEALED, not counted as evidence: "
+    if pw["p_one_sided"] is not None and pw["p_one_sided"] <= alpha:
+        text = (f"Ŝ raised D_test accuracy by {pp(rec['gain'])} [{pp(rec['ci'][0])}, {pp(rec['ci'][1])}] "
+                f"(one-sided exact p {fmt_p(pw['p_one_sided'])})")
+        cal = rec.get("calibration") or {}
+        if cal.get("applies") and not cal.get("survives"):
+            text += "; it does not survive calibration: an answer-prior shift, not a capability"
+        if rec["null_p"] is not None and rec["null_p"] > alpha:
+            text += f"; random head sets of its size do as well (null p {fmt_p(rec['null_p'])})"
+        return prefix + text
+    if pw["mde"] is None:
+        return prefix + (f"no gain shown (one-sided exact p {fmt_p(pw['p_one_sided'])}), and too few discordant "
+                         f"examples ({pw['wins']} + {pw['losses']} of {pw['n']}) to detect any gain at {POWER:.0%} power")
+    return prefix + (f"no head set raised accuracy by more than {pp(pw['mde'])} at this power: the one-sided exact "
+                     f"test (p {fmt_p(pw['p_one_sided'])}) detects {pp(pw['mde'])} with {POWER:.0%} power at n = "
+                     f"{pw['n']} and the observed discordance {pct(pw['discordance'])}; Ŝ's gain is at most "
+                     f"{pp(pw['upper'])} (exact one-sided {1 - alpha:.0%} bound)")
+
+
+def _scorer(result: dict[str, Any], recall: Optional[dict[str, Any]]) -> str:
+    name = result.get("scorer", "?")
+    if name != "prescreen":
+        return name
+    if recall is None:
+        return "pre-screen (recall of exact's pool not measured on this row)"
+    return f"pre-screen, recall of exact's pool {recall.get('recall')} (measured on this row)"
+
+
+def _null(result: dict[str, Any]) -> tuple[str, Optional[float]]:
+    null = result.get("null_gains") or []
+    if not null:
+        return "n/a", None
+    p = result.get("null_p")
+    text = (f"{len(null)} sets: mean {pp(sum(null) / len(null))}, max {pp(max(null))}; p {fmt_p(p)} "
+            f"(smallest possible {fmt_p(result.get('null_min_p'))})")
+    return text, p
+
+
+def _calibrated(result: dict[str, Any]) -> str:
+    cal = result.get("calibration") or {}
+    if not cal:
+        return "n/a"
+    if not cal.get("applies"):
+        return "does not apply (free-form answers)"
+    text = (f"{pct(cal.get('test_acc_intact_cal'))} → {pct(cal.get('test_acc_ablated_cal'))}: {pp(cal.get('gain_cal'))} "
+            f"[{pp(cal.get('ci_low_cal'))}, {pp(cal.get('ci_high_cal'))}], p {fmt_p(cal.get('p_value_cal'))}")
+    return text + ("" if cal.get("survives") or float(result.get("gain", 0)) <= 0 else ", **prior only**")
+
+
+def _loo(result: dict[str, Any]) -> str:
+    loo = result.get("leave_one_out") or {}
+    if not loo:
+        return "n/a"
+    parts = ", ".join(f"{h['head']} Holm p {fmt_p(h.get('p_holm'))}" for h in loo.get("heads") or [])
+    return f"supports {', '.join(loo.get('supported') or []) or 'none'} ({parts})"
+
+
+def record(label: str, folder: Path) -> dict[str, Any]:
+    """Everything a row shows, computed from its folder's records (JSON-ready)."""
+    manifest, result = _read(folder / "manifest.json"), _read(folder / "result.json")
+    if manifest is None and result is None:
+        raise FileNotFoundError(f"{folder}: neither manifest.json nor result.json")
+    history = git_history(folder)
+    rec: dict[str, Any] = {"row": label, "path": str(folder), "description": describe(manifest or {}),
+                           "status": "finished" if result is not None else "sealed, not run",
+                           "history": history}
+    splits = (manifest or {}).get("splits") or {}
+    rec["n_dist"] = (result or {}).get("n_dist", (splits.get("dist") or {}).get("n"))
+    rec["n_test"] = (result or {}).get("n_test", (splits.get("test") or {}).get("n"))
+    if result is None:
+        rec.update(evidence=False, sealed=_history_order(history, folder)[0])
+        rec["conclusion"] = conclusion(rec)
+        return rec
+    recall = _read(folder / "prescreen_recall.json")
+    evidence, seal_text = sealed(result, history, folder)
+    stab = result.get("selection_stability") or {}
+    null_text, null_p = _null(result)
+    rec.update(
+        scorer=_scorer(result, recall), heads=result.get("heads"), k=result.get("k"), pool=result.get("pool_size"),
+        dist_acc=[result.get("dist_acc_intact"), result.get("dist_acc_ablated")],
+        test_acc=[result.get("test_acc_intact"), result.get("test_acc_ablated")], gain=result.get("gain"),
+        ci=[result.get("ci_low"), result.get("ci_high")], ci_method=result.get("ci_method"),
+        p_two_sided=result.get("p_value"), adjusted_p=(result.get("adjusted") or {}).get("p_value"),
+        calibration=result.get("calibration"), calibrated=_calibrated(result), null=null_text, null_p=null_p,
+        null_min_p=result.get("null_min_p"), stability=stab.get("selected_frequency"),
+        controls={k: v.get("gain") for k, v in (result.get("ablation_controls") or {}).items()},
+        leave_one_out=_loo(result), evidence=evidence, sealed=seal_text, power=power(result),
+        minutes=sum(float(v) for v in (result.get("timings") or {}).values()) / 60,
     )
+    rec["conclusion"] = conclusion(rec)
+    return rec
 
 
-HEADER = (
-    "| row | n_dist / n_test | Ŝ | D_dist acc, intact → ablated | D_test acc, intact → ablated | Δ [95 % Tango CI] | McNemar p "
-    "| selection-adjusted p (D_dist) | calibrated Δ (answer prior) | random-subset null | selection stability "
-    "| Δ under mean / resample ablation | Ŝ fixed before D_test | time (stages 1, 2, test) |\n"
-    "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
-)
+COLUMNS = ("row", "n_dist / n_test", "scorer, k, pool", "Ŝ", "D_dist acc, intact → ablated",
+           "D_test acc, intact → ablated", "Δ [95 % CI]", "exact McNemar p (one-sided / two-sided)",
+           "selection-adjusted p (D_dist)", "calibrated Δ (answer prior)", "random-subset null",
+           "selection stability", "Δ under other ablation kinds", "leave-one-out", "sealed (counted as evidence)",
+           f"smallest gain detectable at {POWER:.0%} power", "conclusion")
 
 
-def main(items: list[str]) -> None:
-    print(HEADER)
+def markdown_row(rec: dict[str, Any]) -> str:
+    """One markdown row (a sealed row that has not run shows its sizes, seal and what is left)."""
+    sizes = f"{rec['n_dist']} / {rec['n_test']}"
+    if rec["status"] != "finished":
+        cells = [rec["row"], sizes] + ["not run"] * 12 + [rec["sealed"], "n/a", rec["conclusion"]]
+        return "| " + " | ".join(str(c) for c in cells) + " |"
+    pw = rec["power"]
+    mde = ("none (too few discordant examples)" if pw["mde"] is None
+           else f"{pp(pw['mde'])} (n {pw['n']}, discordance {pct(pw['discordance'])})")
+    cells = [
+        f"{rec['row']} ({rec['description']})", sizes, f"{rec['scorer']}, {rec['k']}, {rec['pool']}", rec["heads"],
+        f"{pct(rec['dist_acc'][0])} → {pct(rec['dist_acc'][1])}", f"{pct(rec['test_acc'][0])} → {pct(rec['test_acc'][1])}",
+        f"{pp(rec['gain'])} [{pp(rec['ci'][0])}, {pp(rec['ci'][1])}] ({rec['ci_method']})",
+        f"{fmt_p(pw['p_one_sided'])} / {fmt_p(rec['p_two_sided'])}", fmt_p(rec["adjusted_p"]), rec["calibrated"],
+        rec["null"], "n/a" if rec["stability"] is None else f"{100 * float(rec['stability']):.0f} %",
+        "; ".join(f"{k} {pp(v)}" for k, v in rec["controls"].items()) or "n/a", rec["leave_one_out"],
+        rec["sealed"], mde, rec["conclusion"],
+    ]
+    return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
+def markdown(records: Iterable[dict[str, Any]]) -> str:
+    """The table: a header and one row per record."""
+    head = "| " + " | ".join(COLUMNS) + " |\n|" + "---|" * len(COLUMNS)
+    return "\n".join([head, *(markdown_row(r) for r in records)])
+
+
+def rows_of(items: Iterable[str]) -> list[tuple[str, Path]]:
+    """``(label, folder)`` per row: ``LABEL=DIR``; a folder holding a manifest or result (its name the
+    label); or a folder of such folders (each one a row, in name order)."""
+    out: list[tuple[str, Path]] = []
     for item in items:
-        label, _, path = item.partition("=")
-        print(row(label, Path(path)))
+        label, sep, path = item.partition("=")
+        folder = Path(path if sep else item)
+        if not sep and not (folder / "manifest.json").is_file() and not (folder / "result.json").is_file():
+            subs = sorted(p for p in folder.iterdir() if (p / "manifest.json").is_file() or (p / "result.json").is_file())
+            if not subs:
+                raise FileNotFoundError(f"{folder}: no row records (manifest.json / result.json) in it or below it")
+            out += [(p.name, p) for p in subs]
+        else:
+            out.append((label if sep else folder.name, folder))
+    return out
+
+
+def main(items: list[str], as_json: bool = False) -> str:
+    records = [record(label, folder) for label, folder in rows_of(items)]
+    return json.dumps(records, indent=2, default=str) if as_json else markdown(records)
 
 
 if __name__ == "__main__":
     import argparse
 
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("rows", nargs="+", metavar="LABEL=RUN_DIR", help="a row's label and its run directory")
-    main(parser.parse_args().rows)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("rows", nargs="+", metavar="FOLDER | LABEL=DIR",
+                        help="a folder of row folders (results/smollm2-135m), a row folder, or LABEL=RUN_DIR")
+    parser.add_argument("--json", action="store_true", help="print the rows as JSON instead of a markdown table")
+    args = parser.parse_args()
+    print(main(args.rows, args.json))

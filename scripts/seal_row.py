@@ -1,0 +1,157 @@
+"""Run one row of docs/real_model.md so that git history shows its configuration fixed before D_test.
+
+    python scripts/seal_row.py results/smollm2-135m/arithmetic-plain --run-dir runs/rows/arithmetic-plain \\
+        -- cel-lens search --model smollm2-135m --task arithmetic ... --out runs/rows/arithmetic-plain
+
+The order, by construction:
+
+1. The search starts in the background (its output goes to ``<run dir>.log``).
+2. As soon as it has written ``manifest.json`` (it does when it opens its run directory, before its
+   first forward pass) the search is stopped (``SIGSTOP``); the script checks that its journal holds
+   no evaluation of the test split, copies the manifest into the row folder and commits it alone.
+   Then the search continues (``SIGCONT``).
+3. When the search exits with ``result.json``, that file is copied beside the manifest and committed.
+
+Run again with the same command it resumes the search (cel_lens run directories resume) and commits
+nothing twice: a row whose committed manifest equals the run's is not sealed again, a different one is
+refused. ``--finish`` only copies and commits a finished run's ``result.json`` (a search resumed
+elsewhere). The journal and the log are never committed. ``scripts/real_model_rows.py`` reads the
+row folder and checks the same order from git history and the test-split ledger's verdict.
+"""
+
+from __future__ import annotations
+
+import filecmp
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Optional, Sequence
+
+TEST_EVAL = re.compile(r'"split":\s*"test"')
+
+
+def log(message: str) -> None:
+    print(f"seal_row {time.strftime('%H:%M:%S', time.gmtime())} UTC: {message}", flush=True)
+
+
+def git(args: Sequence[str], cwd: Path, tries: int = 24) -> str:
+    """Run git, waiting out another writer's ``index.lock``; raise with its output on failure."""
+    for _ in range(tries):
+        out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
+        if out.returncode == 0:
+            return out.stdout
+        if "index.lock" not in out.stderr:
+            raise RuntimeError(f"git {' '.join(args)}: {out.stderr.strip()}")
+        time.sleep(5)
+    raise RuntimeError(f"git {' '.join(args)}: index.lock held for {5 * tries} s")
+
+
+def commit(path: Path, message: str) -> str:
+    """Add and commit ``path`` alone (other files of the tree untouched); the new commit's sha."""
+    root = Path(git(["rev-parse", "--show-toplevel"], path.parent).strip())
+    rel = str(path.resolve().relative_to(root))
+    git(["add", "--", rel], root)
+    git(["commit", "-m", message, "--", rel], root)
+    return git(["rev-parse", "HEAD"], root).strip()
+
+
+def test_reads_in_journal(run_dir: Path) -> int:
+    """Lines of the run's journal that evaluated the test split (0 before D_test is read)."""
+    journal = run_dir / "evaluations.jsonl"
+    return len(TEST_EVAL.findall(journal.read_text(errors="replace"))) if journal.exists() else 0
+
+
+def seal_manifest(row: Path, run_dir: Path, label: str) -> Optional[str]:
+    """Copy and commit the run's manifest (the search is stopped meanwhile); ``None`` when the same
+    manifest was committed before (a resumed run). Refuses a different manifest, or a journal
+    that already holds a test-split evaluation."""
+    source, target = run_dir / "manifest.json", row / "manifest.json"
+    if target.exists():
+        if filecmp.cmp(source, target, shallow=False):
+            log(f"{target} already holds this run's manifest: not sealed again")
+            return None
+        raise RuntimeError(f"{target} holds another configuration's manifest: use a new row folder")
+    reads = test_reads_in_journal(run_dir)
+    if reads:
+        raise RuntimeError(f"{run_dir} already evaluated D_test ({reads} journal lines): it cannot be sealed now")
+    row.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(source, target)
+    sha = commit(target, f"Real-model row {label}: its manifest (configuration, split seed, D_test content hash) "
+                         "committed before the search reads D_test")
+    log(f"manifest committed as {sha[:10]}, before any read of D_test")
+    return sha
+
+
+def commit_result(row: Path, run_dir: Path, label: str) -> str:
+    """Copy and commit a finished run's ``result.json`` beside its committed manifest."""
+    manifest, result = row / "manifest.json", run_dir / "result.json"
+    if not manifest.exists() or not filecmp.cmp(run_dir / "manifest.json", manifest, shallow=False):
+        raise RuntimeError(f"{manifest} is missing or differs from {run_dir}'s: the row was not sealed by this run")
+    if not result.exists():
+        raise RuntimeError(f"{run_dir} has no result.json: the search has not finished")
+    shutil.copyfile(result, row / "result.json")
+    sha = commit(row / "result.json", f"Real-model row {label}: its result, after the manifest sealed before D_test")
+    log(f"result committed as {sha[:10]}")
+    return sha
+
+
+def run(row: Path, run_dir: Path, command: Sequence[str], poll_s: float = 0.2) -> int:
+    """Start the search, seal its manifest the moment it exists, and commit its result at the end."""
+    label = row.name
+    logfile = run_dir.parent / f"{run_dir.name}.log"
+    logfile.parent.mkdir(parents=True, exist_ok=True)
+    with open(logfile, "a") as out:
+        proc = subprocess.Popen(list(command), stdout=out, stderr=subprocess.STDOUT)
+        log(f"search started (pid {proc.pid}), output in {logfile}")
+        while not (run_dir / "manifest.json").exists():
+            if proc.poll() is not None:
+                log(f"the search exited ({proc.returncode}) before writing its manifest; see {logfile}")
+                return proc.returncode or 1
+            time.sleep(poll_s)
+        proc.send_signal(signal.SIGSTOP)
+        try:
+            seal_manifest(row, run_dir, label)
+        except Exception:
+            proc.kill()
+            raise
+        finally:
+            proc.send_signal(signal.SIGCONT)
+        code = proc.wait()
+    if code != 0:
+        log(f"the search exited with {code}; rerun the same command to resume it")
+        return code
+    commit_result(row, run_dir, label)
+    return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     usage="%(prog)s ROW --run-dir RUN_DIR [--finish] [-- SEARCH COMMAND ...]")
+    parser.add_argument("row", type=Path, help="the row folder under results/ (its name labels the commits)")
+    parser.add_argument("--run-dir", type=Path, required=True, help="the search's run directory (its --out)")
+    parser.add_argument("--finish", action="store_true", help="only commit a finished run's result.json")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    split = argv.index("--") if "--" in argv else len(argv)
+    args, command = parser.parse_args(argv[:split]), argv[split + 1:]
+    args.command = command
+    if args.finish:
+        commit_result(args.row, args.run_dir, args.row.name)
+        return 0
+    if not args.command:
+        parser.error("give the search command after --")
+    outs = [args.command[i + 1] for i, a in enumerate(args.command[:-1]) if a == "--out"]
+    if not outs or Path(outs[-1]).resolve() != args.run_dir.resolve():
+        parser.error(f"the command must write to --out {args.run_dir} (the run directory watched)")
+    if (args.row / "result.json").exists():
+        parser.error(f"{args.row} already holds a result: nothing to run")
+    return run(args.row, args.run_dir, args.command)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,188 @@
+"""scripts/real_model_rows.py renders the real-model rows from synthetic records: a sealed row with a
+significant gain, an unsealed one (reported, not counted), an underpowered one (too few discordant
+examples), a pre-screen row with and without its measured recall, a sealed row not run yet, and the
+order git history shows; scripts/seal_row.py commits a manifest before the search reads D_test."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from cel_lens.stats.decision import minimum_detectable_effect
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _script(name: str):
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+rows = _script("real_model_rows")
+seal_row = _script("seal_row")
+
+
+def manifest(task: str = "arithmetic", n_dist: int = 1000, n_test: int = 1000, **task_options) -> dict:
+    return {"model": {"id": "HuggingFaceTB/SmolLM2-135M-Instruct"}, "task": {"name": task, "options": task_options},
+            "splits": {"dist": {"n": n_dist}, "test": {"n": n_test}}, "options": {"split_seed": 36}}
+
+
+def result(wins: int, losses: int, n: int = 1000, *, sealed: bool = True, scorer: str = "exact", **extra) -> dict:
+    gain = (wins - losses) / n
+    r = {"heads": "L1H5+L2H1", "n_dist": 1000, "n_test": n, "k": 2, "pool_size": 6, "scorer": scorer,
+         "dist_acc_intact": 0.40, "dist_acc_ablated": 0.45, "test_acc_intact": 0.40, "test_acc_ablated": 0.40 + gain,
+         "gain": gain, "ci_low": gain - 0.02, "ci_high": gain + 0.02, "ci_method": "tango", "p_value": 0.5,
+         "alpha": 0.05, "null_gains": [0.0] * 20, "null_p": 1 / 21, "null_min_p": 1 / 21,
+         "selection_stability": {"selected_frequency": 0.6}, "adjusted": {"p_value": 0.01},
+         "ablation_controls": {"mean": {"gain": 0.01}, "resample": {"gain": 0.0}},
+         "leave_one_out": {"heads": [{"head": "L1H5", "p_holm": 0.01}, {"head": "L2H1", "p_holm": 0.3}],
+                           "supported": ["L1H5"], "alpha": 0.05},
+         "calibration": {"applies": False}, "selected_before_test": sealed,
+         "seal": {"prior_test_reads": 0 if sealed else 2, "reads": [],
+                  "reason": None if sealed else "D_test was read 2 time(s) before the selection"},
+         "decision": {"wins": wins, "losses": losses, "n": n}, "timings": {"stage1": 600.0, "test": 60.0}}
+    r.update(extra)
+    return r
+
+
+def write(folder: Path, man: dict, res: dict | None = None, recall: dict | None = None) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "manifest.json").write_text(json.dumps(man))
+    if res is not None:
+        (folder / "result.json").write_text(json.dumps(res))
+    if recall is not None:
+        (folder / "prescreen_recall.json").write_text(json.dumps(recall))
+    return folder
+
+
+def test_significant_sealed_row_states_its_gain(tmp_path):
+    rec = rows.record("a", write(tmp_path / "a", manifest(), result(60, 20)))
+    assert rec["evidence"] and rec["sealed"].startswith("yes")
+    assert rec["power"]["p_one_sided"] < 0.05
+    assert rec["conclusion"].startswith("Ŝ raised D_test accuracy by +4.0 pp [+2.0 pp, +6.0 pp]")
+
+
+def test_null_row_states_the_smallest_detectable_gain(tmp_path):
+    rec = rows.record("a", write(tmp_path / "a", manifest(), result(25, 25)))
+    mde = minimum_detectable_effect(1000, 0.05, 0.05, 0.8)
+    assert rec["power"]["mde"] == pytest.approx(mde) and 0 < mde < 0.05
+    assert rec["conclusion"].startswith(f"no head set raised accuracy by more than {rows.pp(mde)} at this power")
+    assert "discordance 5.0 %" in rec["conclusion"]
+
+
+def test_unsealed_row_is_reported_and_not_evidence(tmp_path):
+    rec = rows.record("a", write(tmp_path / "a", manifest(), result(60, 20, sealed=False)))
+    assert not rec["evidence"]
+    assert rec["sealed"].startswith("**no**: D_test was read 2 time(s)")
+    assert rec["conclusion"].startswith("NOT SEALED, not counted as evidence: Ŝ raised")
+    no_seal = {k: v for k, v in result(60, 20).items() if k != "seal"}
+    assert not rows.record("b", write(tmp_path / "b", manifest(), no_seal))["evidence"]
+
+
+def test_underpowered_row_says_it_cannot_detect(tmp_path):
+    rec = rows.record("a", write(tmp_path / "a", manifest(n_test=16), result(1, 1, n=16)))
+    assert rec["power"]["mde"] is None
+    assert "too few discordant examples (1 + 1 of 16)" in rec["conclusion"]
+    assert "none (too few discordant examples)" in rows.markdown([rec])
+
+
+def test_prior_shift_and_null_caveats(tmp_path):
+    cal = {"applies": True, "survives": False, "gain_cal": 0.005, "test_acc_intact_cal": 0.6, "test_acc_ablated_cal": 0.605,
+           "ci_low_cal": -0.01, "ci_high_cal": 0.02, "p_value_cal": 0.4}
+    rec = rows.record("a", write(tmp_path / "a", manifest("boolq", dist_from="validation"),
+                                 result(60, 20, calibration=cal, null_p=0.3)))
+    assert "answer-prior shift" in rec["conclusion"] and "null p 0.3" in rec["conclusion"]
+    assert rec["description"] == "boolq, plain (D_dist from validation)"
+    assert "**prior only**" in rows.markdown([rec])
+
+
+def test_prescreen_recall_is_shown_only_when_measured(tmp_path):
+    plain = rows.record("a", write(tmp_path / "a", manifest(), result(5, 5, scorer="prescreen")))
+    assert plain["scorer"] == "pre-screen (recall of exact's pool not measured on this row)"
+    measured = rows.record("b", write(tmp_path / "b", manifest(), result(5, 5, scorer="prescreen"), {"recall": 1.0}))
+    assert measured["scorer"] == "pre-screen, recall of exact's pool 1.0 (measured on this row)"
+
+
+def test_folder_of_rows_markdown_and_json(tmp_path):
+    write(tmp_path / "rows" / "b-finished", manifest(), result(25, 25))
+    write(tmp_path / "rows" / "a-pending", manifest("boolq", 500, 1000))
+    table = rows.main([str(tmp_path / "rows")])
+    lines = table.splitlines()
+    assert len(lines) == 4 and lines[2].startswith("| a-pending | 500 / 1000 | not run")
+    assert all(line.count(" | ") == len(rows.COLUMNS) - 1 for line in lines[:1] + lines[2:])
+    data = json.loads(rows.main([str(tmp_path / "rows")], as_json=True))
+    assert [d["row"] for d in data] == ["a-pending", "b-finished"]
+    assert data[0]["status"] == "sealed, not run" and data[1]["power"]["wins"] == 25
+    out = subprocess.run([sys.executable, str(REPO / "scripts" / "real_model_rows.py"), str(tmp_path / "rows"), "--json"],
+                         capture_output=True, text=True, cwd=REPO, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout) == json.loads(json.dumps(data))
+
+
+def _git_repo(path: Path) -> Path:
+    path.mkdir()
+    for args in (["init", "-q"], ["config", "user.email", "t@example.org"], ["config", "user.name", "t"]):
+        subprocess.run(["git", *args], cwd=path, check=True)
+    return path
+
+
+def test_git_order_seals_or_contradicts(tmp_path):
+    repo = _git_repo(tmp_path / "repo")
+    good = write(repo / "good", manifest(), result(25, 25))
+    seal_row.commit(good / "manifest.json", "manifest")
+    seal_row.commit(good / "result.json", "result")
+    rec = rows.record("good", good)
+    assert rec["evidence"] and "before result" in rec["sealed"]
+    bad = write(repo / "bad", manifest(), result(25, 25))
+    subprocess.run(["git", "add", "bad"], cwd=repo, check=True)
+    subprocess.run(["git", "commit", "-qm", "both at once"], cwd=repo, check=True)
+    rec = rows.record("bad", bad)
+    assert not rec["evidence"] and "result committed with or before the manifest" in rec["sealed"]
+
+
+FAKE_SEARCH = textwrap.dedent("""
+    import json, sys, time
+    from pathlib import Path
+    out = Path(sys.argv[sys.argv.index("--out") + 1]); out.mkdir(parents=True, exist_ok=True)
+    (out / "manifest.json").write_text(json.dumps({"task": {"name": "arithmetic"}, "splits": {}}))
+    time.sleep(1.0)
+    with open(out / "evaluations.jsonl", "a") as f:
+        f.write(json.dumps({"kind": "eval", "split": "dist"}) + "\\n")
+        f.write(json.dumps({"kind": "eval", "split": "test"}) + "\\n")
+    (out / "result.json").write_text(json.dumps({"heads": "L0H0"}))
+""")
+
+
+def test_seal_row_commits_the_manifest_before_the_test_split(tmp_path):
+    repo = _git_repo(tmp_path / "repo")
+    (repo / "fake.py").write_text(FAKE_SEARCH)
+    row, run_dir = repo / "results" / "m" / "row", repo / "runs" / "row"
+    code = seal_row.main([str(row), "--run-dir", str(run_dir), "--", sys.executable, str(repo / "fake.py"),
+                          "--out", str(run_dir)])
+    assert code == 0
+    log = subprocess.run(["git", "log", "--format=%s", "--name-only"], cwd=repo, capture_output=True, text=True).stdout
+    assert log.index("results/m/row/result.json") < log.index("results/m/row/manifest.json")  # newest first
+    first = subprocess.run(["git", "log", "--format=%H", "--", "results/m/row/manifest.json"], cwd=repo,
+                           capture_output=True, text=True).stdout.split()[-1]
+    tree = subprocess.run(["git", "ls-tree", "-r", "--name-only", first], cwd=repo, capture_output=True, text=True).stdout
+    assert "results/m/row/manifest.json" in tree and "result.json" not in tree
+    assert "evaluations.jsonl" not in log
+
+
+def test_seal_row_refuses_a_run_that_read_the_test_split(tmp_path):
+    repo = _git_repo(tmp_path / "repo")
+    run_dir = repo / "runs" / "row"
+    run_dir.mkdir(parents=True)
+    (run_dir / "manifest.json").write_text("{}")
+    (run_dir / "evaluations.jsonl").write_text(json.dumps({"kind": "eval", "split": "test"}) + "\n")
+    with pytest.raises(RuntimeError, match="already evaluated D_test"):
+        seal_row.seal_manifest(repo / "results" / "row", run_dir, "row")
+    assert not (repo / "results" / "row" / "manifest.json").exists()
