@@ -26,7 +26,8 @@ How one run goes
   installs a seccomp filter (no socket call of any kind, ``socketpair`` and ``sendto`` included:
   no path to a host Unix-domain socket and no network even without namespaces; no new namespace
   or mount; no io_uring, ``ptrace``, ``process_vm_*``, key rings, ``bpf``; no SysV or POSIX IPC
-  object, file lock, lease or inotify watch (channels between runs); without namespaces also
+  object, file lock, lease or inotify watch (channels between runs); limits, priority and CPU set
+  of its own process only (``prlimit``, ``setpriority``, ``sched_*`` of another pid refused); without namespaces also
   no chmod/chown/utime/xattr calls; the audit is in ``docs/sandbox.md``), installs the Python guard
   (:mod:`~cel_lens.sandbox.guard`) and runs the program. Both die with their parent
   (``PR_SET_PDEATHSIG``); leftovers of a caller

@@ -238,13 +238,26 @@ _DENIED_SYSCALLS = {
 _IPC_SYSCALLS = {
     # shmget, shmat, shmctl, shmdt, semget, semop, semctl, semtimedop, msgget, msgsnd, msgrcv, msgctl,
     # mq_open, mq_unlink, mq_timedsend, mq_timedreceive, mq_notify, mq_getsetattr, flock,
-    # inotify_init, inotify_add_watch, inotify_rm_watch, inotify_init1, process_madvise, process_mrelease
+    # inotify_init, inotify_add_watch, inotify_rm_watch, inotify_init1, process_madvise, process_mrelease,
+    # ioprio_set
     _AUDIT_ARCH_X86_64: (29, 30, 31, 67, 64, 65, 66, 220, 68, 69, 70, 71, 240, 241, 242, 243, 244, 245, 73,
-                         253, 254, 255, 294, 440, 448),
+                         253, 254, 255, 294, 440, 448, 251),
     _AUDIT_ARCH_AARCH64: (194, 196, 195, 197, 190, 193, 191, 192, 186, 189, 188, 187, 180, 181, 182, 183, 184, 185,
-                          32, 27, 28, 26, 440, 448),
+                          32, 27, 28, 26, 440, 448, 30),
 }
 _FCNTL = {_AUDIT_ARCH_X86_64: 72, _AUDIT_ARCH_AARCH64: 25}
+# Calls that name another process by its pid (the same user may change its limits, priority and CPU
+# set: without a PID namespace, the caller's and every other run's) run only on the calling process:
+# these arguments must be 0 (self). setpriority: which (PRIO_PROCESS) and who; the others: the pid.
+# (ioprio_set, whose IOPRIO_WHO_USER reaches every process of a user, is refused outright, in _IPC_SYSCALLS.)
+_SELF_ONLY = {
+    # prlimit64, setpriority, sched_setaffinity, sched_setparam, sched_setscheduler, sched_setattr,
+    # migrate_pages, move_pages
+    _AUDIT_ARCH_X86_64: ((302, (0,)), (141, (0, 1)), (203, (0,)), (142, (0,)), (144, (0,)), (314, (0,)),
+                         (256, (0,)), (279, (0,))),
+    _AUDIT_ARCH_AARCH64: ((261, (0,)), (140, (0, 1)), (122, (0,)), (118, (0,)), (119, (0,)), (274, (0,)),
+                          (238, (0,)), (239, (0,))),
+}
 # fcntl commands refused: F_GETLK, F_SETLK, F_SETLKW, F_OFD_GETLK, F_OFD_SETLK, F_OFD_SETLKW (record
 # locks), F_SETLEASE, F_GETLEASE (leases), F_NOTIFY (directory notification)
 _FCNTL_DENIED = (5, 6, 7, 36, 37, 38, 1024, 1025, 1026)
@@ -260,9 +273,23 @@ _CLONE = {_AUDIT_ARCH_X86_64: (56, 435), _AUDIT_ARCH_AARCH64: (220, 435)}  # clo
 _CLONE_NAMESPACES = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000
 
 
+def _self_only(nr: int, args: tuple[int, ...]) -> list[tuple[int, int, int, int]]:
+    """Filter instructions: system call ``nr`` is refused (EPERM) unless each of ``args`` is 0 (both
+    halves); any other call falls through with its number reloaded."""
+    ld_abs, jeq, ret = 0x20, 0x15, 0x06
+    halves = [16 + 8 * arg + half for arg in args for half in (0, 4)]  # args[i]: low, then high 32 bits
+    deny_at = 2 * len(halves) + 2  # after the number's test, the checks (2 each) and the allow
+    block = [(jeq, 0, deny_at + 1, nr)]  # another call: on to the reload after the deny
+    for offset in halves:
+        block += [(ld_abs, 0, 0, offset), (jeq, 0, deny_at - (len(block) + 2), 0)]
+    return block + [(ret, 0, 0, 0x7FFF0000), (ret, 0, 0, 0x00050000 | 1), (ld_abs, 0, 0, 0)]
+
+
 def seccomp(lib: ctypes.CDLL, layers: list[str], metadata: bool = False) -> None:
-    """Install a seccomp filter refusing every socket call, :data:`_DENIED_SYSCALLS` (and, with
-    ``metadata``, the calls that change file metadata) with EPERM; needs no_new_privs first.
+    """Install a seccomp filter refusing every socket call, :data:`_DENIED_SYSCALLS`, the
+    cross-process objects (:data:`_IPC_SYSCALLS`, fcntl's lock commands), the :data:`_SELF_ONLY`
+    calls on any process but the caller (and, with ``metadata``, the calls that change file
+    metadata) with EPERM; needs no_new_privs first.
 
     Any other architecture's system calls (the i386 ABI on x86_64, x32) kill the process, so the
     filter cannot be walked around. Irrevocable, and inherited by every child.
@@ -292,6 +319,7 @@ def seccomp(lib: ctypes.CDLL, layers: list[str], metadata: bool = False) -> None
     prog += [(jeq, 0, locks + 3, _FCNTL[arch]), (ld_abs, 0, 0, 24)]
     prog += [(jeq, locks - i, 0, cmd) for i, cmd in enumerate(_FCNTL_DENIED)]
     prog += [(ret, 0, 0, allow), (ret, 0, 0, deny), (ld_abs, 0, 0, 0)]
+    prog += [insn for nr, args in _SELF_ONLY[arch] for insn in _self_only(nr, args)]
     prog += [(jeq, n - i, 0, nr) for i, nr in enumerate(denied)]
     prog += [(ret, 0, 0, allow), (ret, 0, 0, deny)]
 

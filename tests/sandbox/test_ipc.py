@@ -75,3 +75,52 @@ def test_kernel_objects_are_refused(mode, tmp_path):
     finally:  # what the sandbox of old left on the host
         for kind, flag in (("shm", "-M"), ("msg", "-Q"), ("sem", "-S")):
             subprocess.run(["ipcrm", flag, str(key)], capture_output=True)
+
+
+OTHER_PROCESS = r'''
+import sys
+sys.modules.pop("resource", None)  # the guard blocks the import; this program undoes it on purpose
+import os, resource
+results = {}
+
+def attempt(name, call):
+    try:
+        call()
+        results[name] = "done"
+    except OSError as exc:
+        results[name] = exc.errno
+
+attempt("prlimit", lambda: resource.prlimit(PID, resource.RLIMIT_NOFILE, (7, 7)))
+attempt("setpriority", lambda: os.setpriority(os.PRIO_PROCESS, PID, 19))
+attempt("sched_setaffinity", lambda: os.sched_setaffinity(PID, {0}))
+attempt("sched_setscheduler", lambda: os.sched_setscheduler(PID, os.SCHED_IDLE, os.sched_param(0)))
+# on itself, the same calls still work
+attempt("own prlimit", lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (32, 32)))
+attempt("own nice", lambda: os.nice(1))
+attempt("own affinity", lambda: os.sched_setaffinity(0, os.sched_getaffinity(0)))
+print(results)
+'''
+
+
+def test_other_processes_limits_priority_and_cpus_are_out_of_reach(mode, tmp_path):
+    """A process of the same user (the caller, a concurrent run) keeps its limits, priority and CPU
+    set: in the guard-only mode a program lowered the caller's RLIMIT_NOFILE to 7 (and could renice
+    or pin it); the calls now act on the program's own process only."""
+    import resource
+
+    other = subprocess.Popen(["sleep", "30"])
+    try:
+        before = (resource.prlimit(other.pid, resource.RLIMIT_NOFILE), os.getpriority(os.PRIO_PROCESS, other.pid),
+                  os.sched_getaffinity(other.pid), os.sched_getscheduler(other.pid))
+        out = sb.run(OTHER_PROCESS.replace("PID", str(other.pid)), timeout=5.0, allow=True, tmp_root=str(tmp_path))
+        assert out.status == "passed", out
+        results = eval(out.stdout)  # noqa: S307 - the dict this test's own program printed
+        after = (resource.prlimit(other.pid, resource.RLIMIT_NOFILE), os.getpriority(os.PRIO_PROCESS, other.pid),
+                 os.sched_getaffinity(other.pid), os.sched_getscheduler(other.pid))
+        assert after == before
+        for name in ("prlimit", "setpriority", "sched_setaffinity", "sched_setscheduler"):
+            assert results[name] in (1, 3), (name, results)  # EPERM (ESRCH in a PID namespace: not visible)
+        assert results["own prlimit"] == results["own nice"] == results["own affinity"] == "done", results
+    finally:
+        other.kill()
+        other.wait()

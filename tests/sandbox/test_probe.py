@@ -20,7 +20,7 @@ import sys
 import cel_lens.sandbox as sb
 sb.isolation = lambda allow=None: ("process", "rlimits", "guard")
 import pytest
-sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", "--confcutdir", sys.argv[2], "-k", "namespaces", sys.argv[1]]))
+sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", "--confcutdir", sys.argv[2], "-k", "kernel_objects and namespaces", sys.argv[1]]))
 """
 
 
