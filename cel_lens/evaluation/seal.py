@@ -28,7 +28,6 @@ import contextlib
 import contextvars
 import datetime as dt
 import fcntl
-import hashlib
 import json
 import os
 import re
@@ -37,10 +36,8 @@ import warnings
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
-import torch
-
 from cel_lens.heads import HeadSet
-from cel_lens.model.identity import model_id
+from cel_lens.model.identity import model_id, weights_hash
 from cel_lens.tasks.base import Split
 
 __all__ = ["TEST_SPLIT_NAME", "DIST_SPLIT_NAME", "SEAL_WARNING", "ledger_dir", "ledger_file", "reading_as",
@@ -135,46 +132,40 @@ def _repair_tail(fh: Any) -> None:
 
 
 def weights_key(model: Any) -> Optional[str]:
-    """A fingerprint of ``model``'s weights (``None`` for a name): sha256 over every parameter's
-    name, shape, dtype and up to 4,096 evenly spaced values. Equal for a renamed copy of the same
-    weights, different for any other model in practice; cached until a parameter changes in place
-    (its ``_version`` counter)."""
-    if isinstance(model, str) or not hasattr(model, "state_dict"):
+    """The model's weights hash (:func:`cel_lens.model.identity.weights_hash`, what run manifests
+    record as ``weights_sha256``; ``None`` for a name): equal for a renamed copy of the same
+    weights. Cached on the model until a parameter changes in place (its ``_version`` counter)."""
+    if isinstance(model, str) or not hasattr(model, "named_parameters"):
         return None
-    state = model.state_dict()
-    version = sum(int(getattr(t, "_version", 0)) for t in state.values())
+    version = sum(int(getattr(p, "_version", 0)) for p in model.parameters())
     cached = model.__dict__.get("_cel_lens_weights")
     if cached is not None and cached[0] == version:
         return cached[1]
-    h = hashlib.sha256()
-    for name in sorted(state):
-        t = state[name].detach()
-        flat = t.reshape(-1)
-        step = max(1, flat.numel() // 4096)
-        h.update(f"{name}|{tuple(t.shape)}|{t.dtype}|".encode())
-        h.update(flat[::step].to("cpu", torch.float64).numpy().tobytes())
-    key = h.hexdigest()[:32]
+    key = weights_hash(model)
     model.__dict__["_cel_lens_weights"] = (version, key)
     return key
 
 
-def _identity(model: Any) -> tuple[str, Optional[str]]:
-    """``(model id, weights fingerprint)`` of a model object, or ``(name, None)`` for a name."""
+def _identity(model: Any, weights: Optional[str] = None) -> tuple[str, Optional[str]]:
+    """``(model id, weights hash)`` of a model object, or ``(name, weights)`` for a name."""
     if isinstance(model, str):
-        return model, None
+        return model, weights
     return model_id(model), weights_key(model)
 
 
-def record_test_read(model: Any, split: Split, head_sets: Sequence[HeadSet], *, entry: Optional[str] = None) -> None:
+def record_test_read(model: Any, split: Split, head_sets: Sequence[HeadSet], *, entry: Optional[str] = None,
+                     weights: Optional[str] = None) -> None:
     """Append a read of ``split`` by ``model`` (the model, or its id) with ``head_sets`` to the ledger,
     keyed on content: the weights' fingerprint (:func:`weights_key`) and each example's content
     hash, whatever the model, split or task is called. Every split but one named ``"dist"`` is
     recorded (a renamed copy of D_test, examples passed as a list, a split without a task); a read of
-    a split named ``"test"`` that no caller claimed (:func:`reading_as`) warns (:data:`SEAL_WARNING`)."""
+    a split named ``"test"`` that no caller claimed (:func:`reading_as`) warns (:data:`SEAL_WARNING`).
+    ``weights``: the weights hash when ``model`` is given by name (an export's verify records its
+    reads as the source model's, with the hash its run manifest holds)."""
     if split.name == DIST_SPLIT_NAME:
         return
     owner, key = _ENTRY.get() or (None, None)
-    mid, weights = _identity(model)
+    mid, weights = _identity(model, weights)
     if split.name == TEST_SPLIT_NAME and owner is None and entry is None:
         warnings.warn(SEAL_WARNING.format(task=split.task or "this task", model=mid), UserWarning, stacklevel=3)
     digest = split.content_hash

@@ -21,6 +21,7 @@ from typing import Any, Optional, Union
 from cel_lens.config import canonical_dtype
 from cel_lens.evaluation.evaluator import evaluate
 from cel_lens.evaluation.hf import evaluate_plain, load_plain_model
+from cel_lens.evaluation.seal import reading_as, record_test_read
 from cel_lens.heads import Head, HeadSet
 from cel_lens.model.ablation import Ablation, ablation_from_state
 from cel_lens.model.checkpoint_edit import PROVENANCE_FILE, PROVENANCE_HASH_FILE, check_out_dir, export_checkpoint
@@ -31,7 +32,7 @@ from cel_lens.model.load import load_model
 from cel_lens.runs.run_dir import MANIFEST
 from cel_lens.runs.reader import RunRecord, as_record
 from cel_lens.tasks.base import Task
-from cel_lens.runs.manifest import rebuild_task
+from cel_lens.runs.manifest import default_run_dir, rebuild_task
 from cel_lens.tasks.registry import loaded_splits
 
 __all__ = ["export_model", "verify_export", "VerifyReport", "selected_heads", "run_task", "heads_zeroed", "run_ablation"]
@@ -275,6 +276,9 @@ def verify_export(
         plain = load_plain_model(out, prepend_bos=settings["prepend_bos"], n_ctx=settings.get("n_ctx"), device=device, dtype=dtype)
         result = evaluate_plain(plain, split, batch_size=batch_size, progress=progress)
         mode = f"plain transformers, {dtype}, {plain.device}"
+    source = record.manifest.get("model") or {}  # the read is the source model's: its id and weights hash
+    with reading_as(f"export verify ({out})", key=default_run_dir(record.manifest, root="").name):  # the run's own
+        record_test_read(str(source.get("id", "unknown")), split, [heads], weights=source.get("weights_sha256"))
     mine, theirs = result.correct[0], recorded[-1].correct
     if mine.shape != theirs.shape:
         raise ValueError(f"the run recorded {theirs.shape[0]} D_test decisions, the export made {mine.shape[0]}")

@@ -153,3 +153,19 @@ def test_reads_are_matched_on_content_whatever_the_names(tiny_model, task):
     with torch.no_grad():
         next(twin.parameters()).add_(1.0)  # other weights: not the same model any more
     assert recorded_reads(twin, task.dist) == [] and len(recorded_reads(twin, task.test)) == 1
+
+
+def test_an_export_verify_is_recorded_as_the_source_models_read(tiny_checkpoints, data_dir, tmp_path):
+    from cel_lens.model.load import load_model
+    from cel_lens.runs.export import verify_export
+
+    model = load_model(tiny_checkpoints["qwen2"], device="cpu", loader="hooked")
+    task = cl.load_task("boolq", n_dist=12, n_test=24, data_dir=data_dir)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        run = cl.search(model, task, k=1, pool_size=2, n_null=2, n_boot=200, progress=False, out=tmp_path / "run")
+        out = cl.export_model(run, tmp_path / "out")
+        assert verify_export(out, run.path, data_dir=data_dir).ok
+    reads = [r for r in recorded_reads(model, task.test) if r["entry"].startswith("export verify")]
+    assert len(reads) == 1 and reads[0]["model"] == model_id(model)
+    assert reads[0]["weights"] == run.manifest["model"]["weights_sha256"]  # the source's weights, not the export's
