@@ -115,7 +115,7 @@ def evaluate(
     budget = _generation_budget(split, kind, max_new_tokens)
     if kind == "multiple_choice" and metric not in ("acc", "acc_norm"):
         raise ValueError(f"multiple-choice metric must be 'acc' or 'acc_norm', got {metric!r}")
-    if store is not None:
+    if store is not None and kind != "generation":
         store.check(model, split, chat)
     plan = _Plan(kind, metric, chat, batch_size, max_rows, max_tokens, budget, progress)
     common = dict(head_sets=list(sets), ids=split.ids, kind=kind, metric=metric, task=split.task, split=split.name, chat_template=chat)
@@ -202,8 +202,11 @@ def _recompute(out: dict, redo: Bool[Tensor, "variant example"], model32, split:
         rows, cols = torch.tensor(group)[:, None], torch.tensor(examples)[None, :]
         out["correct"][rows, cols] = fixed["correct"]
         out["scores"][rows, cols] = fixed["scores"]
-        for key, value in fixed.get("extra", {}).items():
-            out["extra"][key][rows, cols] = value
+        for key, value in fixed.get("extra", {}).items():  # per choice: the subset may have fewer choices
+            if value.ndim == 3:
+                out["extra"][key][rows, cols, : value.shape[-1]] = value
+            else:
+                out["extra"][key][rows, cols] = value
         if fixed.get("completions") is not None:
             for k, v in enumerate(group):
                 for j, i in enumerate(examples):

@@ -95,8 +95,9 @@ def _splits(model) -> dict[str, Split]:
         em[i] = Example(em[i].id, em[i].prompt, target=model.tokenizer.decode(greedy_generate(model, [ids], max_new_tokens=2)[0]))
     mc = tuple(Example(f"mc/{i}", text(rng.randint(3, 12)) + "\nAnswer:", choices=(" no", " yes"), label=i % 2)
                for i in range(16))
-    hs = tuple(Example(f"hs/{i}", text(rng.randint(3, 9)), choices=tuple(" " + text(rng.randint(1, 4)) for _ in range(3)),
-                       label=i % 3) for i in range(10))
+    counts = [2 + i % 3 for i in range(10)]  # 2 to 4 choices: a recomputed subset may have fewer than the split
+    hs = tuple(Example(f"hs/{i}", text(rng.randint(3, 9)), choices=tuple(" " + text(rng.randint(1, 4)) for _ in range(c)),
+                       label=i % c) for i, c in enumerate(counts))
     gen = tuple(Example(f"g/{i}", text(rng.randint(2, 8)), meta={"stop": ["\n"]}) for i in range(8))
     return {
         "exact_match": Split("dist", tuple(em), task="em", kind="exact_match"),
@@ -126,11 +127,15 @@ def test_bf16_bits_equal_float32_on_tiny_checkpoints(tiny_checkpoints, loader):
                 assert torch.equal(fast.extra[key], exact.extra[key]), (name, key)
         if name == "generation":
             assert fast.completions == exact.completions
+        elif name != "exact_match":
+            torch.testing.assert_close(fast.extra["choice_ll"], exact.extra["choice_ll"], atol=LOGIT_BOUND, rtol=0,
+                                       equal_nan=True)
         else:  # recomputed decisions carry float32's scores; the others are within the bound
             redo = fast.recomputed
             torch.testing.assert_close(fast.scores[redo], exact.scores[redo], atol=1e-4, rtol=0)
     summary = recompute_summary(model)
-    assert summary["dist"]["decisions"] == sum(len(s) * len(SETS) for s in _splits(model).values())
+    # both precisions' decisions are counted, only bf16's recomputed ones as recomputed
+    assert summary["dist"]["decisions"] == 2 * sum(len(s) * len(SETS) for s in _splits(model).values())
     assert 0 <= summary["dist"]["share"] <= 1
 
 
