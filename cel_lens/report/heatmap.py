@@ -252,7 +252,8 @@ def heatmap_title(r: Mapping[str, Any], selected: HeadSet) -> str:
     line = (
         f"Ŝ = {selected}: test accuracy {pp(r.get('test_acc_intact'), False)} -> "
         f"{pp(r.get('test_acc_ablated'), False)}, gain {pp(r.get('gain'))} "
-        f"[{pp(r.get('ci_low'))}, {pp(r.get('ci_high'))}], p={format_p(r.get('p_value'))}"
+        f"[{pp(r.get('ci_low'))}, {pp(r.get('ci_high'))}], "
+        + (f"one-sided exact p={format_p(r['decision']['p'])}" if r.get("decision") else f"p={format_p(r.get('p_value'))}")
         + (f"; calibrated gain {calibrated_gain_text(r)}" if (r.get("calibration") or {}).get("applies") else "")
     )
     return "<br>".join([line, *(f"<sup>{note}</sup>" for note in _title_notes(r))])
