@@ -125,7 +125,7 @@ class SearchPlan:
             what += f" ({s.note})" if s.note else ""
             out.append((s.name, what, _duration(self.seconds(s))))
         left = f"; {self.recorded:,} already recorded" if self.recorded else ""
-        out.append(("total", f"{self.units:,} head-set x example evaluations{left}", _duration(self.seconds())))
+        out.append(("total, CPU", f"{self.units:,} head-set x example evaluations{left}", _duration(self.seconds())))
         if self.seconds_per_unit is not None:
             share = f"{self.cpu_share:.2f}" if self.cpu_share is not None else "1 (unmeasured)"
             out.append(("wall", f"at the measured CPU share ({share} CPU s per wall s)", _duration(self.wall_seconds())))
@@ -152,7 +152,7 @@ class SearchPlan:
         notes = "".join(f"<li>{html.escape(n)}</li>" for n in self.notes)
         return (
             f"<table><caption>search plan: {_layout(self.n_layers, self.n_heads)}</caption>"
-            f"<tr><th>step</th><th>evaluations</th><th>estimate</th></tr>{body}</table>"
+            f"<tr><th>step</th><th>evaluations</th><th>estimate (CPU)</th></tr>{body}</table>"
             + (f"<ul>{notes}</ul>" if notes else "")
         )
 
