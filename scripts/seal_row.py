@@ -21,7 +21,7 @@ row folder and checks the same order from git history and the test-split ledger'
 
 from __future__ import annotations
 
-import filecmp
+import json
 import re
 import shutil
 import signal
@@ -32,6 +32,15 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 TEST_EVAL = re.compile(r'"split":\s*"test"')
+IDENTITY = ("model", "task", "splits", "options", "examples")
+"""The manifest entries that make a row what it is (a run directory compares these; the search adds
+``test_seal`` and ``precision`` entries as it goes, and package versions may differ on a resume)."""
+
+
+def same_row(a: Path, b: Path) -> bool:
+    """Whether two manifests describe the same row (:data:`IDENTITY`)."""
+    x, y = json.loads(a.read_text()), json.loads(b.read_text())
+    return all(x.get(k) == y.get(k) for k in IDENTITY)
 
 
 def log(message: str) -> None:
@@ -50,12 +59,12 @@ def git(args: Sequence[str], cwd: Path, tries: int = 24) -> str:
     raise RuntimeError(f"git {' '.join(args)}: index.lock held for {5 * tries} s")
 
 
-def commit(path: Path, message: str) -> str:
-    """Add and commit ``path`` alone (other files of the tree untouched); the new commit's sha."""
-    root = Path(git(["rev-parse", "--show-toplevel"], path.parent).strip())
-    rel = str(path.resolve().relative_to(root))
-    git(["add", "--", rel], root)
-    git(["commit", "-m", message, "--", rel], root)
+def commit(paths: Sequence[Path], message: str) -> str:
+    """Add and commit ``paths`` alone (other files of the tree untouched); the new commit's sha."""
+    root = Path(git(["rev-parse", "--show-toplevel"], paths[0].parent).strip())
+    rel = [str(p.resolve().relative_to(root)) for p in paths]
+    git(["add", "--", *rel], root)
+    git(["commit", "-m", message, "--", *rel], root)
     return git(["rev-parse", "HEAD"], root).strip()
 
 
@@ -71,8 +80,8 @@ def seal_manifest(row: Path, run_dir: Path, label: str) -> Optional[str]:
     that already holds a test-split evaluation."""
     source, target = run_dir / "manifest.json", row / "manifest.json"
     if target.exists():
-        if filecmp.cmp(source, target, shallow=False):
-            log(f"{target} already holds this run's manifest: not sealed again")
+        if same_row(source, target):
+            log(f"{target} already holds this row's manifest: not sealed again")
             return None
         raise RuntimeError(f"{target} holds another configuration's manifest: use a new row folder")
     reads = test_reads_in_journal(run_dir)
@@ -80,21 +89,25 @@ def seal_manifest(row: Path, run_dir: Path, label: str) -> Optional[str]:
         raise RuntimeError(f"{run_dir} already evaluated D_test ({reads} journal lines): it cannot be sealed now")
     row.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(source, target)
-    sha = commit(target, f"Real-model row {label}: its manifest (configuration, split seed, D_test content hash) "
+    sha = commit([target], f"Real-model row {label}: its manifest (configuration, split seed, D_test content hash) "
                          "committed before the search reads D_test")
     log(f"manifest committed as {sha[:10]}, before any read of D_test")
     return sha
 
 
 def commit_result(row: Path, run_dir: Path, label: str) -> str:
-    """Copy and commit a finished run's ``result.json`` beside its committed manifest."""
+    """Copy and commit a finished run's ``result.json`` beside its committed manifest, and the run's
+    final manifest over it (the same row, with the entries the search added: the seal's verdict, the
+    precision record); the commit that first added the manifest stays the seal in history."""
     manifest, result = row / "manifest.json", run_dir / "result.json"
-    if not manifest.exists() or not filecmp.cmp(run_dir / "manifest.json", manifest, shallow=False):
+    if not manifest.exists() or not same_row(run_dir / "manifest.json", manifest):
         raise RuntimeError(f"{manifest} is missing or differs from {run_dir}'s: the row was not sealed by this run")
     if not result.exists():
         raise RuntimeError(f"{run_dir} has no result.json: the search has not finished")
     shutil.copyfile(result, row / "result.json")
-    sha = commit(row / "result.json", f"Real-model row {label}: its result, after the manifest sealed before D_test")
+    shutil.copyfile(run_dir / "manifest.json", manifest)
+    sha = commit([row / "result.json", manifest],
+                 f"Real-model row {label}: its result (and the run's final manifest), after the manifest sealed before D_test")
     log(f"result committed as {sha[:10]}")
     return sha
 

@@ -137,8 +137,8 @@ def _git_repo(path: Path) -> Path:
 def test_git_order_seals_or_contradicts(tmp_path):
     repo = _git_repo(tmp_path / "repo")
     good = write(repo / "good", manifest(), result(25, 25))
-    seal_row.commit(good / "manifest.json", "manifest")
-    seal_row.commit(good / "result.json", "result")
+    seal_row.commit([good / "manifest.json"], "manifest")
+    seal_row.commit([good / "result.json"], "result")
     rec = rows.record("good", good)
     assert rec["evidence"] and "before result" in rec["sealed"]
     bad = write(repo / "bad", manifest(), result(25, 25))
@@ -157,6 +157,7 @@ FAKE_SEARCH = textwrap.dedent("""
     with open(out / "evaluations.jsonl", "a") as f:
         f.write(json.dumps({"kind": "eval", "split": "dist"}) + "\\n")
         f.write(json.dumps({"kind": "eval", "split": "test"}) + "\\n")
+    (out / "manifest.json").write_text(json.dumps({"task": {"name": "arithmetic"}, "splits": {}, "test_seal": {}}))
     (out / "result.json").write_text(json.dumps({"heads": "L0H0"}))
 """)
 
@@ -169,12 +170,13 @@ def test_seal_row_commits_the_manifest_before_the_test_split(tmp_path):
                           "--out", str(run_dir)])
     assert code == 0
     log = subprocess.run(["git", "log", "--format=%s", "--name-only"], cwd=repo, capture_output=True, text=True).stdout
-    assert log.index("results/m/row/result.json") < log.index("results/m/row/manifest.json")  # newest first
+    assert log.count("Real-model row row:") == 2 and log.count("results/m/row/result.json") == 1
     first = subprocess.run(["git", "log", "--format=%H", "--", "results/m/row/manifest.json"], cwd=repo,
                            capture_output=True, text=True).stdout.split()[-1]
     tree = subprocess.run(["git", "ls-tree", "-r", "--name-only", first], cwd=repo, capture_output=True, text=True).stdout
     assert "results/m/row/manifest.json" in tree and "result.json" not in tree
     assert "evaluations.jsonl" not in log
+    assert "test_seal" in (row / "manifest.json").read_text()  # the final manifest, committed with the result
 
 
 def test_seal_row_refuses_a_run_that_read_the_test_split(tmp_path):
