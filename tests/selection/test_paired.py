@@ -89,3 +89,36 @@ def test_holm_over_a_declared_family_counts_missing_members():
     assert holm_enhancement([0.01], 3) == pytest.approx([0.03])
     with pytest.raises(ValueError):
         holm_enhancement([0.01, 0.02], 1)
+
+
+def test_the_decision_and_its_bound_agree_and_the_interval_is_labelled_descriptive():
+    import numpy as np
+
+    from cel_lens.selection.paired import enhancement_decision, tango_paired_ci
+    from cel_lens.selection.result import decision_text
+
+    intact = np.array([0] * 4 + [1] * 496, dtype=bool)
+    ablated = np.ones(500, dtype=bool)  # b = 4, c = 0, n = 500: the case
+    dec = enhancement_decision(intact, ablated)
+    assert tango_paired_ci(intact, ablated)[0] > 0  # Tango's interval excludes 0 here (descriptive only)
+    assert dec["p"] == 0.0625 and not dec["helps"] and dec["bound"] < 0 < dec["upper"]
+    text = decision_text(dec)
+    assert text.startswith("not shown") and "80% power" in text
+    ablated5 = np.ones(501, dtype=bool)
+    dec5 = enhancement_decision(np.array([0] * 5 + [1] * 496, dtype=bool), ablated5)
+    assert dec5["helps"] and dec5["bound"] > 0 and decision_text(dec5).startswith("yes")
+
+
+def test_a_result_prints_the_decision_row_and_labels_its_interval():
+    import warnings
+
+    from cel_lens.selection import run_search
+    from cel_lens.testing import SyntheticOracle
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        r = run_search(SyntheticOracle(4, 4, n_dist=300, n_test=300, effects={"L1H2": 0.08}, noise=0.05, seed=3),
+                       k=2, pool_size=4, n_null=5, progress=False)
+    text = str(r)
+    assert r.decision["p"] == r.p_enhance and r.decision["helps"] == (r.p_enhance <= 0.05)
+    assert "ablation helps? (D_test)" in text and "(descriptive; the decision is the one-sided exact test)" in text
