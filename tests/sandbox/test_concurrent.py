@@ -8,9 +8,6 @@ from __future__ import annotations
 import secrets
 import threading
 import time
-from pathlib import Path
-
-import pytest
 
 from cel_lens import sandbox as sb
 
