@@ -16,10 +16,13 @@ so parts run apart render one section):
   positions: the decisions a subsample scan makes), each at several kept fractions, against exact's
   pools of 6 and 12; today's FLOP count and the bound (:mod:`benchmarks.scan_bound`) at the float32
   and bf16 matmul peaks.
+* ``plans``: ``cl.plan`` in float32 on both tasks at issue 35's sizes: its calibration's CPU seconds
+  (under a minute on BoolQ) and its stage-1 CPU estimate per example against the measured scan's.
 * ``planted``: the pre-screen's recall on planted tiny models (:func:`cel_lens.testing.planted_task`).
 * ``prefix``: ``benchmarks.prefix``'s measure function, when that module exists.
 * ``quick``: ``cl.plan`` then ``cl.search`` with :data:`cel_lens.config.QUICK` (exact stage 1) on
-  Arithmetic, CPU and wall seconds against the plan (``--quick-n`` cuts both splits).
+  Arithmetic in the default precision, CPU and wall seconds against the plan (``--quick-n`` cuts
+  both splits).
 
 One torch thread per process; CPU seconds are the measure (the machine is shared), wall beside them.
 """
@@ -41,7 +44,7 @@ from benchmarks.paths import MODEL, checkpoint_dir
 OUT = Path(__file__).with_name("smollm2_speed.json")
 KEEP = (0.1, 0.25, 0.5)
 POOLS = (6, 12)
-PARTS = ("arith", "boolq", "planted", "prefix", "quick")
+PARTS = ("arith", "boolq", "plans", "planted", "prefix", "quick")
 
 
 def clocks() -> tuple[float, float]:
@@ -230,7 +233,12 @@ def quick_part(model, n: Optional[int]) -> dict[str, Any]:
     from cel_lens.config import QUICK
 
     options = {**QUICK, **({"n_dist": n, "n_test": n} if n else {})}
-    set_precision(model, "float32")
+    try:  # the default precision ("auto"), as a user gets it
+        from cel_lens.evaluation.precision import resolve_precision
+
+        precision = resolve_precision("auto", model)
+    except ImportError:
+        precision = "float32"
     t = clocks()
     plan = cl.plan(model, "arithmetic", scorer="exact", progress=False, **options)
     plan_s = since(t)
@@ -238,9 +246,28 @@ def quick_part(model, n: Optional[int]) -> dict[str, Any]:
         t = clocks()
         run = cl.search(model, "arithmetic", scorer="exact", out=Path(out) / "run", progress=False, **options)
         search_s = since(t)
-    return {"options": options, "plan_cost": plan_s, "plan_cpu_s": plan.seconds(), "plan_wall_s": plan.wall_seconds(),
+    return {"options": options, "precision": precision, "plan_cost": plan_s, "plan_cpu_s": plan.seconds(), "plan_wall_s": plan.wall_seconds(),
             "plan_share": plan.cpu_share, "plan_calibration_cpu_s": plan.calibration_cpu_s, "search": search_s,
             "heads": run.result.heads, "search_estimate_cpu_s": run.plan.seconds() if run.plan else None}
+
+
+def plans_part(model, n_arith: int, n_boolq: int) -> dict[str, Any]:
+    """``cl.plan`` (float32, exact stage 1) on both tasks at issue 35's sizes (``n_arith``,
+    ``n_boolq``): what its calibration cost (it must stay under a CPU minute on BoolQ) and its stage-1
+    CPU estimate, which the section sets per example against the measured float32 scan."""
+    import cel_lens as cl
+
+    out = {}
+    for name, n in (("arith", n_arith), ("boolq", n_boolq)):
+        options = {"dist_from": "validation"} if name == "boolq" else {}
+        task = cl.load_task("arithmetic" if name == "arith" else "boolq", n_dist=n, n_test=1, seed=0, **options)
+        t = clocks()
+        plan = cl.plan(model, task, scorer="exact", precision="float32", k=1, pool_size=12, progress=False)
+        cost = since(t)
+        stage1 = next(s for s in plan.stages if s.name.startswith("stage 1"))
+        out[name] = {"n_dist": n, "cost": cost, "calibration_cpu_s": plan.calibration_cpu_s, "share": plan.cpu_share,
+                     "stage1_cpu_s": plan.seconds(stage1), "stage1_wall_s": plan.wall_seconds(stage1)}
+    return out
 
 
 def main() -> None:
@@ -251,8 +278,12 @@ def main() -> None:
     p.add_argument("--quick-n", type=int, default=None, help="cut the --quick search's splits to this size (default: QUICK's)")
     p.add_argument("--prefix-n-arith", type=int, default=100, help="Arithmetic prompts of the prefix part")
     p.add_argument("--prefix-n-mbpp", type=int, default=4, help="MBPP prompts of the prefix part")
+    p.add_argument("--plan-n-arith", type=int, default=200, help="Arithmetic D_dist of the plans part (issue 35: 200)")
+    p.add_argument("--plan-n-boolq", type=int, default=100, help="BoolQ D_dist of the plans part (issue 35: 100)")
     p.add_argument("--parts", default=",".join(PARTS), help="comma-separated parts to run (default: all)")
     p.add_argument("--record", type=Path, default=OUT, help="the JSON record parts merge into (default: %(default)s)")
+    p.add_argument("--merge", type=Path, nargs="*", default=[],
+                   help="records of parts run apart (e.g. in parallel processes) merged into --record first")
     p.add_argument("--no-write", action="store_true", help="print the section; write neither the JSON nor RESULTS.md")
     args = p.parse_args()
     import cel_lens as cl
@@ -260,12 +291,18 @@ def main() -> None:
 
     torch.set_num_threads(1)
     rec = json.loads(args.record.read_text()) if args.record.exists() else {}
+    for other in args.merge:
+        rec.update(json.loads(other.read_text()))
     parts = [x for x in args.parts.split(",") if x]
     model = cl.load_model(args.model) if set(parts) - {"planted"} else None
+    if not args.no_write and args.merge:
+        args.record.write_text(json.dumps(rec, indent=1, default=str) + "\n")
     for part in parts:
         t = clocks()
         if part in ("arith", "boolq"):
             rec[part] = task_part(model, "arithmetic" if part == "arith" else "boolq", args.n_arith if part == "arith" else args.n_boolq)
+        elif part == "plans":
+            rec[part] = plans_part(model, args.plan_n_arith, args.plan_n_boolq)
         elif part == "planted":
             rec[part] = planted_part()
         elif part == "prefix":

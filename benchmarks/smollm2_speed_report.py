@@ -89,6 +89,29 @@ def _prescreen(rec: dict[str, Any]) -> list[str]:
     return out + [""]
 
 
+def _plans(rec: dict[str, Any]) -> list[str]:
+    p = rec.get("plans")
+    if p is None:
+        return []
+    out = ["### `cl.plan` at issue 35's sizes (float32, exact stage 1)", "",
+           "Its calibration (the intact model and every head of two layers on 8 D_dist examples) and its stage-1 "
+           "estimate per D_dist example, against the measured float32 scan's per example (its D_dist is the first "
+           "examples of the same seeded split, so their prompt lengths differ somewhat).", "",
+           "| task | plan's D_dist | calibration, CPU s | CPU share measured | stage 1 estimate, CPU s (per example) "
+           "| measured scan per example, CPU s | estimate / measured |", "|---|---|---|---|---|---|---|"]
+    for key, label in (("arith", "Arithmetic"), ("boolq", "BoolQ (validation)")):
+        r = p.get(key)
+        if r is None:
+            continue
+        per = r["stage1_cpu_s"] / r["n_dist"]
+        m = rec.get(key)
+        measured = m["float32"]["scan"]["cpu_s"] / m["n_dist"] if m else None
+        ratio = f"{per / measured:.2f}" if measured else "—"
+        out.append(f"| {label} | {r['n_dist']} | {_s(r['calibration_cpu_s'])} | {_s(r['share'], 2)} "
+                   f"| {r['stage1_cpu_s']:.0f} ({per:.2f}) | {_s(measured, 2)} | {ratio} |")
+    return out + [""]
+
+
 def _quick(rec: dict[str, Any]) -> list[str]:
     q = rec.get("quick")
     if q is None:
@@ -96,7 +119,8 @@ def _quick(rec: dict[str, Any]) -> list[str]:
     o = q["options"]
     s = q["search"]
     return ["### `--quick` search on Arithmetic (exact stage 1) against its `--plan`", "",
-            f"Options {', '.join(f'{k} {v}' for k, v in o.items())}. The plan's calibration cost "
+            f"Options {', '.join(f'{k} {v}' for k, v in o.items())}; precision {q.get('precision', 'float32')} "
+            "(the default). The plan's calibration cost "
             f"{_s(q['plan_calibration_cpu_s'])} CPU s ({q['plan_cost']['cpu_s']:.1f} CPU s with loading the task); "
             f"S-hat {q['heads']}.", "",
             "| quantity | CPU s | wall s |", "|---|---|---|",
@@ -133,4 +157,4 @@ def render(rec: dict[str, Any]) -> str:
     head = [TITLE, "",
             "One torch thread per process on a shared 2-core machine; CPU seconds are the measure, wall beside them. "
             "Parts in this record: " + ("; ".join(ran) or "none") + ".", ""]
-    return "\n".join(head + _stage1(rec) + _bound(rec) + _prefix(rec) + _prescreen(rec) + _quick(rec)).rstrip() + "\n"
+    return "\n".join(head + _stage1(rec) + _bound(rec) + _prefix(rec) + _prescreen(rec) + _plans(rec) + _quick(rec)).rstrip() + "\n"
