@@ -23,6 +23,7 @@ import torch
 pytest.importorskip("lm_eval", reason="lm-evaluation-harness is not installed (pip install 'cel_lens[parity]')")
 
 from cel_lens.evaluation import evaluate  # noqa: E402
+from cel_lens.evaluation.seal import reading_as  # noqa: E402
 from cel_lens.heads import HeadSet  # noqa: E402
 from cel_lens.model.checkpoint_edit import export_checkpoint  # noqa: E402
 from cel_lens.model.load import load_model  # noqa: E402
@@ -64,9 +65,10 @@ def lm_eval_samples(checkpoint: Path, name: str, doc_ids: list[int]) -> dict[int
     return {int(s["doc_id"]): s for s in samples if s["filter"] == first}
 
 
-def compare(task, res, samples: dict[int, dict], v: int) -> list[str]:
-    """Per-example differences between cel_lens's result (variant ``v``) and lm-eval's samples."""
-    problems = []
+def compare(task, res, samples: dict[int, dict], v: int) -> dict:
+    """Per-example comparison of cel_lens's result (variant ``v``) with lm-eval's samples: the
+    differences (``problems``) and how many examples have the same inputs, decisions, generations."""
+    out = {"problems": [], "inputs": 0, "decisions": 0, "gens": 0}
     for i, ex in enumerate(task.test):
         s = samples[ex.meta["doc_id"]]
         args = [tuple(a) for a in s["arguments"]]
@@ -79,35 +81,45 @@ def compare(task, res, samples: dict[int, dict], v: int) -> list[str]:
             ours, theirs = bool(res.correct[v, i]), bool(s["acc"])
         else:
             same_input = args[0][0] == ex.prompt
+            out["gens"] += res.completions[v][i] == s["resps"][0][0]
             ours = (res.completions[v][i], bool(res.correct[v, i]))
             theirs = (s["resps"][0][0], bool(s["exact_match"]))
+        out["inputs"] += same_input
+        out["decisions"] += ours == theirs
         if not same_input or ours != theirs:
-            problems.append(f"{ex.id}: same input {same_input}, cel_lens {ours} vs lm-eval {theirs}")
-    return problems
+            out["problems"].append(f"{ex.id}: same input {same_input}, cel_lens {ours} vs lm-eval {theirs}")
+    return out
 
 
-def check_parity(model, checkpoint: Path, heads: HeadSet, name: str, n: int, tmp: Path) -> dict:
-    """Both sides on D_test of ``name``, intact and with ``heads`` ablated; the per-example
-    differences (none expected) and the counts."""
+def check_parity(model, checkpoint: Path, heads: HeadSet, name: str, n: int, tmp: Path, rows: list, label: str) -> dict:
+    """Both sides on D_test of ``name``, intact and with ``heads`` ablated: the per-example
+    differences (none expected); one row per variant goes to the parity table (``rows``)."""
     with _at_repo_root():
         task = load_task(str(FIXTURES / f"{name}.yaml"), n_dist=2, n_test=n)
-    res = evaluate(model, task.test, [HeadSet(), heads], batch_size=4, progress=False)
+    with reading_as("lm-eval parity"):  # this test owns its D_test reads (no seal warning)
+        res = evaluate(model, task.test, [HeadSet(), heads], batch_size=4, progress=False)
     ablated = tmp / "ablated"  # exported once per model, shared by the tasks
     if not ablated.exists():
         export_checkpoint(checkpoint, heads, ablated)
     doc_ids = [e.meta["doc_id"] for e in task.test]
     problems = []
-    for v, path in enumerate((checkpoint, ablated)):
-        problems += [f"{['intact', 'ablated'][v]}: {p}" for p in compare(task, res, lm_eval_samples(path, task.options["lm_eval_task"], doc_ids), v)]
+    for v, (variant, path) in enumerate((("intact", checkpoint), ("ablated", ablated))):
+        got = compare(task, res, lm_eval_samples(path, task.options["lm_eval_task"], doc_ids), v)
+        problems += [f"{variant}: {p}" for p in got["problems"]]
+        m = len(task.test)
+        rows.append({"task": f"lm-eval YAML {name}", "bos": label, "loader": "hooked", "variant": variant, "max_dll": None,
+                     "decisions": f"{got['decisions']}/{m}", "inputs": f"{got['inputs']}/{m}",
+                     "gens": f"{got['gens']}/{m}" if task.kind == "generation" else None})
     changed = not torch.equal(res.scores[0], res.scores[1]) or res.completions is not None and res.completions[0] != res.completions[1]
-    return {"problems": problems, "n": len(task.test), "changed": changed, "correct": res.correct.sum(-1).tolist()}
+    return {"problems": problems, "changed": changed}
 
 
 @pytest.mark.parametrize("name", TASKS)
-def test_tiny_checkpoint_matches_lm_eval(name, parity_checkpoints, tmp_path_factory):
+def test_tiny_checkpoint_matches_lm_eval(name, parity_checkpoints, tmp_path_factory, parity_rows):
     checkpoint = parity_checkpoints["added"]
     model = load_model(checkpoint, device="cpu", dtype="float32", loader="hooked")
-    out = check_parity(model, checkpoint, HEADS["tiny"], name, SIZES["tiny"][name], tmp_path_factory.getbasetemp() / "lm_eval_tiny")
+    out = check_parity(model, checkpoint, HEADS["tiny"], name, SIZES["tiny"][name],
+                       tmp_path_factory.getbasetemp() / "lm_eval_tiny", parity_rows, "tiny (added)")
     assert not out["problems"], "\n".join(out["problems"])
     # a random tiny model generates one repeated token whatever the heads: only scores can move
     assert out["changed"] or name == "cel_sum_gen", "the ablation changed nothing: the ablated comparison says nothing"
@@ -115,9 +127,9 @@ def test_tiny_checkpoint_matches_lm_eval(name, parity_checkpoints, tmp_path_fact
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", TASKS)
-def test_smollm2_matches_lm_eval(name, smollm2_hooked, smollm2_dir, tmp_path_factory):
+def test_smollm2_matches_lm_eval(name, smollm2_hooked, smollm2_dir, tmp_path_factory, parity_rows):
     out = check_parity(smollm2_hooked, smollm2_dir, HEADS["smollm2"], name, SIZES["smollm2"][name],
-                       tmp_path_factory.getbasetemp() / "lm_eval_smollm2")
+                       tmp_path_factory.getbasetemp() / "lm_eval_smollm2", parity_rows, "SmolLM2-135M-Instruct")
     assert not out["problems"], "\n".join(out["problems"])
     assert out["changed"], "the ablation changed nothing: the ablated comparison says nothing"
 
