@@ -12,7 +12,9 @@ The order, by construction:
    Then the search continues (``SIGCONT``).
 3. When the search exits with ``result.json``, that file is copied beside the manifest and committed.
 
-Run again with the same command it resumes the search (cel_lens run directories resume) and commits
+``--seal-only`` stops after step 2 (the search is killed; its run directory resumes): a row's
+configuration can be committed long before there is time to run it. Run again with the same
+command it resumes the search (cel_lens run directories resume) and commits
 nothing twice: a row whose committed manifest equals the run's is not sealed again, a different one is
 refused. ``--finish`` only copies and commits a finished run's ``result.json`` (a search resumed
 elsewhere). The journal and the log are never committed. ``scripts/real_model_rows.py`` reads the
@@ -112,8 +114,9 @@ def commit_result(row: Path, run_dir: Path, label: str) -> str:
     return sha
 
 
-def run(row: Path, run_dir: Path, command: Sequence[str], poll_s: float = 0.2) -> int:
-    """Start the search, seal its manifest the moment it exists, and commit its result at the end."""
+def run(row: Path, run_dir: Path, command: Sequence[str], poll_s: float = 0.2, seal_only: bool = False) -> int:
+    """Start the search, seal its manifest the moment it exists, and commit its result at the end
+    (``seal_only``: stop the search once the manifest is committed; the same command resumes it)."""
     label = row.name
     logfile = run_dir.parent / f"{run_dir.name}.log"
     logfile.parent.mkdir(parents=True, exist_ok=True)
@@ -132,8 +135,13 @@ def run(row: Path, run_dir: Path, command: Sequence[str], poll_s: float = 0.2) -
             proc.kill()
             raise
         finally:
+            if seal_only:
+                proc.kill()  # a stopped process dies on SIGKILL; its run directory resumes
             proc.send_signal(signal.SIGCONT)
         code = proc.wait()
+    if seal_only:
+        log("sealed only: the search was killed once its manifest was committed; the same command resumes it")
+        return 0
     if code != 0:
         log(f"the search exited with {code}; rerun the same command to resume it")
         return code
@@ -145,10 +153,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     usage="%(prog)s ROW --run-dir RUN_DIR [--finish] [-- SEARCH COMMAND ...]")
+                                     usage="%(prog)s ROW --run-dir RUN_DIR [--finish | --seal-only] [-- SEARCH COMMAND ...]")
     parser.add_argument("row", type=Path, help="the row folder under results/ (its name labels the commits)")
     parser.add_argument("--run-dir", type=Path, required=True, help="the search's run directory (its --out)")
     parser.add_argument("--finish", action="store_true", help="only commit a finished run's result.json")
+    parser.add_argument("--seal-only", action="store_true",
+                        help="commit the manifest, then stop the search (run the same command later to resume it)")
     argv = list(sys.argv[1:] if argv is None else argv)
     split = argv.index("--") if "--" in argv else len(argv)
     args, command = parser.parse_args(argv[:split]), argv[split + 1:]
@@ -163,7 +173,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.error(f"the command must write to --out {args.run_dir} (the run directory watched)")
     if (args.row / "result.json").exists():
         parser.error(f"{args.row} already holds a result: nothing to run")
-    return run(args.row, args.run_dir, args.command)
+    return run(args.row, args.run_dir, args.command, seal_only=args.seal_only)
 
 
 if __name__ == "__main__":

@@ -188,3 +188,16 @@ def test_seal_row_refuses_a_run_that_read_the_test_split(tmp_path):
     with pytest.raises(RuntimeError, match="already evaluated D_test"):
         seal_row.seal_manifest(repo / "results" / "row", run_dir, "row")
     assert not (repo / "results" / "row" / "manifest.json").exists()
+
+
+def test_seal_only_then_resume_commits_the_result_once(tmp_path):
+    repo = _git_repo(tmp_path / "repo")
+    (repo / "fake.py").write_text(FAKE_SEARCH)
+    row, run_dir = repo / "results" / "row", repo / "runs" / "row"
+    command = ["--", sys.executable, str(repo / "fake.py"), "--out", str(run_dir)]
+    assert seal_row.main([str(row), "--run-dir", str(run_dir), "--seal-only", *command]) == 0
+    assert (row / "manifest.json").exists() and not (run_dir / "result.json").exists()
+    assert seal_row.main([str(row), "--run-dir", str(run_dir), *command]) == 0  # the resumed search
+    log = subprocess.run(["git", "log", "--format=%s"], cwd=repo, capture_output=True, text=True).stdout
+    assert log.count("its manifest") == 1 and log.count("its result") == 1
+    assert rows.record("row", row)["sealed"].startswith("**unknown** (no seal record); manifest committed")
