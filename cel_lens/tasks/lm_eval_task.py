@@ -58,7 +58,7 @@ def _include(include_path: Any) -> Optional[tuple[str, ...]]:
     paths = (include_path,) if isinstance(include_path, (str, Path)) else tuple(include_path)
     missing = [str(p) for p in paths if not Path(p).is_dir()]
     if missing:
-        raise FileNotFoundError(f"include_path: no such directory: {', '.join(missing)}")
+        raise ValueError(f"include_path: no such directory: {', '.join(missing)}")
     return tuple(str(Path(p).resolve()) for p in paths)
 
 
@@ -74,7 +74,7 @@ def _yaml_path(spec: str, include: Optional[tuple[str, ...]]) -> Path:
     if not spec.startswith(PREFIX):
         path = Path(spec).expanduser()
         if not path.is_file():
-            raise FileNotFoundError(f"lm-eval task file {spec} does not exist")
+            raise ValueError(f"lm-eval task file {spec} does not exist (relative to {Path.cwd()})")
         return path.resolve()
     name = spec[len(PREFIX):]
     entry = _manager(include, True).task_index.get(name)

@@ -125,8 +125,10 @@ def test_wrong_options_are_refused():
         load_task(MC, data_dir="somewhere")
     with pytest.raises(ValueError, match="max_new_tokens applies"):
         load_task(MC, n_dist=2, n_test=2, max_new_tokens=4)
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(ValueError, match="does not exist"):
         load_task("tests/tasks/lm_eval_fixtures/no_such.yaml")
+    with pytest.raises(ValueError, match="no such directory"):
+        load_task("lm_eval:cel_sum_mc", include_path="tests/no_such_folder")
 
 
 @pytest.mark.parametrize("completion", ["13", " 13", "13\n", "It is 13.", "14", "", "no number", "-13"])
@@ -177,3 +179,19 @@ def test_cli_task_options(tmp_path):
     assert task_options_from_args(args) == {"max_new_tokens": 4, "include_path": [str(FIXTURES)]}
     with pytest.raises(OptionError, match="generation tasks"):
         task_options_from_args(argparse.Namespace(task=MC, max_new_tokens=4, **base))
+
+
+def test_search_on_a_yaml_task_records_it_and_resumes(tiny_checkpoints, tmp_path):
+    """A search of a task given by its YAML path runs, records the task's identity in the manifest,
+    and a second call resumes the run directory (the task loads again from its name and options)."""
+    import cel_lens as cl
+    from cel_lens.model.load import load_model
+
+    model = load_model(tiny_checkpoints["llama"], device="cpu", dtype="float32", loader="hooked")
+    kw = dict(n_dist=12, n_test=12, k=1, pool_size=2, n_null=2, n_boot=200, out=tmp_path / "run", progress=False)
+    run = cl.search(model, MC, **kw)
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["task"]["name"] == MC and manifest["task"]["options"]["yaml_sha256"]
+    assert manifest["task"]["kind"] == "multiple_choice" and run.result.n_test == 12
+    again = cl.search(model, MC, **kw)
+    assert str(again.result.heads) == str(run.result.heads) and again.result.gain == run.result.gain
