@@ -38,7 +38,7 @@ if __name__ == "__main__":  # pragma: no cover - make cel_lens.sandbox importabl
         _package.__path__ = [_path]  # type: ignore[attr-defined]
         sys.modules.setdefault(_name, _package)
 
-from cel_lens.sandbox import frame, guard, kernel, verdict  # noqa: E402
+from cel_lens.sandbox import frame, guard, kernel, syscalls, verdict  # noqa: E402
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -190,7 +190,7 @@ def _program_process(lib: ctypes.CDLL, cfg: dict, namespaces: bool, layers: list
         kernel.drop_capabilities(lib, layers)
     kernel.no_new_privs(lib)
     kernel.landlock(lib, cfg["workdir"], layers, cfg.get("hidden"), cfg.get("keep"))
-    kernel.seccomp(lib, layers, metadata=not namespaces)
+    syscalls.seccomp(lib, layers, metadata=not namespaces)
     if not namespaces:
         layers.append("net:socket-patched")
     # the tests' holes are compiled before the program runs (they come from the caller)
