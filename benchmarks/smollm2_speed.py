@@ -20,6 +20,8 @@ so parts run apart render one section):
   (under a minute on BoolQ) and its stage-1 CPU estimate per example against the measured scan's.
 * ``planted``: the pre-screen's recall on planted tiny models (:func:`cel_lens.testing.planted_task`).
 * ``prefix``: ``benchmarks.prefix``'s measure function, when that module exists.
+* ``prompt_prefix``: the shared prompt start's FLOP saving on the prompt passes of MBPP's and
+  Arithmetic's real prompts (token ids only).
 * ``quick``: ``cl.plan`` then ``cl.search`` with :data:`cel_lens.config.QUICK` (exact stage 1) on
   Arithmetic in the default precision, CPU and wall seconds against the plan (``--quick-n`` cuts
   both splits).
@@ -44,7 +46,7 @@ from benchmarks.paths import MODEL, checkpoint_dir
 OUT = Path(__file__).with_name("smollm2_speed.json")
 KEEP = (0.1, 0.25, 0.5)
 POOLS = (6, 12)
-PARTS = ("arith", "boolq", "plans", "planted", "prefix", "quick")
+PARTS = ("arith", "boolq", "plans", "planted", "prefix", "prompt_prefix", "quick")
 
 
 def clocks() -> tuple[float, float]:
@@ -225,6 +227,30 @@ def prefix_part(model, n_arith: int, n_mbpp: int) -> dict[str, Any]:
     return {"result": fn(model, n_arith=n_arith, n_mbpp=n_mbpp)}
 
 
+def prompt_prefix_part(model, n_mbpp: int) -> dict[str, Any]:
+    """The prefix saving in FLOPs of a stage-1 scan's prompt passes (:func:`benchmarks.scan_bound.scan_bound`,
+    each prompt scored at its last position) on MBPP's and Arithmetic's real D_dist prompts: counted
+    from the token ids, nothing run but the tokenizer."""
+    import cel_lens as cl
+    from benchmarks.limit import Shape
+    from benchmarks.scan_bound import scan_bound
+    from cel_lens.evaluation.generation import generation_prompts
+
+    shape = Shape.from_hf_config(json.loads((checkpoint_dir(MODEL) / "config.json").read_text()))
+    out = {}
+    for name, n in (("mbpp", n_mbpp), ("arithmetic", 200)):
+        task = cl.load_task(name, n_dist=n, n_test=1, seed=0)
+        prompts = generation_prompts(model, task.dist, False, 256) if name == "mbpp" else None
+        if prompts is None:
+            from cel_lens.evaluation.encode import encode_prompt
+
+            prompts = [encode_prompt(model, ex.prompt) for ex in task.dist]
+        rec = scan_bound(shape, [(p[:-1], [[p[-1]]]) for p in prompts])
+        out[name] = {"n": len(prompts), "mean_tokens": rec["mean_tokens"], "prefix_tokens": rec["prefix_tokens"],
+                     "prefix_saving": rec["prefix_saving"]}
+    return out
+
+
 def quick_part(model, n: Optional[int]) -> dict[str, Any]:
     """``cl.plan`` then ``cl.search`` with the ``--quick`` preset on Arithmetic (exact stage 1)."""
     import tempfile
@@ -303,6 +329,8 @@ def main() -> None:
             rec[part] = task_part(model, "arithmetic" if part == "arith" else "boolq", args.n_arith if part == "arith" else args.n_boolq)
         elif part == "plans":
             rec[part] = plans_part(model, args.plan_n_arith, args.plan_n_boolq)
+        elif part == "prompt_prefix":
+            rec[part] = prompt_prefix_part(model, args.prefix_n_mbpp or 4)
         elif part == "planted":
             rec[part] = planted_part()
         elif part == "prefix":

@@ -130,10 +130,18 @@ def _quick(rec: dict[str, Any]) -> list[str]:
 
 
 def _prefix(rec: dict[str, Any]) -> list[str]:
-    p = rec.get("prefix")
-    if p is None:
+    p, q = rec.get("prefix"), rec.get("prompt_prefix")
+    if p is None and q is None:
         return []
-    out = ["### The shared prompt start, once per variant (`benchmarks.prefix.measure`)", ""]
+    out = ["### The shared prompt start, once per variant", ""]
+    if q is not None:
+        out += ["Counted (FLOPs of a stage-1 scan's prompt passes, `benchmarks/scan_bound.py`, token ids only): "
+                + "; ".join(f"{k}: {v['prefix_tokens']} shared tokens of {v['mean_tokens']:.0f} on average over {v['n']} "
+                            f"D_dist prompts, {v['prefix_saving']:.2f}x" for k, v in q.items() if isinstance(v, dict)
+                            and "prefix_saving" in v) + ".", ""]
+    if p is None:
+        return out
+    out += ["Measured (`benchmarks.prefix.measure`: a stage-1-like scan with and without sharing, float32):", ""]
     if "missing" in p:
         return out + [p["missing"], ""]
     out += ["| prompts | examples x variants | shared tokens | unshared CPU s (wall) | shared CPU s (wall) | saving "
