@@ -155,7 +155,9 @@ def conclusion(rec: dict[str, Any]) -> str:
     if pw["mde"] is None:
         return prefix + (f"no gain shown (one-sided exact p {fmt_p(pw['p_one_sided'])}), and too few discordant "
                          f"examples ({pw['wins']} + {pw['losses']} of {pw['n']}) to detect any gain at {POWER:.0%} power")
-    return prefix + (f"no head set raised accuracy by more than {pp(pw['mde'])} at this power: the one-sided exact "
+    caveat = (" (its pool from a pre-screen whose recall of exact's pool was not measured on this row)"
+              if rec.get("scorer", "").startswith("pre-screen (recall") else "")
+    return prefix + (f"no head set raised accuracy by more than {pp(pw['mde'])} at this power{caveat}: the one-sided exact "
                      f"test (p {fmt_p(pw['p_one_sided'])}) detects {pp(pw['mde'])} with {POWER:.0%} power at n = "
                      f"{pw['n']} and the observed discordance {pct(pw['discordance'])}; Ŝ's gain is at most "
                      f"{pp(pw['upper'])} (exact one-sided {1 - alpha:.0%} bound)")
@@ -212,7 +214,9 @@ def record(label: str, folder: Path) -> dict[str, Any]:
     rec["n_dist"] = (result or {}).get("n_dist", (splits.get("dist") or {}).get("n"))
     rec["n_test"] = (result or {}).get("n_test", (splits.get("test") or {}).get("n"))
     if result is None:
-        rec.update(evidence=False, sealed=_history_order(history, folder)[0])
+        opts = (manifest or {}).get("options") or {}
+        rec.update(evidence=False, sealed=_history_order(history, folder)[0],
+                   scorer=f"{opts.get('scorer', '?')}, {opts.get('k', '?')}, {opts.get('pool_size', '?')} (planned)")
         rec["conclusion"] = conclusion(rec)
         return rec
     recall = _read(folder / "prescreen_recall.json")
@@ -246,7 +250,8 @@ def markdown_row(rec: dict[str, Any]) -> str:
     """One markdown row (a sealed row that has not run shows its sizes, seal and what is left)."""
     sizes = f"{rec['n_dist']} / {rec['n_test']}"
     if rec["status"] != "finished":
-        cells = [rec["row"], sizes] + ["not run"] * 12 + [rec["sealed"], "n/a", rec["conclusion"]]
+        cells = [f"{rec['row']} ({rec['description']})", sizes, rec["scorer"]] + ["not run"] * 11 + [
+            rec["sealed"], "n/a", rec["conclusion"]]
         return "| " + " | ".join(str(c) for c in cells) + " |"
     pw = rec["power"]
     mde = ("none (too few discordant examples)" if pw["mde"] is None

@@ -32,7 +32,8 @@ seal_row = _script("seal_row")
 
 def manifest(task: str = "arithmetic", n_dist: int = 1000, n_test: int = 1000, **task_options) -> dict:
     return {"model": {"id": "HuggingFaceTB/SmolLM2-135M-Instruct"}, "task": {"name": task, "options": task_options},
-            "splits": {"dist": {"n": n_dist}, "test": {"n": n_test}}, "options": {"split_seed": 36}}
+            "splits": {"dist": {"n": n_dist}, "test": {"n": n_test}},
+            "options": {"split_seed": 36, "scorer": "exact", "k": 2, "pool_size": 6}}
 
 
 def result(wins: int, losses: int, n: int = 1000, *, sealed: bool = True, scorer: str = "exact", **extra) -> dict:
@@ -107,6 +108,7 @@ def test_prior_shift_and_null_caveats(tmp_path):
 def test_prescreen_recall_is_shown_only_when_measured(tmp_path):
     plain = rows.record("a", write(tmp_path / "a", manifest(), result(5, 5, scorer="prescreen")))
     assert plain["scorer"] == "pre-screen (recall of exact's pool not measured on this row)"
+    assert "its pool from a pre-screen whose recall of exact's pool was not measured" in plain["conclusion"]
     measured = rows.record("b", write(tmp_path / "b", manifest(), result(5, 5, scorer="prescreen"), {"recall": 1.0}))
     assert measured["scorer"] == "pre-screen, recall of exact's pool 1.0 (measured on this row)"
 
@@ -116,7 +118,7 @@ def test_folder_of_rows_markdown_and_json(tmp_path):
     write(tmp_path / "rows" / "a-pending", manifest("boolq", 500, 1000))
     table = rows.main([str(tmp_path / "rows")])
     lines = table.splitlines()
-    assert len(lines) == 4 and lines[2].startswith("| a-pending | 500 / 1000 | not run")
+    assert len(lines) == 4 and lines[2].startswith("| a-pending (boolq, plain) | 500 / 1000 | exact, 2, 6 (planned) | not run")
     assert all(line.count(" | ") == len(rows.COLUMNS) - 1 for line in lines[:1] + lines[2:])
     data = json.loads(rows.main([str(tmp_path / "rows")], as_json=True))
     assert [d["row"] for d in data] == ["a-pending", "b-finished"]
