@@ -315,8 +315,7 @@ def run_search(
             journal.record_event("pool", scorer=name, pool=[str(h) for h in pool])
         subsets, _ = stage2(memo, pool, stage1_scores, intact, **search)
         bits = memo.evaluate(DIST_SPLIT, [s.heads for s in subsets], stage="stage2")
-        best, choice = select_parsimonious(subsets, bits, parsimony, alpha=alpha,
-                                           stand_ins=memo.n_layers * memo.n_heads)
+        best, choice = select_parsimonious(subsets, bits, parsimony, alpha=alpha, stand_ins=memo.n_layers * memo.n_heads)
         checks = _discovery_checks(memo, subsets, best.heads, intact, pool_size=pool_size, k=k, rule=parsimony,
                                    n_stability=n_stability, n_adjusted=n_adjusted, seed=seed, alpha=alpha)
         if n_specificity:  # on D_dist, before the selection is fixed
