@@ -3,6 +3,7 @@
     python scripts/real_model_rows.py results/smollm2-135m            # the markdown table
     python scripts/real_model_rows.py results/smollm2-135m --json     # the same rows as JSON
     python scripts/real_model_rows.py LABEL=RUN_DIR [LABEL=RUN_DIR ...]   # run directories
+    python scripts/real_model_rows.py results/smollm2-135m --figures figures/real_model/rows  # + heatmaps
 
 A row is a folder holding the ``manifest.json`` a search wrote when it opened its run directory and,
 once the search finished, its ``result.json`` (``scripts/seal_row.py`` commits the first before the
@@ -291,6 +292,21 @@ def rows_of(items: Iterable[str]) -> list[tuple[str, Path]]:
     return out
 
 
+def figures(items: list[str], out: Path, formats: Iterable[str] = ("png", "html")) -> list[Path]:
+    """Each finished row's gain heatmap (stage-1 scores, pool and Ŝ marked, the ranked stage-2 subsets,
+    Ŝ's test gain against the null), drawn from its ``result.json`` alone: ``out/<row>.<fmt>``."""
+    from cel_lens.report import plot_gain_heatmap
+    from cel_lens.report.save import save_figure
+
+    written: list[Path] = []
+    for label, folder in rows_of(items):
+        result = _read(folder / "result.json")
+        if result is not None:
+            fig = plot_gain_heatmap(result, title=f"SmolLM2-135M-Instruct, {label}")
+            written += save_figure(fig, out / label, tuple(formats), include_plotlyjs="cdn")
+    return written
+
+
 def main(items: list[str], as_json: bool = False) -> str:
     records = [record(label, folder) for label, folder in rows_of(items)]
     return json.dumps(records, indent=2, default=str) if as_json else markdown(records)
@@ -303,5 +319,10 @@ if __name__ == "__main__":
     parser.add_argument("rows", nargs="+", metavar="FOLDER | LABEL=DIR",
                         help="a folder of row folders (results/smollm2-135m), a row folder, or LABEL=RUN_DIR")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON instead of a markdown table")
+    parser.add_argument("--figures", type=Path, metavar="DIR", help="also draw each finished row's gain heatmap into DIR")
+    parser.add_argument("--formats", default="png,html", help="figure formats (default: png,html)")
     args = parser.parse_args()
     print(main(args.rows, args.json))
+    if args.figures:
+        for path in figures(args.rows, args.figures, args.formats.split(",")):
+            print(f"wrote {path}")

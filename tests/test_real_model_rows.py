@@ -42,7 +42,7 @@ def result(wins: int, losses: int, n: int = 1000, *, sealed: bool = True, scorer
          "dist_acc_intact": 0.40, "dist_acc_ablated": 0.45, "test_acc_intact": 0.40, "test_acc_ablated": 0.40 + gain,
          "gain": gain, "ci_low": gain - 0.02, "ci_high": gain + 0.02, "ci_method": "tango", "p_value": 0.5,
          "alpha": 0.05, "null_gains": [0.0] * 20, "null_p": 1 / 21, "null_min_p": 1 / 21,
-         "selection_stability": {"selected_frequency": 0.6}, "adjusted": {"p_value": 0.01},
+         "selection_stability": {"selected_frequency": 0.6, "n_resamples": 100, "wins": []}, "adjusted": {"p_value": 0.01},
          "ablation_controls": {"mean": {"gain": 0.01}, "resample": {"gain": 0.0}},
          "leave_one_out": {"heads": [{"head": "L1H5", "p_holm": 0.01}, {"head": "L2H1", "p_holm": 0.3}],
                            "supported": ["L1H5"], "alpha": 0.05},
@@ -203,3 +203,14 @@ def test_seal_only_then_resume_commits_the_result_once(tmp_path):
     log = subprocess.run(["git", "log", "--format=%s"], cwd=repo, capture_output=True, text=True).stdout
     assert log.count("its manifest") == 1 and log.count("its result") == 1
     assert rows.record("row", row)["sealed"].startswith("**unknown** (no seal record); manifest committed")
+
+
+def test_heatmap_from_the_record_alone(tmp_path):
+    res = result(25, 25, scores=[[0.01, -0.02, 0.0], [0.03, 0.0, -0.01]], pool=["L1H0", "L0H0"], n_layers=2, n_heads=3,
+                 heads="L1H0", subsets=[{"heads": "L1H0", "size": 1, "dist_acc": 0.43, "dist_gain": 0.03},
+                                        {"heads": "L0H0", "size": 1, "dist_acc": 0.41, "dist_gain": 0.01}])
+    write(tmp_path / "rows" / "a", manifest(), res)
+    write(tmp_path / "rows" / "b", manifest())  # not run: no figure
+    written = rows.figures([str(tmp_path / "rows")], tmp_path / "fig", ["html"])
+    assert written == [tmp_path / "fig" / "a.html"]
+    assert "L1H0" in written[0].read_text()
