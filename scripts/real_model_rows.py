@@ -164,13 +164,30 @@ def conclusion(rec: dict[str, Any]) -> str:
                      f"{pp(pw['upper'])} (exact one-sided {1 - alpha:.0%} bound)")
 
 
-def _scorer(result: dict[str, Any], recall: Optional[dict[str, Any]]) -> str:
+def prescreen_agreement(result: dict[str, Any], screen: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]:
+    """A pre-screened row's first pass against exact stage 1 on the heads it kept (the only heads
+    with exact scores): Spearman's rho over them (a restricted range: the first pass's best), and
+    how many heads were kept of how many."""
+    if not screen or not result.get("scores"):
+        return None
+    from scipy.stats import spearmanr
+
+    first = [x for row in screen.get("first_scores") or [] for x in row]
+    exact = [x for row in result["scores"] for x in row]
+    pairs = [(f, e) for f, e in zip(first, exact) if e is not None and e == e]
+    rho = float(spearmanr([p[0] for p in pairs], [p[1] for p in pairs]).statistic) if len(pairs) > 2 else None
+    return {"kept": len(pairs), "heads": len(exact), "spearman_kept": rho, "first_pass": screen.get("pass")}
+
+
+def _scorer(result: dict[str, Any], recall: Optional[dict[str, Any]], agree: Optional[dict[str, Any]] = None) -> str:
     name = result.get("scorer", "?")
     if name != "prescreen":
         return name
+    kept = (f"; {agree['first_pass']} kept {agree['kept']} of {agree['heads']} heads, Spearman with exact on them "
+            f"{agree['spearman_kept']:.2f}" if agree and agree.get("spearman_kept") is not None else "")
     if recall is None:
-        return "pre-screen (recall of exact's pool not measured on this row)"
-    return f"pre-screen, recall of exact's pool {recall.get('recall')} (measured on this row)"
+        return f"pre-screen (recall of exact's pool not measured on this row{kept})"
+    return f"pre-screen, recall of exact's pool {recall.get('recall')} (measured on this row{kept})"
 
 
 def _null(result: dict[str, Any]) -> tuple[str, Optional[float]]:
@@ -221,11 +238,12 @@ def record(label: str, folder: Path) -> dict[str, Any]:
         rec["conclusion"] = conclusion(rec)
         return rec
     recall = _read(folder / "prescreen_recall.json")
+    agree = prescreen_agreement(result, _read(folder / "prescreen.json"))
     evidence, seal_text = sealed(result, history, folder)
     stab = result.get("selection_stability") or {}
     null_text, null_p = _null(result)
     rec.update(
-        scorer=_scorer(result, recall), heads=result.get("heads"), k=result.get("k"), pool=result.get("pool_size"),
+        scorer=_scorer(result, recall, agree), prescreen_agreement=agree, heads=result.get("heads"), k=result.get("k"), pool=result.get("pool_size"),
         dist_acc=[result.get("dist_acc_intact"), result.get("dist_acc_ablated")],
         test_acc=[result.get("test_acc_intact"), result.get("test_acc_ablated")], gain=result.get("gain"),
         ci=[result.get("ci_low"), result.get("ci_high")], ci_method=result.get("ci_method"),

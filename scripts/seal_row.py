@@ -17,7 +17,8 @@ configuration can be committed long before there is time to run it. Run again wi
 command it resumes the search (cel_lens run directories resume) and commits
 nothing twice: a row whose committed manifest equals the run's is not sealed again, a different one is
 refused. ``--finish`` only copies and commits a finished run's ``result.json`` (a search resumed
-elsewhere). The journal and the log are never committed. ``scripts/real_model_rows.py`` reads the
+elsewhere). The journal and the log are never committed (a pre-screened row's
+``prescreen`` event is, as ``prescreen.json``: the first pass's score of every head). ``scripts/real_model_rows.py`` reads the
 row folder and checks the same order from git history and the test-split ledger's verdict.
 """
 
@@ -97,6 +98,22 @@ def seal_manifest(row: Path, run_dir: Path, label: str) -> Optional[str]:
     return sha
 
 
+def prescreen_record(run_dir: Path) -> Optional[dict]:
+    """The journal's ``prescreen`` event (the first pass's score of every head, the heads kept for the
+    exact scan), without its checksum: a pre-screened row's record of what it screened out."""
+    journal = run_dir / "evaluations.jsonl"
+    if not journal.exists():
+        return None
+    for line in journal.read_text(errors="replace").splitlines():
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if obj.get("type") == "event" and obj.get("event") == "prescreen":
+            return {k: v for k, v in obj.items() if k not in ("type", "check", "crc", "checksum")}
+    return None
+
+
 def commit_result(row: Path, run_dir: Path, label: str) -> str:
     """Copy and commit a finished run's ``result.json`` beside its committed manifest, and the run's
     final manifest over it (the same row, with the entries the search added: the seal's verdict, the
@@ -108,7 +125,12 @@ def commit_result(row: Path, run_dir: Path, label: str) -> str:
         raise RuntimeError(f"{run_dir} has no result.json: the search has not finished")
     shutil.copyfile(result, row / "result.json")
     shutil.copyfile(run_dir / "manifest.json", manifest)
-    sha = commit([row / "result.json", manifest],
+    files = [row / "result.json", manifest]
+    screen = prescreen_record(run_dir)
+    if screen is not None:
+        (row / "prescreen.json").write_text(json.dumps(screen, indent=1) + "\n")
+        files.append(row / "prescreen.json")
+    sha = commit(files,
                  f"Real-model row {label}: its result (and the run's final manifest), after the manifest sealed before D_test")
     log(f"result committed as {sha[:10]}")
     return sha

@@ -158,6 +158,7 @@ FAKE_SEARCH = textwrap.dedent("""
     time.sleep(1.0)
     with open(out / "evaluations.jsonl", "a") as f:
         f.write(json.dumps({"kind": "eval", "split": "dist"}) + "\\n")
+        f.write(json.dumps({"type": "event", "event": "prescreen", "pass": "attribution", "first_scores": [[1.0]]}) + "\\n")
         f.write(json.dumps({"kind": "eval", "split": "test"}) + "\\n")
     (out / "manifest.json").write_text(json.dumps({"task": {"name": "arithmetic"}, "splits": {}, "test_seal": {}}))
     (out / "result.json").write_text(json.dumps({"heads": "L0H0"}))
@@ -179,6 +180,9 @@ def test_seal_row_commits_the_manifest_before_the_test_split(tmp_path):
     assert "results/m/row/manifest.json" in tree and "result.json" not in tree
     assert "evaluations.jsonl" not in log
     assert "test_seal" in (row / "manifest.json").read_text()  # the final manifest, committed with the result
+    assert json.loads((row / "prescreen.json").read_text()) == {"event": "prescreen", "pass": "attribution",
+                                                                "first_scores": [[1.0]]}
+    assert "results/m/row/prescreen.json" in log
 
 
 def test_seal_row_refuses_a_run_that_read_the_test_split(tmp_path):
@@ -214,3 +218,13 @@ def test_heatmap_from_the_record_alone(tmp_path):
     written = rows.figures([str(tmp_path / "rows")], tmp_path / "fig", ["html"])
     assert written == [tmp_path / "fig" / "a.html"]
     assert "L1H0" in written[0].read_text()
+
+
+def test_prescreen_first_pass_against_exact_on_the_kept_heads(tmp_path):
+    nan = float("nan")
+    res = result(5, 5, scorer="prescreen", scores=[[0.01, nan, 0.03], [nan, 0.02, 0.0]])
+    folder = write(tmp_path / "a", manifest(), res)
+    (folder / "prescreen.json").write_text(json.dumps({"pass": "attribution", "first_scores": [[1.0, -5, 3.0], [-4, 2.0, 0.5]]}))
+    rec = rows.record("a", folder)
+    assert rec["prescreen_agreement"] == {"kept": 4, "heads": 6, "spearman_kept": pytest.approx(1.0), "first_pass": "attribution"}
+    assert "attribution kept 4 of 6 heads, Spearman with exact on them 1.00" in rec["scorer"]
