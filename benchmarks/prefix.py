@@ -2,7 +2,8 @@
 
     python -m benchmarks.prefix --n-arith 100 --n-mbpp 4
 
-An exact stage-1-like scan (the intact model and several single heads, :func:`cel_lens.evaluate`)
+An exact stage-1-like scan (the intact model and every head of two layers, :data:`DEFAULT_HEADS`,
+as :func:`cel_lens.evaluate` runs them)
 over real Arithmetic D_dist prompts (``Question: What is ...``: 4-5 shared tokens of ~21) and a
 few MBPP prompts (the 3-shot prompt: ~637 shared tokens of 728-916; greedy generation with a short
 budget, so that the prompt pass, which is what sharing saves, is not buried under decoding), each
@@ -31,10 +32,13 @@ import torch
 
 from benchmarks.limit import Shape, generation_flops, head_flops, intact_flops
 
-__all__ = ["measure", "measure_scan", "generation_flops_shared", "DEFAULT_HEADS"]
+__all__ = ["measure", "measure_scan", "generation_flops_shared", "DEFAULT_HEADS", "MBPP_HEADS"]
 
-DEFAULT_HEADS = ("L0H0", "L3H4", "L8H1", "L14H7", "L20H2", "L25H5", "L29H8")
-"""Single heads across the depth of a 30-layer model (the first ablated layer sets what is resumed)."""
+DEFAULT_HEADS = tuple(f"L{l}H{h}" for l in (0, 15) for h in range(9))
+"""Every head of layers 0 and 15 of SmolLM2 (9 heads a layer): the chunks exact stage 1 runs, all
+heads of one layer per pass; layer 0 recomputes everything, layer 15 resumes halfway up."""
+MBPP_HEADS = ("L0H0", "L15H4", "L29H8")
+"""Generation's heads: the prompt pass from layer 0, halfway and at the last layer."""
 
 
 @contextlib.contextmanager
@@ -112,7 +116,7 @@ def measure(
     """The saving of prefix sharing on real prompts of ``model`` (a name, loaded by
     :func:`cel_lens.load_model`, or a model already loaded): Arithmetic D_dist's
     first ``n_arith`` examples under ``heads`` and MBPP D_dist's first ``n_mbpp`` under ``mbpp_heads``
-    (default: the first three of ``heads``) generating ``mbpp_max_new_tokens`` tokens. Returns
+    (default :data:`MBPP_HEADS`) generating ``mbpp_max_new_tokens`` tokens. Returns
     ``{"arithmetic": {...}, "mbpp": {...}, ...}`` (see :func:`measure_scan`); 0 skips a task. MBPP's
     judge runs the generated programs in the sandbox (``CEL_LENS_ALLOW_CODE_EXECUTION=1`` is set
     unless given)."""
@@ -130,7 +134,7 @@ def measure(
         os.environ.setdefault("CEL_LENS_ALLOW_CODE_EXECUTION", "1")
         task = cl.load_task("mbpp", max_new_tokens=mbpp_max_new_tokens)
         split = task.dist[:n_mbpp]
-        mh = list(mbpp_heads) if mbpp_heads is not None else list(heads[:3])
+        mh = list(mbpp_heads) if mbpp_heads is not None else list(MBPP_HEADS)
         out["mbpp"] = {**measure_scan(m, split, mh, max(batch_size, n_mbpp), reps), **_mbpp_prefix(m, split, mbpp_max_new_tokens),
                        "heads": mh, "max_new_tokens": mbpp_max_new_tokens}
     return out
