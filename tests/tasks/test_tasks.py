@@ -552,7 +552,8 @@ def test_offline_without_data_dir_fails_fast_with_the_same_advice(tmp_path: Path
     env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
     code = textwrap.dedent(
         """
-        from cel_lens.tasks import load_task, DataNotFoundError
+        from cel_lens.tasks import io, load_task, DataNotFoundError
+        io.search_dirs = lambda: []  # no ../shared/data: the hub is the only place left
         try:
             load_task("boolq", n_dist=1)
         except DataNotFoundError as err:
@@ -651,10 +652,12 @@ def test_task_files_are_found_from_the_repository_root(tmp_path: Path, monkeypat
 def test_an_unreachable_hub_fails_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Without the offline switches, an unreachable hub took ~20 s of retries before the error."""
     from cel_lens.model import hub
+    from cel_lens.tasks import io
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("CEL_LENS_DATA_DIR", raising=False)
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setattr(hub, "_hub_reachable", lambda endpoint, timeout=5.0: False)
+    monkeypatch.setattr(io, "search_dirs", lambda: [tmp_path / "data"])  # not ../shared/data, which holds a BoolQ file
     with pytest.raises(DataNotFoundError, match="the hub is not reachable"):
         load_task("boolq", n_dist=1)
