@@ -6,6 +6,8 @@
   ablated layer; :mod:`~cel_lens.evaluation.choices`: per-example decisions;
 * :mod:`~cel_lens.evaluation.generation`: batched greedy generation, judged;
 * :class:`ActivationStore` (:mod:`~cel_lens.evaluation.store`): the intact residual stream of a split.
+* :mod:`~cel_lens.evaluation.precision`: bf16 compute whose decisions equal float32's (decisions
+  within the bf16 error bound are recomputed in float32).
 """
 
 from cel_lens.evaluation.answers import MAX_CLOSED_ANSWERS, answer_key
