@@ -126,7 +126,10 @@ def _quick(rec: dict[str, Any]) -> list[str]:
             "| quantity | CPU s | wall s |", "|---|---|---|",
             f"| `--plan` estimate (CPU share measured {_s(q['plan_share'], 2)}) | {_s(q['plan_cpu_s'])} | {_s(q['plan_wall_s'])} |",
             f"| search, measured end to end | {s['cpu_s']:.1f} | {s['wall_s']:.1f} |",
-            f"| plan / measured | {q['plan_cpu_s'] / s['cpu_s']:.2f} | {q['plan_wall_s'] / s['wall_s']:.2f} |", ""]
+            f"| plan / measured | {q['plan_cpu_s'] / s['cpu_s']:.2f} | {q['plan_wall_s'] / s['wall_s']:.2f} |", "",
+            "The plan counts forward passes (head set x example evaluations) only; the search's other CPU work "
+            "(statistics, the run directory) is not in it, and its wall estimate holds only while the machine's load "
+            "stays what it was when the plan measured its CPU share.", ""]
 
 
 def _prefix(rec: dict[str, Any]) -> list[str]:
@@ -158,6 +161,23 @@ def _prefix(rec: dict[str, Any]) -> list[str]:
     return out + [""]
 
 
+def _sizes(rec: dict[str, Any]) -> list[str]:
+    """What this record measured against issue 35's sizes, and which parts it lacks."""
+    wanted = {"arith": 200, "boolq": 100}
+    notes = [f"{k} at D_dist {rec[k]['n_dist']} (issue 35: {n})" for k, n in wanted.items()
+             if k in rec and rec[k].get("n_dist") != n]
+    q = rec.get("quick")
+    if q is not None and q["options"].get("n_dist") != 200:
+        notes.append(f"the --quick search at {q['options']['n_dist']} examples a split (the preset: 200)")
+    missing = [k for k in ("arith", "boolq", "plans", "planted", "prefix", "prompt_prefix", "quick") if k not in rec]
+    out = []
+    if notes:
+        out += ["Smaller than issue 35's sizes, to fit a loaded machine: " + "; ".join(notes) + ".", ""]
+    if missing:
+        out += ["Not in this record (did not fit, or not run): " + ", ".join(missing) + ".", ""]
+    return out
+
+
 def render(rec: dict[str, Any]) -> str:
     """The section from the merged record of every part that ran."""
     ran = [f"{k} ({v.get('finished', '?')}, load average {v.get('load_average', 0):.1f})" for k, v in rec.items()
@@ -165,4 +185,5 @@ def render(rec: dict[str, Any]) -> str:
     head = [TITLE, "",
             "One torch thread per process on a shared 2-core machine; CPU seconds are the measure, wall beside them. "
             "Parts in this record: " + ("; ".join(ran) or "none") + ".", ""]
+    head += _sizes(rec)
     return "\n".join(head + _stage1(rec) + _bound(rec) + _prefix(rec) + _prescreen(rec) + _plans(rec) + _quick(rec)).rstrip() + "\n"
