@@ -8,6 +8,7 @@ from typing import Any, Mapping, Sequence
 
 from benchmarks.floor import floor_layout, hf_pass_seconds
 from benchmarks.generation import _cut
+from benchmarks.scan_bound import matmul_peaks, scan_bound
 from benchmarks.prefix import generation_flops_shared
 from benchmarks.limit import (
     Shape, against_limit, generation_flops, matmul_flops_per_second, pieces, scan_intact_flops, scan_count_flops,
@@ -17,13 +18,22 @@ __all__ = ["limit_case", "generation_bound", "limit_caption", "adjacent_pass"]
 
 
 def limit_case(w: dict[str, Any], task_key: str, scan_cpu_s: float, hf_pass_cpu_s: float) -> dict[str, float]:
-    """The scan against today's FLOP count (:mod:`benchmarks.limit`), from the real token shapes."""
+    """The scan against today's FLOP count (:mod:`benchmarks.limit`), from the real token shapes, and
+    the bound with the savings it leaves (:mod:`benchmarks.scan_bound`) at the float32 and bf16
+    matmul peaks."""
     shape = Shape.from_hf_config(w["hf"].config.to_dict())
     parts = pieces(w["encoded"][task_key])
     if "matmul_rate" not in w:  # once per workload: a [512, d_model] x [d_model, d_mlp] product
         w["matmul_rate"] = matmul_flops_per_second(512, shape.d_model, shape.d_mlp)
-    return against_limit(scan_count_flops(shape, parts), scan_intact_flops(shape, parts), hf_pass_cpu_s, scan_cpu_s,
-                         w["matmul_rate"])
+    out = against_limit(scan_count_flops(shape, parts), scan_intact_flops(shape, parts), hf_pass_cpu_s, scan_cpu_s,
+                        w["matmul_rate"])
+    if "peaks" not in w:  # once per workload: the float32 and bf16 matmul peaks the bound is stated at
+        w["peaks"] = matmul_peaks(d_in=shape.d_model, d_out=shape.d_mlp)
+    bound = scan_bound(shape, w["encoded"][task_key])
+    out.update(bound_gflop=bound["bound_gflop"], bound_saving=bound["bound_saving"],
+               bound_s_fp32=bound["bound_gflop"] / w["peaks"]["fp32_gflops"],
+               bound_s_bf16=bound["bound_gflop"] / w["peaks"]["bf16_gflops"])
+    return out
 
 
 def generation_bound(

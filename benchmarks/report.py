@@ -137,6 +137,13 @@ def _limit(rec: dict[str, Any]) -> list[str]:
                    f"| {_span(r.get('hf_pass_beside_cpu_s'), 2)} | {r['hf_gflops']:.1f} | {r['limit_s_hf']:.1f} "
                    f"| **{r['limit_over_scan_hf']:.2f}** | {r['matmul_gflops']:.1f} | {r['limit_s_matmul']:.1f} "
                    f"| {r['limit_over_scan_matmul']:.2f} |")
+    bounded = [r for r in rows if "bound_gflop" in r]
+    if bounded:
+        out += ["", "The bound below today's count (`benchmarks/scan_bound.py`: the shared prompt start once per variant, "
+                "the ablated layer's MLP input as a rank-d_head correction, only the scored columns of single-token "
+                "choices), at the float32 and bf16 matmul peaks: "
+                + "; ".join(f"{r['key']} {r['bound_gflop']:.1f} GFLOP ({r['bound_saving']:.2f}x below the count), "
+                            f"{r['bound_s_fp32']:.1f} s / {r['bound_s_bf16']:.1f} s" for r in bounded) + "."]
     m = rec.get("mbpp") or {}
     over = _over_generation_bound(m)
     if over:

@@ -46,3 +46,17 @@ def test_the_section_says_what_did_not_run():
                              "finished": "now", "load_average": 1.0}})
     assert "column left to fill" in text and "BoolQ (D_dist from validation) | not run" in text
     assert "Not run in this record" in text
+
+
+def test_the_suite_s_cases_carry_the_bound_at_both_peaks():
+    from types import SimpleNamespace
+
+    from benchmarks.bounds import limit_case
+
+    cfg = {"num_attention_heads": 2, "hidden_size": 8, "num_hidden_layers": 3, "num_key_value_heads": 1,
+           "intermediate_size": 12, "vocab_size": 20, "hidden_act": "silu"}
+    w = {"hf": SimpleNamespace(config=SimpleNamespace(to_dict=lambda: cfg)),
+         "encoded": {"t": [([1, 2, 3, i], [[5], [6]]) for i in range(7, 11)]}}
+    case = limit_case(w, "t", scan_cpu_s=1.0, hf_pass_cpu_s=0.01)
+    assert case["bound_gflop"] < case["limit_gflop"] and case["bound_saving"] > 1
+    assert case["bound_s_bf16"] < case["bound_s_fp32"] or w["peaks"]["bf16_gflops"] <= w["peaks"]["fp32_gflops"]
