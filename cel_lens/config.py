@@ -108,8 +108,8 @@ LOADERS: tuple[str, ...] = ("auto", "hooked", "bridge")
 PRECISIONS: tuple[str, ...] = ("auto", "float32", "bf16")
 """Compute precision of the evaluations (:mod:`cel_lens.evaluation.precision`): ``"bf16"`` computes
 in bfloat16 and recomputes in float32 every decision within the bf16 error bound, so the bits equal
-``"float32"``'s; ``"auto"``: bf16 for a model in bfloat16, or in float32 with 20M+ parameters on a CPU
-with native bf16."""
+``"float32"``'s; ``"auto"``: bf16 for a model in bfloat16, or for an exact-match task of a float32
+model with 20M+ parameters on a CPU with native bf16 (where bf16 was measured faster)."""
 """How a model given by name is loaded (:func:`cel_lens.load_model`)."""
 
 BOS_RULES: tuple[str, ...] = ("tokenizer", "always", "never")
@@ -245,7 +245,8 @@ class SearchConfig:
         "help": "sign-flip permutations of the selection-adjusted test of 'any ablation helps' on D_dist (0: off)"})
     precision: str = field(default="auto", metadata={
         "help": "compute precision: bf16 (decisions within its error bound recomputed in float32: the same bits), "
-        "float32, or auto (bf16 for a bfloat16 model, or a float32 one of 20M+ parameters on a CPU with native bf16)",
+        "float32, or auto (bf16 for a bfloat16 model, or on exact-match tasks for a float32 one of 20M+ parameters on a "
+        "CPU with native bf16)",
         "choices": PRECISIONS})
     prescreen_pass: str = field(default="attribution", metadata={
         "help": "--scorer prescreen: the first pass that ranks every head (attribution, or every head on a subsample)",

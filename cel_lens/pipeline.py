@@ -27,6 +27,7 @@ import torch
 
 from cel_lens.backends.base import get_backend
 from cel_lens.config import ExecutionSettings, OptionError, SearchConfig, check_split_sizes
+from cel_lens.evaluation.encode import split_kind
 from cel_lens.evaluation.precision import precision_line, recompute_summary, resolve_precision, use_precision
 from cel_lens.evaluation.seal import reading_as, recorded_reads
 from cel_lens.model.load import resolve_dtype
@@ -307,7 +308,7 @@ def search(
     task = resolve_task(task, config, task_options)
     store_dtype = None if config.store_dtype is None else resolve_dtype(config.store_dtype)
     oracle = backend.open(model, task, settings, store_dtype=store_dtype)
-    _use_precision(oracle, config, show=settings.progress)
+    _use_precision(oracle, config, show=settings.progress, kind=split_kind(task.dist))
     run_dir: Optional[RunDir] = None
     try:
         report = _PlanReport(_plan_for(config, oracle.n_layers, oracle.n_heads, task, hasattr(oracle, "model")), settings.progress)
@@ -327,7 +328,7 @@ def search(
                                                   task.test, exclude_key=key),  # weights too, not only the name
             )
         manifest = record_seal(run_dir, manifest, result)
-        manifest = record_precision(run_dir, manifest, oracle, config)
+        manifest = record_precision(run_dir, manifest, oracle, config, task)
     finally:
         if run_dir is not None:
             run_dir.close()
@@ -340,23 +341,23 @@ PRECISION_RECORD = "precision"
 decisions made in bf16 and the share recomputed in float32 (this process's; a local backend's)."""
 
 
-def _use_precision(oracle: Any, config: SearchConfig, show: bool) -> None:
+def _use_precision(oracle: Any, config: SearchConfig, show: bool, kind: Optional[str] = None) -> None:
     """Make ``config.precision`` the oracle's model's (a local backend's), and say it in one line."""
     model = getattr(oracle, "model", None)
     if model is None:
         return
     use_precision(model, config.precision)
     if show:
-        print(precision_line(model, config.precision), file=info_stream(), flush=True)
+        print(precision_line(model, config.precision, kind), file=info_stream(), flush=True)
 
 
-def record_precision(run_dir: RunDir, manifest: dict[str, Any], oracle: Any, config: SearchConfig) -> dict[str, Any]:
+def record_precision(run_dir: RunDir, manifest: dict[str, Any], oracle: Any, config: SearchConfig, task: Task) -> dict[str, Any]:
     """``manifest`` with its :data:`PRECISION_RECORD` entry, also written into the run directory's
     manifest (which a reopened run ignores when it compares manifests)."""
     model = getattr(oracle, "model", None)
     if model is None:
         return manifest
-    record = {"option": config.precision, "compute": resolve_precision(config.precision, model),
+    record = {"option": config.precision, "compute": resolve_precision(config.precision, model, split_kind(task.dist)),
               "recomputed": recompute_summary(model)}
     try:
         current = json.loads(run_dir.manifest_path.read_text())

@@ -108,7 +108,7 @@ def evaluate(
         raise ValueError("evaluate needs at least one head set (pass head_sets=None for the intact model)")
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    prec = resolve_precision(precision if precision is not None else precision_of(model), model)
+    prec = resolve_precision(precision if precision is not None else precision_of(model), model, kind)
     chat = chat_choice(split, chat_template)
     record_test_read(model, split, sets)  # the sealed test split: every D_test read is recorded (by content)
     metric = split.metric or "acc"

@@ -29,8 +29,8 @@ times above the largest change seen.
 
 :func:`resolve_precision` turns ``"auto"`` (the default) into ``"bf16"`` for a model held in
 bfloat16 (a GPU user's: its float32 re-checks run on a float32 copy) or in float32 on a CPU with
-native bf16 arithmetic (``avx512_bf16`` or AMX) and at least :data:`AUTO_MIN_PARAMS` parameters,
-else ``"float32"``.
+native bf16 arithmetic (``avx512_bf16`` or AMX) and at least :data:`AUTO_MIN_PARAMS` parameters
+when the split's kind is one bf16 was measured faster on (:data:`AUTO_KINDS`), else ``"float32"``.
 """
 
 from __future__ import annotations
@@ -68,6 +68,7 @@ __all__ = [
     "precision_line",
     "PRECISION_ENV",
     "AUTO_MIN_PARAMS",
+    "AUTO_KINDS",
 ]
 
 
@@ -88,6 +89,12 @@ AUTO_MIN_PARAMS = 20_000_000
 """``"auto"`` computes a float32 model in bf16 only from this many parameters: a toy model's matrix
 products are too small for bf16 to pay (a 48k-parameter test model ran 2-3 x slower), and its flat
 logits put most decisions within the bound, to be recomputed anyway."""
+
+AUTO_KINDS: tuple[str, ...] = ("exact_match",)
+"""Split kinds ``"auto"`` computes a float32 model in bf16 for, on a CPU: where it was measured
+faster with its recomputes (SmolLM2-135M-Instruct, ``docs/precision.md``: Arithmetic 1.41 x, 9.5 %
+recomputed). Its BoolQ yes/no gaps and MBPP's greedy steps fell within the bounds so often that
+every decision was recomputed (0.69 x and 0.45 x): those stay float32 unless asked."""
 
 PRECISION_ENV = "CEL_LENS_PRECISION"
 """Environment variable that replaces ``"auto"`` (e.g. ``float32`` in the test suite, whose tests
@@ -114,9 +121,9 @@ def cpu_has_native_bf16() -> bool:
     return bool(flags & {"avx512_bf16", "amx_bf16"})
 
 
-def resolve_precision(precision: Optional[str], model) -> str:
+def resolve_precision(precision: Optional[str], model, kind: Optional[str] = None) -> str:
     """``"float32"`` or ``"bf16"``: ``precision`` itself, or for ``"auto"`` (``None``) the rule of
-    the module docstring (after :data:`PRECISION_ENV`, when set)."""
+    the module docstring (after :data:`PRECISION_ENV`, when set) for a split of ``kind``."""
     name = check_precision(precision)
     if name == "auto":
         name = check_precision(os.environ.get(PRECISION_ENV) or "auto")
@@ -126,7 +133,8 @@ def resolve_precision(precision: Optional[str], model) -> str:
     if p.dtype == torch.bfloat16:
         return "bf16"
     if p.dtype == torch.float32 and p.device.type == "cpu" and cpu_has_native_bf16():
-        return "bf16" if sum(q.numel() for q in model.parameters()) >= AUTO_MIN_PARAMS else "float32"
+        big = sum(q.numel() for q in model.parameters()) >= AUTO_MIN_PARAMS
+        return "bf16" if big and kind in AUTO_KINDS else "float32"
     return "float32"
 
 
@@ -267,15 +275,17 @@ def recompute_groups(redo: Bool[Tensor, "variant example"], slack: float = 2.0) 
     return groups
 
 
-def precision_line(model, precision: Optional[str]) -> str:
-    """One line a search starts with: the precision it computes in, and why."""
+def precision_line(model, precision: Optional[str], kind: Optional[str] = None) -> str:
+    """One line a search of a ``kind`` task starts with: the precision it computes in, and why."""
     name = check_precision(precision)
-    resolved = resolve_precision(name, model)
+    resolved = resolve_precision(name, model, kind)
     if resolved == "float32":
-        if name != "auto":
+        if name != "auto" or check_precision(os.environ.get(PRECISION_ENV) or "auto") != "auto":
             return "precision: float32"
         small = sum(q.numel() for q in model.parameters()) < AUTO_MIN_PARAMS
-        return "precision: float32 (auto: " + ("a model too small for bf16 to pay)" if small else "no native bf16 here)")
+        why = "a model too small for bf16 to pay" if small else (
+            f"bf16 was not measured faster on {kind} tasks" if cpu_has_native_bf16() else "no native bf16 here")
+        return f"precision: float32 (auto: {why}; --precision bf16 gives the same results)"
     why = ""
     if name == "auto":
         held = next(model.parameters()).dtype == torch.bfloat16

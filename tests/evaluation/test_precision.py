@@ -76,7 +76,9 @@ def test_precision_option_resolution(tiny_model, monkeypatch):
     monkeypatch.setattr(module, "cpu_has_native_bf16", lambda: True)
     assert resolve_precision("auto", tiny_model) == "float32"  # a toy model: bf16 would not pay
     monkeypatch.setattr(module, "AUTO_MIN_PARAMS", 1000)
-    assert resolve_precision("auto", tiny_model) == "bf16"
+    assert resolve_precision("auto", tiny_model, "exact_match") == "bf16"
+    assert resolve_precision("auto", tiny_model, "multiple_choice") == "float32"  # not measured faster there
+    assert resolve_precision("bf16", tiny_model, "generation") == "bf16"
     assert resolve_precision("float32", tiny_model) == "float32"
     monkeypatch.setattr(module, "cpu_has_native_bf16", lambda: False)
     assert resolve_precision(None, tiny_model) == "float32"
