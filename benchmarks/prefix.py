@@ -119,11 +119,19 @@ def measure(
     (default :data:`MBPP_HEADS`) generating ``mbpp_max_new_tokens`` tokens. Returns
     ``{"arithmetic": {...}, "mbpp": {...}, ...}`` (see :func:`measure_scan`); 0 skips a task. MBPP's
     judge runs the generated programs in the sandbox (``CEL_LENS_ALLOW_CODE_EXECUTION=1`` is set
-    unless given)."""
+    unless given). The torch thread count is restored afterwards."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        return _measure(model, n_arith, n_mbpp, heads, mbpp_heads, mbpp_max_new_tokens, batch_size, reps, threads)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _measure(model, n_arith, n_mbpp, heads, mbpp_heads, mbpp_max_new_tokens, batch_size, reps, threads) -> dict[str, Any]:
     import cel_lens as cl
     from cel_lens.model.kinds import model_name
 
-    torch.set_num_threads(threads)
     m = cl.load_model(model) if isinstance(model, str) else model
     out: dict[str, Any] = {"model": model_name(m), "threads": threads, "heads": list(heads), "torch": torch.__version__}
     if n_arith:
