@@ -86,7 +86,8 @@ def _other_md(rec: dict[str, Any]) -> list[str]:
     if "stability" in rec:
         out += ["## Stability tie-break (point 6, issue 42 item 8)", "",
                 "Before (issue): stability inflated by 1-1.5 pp by the tie-break. Re-selecting stability of one_se "
-                "with the old tie-break (full data's stage-1 order) and the new one (the resample's counts); the "
+                "(its upper end: resamples whose new pool needed an unevaluated subset count too) with the old "
+                "tie-break (full data's stage-1 order) and the new one (the resample's counts); the "
                 "fixed-pool figures of the default rule: the largest sum of the winners' frequencies and the largest "
                 "gap between the selected set's frequency and its own entry (one computation: at most 1 and 0).", "",
                 "| cell | old tie-break | new tie-break | inflation (pp) | max sum of wins | max gap |", "|---|---|---|---|---|---|"]
@@ -118,7 +119,8 @@ def _figures(rec: dict[str, Any]) -> None:
                                              name=f"{rule} {tag}", line=dict(dash=dash)))
         fig.add_hline(y=0.8, line_dash="dash", line_color="grey")
         fig.update_layout(title="P(Ŝ is exactly the real head): one_se (before, dotted) and backward (after)",
-                          xaxis_title="n_dist", yaxis_title="share of seeds", xaxis_type="log", width=900, height=500)
+                          xaxis_title="n_dist", yaxis_title="share of seeds", xaxis_type="log", width=900, height=500,
+                          xaxis=dict(tickvals=[200, 374, 1000, 2000]))
         save_figure(fig, FIGURES / "planted_study_parsimony")
     cal = rec.get("calibration", {})
     if cal:
