@@ -150,7 +150,9 @@ def conclusion(rec: dict[str, Any]) -> str:
         cal = rec.get("calibration") or {}
         if cal.get("applies") and not cal.get("survives"):
             text += "; it does not survive calibration: an answer-prior shift, not a capability"
-        if rec["null_p"] is not None and rec["null_p"] > alpha:
+        if rec["null_min_p"] is not None and rec["null_min_p"] > alpha:
+            text += f"; its null is too small to compare (smallest possible p {fmt_p(rec['null_min_p'])} > α)"
+        elif rec["null_p"] is not None and rec["null_p"] > alpha:
             text += f"; random head sets of its size do as well (null p {fmt_p(rec['null_p'])})"
         return prefix + text
     if pw["mde"] is None:

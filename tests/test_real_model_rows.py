@@ -228,3 +228,8 @@ def test_prescreen_first_pass_against_exact_on_the_kept_heads(tmp_path):
     rec = rows.record("a", folder)
     assert rec["prescreen_agreement"] == {"kept": 4, "heads": 6, "spearman_kept": pytest.approx(1.0), "first_pass": "attribution"}
     assert "attribution kept 4 of 6 heads, Spearman with exact on them 1.00" in rec["scorer"]
+
+
+def test_a_null_too_small_to_compare_says_so(tmp_path):
+    rec = rows.record("a", write(tmp_path / "a", manifest(), result(60, 20, null_p=0.25, null_min_p=0.25)))
+    assert "its null is too small to compare (smallest possible p 0.25 > α)" in rec["conclusion"]
