@@ -155,6 +155,8 @@ def conclusion(rec: dict[str, Any]) -> str:
         elif rec["null_p"] is not None and rec["null_p"] > alpha:
             text += f"; random head sets of its size do as well (null p {fmt_p(rec['null_p'])})"
         return prefix + text
+    if pw["wins"] is None:
+        return prefix + "no decision record in this result (written before results carried one): power not computed"
     if pw["mde"] is None:
         return prefix + (f"no gain shown (one-sided exact p {fmt_p(pw['p_one_sided'])}), and too few discordant "
                          f"examples ({pw['wins']} + {pw['losses']} of {pw['n']}) to detect any gain at {POWER:.0%} power")

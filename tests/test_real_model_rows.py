@@ -233,3 +233,9 @@ def test_prescreen_first_pass_against_exact_on_the_kept_heads(tmp_path):
 def test_a_null_too_small_to_compare_says_so(tmp_path):
     rec = rows.record("a", write(tmp_path / "a", manifest(), result(60, 20, null_p=0.25, null_min_p=0.25)))
     assert "its null is too small to compare (smallest possible p 0.25 > α)" in rec["conclusion"]
+
+
+def test_a_result_without_a_decision_record(tmp_path):
+    old = {k: v for k, v in result(5, 5).items() if k != "decision"}
+    rec = rows.record("a", write(tmp_path / "a", manifest(), old))
+    assert rec["power"]["mde"] is None and "no decision record" in rec["conclusion"]
