@@ -36,7 +36,7 @@ if sys.path[:1] != [str(REPO)]:
 log = get_plugin_logger("cel_lens_site")
 
 MOUNTS = {"index.md": "README.md", "benchmarks.md": "benchmarks/RESULTS.md",
-          "calibration_evidence.md": "benchmarks/CALIBRATION.md"}
+          "calibration_evidence.md": "benchmarks/CALIBRATION.md", "planted_study.md": "benchmarks/PLANTED_STUDY.md"}
 """Site page -> the repository file it shows."""
 STATIC_DIRS = ("figures",)
 """Repository folders served at the same path (pictures, executed notebook renders)."""

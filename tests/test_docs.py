@@ -101,7 +101,8 @@ def test_the_cli_page_is_the_parsers(site):
 
 def test_every_result_row_is_explained(tmp_path):
     """Each row label ``str(result)`` prints (a real search, plus the rows only choice tasks get) is
-    explained in docs/result.md's table."""
+    explained in docs/result.md's table, and the page's organism example shows exactly the rows an
+    organism search prints now (no stale row, none missing)."""
     import cel_lens as cl
     from cel_lens.selection.result import result_rows
 
@@ -113,6 +114,11 @@ def test_every_result_row_is_explained(tmp_path):
     labels = {re.sub(r"^\d+% .* CI$", "95% … CI", label) for label in labels}
     choice_rows = {"answers (D_test)", "calibrated D_test", "calibrated gain", "survives calibration?"}
     assert labels | choice_rows <= explained, sorted((labels | choice_rows) - explained)
+    # the page's first example is an organism search too: it shows the rows such a search prints now
+    example = re.search(r"```text\n(.*?)```", page, re.S).group(1)
+    shown = {re.sub(r"\(n=\d+\)", "(n=…)", m) for m in re.findall(r"^  (\S.*?)\s{2,}\S", example, re.M)}
+    shown = {re.sub(r"^\d+% .* CI$", "95% … CI", label) for label in shown}
+    assert shown == labels, (sorted(shown - labels), sorted(labels - shown))
 
 
 @pytest.mark.slow
