@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Iterator, Optional, Sequence
+from typing import Iterable, Iterator, Optional, Sequence
 
 import einops
 import torch
@@ -119,7 +119,8 @@ def rows_prefix(contexts: Sequence[Sequence[int]], rows: Sequence[Sequence[int]]
     return shared_prefix(rows, min(len(c) for c in contexts) - 1)
 
 
-def _capture(layers: Sequence[int], sink: dict, part: int) -> list:
+def _capture_hooks(layers: Iterable[int], sink: dict, part: int) -> list:
+    """Hooks that keep the residual stream entering each of ``layers`` in ``sink[(part, layer)]``."""
     hooks = []
     for layer in layers:
 
@@ -179,12 +180,12 @@ def prefix_rows_vectors(
     else:
         assert sources is not None and sources[0] is not None and sources[1] is not None
         head, tail = (s.to(device=device, dtype=dtype) for s in sources[:2])
-    cache = prefix_cache(model, head, start, masks, width - prefix, _capture(capture, sink, 0))
+    cache = prefix_cache(model, head, start, masks, width - prefix, _capture_hooks(capture, sink, 0))
     cache = select_kv_cache(cache, torch.arange(n_var, device=device).repeat_interleave(n_rows))
     mask = rows.attention_mask.to(device).clone()
     mask[:, :prefix] = 1
     resid = forward_resid_cached(
-        model, tail, cache, attention_mask=mask, start_at_layer=start, fwd_hooks=_capture(capture, sink, 1),
+        model, tail, cache, attention_mask=mask, start_at_layer=start, fwd_hooks=_capture_hooks(capture, sink, 1),
         keep=(rows.positions.to(device) - prefix).clamp_min(0), variants=masks, ablation=ablation_of(model),
     )
     return einops.rearrange(resid, "(v r) k d -> v r k d", v=n_var)
@@ -209,11 +210,11 @@ def intact_prompts_shared(
     sink: dict = {}
     layers = [l for l in starts if 0 < l < n_layers]
     intact = torch.zeros(1, n_layers, n_heads, dtype=torch.bool)
-    head = prefix_cache(model, tokens[:1, :prefix], 0, intact, width - prefix + spare, _capture(layers, sink, 0))
+    head = prefix_cache(model, tokens[:1, :prefix], 0, intact, width - prefix + spare, _capture_hooks(layers, sink, 0))
     cache = select_kv_cache(head, torch.zeros(n, dtype=torch.long, device=tokens.device))
     cache.spare = spare  # later copies of this cache need room for the new tokens only
     final = forward_resid_cached(
-        model, tokens[:, prefix:], cache, attention_mask=attn, fwd_hooks=_capture(layers, sink, 1), keep=last - prefix
+        model, tokens[:, prefix:], cache, attention_mask=attn, fwd_hooks=_capture_hooks(layers, sink, 1), keep=last - prefix
     )
     return {
         "cache": cache, "prefix": prefix, "final": final[:, 0], "tokens": tokens, "attn": attn, "last": last,

@@ -19,7 +19,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from cel_lens.evaluation.batch import EncodedBatch, TeacherForced, length_groups
-from cel_lens.evaluation.prefix import prefix_rows_vectors
+from cel_lens.evaluation.prefix import _capture_hooks, prefix_rows_vectors
 from cel_lens.heads import HeadSet, masks_from_head_sets
 from cel_lens.model.ablation import ablation_of, variant_hooks
 from cel_lens.model.forward import forward_resid, forward_resid_cached, init_kv_cache, param_device, select_kv_cache, unembed
@@ -29,17 +29,6 @@ from cel_lens.progress import progress_bar
 __all__ = ["batch_pass", "intact_mask", "score_batches", "chunks", "variants_per_pass"]
 
 _VECTOR_BUDGET = 1 << 25  # logits elements unembedded at once (128 MiB in float32)
-
-
-def _capture_hooks(layers: Iterable[int], sink: dict, part: int) -> list:
-    hooks = []
-    for layer in layers:
-
-        def hook(x: Tensor, hook=None, layer=layer) -> None:  # noqa: ANN001 - TL hook signature
-            sink[(part, layer)] = x.detach()
-
-        hooks.append((f"blocks.{layer}.hook_resid_pre", hook))
-    return hooks
 
 
 def _input(model, tokens: Tensor, source: Optional[Tensor], start: int) -> Tensor:
