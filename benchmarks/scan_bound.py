@@ -23,12 +23,11 @@ FLOPs into seconds.
 
 from __future__ import annotations
 
-import time
 from typing import Any, Sequence
 
 import torch
 
-from benchmarks.limit import Shape, head_flops, intact_flops, pieces, scan_count_flops
+from benchmarks.limit import Shape, head_flops, intact_flops, matmul_flops_per_second, pieces, scan_count_flops
 
 __all__ = ["shared_prefix", "scan_bound", "matmul_peaks", "head_bound_flops"]
 
@@ -108,15 +107,5 @@ def matmul_peaks(rows: int = 512, d_in: int = 576, d_out: int = 1536, reps: int 
     """FLOP/s of a plain ``[rows, d_in] @ [d_in, d_out]`` matmul in float32 and in bfloat16 (best of
     ``reps`` CPU-timed runs of 10 products each, on the current thread count): the peaks a bound in
     seconds is taken at."""
-    out = {}
-    for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
-        a, b = torch.randn(rows, d_in, dtype=dtype), torch.randn(d_in, d_out, dtype=dtype)
-        torch.mm(a, b)  # warm-up (bf16 kernels are chosen at the first call)
-        best = float("inf")
-        for _ in range(reps):
-            t0 = time.process_time()
-            for _ in range(10):
-                torch.mm(a, b)
-            best = min(best, (time.process_time() - t0) / 10)
-        out[f"{name}_gflops"] = 2.0 * rows * d_in * d_out / max(best, 1e-9) / 1e9
-    return out
+    return {f"{name}_gflops": matmul_flops_per_second(rows, d_in, d_out, reps, dtype) / 1e9
+            for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16))}
