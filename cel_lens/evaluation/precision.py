@@ -39,6 +39,7 @@ import contextlib
 import copy
 import functools
 import os
+import threading
 import weakref
 from dataclasses import dataclass
 from typing import Iterator, Optional
@@ -217,25 +218,35 @@ def recompute_mask(
     return unsure | _choice_unsure(ll / chars.clamp_min(1.0), norm_err)
 
 
-_CHOSEN: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-_TALLY: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+class _PerThread(threading.local):
+    """Each thread's chosen precision and tally per model: searches running at once in threads on
+    one model (a grid's parallel pairs) keep their own, so one's start does not reset the other's
+    tally and each run records only its own decisions."""
+
+    def __init__(self) -> None:
+        self.chosen: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+        self.tally: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+_STATE = _PerThread()
 
 
 def use_precision(model, precision: Optional[str]) -> None:
     """Make ``precision`` what :func:`~cel_lens.evaluation.evaluate` uses for ``model`` when it is
-    given none (a search sets its ``SearchConfig.precision`` so), and start a fresh tally."""
-    _CHOSEN[model] = check_precision(precision)
-    _TALLY[model] = {}
+    given none (a search sets its ``SearchConfig.precision`` so), and start a fresh tally; both hold
+    for the calling thread (a search evaluates in the thread that runs it)."""
+    _STATE.chosen[model] = check_precision(precision)
+    _STATE.tally[model] = {}
 
 
 def precision_of(model) -> str:
     """The precision set by :func:`use_precision` for ``model`` (``"auto"`` if none)."""
-    return _CHOSEN.get(model, "auto")
+    return _STATE.chosen.get(model, "auto")
 
 
 def tally_recompute(model, split, redo: Bool[Tensor, "variant example"]) -> None:
     """Count ``redo``'s decisions, and those recomputed, under ``split``'s name for ``model``."""
-    counts = _TALLY.setdefault(model, {}).setdefault(str(getattr(split, "name", "") or "examples"), [0, 0])
+    counts = _STATE.tally.setdefault(model, {}).setdefault(str(getattr(split, "name", "") or "examples"), [0, 0])
     counts[0] += int(redo.sum())
     counts[1] += int(redo.numel())
 
@@ -245,7 +256,7 @@ def recompute_summary(model) -> dict:
     float32, and their share (what a run records)."""
     return {
         name: {"decisions": total, "recomputed": done, "share": (done / total) if total else 0.0}
-        for name, (done, total) in sorted(_TALLY.get(model, {}).items())
+        for name, (done, total) in sorted(_STATE.tally.get(model, {}).items())
     }
 
 

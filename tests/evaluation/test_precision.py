@@ -197,3 +197,39 @@ def test_search_records_the_precision_and_keeps_the_bits(tiny_model, tmp_path, c
 
     assert bits(tmp_path / "float32") == bits(tmp_path / "bf16")
     assert runs["float32"].result.heads == runs["bf16"].result.heads
+
+
+def test_searches_in_two_threads_on_one_model_keep_their_own_tally():
+    """A grid runs pairs at once in threads on one model: the second search's start must not reset the
+    first's tally, nor its choice of precision, and each records only its own decisions."""
+    import threading
+    from types import SimpleNamespace
+
+    from cel_lens.evaluation.precision import precision_of, tally_recompute, use_precision
+
+    model = torch.nn.Linear(2, 2)
+    first_started, second_done = threading.Event(), threading.Event()
+    seen = {}
+
+    def first() -> None:
+        use_precision(model, "bf16")
+        tally_recompute(model, SimpleNamespace(name="dist"), torch.tensor([[True, False, False]]))
+        first_started.set()
+        second_done.wait(30)
+        tally_recompute(model, SimpleNamespace(name="dist"), torch.tensor([[False, False]]))
+        seen["first"] = (precision_of(model), recompute_summary(model))
+
+    def second() -> None:
+        first_started.wait(30)
+        use_precision(model, "float32")
+        tally_recompute(model, SimpleNamespace(name="dist"), torch.tensor([[True, True]]))
+        seen["second"] = (precision_of(model), recompute_summary(model))
+        second_done.set()
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert seen["first"] == ("bf16", {"dist": {"decisions": 5, "recomputed": 1, "share": 0.2}})
+    assert seen["second"] == ("float32", {"dist": {"decisions": 2, "recomputed": 2, "share": 1.0}})
