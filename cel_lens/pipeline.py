@@ -28,7 +28,7 @@ import torch
 from cel_lens.backends.base import get_backend
 from cel_lens.config import ExecutionSettings, OptionError, SearchConfig, check_split_sizes
 from cel_lens.evaluation.encode import split_kind
-from cel_lens.evaluation.precision import precision_line, recompute_summary, resolve_precision, use_precision
+from cel_lens.evaluation.precision import precision_line, recompute_summary, resolve_precision, restore_precision, use_precision
 from cel_lens.evaluation.seal import reading_as, recorded_reads
 from cel_lens.model.load import resolve_dtype
 from cel_lens.oracle import DIST_SPLIT, Stage1Scores
@@ -266,13 +266,14 @@ def plan(
     n = max(1, min(calibration_examples, len(task.dist)))
     sample = replace(task, dist=task.dist.subset(n), test=task.test.subset(1)) if calibrate else task
     oracle = get_backend(settings.backend).open(model, sample, replace(settings, progress=False))
-    _use_precision(oracle, config, show=False)
+    previous = _use_precision(oracle, config, show=False)
     try:
         result = _plan_for(config, oracle.n_layers, oracle.n_heads, task, hasattr(oracle, "model"))
         if calibrate:
             result = calibrate_plan(result, oracle, task.dist.examples, sample.dist.examples, heads=calibration_heads,
                                     budget_s=calibration_budget_s, show=settings.progress)
     finally:
+        _restore_precision(oracle, previous)
         oracle.close()
     return result
 
@@ -308,7 +309,7 @@ def search(
     task = resolve_task(task, config, task_options)
     store_dtype = None if config.store_dtype is None else resolve_dtype(config.store_dtype)
     oracle = backend.open(model, task, settings, store_dtype=store_dtype)
-    _use_precision(oracle, config, show=settings.progress, kind=split_kind(task.dist))
+    previous = _use_precision(oracle, config, show=settings.progress, kind=split_kind(task.dist))
     run_dir: Optional[RunDir] = None
     try:
         report = _PlanReport(_plan_for(config, oracle.n_layers, oracle.n_heads, task, hasattr(oracle, "model")), settings.progress)
@@ -332,6 +333,7 @@ def search(
     finally:
         if run_dir is not None:
             run_dir.close()
+        _restore_precision(oracle, previous)
         oracle.close()
     return Run(path=path, result=result, manifest=manifest, oracle=recording, plan=report.plan)
 
@@ -341,14 +343,23 @@ PRECISION_RECORD = "precision"
 decisions made in bf16 and the share recomputed in float32 (this process's; a local backend's)."""
 
 
-def _use_precision(oracle: Any, config: SearchConfig, show: bool, kind: Optional[str] = None) -> None:
-    """Make ``config.precision`` the oracle's model's (a local backend's), and say it in one line."""
+def _use_precision(oracle: Any, config: SearchConfig, show: bool, kind: Optional[str] = None) -> Optional[str]:
+    """Make ``config.precision`` the oracle's model's (a local backend's), and say it in one line;
+    the choice it replaced, for :func:`_restore_precision` when the search ends."""
     model = getattr(oracle, "model", None)
     if model is None:
-        return
-    use_precision(model, config.precision)
+        return None
+    previous = use_precision(model, config.precision)
     if show:
         print(precision_line(model, config.precision, kind), file=info_stream(), flush=True)
+    return previous
+
+
+def _restore_precision(oracle: Any, previous: Optional[str]) -> None:
+    """The model's precision as it was before the search (a later ``evaluate`` is not run in the search's)."""
+    model = getattr(oracle, "model", None)
+    if model is not None:
+        restore_precision(model, previous)
 
 
 def record_precision(run_dir: RunDir, manifest: dict[str, Any], oracle: Any, config: SearchConfig, task: Task) -> dict[str, Any]:

@@ -63,6 +63,7 @@ __all__ = [
     "recompute_mask",
     "recompute_groups",
     "use_precision",
+    "restore_precision",
     "precision_of",
     "tally_recompute",
     "recompute_summary",
@@ -231,12 +232,25 @@ class _PerThread(threading.local):
 _STATE = _PerThread()
 
 
-def use_precision(model, precision: Optional[str]) -> None:
+def use_precision(model, precision: Optional[str]) -> Optional[str]:
     """Make ``precision`` what :func:`~cel_lens.evaluation.evaluate` uses for ``model`` when it is
     given none (a search sets its ``SearchConfig.precision`` so), and start a fresh tally; both hold
-    for the calling thread (a search evaluates in the thread that runs it)."""
+    for the calling thread (a search evaluates in the thread that runs it). Returns the choice it
+    replaced, for :func:`restore_precision`."""
+    previous = _STATE.chosen.get(model)
     _STATE.chosen[model] = check_precision(precision)
     _STATE.tally[model] = {}
+    return previous
+
+
+def restore_precision(model, previous: Optional[str]) -> None:
+    """Undo :func:`use_precision`: ``model``'s choice goes back to ``previous`` (what it returned;
+    ``None``: none, so ``"auto"``), as a search does when it ends, so that a later
+    :func:`~cel_lens.evaluation.evaluate` of the same model is not run in the search's precision."""
+    if previous is None:
+        _STATE.chosen.pop(model, None)
+    else:
+        _STATE.chosen[model] = previous
 
 
 def precision_of(model) -> str:

@@ -15,6 +15,7 @@ from cel_lens.evaluation.precision import (
     Margins,
     check_precision,
     float32_model,
+    precision_of,
     recompute_groups,
     recompute_mask,
     recompute_summary,
@@ -197,6 +198,8 @@ def test_search_records_the_precision_and_keeps_the_bits(tiny_model, tmp_path, c
 
     assert bits(tmp_path / "float32") == bits(tmp_path / "bf16")
     assert runs["float32"].result.heads == runs["bf16"].result.heads
+    # a search leaves the model's precision as it found it: a later evaluate is not run in the search's
+    assert precision_of(tiny_model) == "auto"
 
 
 def test_searches_in_two_threads_on_one_model_keep_their_own_tally():
@@ -205,7 +208,7 @@ def test_searches_in_two_threads_on_one_model_keep_their_own_tally():
     import threading
     from types import SimpleNamespace
 
-    from cel_lens.evaluation.precision import precision_of, tally_recompute, use_precision
+    from cel_lens.evaluation.precision import tally_recompute
 
     model = torch.nn.Linear(2, 2)
     first_started, second_done = threading.Event(), threading.Event()
