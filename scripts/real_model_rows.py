@@ -123,6 +123,21 @@ def power(result: dict[str, Any]) -> dict[str, Any]:
             "upper": sign_test_upper(wins, losses, n, alpha)}
 
 
+def _after_manifest(seal: dict[str, Any], history: Optional[dict[str, str]]) -> str:
+    """When every earlier read of D_test came after the manifest was committed (the reads are kept
+    oldest first), say so: the configuration was fixed before them, though the ledger's rule (no read
+    before the selection) still does not count the row."""
+    import datetime as dt
+
+    reads, man = seal.get("reads") or [], (history or {}).get("manifest.json")
+    if not reads or not man or not reads[0].get("time"):
+        return ""
+    first, committed = dt.datetime.fromisoformat(reads[0]["time"]), dt.datetime.fromisoformat(man.split()[1])
+    if first <= committed:
+        return ""
+    return " (every one of them after the manifest was committed)"
+
+
 def sealed(result: dict[str, Any], history: Optional[dict[str, str]], folder: Path) -> tuple[bool, str]:
     """Whether the row counts as evidence (the ledger says Ŝ was fixed before any read of its D_test,
     and git does not show the result committed before the manifest), and the column's text."""
@@ -131,8 +146,11 @@ def sealed(result: dict[str, Any], history: Optional[dict[str, str]], folder: Pa
     if seal is None:
         return False, f"**unknown** (no seal record); {order}"
     if not result.get("selected_before_test") or seal.get("prior_test_reads"):
-        reason = seal.get("reason") or f"{seal.get('prior_test_reads')} earlier reads of D_test"
-        return False, f"**no**: {reason}; {order}"
+        reads = seal.get("reads") or []
+        reason = (f"the ledger holds {seal.get('prior_test_reads')} read(s) of these D_test rows by this model before "
+                  f"the selection, the first by {reads[0].get('entry')} at {str(reads[0].get('time'))[:19]}"
+                  if reads else seal.get("reason") or "D_test was read before the selection")
+        return False, f"**no**: {reason}{_after_manifest(seal, history)}; {order}"
     if contradicts:
         return False, f"**no**: {order}"
     return True, f"yes (ledger: no earlier read of D_test); {order}"

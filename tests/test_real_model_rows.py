@@ -82,7 +82,7 @@ def test_null_row_states_the_smallest_detectable_gain(tmp_path):
 def test_unsealed_row_is_reported_and_not_evidence(tmp_path):
     rec = rows.record("a", write(tmp_path / "a", manifest(), result(60, 20, sealed=False)))
     assert not rec["evidence"]
-    assert rec["sealed"].startswith("**no**: D_test was read 2 time(s)")
+    assert rec["sealed"].startswith("**no**: D_test was read 2 time(s)")  # no reads kept: the recorded reason
     assert rec["conclusion"].startswith("NOT SEALED, not counted as evidence: Ŝ raised")
     no_seal = {k: v for k, v in result(60, 20).items() if k != "seal"}
     assert not rows.record("b", write(tmp_path / "b", manifest(), no_seal))["evidence"]
@@ -239,3 +239,16 @@ def test_a_result_without_a_decision_record(tmp_path):
     old = {k: v for k, v in result(5, 5).items() if k != "decision"}
     rec = rows.record("a", write(tmp_path / "a", manifest(), old))
     assert rec["power"]["mde"] is None and "no decision record" in rec["conclusion"]
+
+
+def test_reads_after_the_manifest_commit_are_named_but_still_unseal():
+    seal = {"prior_test_reads": 3, "reads": [{"entry": "search /tmp/x", "time": "2026-12-02T08:49:47.29+00:00"}]}
+    after = {"manifest.json": "abc 2026-12-02T08:37:16+00:00"}
+    before = {"manifest.json": "abc 2026-12-02T09:00:00+00:00"}
+    assert rows._after_manifest(seal, after) == " (every one of them after the manifest was committed)"
+    assert rows._after_manifest(seal, before) == ""
+    res = result(5, 5, sealed=False)
+    res["seal"]["reads"] = seal["reads"]
+    ok, text = rows.sealed(res, None, Path("."))
+    assert not ok and text.startswith("**no**: the ledger holds 2 read(s) of these D_test rows by this model before "
+                                      "the selection, the first by search /tmp/x at 2026-12-02T08:49:47")
