@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
+from cel_lens.tasks.avoid import avoid_options, load_avoid
 from cel_lens.tasks.base import Example, Task, sample_disjoint
 from cel_lens.tasks.io import (
     PathLike,
@@ -70,10 +71,12 @@ def load_arithmetic(
     data_dir: Optional[PathLike] = None,
     chat_template: bool = False,
     configs: Sequence[str] = tuple(CONFIGS),
+    avoid_test: Optional[PathLike] = None,
     **kw: Any,
 ) -> Task:
     """Arithmetic with D_dist (default 2,000) and D_test (default 1,000) drawn disjointly, seeded,
-    from the pooled validation rows of ``configs`` (default all ten)."""
+    from the pooled validation rows of ``configs`` (default all ten). ``avoid_test``: a file of rows
+    D_test must not contain (:mod:`cel_lens.tasks.avoid`)."""
     reject_options("arithmetic", kw)
     unknown = [c for c in configs if c not in CONFIGS]
     if unknown or not configs:
@@ -101,7 +104,8 @@ def load_arithmetic(
     where = f"the arithmetic pool ({', '.join(configs)}; {distinct} distinct rows)"
     n_d = check_size(n_dist, N_DIST, distinct, "arithmetic D_dist", where)
     n_t = check_size(n_test, N_TEST, distinct - n_d, "arithmetic D_test", where + f" minus {n_d} for D_dist")
-    dist, test = sample_disjoint(pool, n_d, n_t, seed)
+    avoid = load_avoid(avoid_test)
+    dist, test = sample_disjoint(pool, n_d, n_t, seed, avoid)
     check_unique_ids([*dist, *test], "arithmetic")
     return Task(
         name="arithmetic",
@@ -120,5 +124,6 @@ def load_arithmetic(
             "metrics": ["acc"],
             "protocol": "lm-evaluation-harness arithmetic_*: zero-shot, exact match of the completion",
             "sources": sources,
+            **avoid_options(avoid, pool),
         },
     )

@@ -285,13 +285,14 @@ def dedup_record(removed: Sequence[tuple[str, str]], limit: int = 50) -> dict[st
 
 
 def sample_disjoint(
-    pool: Sequence[Example], n_dist: int, n_test: int, seed: int
+    pool: Sequence[Example], n_dist: int, n_test: int, seed: int, avoid: frozenset = frozenset()
 ) -> tuple[list[Example], list[Example]]:
     """Seeded draw of two disjoint samples from one pool (e.g. Arithmetic's validation rows).
 
     Duplicated problems in the pool (same normalised prompt text, :attr:`Example.dedup_key`, which
     covers equal contents) are dropped first, keeping the first occurrence, so the two samples are
-    disjoint by text, not only by row.
+    disjoint by text, not only by row. D_test skips rows whose id or content hash is in ``avoid``
+    (:mod:`cel_lens.tasks.avoid`); D_dist is the same draw with or without it.
     """
     unique: dict[str, Example] = {}
     for e in pool:
@@ -301,4 +302,8 @@ def sample_disjoint(
         raise ValueError(f"asked for {n_dist} + {n_test} examples but the pool has {len(rows)} distinct rows")
     order = list(range(len(rows)))
     random.Random(seed).shuffle(order)
-    return [rows[i] for i in order[:n_dist]], [rows[i] for i in order[n_dist : n_dist + n_test]]
+    rest = [rows[i] for i in order[n_dist:]]
+    rest = [e for e in rest if e.id not in avoid and e.content_hash not in avoid] if avoid else rest
+    if n_test > len(rest):
+        raise ValueError(f"asked for {n_test} test examples but {len(rest)} rows are left after D_dist and the avoid list")
+    return [rows[i] for i in order[:n_dist]], rest[:n_test]

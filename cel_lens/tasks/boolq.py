@@ -99,13 +99,17 @@ def load_boolq(
     chat_template: bool = False,
     splits: Sequence[str] = ("dist", "test"),
     dist_from: str = "train",
+    avoid_test: Optional[PathLike] = None,
     **kw: Any,
 ) -> Task:
     """BoolQ with D_dist sampled from train (default 2,000) and D_test = validation (default all;
     a smaller ``n_test`` is a seeded sample). ``splits=("test",)`` reads the validation file alone.
     ``dist_from="validation"``: both splits from the validation file, disjoint (D_test default
-    1,000; see the module docstring)."""
+    1,000; see the module docstring). ``avoid_test``: a file of rows D_test must not contain
+    (:mod:`cel_lens.tasks.avoid`; with ``dist_from="validation"`` only)."""
     reject_options("boolq", kw)
+    if avoid_test is not None and dist_from != "validation":
+        raise ValueError("boolq: avoid_test needs dist_from='validation' (D_test is then a sample of validation)")
     if dist_from not in DIST_SOURCES:
         raise ValueError(f"boolq: dist_from must be one of {', '.join(DIST_SOURCES)}, got {dist_from!r}")
     common = dict(
@@ -113,7 +117,8 @@ def load_boolq(
         make_example=make_example, n_dist=n_dist, n_test=n_test, n_dist_default=N_DIST, seed=seed, splits=splits,
     )
     if dist_from == "validation":
-        dist, test, opts = split_one_file(relpath="boolq/dev.jsonl", n_test_default=N_TEST_FROM_VALIDATION, **common)
+        dist, test, opts = split_one_file(relpath="boolq/dev.jsonl", n_test_default=N_TEST_FROM_VALIDATION,
+                                          avoid_test=avoid_test, **common)
     else:
         try:
             dist, test, opts = train_val_splits(

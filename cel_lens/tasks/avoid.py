@@ -1,0 +1,67 @@
+"""Rows D_test must not contain: a committed list of examples already read elsewhere.
+
+The test-split ledger (:mod:`cel_lens.evaluation.seal`) marks a selection as not fixed before D_test
+when the same model read one of its D_test rows earlier. On a pool read many times (the 20,000
+Arithmetic rows, BoolQ's 3,270 validation rows) no split seed gives a 1,000-row D_test that avoids
+every earlier read, so a loader's ``avoid_test`` option names a file of rows to leave out of D_test's
+draw: one example id or content hash per line (``#`` starts a comment). The file is part of the
+run's configuration (its path and sha256 are recorded), so the row's D_test is fixed, and
+reproducible, before it is read; the rows left out stay eligible for D_dist, whose reads do not
+break a seal. ``scripts/read_rows.py`` writes such a file from a machine's ledger and from earlier
+runs' manifests.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any, Optional, Sequence, TypeVar
+
+from cel_lens.tasks.io import PathLike
+
+__all__ = ["AvoidList", "avoid_options", "load_avoid", "without_avoided"]
+
+T = TypeVar("T")
+
+
+class AvoidList(frozenset):
+    """The example ids and content hashes to keep out of D_test, with the file they came from."""
+
+    path: Optional[str] = None
+    sha256: Optional[str] = None
+
+    def record(self, avoided: int) -> dict[str, Any]:
+        """What a task's options record about the list: its file, sha256, size and the pool rows it
+        kept out of D_test's draw."""
+        return {"path": self.path, "sha256": self.sha256, "entries": len(self), "rows_left_out": avoided}
+
+
+def load_avoid(path: Optional[PathLike]) -> AvoidList:
+    """The avoid list in ``path`` (empty when ``path`` is None). Raises FileNotFoundError, with the
+    option's name, when the file is missing (a row's D_test depends on it)."""
+    if path is None:
+        return AvoidList()
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"avoid_test: no file {p} (a list of example ids or content hashes, one per line)")
+    data = p.read_bytes()
+    lines = (line.split("#", 1)[0].strip() for line in data.decode().splitlines())
+    out = AvoidList(line for line in lines if line)
+    out.path, out.sha256 = str(path), hashlib.sha256(data).hexdigest()
+    return out
+
+
+def without_avoided(rows: Sequence[T], avoid: frozenset) -> list[T]:
+    """``rows`` less those whose ``id`` or ``content_hash`` is in ``avoid``."""
+    if not avoid:
+        return list(rows)
+    return [r for r in rows if r.id not in avoid and r.content_hash not in avoid]
+
+
+def avoid_options(avoid: AvoidList, pool: Sequence[Any]) -> dict[str, Any]:
+    """The task options that record ``avoid`` (none when it is empty): ``avoid_test``, the path the
+    loader takes again, and ``avoid_test_file``, its sha256, size and the ``pool`` rows it left out."""
+    if not avoid:
+        return {}
+    left_out = len(pool) - len(without_avoided(pool, avoid))
+    return {"avoid_test": avoid.path, "avoid_test_file": avoid.record(left_out)}
