@@ -286,8 +286,9 @@ def run_variants(
     """Logits of ``tokens`` under each head set, in one forward pass: ``[V, batch, pos, vocab]``.
 
     ``positions`` (``[batch, k]`` indices) unembeds only those positions, giving
-    ``[V, batch, k, vocab]``. Passes resume at the lowest layer any variant ablates: the
-    layers below are computed once, not V times. ``tokens`` may be a prompt string or a list of
+    ``[V, batch, k, vocab]``. The layers below the lowest one any variant ablates run once, not
+    V times; from there it is :func:`~cel_lens.model.forward.forward_resid` with ``variants``,
+    the one ablated forward every evaluation takes. ``tokens`` may be a prompt string or a list of
     them (:func:`prompt_tokens`: as ``model("text")`` reads it; a list is right padded). A single
     head set (``"L0H1+L2H0"``) counts as a list of one. ``kind``: the ablation (default the model's).
     """
@@ -304,25 +305,16 @@ def run_variants(
         raise ValueError("run_variants needs at least one head set")
     warn_if_processed(model)
     masks = masks_from_head_sets(sets, n_layers, n_heads)
-    hooks = variant_hooks(masks, tokens.shape[0], kind or ablation_of(model))
-    n_variants, batch = len(sets), tokens.shape[0]
     first = min((s.first_layer for s in sets if s), default=n_layers)
     if is_bridge(model):
         first = 0  # no resuming on a bridge: one pass over the repeated batch beats prefix + full pass
     with torch.no_grad():
-        if first == 0:
-            rep_tokens = einops.repeat(tokens, "b pos -> (v b) pos", v=n_variants)
-            mask_rep = None if attention_mask is None else einops.repeat(attention_mask, "b p -> (v b) p", v=n_variants)
-            resid = forward_resid(model, rep_tokens, fwd_hooks=hooks, attention_mask=mask_rep)
-            return _unembed_variants(model, resid, n_variants, positions)
-        shared = forward_resid(model, tokens, stop_at_layer=first, attention_mask=attention_mask)
-        resid = einops.repeat(shared, "b pos d -> (v b) pos d", v=n_variants)
-        mask_rep = None if attention_mask is None else einops.repeat(attention_mask, "b p -> (v b) p", v=n_variants)
-        if first < n_layers:
-            resid = forward_resid(
-                model, resid, start_at_layer=first, fwd_hooks=hooks, attention_mask=mask_rep
-            )
-        return _unembed_variants(model, resid, n_variants, positions)
+        x = tokens if first == 0 else forward_resid(model, tokens, stop_at_layer=first, attention_mask=attention_mask)
+        resid = forward_resid(
+            model, x, start_at_layer=first, attention_mask=attention_mask, variants=masks,
+            ablation=kind or ablation_of(model),
+        )
+    return _unembed_variants(model, resid, len(sets), positions)
 
 
 def _unembed_variants(
