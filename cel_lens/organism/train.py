@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
+from cel_lens.model.ablation import ZERO, Ablation
 from cel_lens.organism.ground_truth import fit_feature_coefficients
 from cel_lens.organism.model import build_model
 from cel_lens.tasks.organism import BOS, TOKEN_ID, VOCAB, OrganismBatch, OrganismConfig, sample_prompts
@@ -79,10 +80,15 @@ def init_parameters(seeds: Sequence[int], config: OrganismConfig) -> dict[str, T
 
 
 def answer_head_outputs(
-    params: Mapping[str, Tensor], tokens: Int[Tensor, "seed batch pos"]
+    params: Mapping[str, Tensor], tokens: Int[Tensor, "seed batch pos"], ablated: Optional[Bool[Tensor, "seed head"]] = None,
+    ablation: Optional[Ablation] = None,
 ) -> tuple[Float[Tensor, "seed batch head d_model"], Float[Tensor, "seed batch d_model"]]:
     """Each head's output (``z @ W_O``) at the last position, and the rest of the residual stream
-    there (token + position embedding + ``b_O``), for a stack of models each with its own batch."""
+    there (token + position embedding + ``b_O``), for a stack of models each with its own batch.
+
+    Heads where ``ablated`` is True have their ``z`` replaced by ``ablation`` (default zero), the
+    ablation module's own :meth:`~cel_lens.model.ablation.Ablation.replace`: the seed axis is its
+    row axis and the batch stands where its position axis would (one layer, one position)."""
     S = params["embed.W_E"].shape[0]
     W_E = params["embed.W_E"]
     x = W_E[torch.arange(S)[:, None, None], tokens] + params["pos_embed.W_pos"][:, None, : tokens.shape[-1]]
@@ -91,6 +97,8 @@ def answer_head_outputs(
     v = torch.einsum("sbtd,shde->sbthe", x, params[_A + "W_V"]) + params[_A + "b_V"][:, None, None]
     scores = torch.einsum("sbhe,sbthe->sbht", q, k).contiguous() / math.sqrt(q.shape[-1])
     z = torch.einsum("sbht,sbthe->sbhe", scores.softmax(dim=-1), v)
+    if ablated is not None:
+        z = (ablation or ZERO).replace(z, 0, ablated)
     head_out = torch.einsum("sbhe,shed->sbhd", z, params[_A + "W_O"])
     return head_out, x[:, :, -1] + params[_A + "b_O"][:, None]
 
@@ -99,12 +107,12 @@ def answer_logits(
     params: Mapping[str, Tensor],
     tokens: Int[Tensor, "seed batch pos"],
     keep: Optional[Bool[Tensor, "seed head"]] = None,
+    ablation: Optional[Ablation] = None,
 ) -> Float[Tensor, "seed batch vocab"]:
-    """Logits at the answer (last) position; heads where ``keep`` is False are zero-ablated (their
-    ``z`` zeroed: in one layer only the last position's ``z`` reaches these logits)."""
-    head_out, rest = answer_head_outputs(params, tokens)
-    if keep is not None:
-        head_out = head_out * keep[:, None, :, None].to(head_out.dtype)
+    """Logits at the answer (last) position; heads where ``keep`` is False are ablated by
+    ``ablation`` (default zero) at ``z``, through the ablation module (in one layer only the last
+    position's ``z`` reaches these logits)."""
+    head_out, rest = answer_head_outputs(params, tokens, None if keep is None else ~keep, ablation)
     return (rest + head_out.sum(dim=2)) @ params["unembed.W_U"] + params["unembed.b_U"][:, None]
 
 
