@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from cel_lens.heads import Head, HeadSet
-from cel_lens.oracle import MemoOracle
+from cel_lens.selection.memo import MemoOracle
 from cel_lens.selection import candidate_pool, stage1, stage2
 from cel_lens.selection.guardrails import selection_adjusted_test
 from cel_lens.selection.paired import holm_enhancement, mcnemar_enhancement_p, newcombe_paired_ci, tango_paired_ci

@@ -16,7 +16,7 @@ import argparse
 import numpy as np
 
 from cel_lens.heads import HeadSet
-from cel_lens.oracle import MemoOracle
+from cel_lens.selection.memo import MemoOracle
 from cel_lens.selection import calibration_statistics
 from cel_lens.stats import paired_bootstrap_ci
 from cel_lens.testing import PlantedChoiceOracle

@@ -31,7 +31,8 @@ from benchmarks.floor import encode_for_floor, hf_causal_lm, hf_floor  # noqa: E
 from benchmarks.limit import Shape, floor_flops, matmul_flops_per_second, pieces, scan_intact_flops, scan_count_flops  # noqa: E402
 from benchmarks.racing import write_section  # noqa: E402
 from cel_lens.heads import HeadSet  # noqa: E402
-from cel_lens.oracle import DIST_SPLIT, MemoOracle  # noqa: E402
+from cel_lens.oracle import DIST_SPLIT  # noqa: E402
+from cel_lens.selection.memo import MemoOracle  # noqa: E402
 from cel_lens.splits import parse_subsplit, subsplit_indices
 from cel_lens.scoring import RacingOptions, exact_scores, racing_scores  # noqa: E402
 from cel_lens.selection import candidate_pool  # noqa: E402

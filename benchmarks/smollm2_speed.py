@@ -83,7 +83,8 @@ def exact_scan(model, task, precision: str) -> dict[str, Any]:
     per-example decisions ``[1 + heads, n]`` and the recompute tally."""
     from cel_lens.backends.local import LocalOracle
     from cel_lens.heads import Head, HeadSet
-    from cel_lens.oracle import MemoOracle, evaluate_chunked
+    from cel_lens.oracle import evaluate_chunked
+    from cel_lens.selection.memo import MemoOracle
 
     tally = set_precision(model, precision)
     oracle = MemoOracle(LocalOracle(model, task, batch_size=8, progress=False))
@@ -190,7 +191,7 @@ def task_part(model, name: str, n: int) -> dict[str, Any]:
 def planted_part() -> dict[str, Any]:
     """The pre-screen's recall of exact's pool on planted tiny models (4 layers x 8 heads)."""
     from cel_lens.backends.local import LocalOracle
-    from cel_lens.oracle import MemoOracle
+    from cel_lens.selection.memo import MemoOracle
     from cel_lens.scoring import exact_scores
     from cel_lens.scoring.prescreen import PrescreenOptions, prescreen_scores
     from cel_lens.selection import candidate_pool

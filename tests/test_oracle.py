@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from cel_lens.heads import HeadSet
-from cel_lens.oracle import MemoOracle, Stage1Scores, TestSplitError, discovery_scores
+from cel_lens.oracle import Stage1Scores, TestSplitError, discovery_scores
+from cel_lens.selection.memo import MemoOracle
 from cel_lens.testing import SyntheticOracle
 
 

@@ -13,14 +13,15 @@ from typing import Optional
 from torch import Tensor
 
 from cel_lens.heads import HeadSet
-from cel_lens.oracle import MemoOracle, Oracle
+from cel_lens.oracle import Oracle
+from cel_lens.selection.memo import MemoOracle
 from cel_lens.runs.run_dir import RunDir
 
 __all__ = ["RecordingOracle", "CachedOracle"]
 
 
 class RecordingOracle(MemoOracle):
-    """A :class:`~cel_lens.oracle.MemoOracle` whose memory is a run directory: recorded evaluations
+    """A :class:`~cel_lens.selection.memo.MemoOracle` whose memory is a run directory: recorded evaluations
     are loaded on construction, new ones are appended (fsync'd) as soon as they are computed, and
     the test-split guard holds (D_test only after a ``selected`` event). ``run=None``: memory only."""
 

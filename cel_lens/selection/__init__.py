@@ -8,6 +8,7 @@
 * :mod:`~cel_lens.selection.reselect`: stability that redoes the whole selection, split-half agreement;
 * :mod:`~cel_lens.selection.guardrails`: the selection-adjusted test of "any ablation helps" on D_dist;
 * :mod:`~cel_lens.selection.paired`: one-sided McNemar, Newcombe's interval, leave-one-out per head;
+* :mod:`~cel_lens.selection.memo`: :class:`MemoOracle`, each head set evaluated once, and the test-split guard;
 * :mod:`~cel_lens.selection.algorithm`: :func:`run_search`, Algorithm 1 over an oracle;
 * :mod:`~cel_lens.selection.result`: :class:`Result` and the one text form of a result.
 """
@@ -25,6 +26,7 @@ from cel_lens.selection.calibration import (
     majority_rate,
     prediction_shares,
 )
+from cel_lens.selection.memo import MemoOracle
 from cel_lens.selection.pool import DEFAULT_POOL_SIZE, candidate_pool
 from cel_lens.selection.result import DEFAULT_N_NULL, Result, format_result, result_rows
 from cel_lens.selection.reselect import Reselector, reselecting_stability, split_half_agreement
@@ -37,6 +39,7 @@ __all__ = [
     "DEFAULT_POOL_SIZE",
     "DEFAULT_N_NULL",
     "DEFAULT_N_STABILITY",
+    "MemoOracle",
     "run_search",
     "stage1",
     "stage2",

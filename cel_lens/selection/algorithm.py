@@ -12,7 +12,7 @@ Each step is one function, and :func:`run_search` calls them in order:
    (:mod:`cel_lens.selection.reselect`) and the selection-adjusted test of "any ablation helps"
    (:mod:`cel_lens.selection.guardrails`); as an option, stage 2 is rerun on random pools
    (:mod:`cel_lens.selection.specificity`);
-3. :func:`fix_selection` — S-hat is fixed in the :class:`~cel_lens.oracle.MemoOracle` (with a
+3. :func:`fix_selection` — S-hat is fixed in the :class:`~cel_lens.selection.memo.MemoOracle` (with a
    journal: the ``selected`` event) *before* any test-split evaluation, and a rerun may not change it;
    a read of D_test recorded in the seal's ledger before this moment (:mod:`cel_lens.evaluation.seal`)
    makes ``selected_before_test`` false, with the reason;
@@ -22,7 +22,7 @@ Each step is one function, and :func:`run_search` calls them in order:
    post-hoc test gains of every subset (exploratory).
 
 The search knows nothing of models: everything goes through the oracle (:mod:`cel_lens.oracle`),
-wrapped in a :class:`~cel_lens.oracle.MemoOracle` that refuses the test split before step 3, with
+wrapped in a :class:`~cel_lens.selection.memo.MemoOracle` that refuses the test split before step 3, with
 or without a journal (a run directory, which then records every step).
 """
 
@@ -43,7 +43,6 @@ from cel_lens.config import SearchConfig
 from cel_lens.heads import Head, HeadSet
 from cel_lens.oracle import (
     DIST_SPLIT,
-    MemoOracle,
     Oracle,
     Stage1Scores,
     TestSplitError,
@@ -53,6 +52,7 @@ from cel_lens.oracle import (
 )
 from cel_lens.scoring.exact import exact_scores
 from cel_lens.selection.calibration import calibration_statistics
+from cel_lens.selection.memo import MemoOracle
 from cel_lens.selection.pool import DEFAULT_POOL_SIZE, candidate_pool
 from cel_lens.selection.result import DEFAULT_N_NULL, Result, nonpositive_gain_warning
 from cel_lens.selection.specificity import random_pool_winners, specificity_statistics
@@ -111,7 +111,7 @@ def stage2(
 
 
 def fix_selection(oracle: Oracle, best: SubsetScore, prior_reads: Sequence[dict[str, Any]] = ()) -> bool:
-    """Fix S-hat in the :class:`~cel_lens.oracle.MemoOracle` before the test split is read (with a
+    """Fix S-hat in the :class:`~cel_lens.selection.memo.MemoOracle` before the test split is read (with a
     journal: a ``selected`` event is appended, or on a rerun checked: a selection cannot change once
     D_test may have been read). ``prior_reads``: the seal ledger's reads of this model's D_test
     before now (:mod:`cel_lens.evaluation.seal`). Returns whether it was fixed before any test read."""
@@ -287,7 +287,7 @@ def run_search(
     :class:`~cel_lens.config.SearchConfig` passed whole instead of its options loose. ``scores``:
     :class:`~cel_lens.oracle.Stage1Scores` of another scorer, refused unless computed on D_dist
     (``scorer`` renames them); default: exact scores. The oracle is wrapped in a
-    :class:`~cel_lens.oracle.MemoOracle` (nothing evaluated twice, D_test refused until S-hat is
+    :class:`~cel_lens.selection.memo.MemoOracle` (nothing evaluated twice, D_test refused until S-hat is
     fixed); with a journal (:class:`cel_lens.runs.RecordingOracle`) every step is recorded and a rerun
     resumes. ``parsimony``: stage 2's rule (:mod:`~cel_lens.selection.parsimony`). ``seed`` seeds the
     null, the intervals, the stability (``n_stability`` re-selections; 0 skips) and the

@@ -13,7 +13,7 @@ multiplies the choice probabilities by ``diag(p_cf)^-1``, which on the log scale
 an additive per-choice bias, but it estimates the bias from content-free prompts ("N/A"), which
 cost extra forward passes, must be invented per task, and do not exist for tasks whose choices
 differ per example (HellaSwag). Here the bias is fitted on D_dist's labelled scores that the search
-recorded anyway (:class:`~cel_lens.oracle.MemoOracle` keeps them; run directories store them), so
+recorded anyway (:class:`~cel_lens.selection.memo.MemoOracle` keeps them; run directories store them), so
 the baseline costs no forward pass, reads no D_test label to fit, and applies to every choice task.
 The bias is the one with the highest D_dist accuracy, so a calibrated accuracy is the model's
 accuracy at its best constant answer prior: an ablation that only shifts the prior leaves it
@@ -32,7 +32,8 @@ from torch import Tensor
 
 from cel_lens.heads import HeadSet
 from cel_lens.selection.paired import DECISION_TEST
-from cel_lens.oracle import DIST_SPLIT, TEST_SPLIT, AnswerKey, MemoOracle
+from cel_lens.oracle import DIST_SPLIT, TEST_SPLIT, AnswerKey
+from cel_lens.selection.memo import MemoOracle
 from cel_lens.stats import paired_bootstrap_ci, sign_test_bound, sign_test_p, wilson_interval
 
 __all__ = [

@@ -28,7 +28,8 @@ from torch import Tensor
 
 from cel_lens.evaluation.encode import encode_prompt
 from cel_lens.heads import Head, HeadSet
-from cel_lens.oracle import DIST_SPLIT, MemoOracle
+from cel_lens.oracle import DIST_SPLIT
+from cel_lens.selection.memo import MemoOracle
 from cel_lens.progress import info_stream
 from cel_lens.scoring.attribution import ATTRIBUTION_UNITS
 from cel_lens.config import ABLATION_KINDS, DEFAULT_K, DEFAULT_POOL_SIZE, SearchConfig
@@ -241,7 +242,7 @@ def cpu_and_wall() -> tuple[float, float]:
 
 
 class BatchTimer:
-    """Times a search's evaluations (a :class:`~cel_lens.oracle.MemoOracle`'s ``timer``): the first
+    """Times a search's evaluations (a :class:`~cel_lens.selection.memo.MemoOracle`'s ``timer``): the first
     batch that holds an ablated head set sets :attr:`seconds_per_unit` (CPU seconds per head set per
     example) and :attr:`cpu_share`, and calls ``on_first(rate)`` once. Batches of the intact model
     alone are skipped: a full forward pass, where ablated passes may resume from a stored residual

@@ -15,7 +15,7 @@ from cel_lens.backends import LocalOracle
 from cel_lens.evaluation.seal import ledger_file, reading_as, record_test_read, recorded_reads
 from cel_lens.heads import HeadSet
 from cel_lens.model.identity import model_id
-from cel_lens.oracle import MemoOracle
+from cel_lens.selection.memo import MemoOracle
 from cel_lens.selection.result import format_result
 from cel_lens.testing import planted_task
 

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from cel_lens.heads import Head, HeadSet
-from cel_lens.oracle import MemoOracle, Oracle, Stage1Scores, TestSplitError
+from cel_lens.oracle import Oracle, Stage1Scores, TestSplitError
+from cel_lens.selection.memo import MemoOracle
 from cel_lens.scoring import exact_scores
 from cel_lens.selection import (
     DEFAULT_POOL_SIZE,

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from cel_lens.heads import HeadSet
-from cel_lens.oracle import AnswerKey, MemoOracle
+from cel_lens.oracle import AnswerKey
+from cel_lens.selection.memo import MemoOracle
 from cel_lens.selection import run_search
 from cel_lens.selection.calibration import (
     PRIOR_ONLY_LINE,

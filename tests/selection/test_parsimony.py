@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from cel_lens.heads import Head, HeadSet
-from cel_lens.oracle import MemoOracle
+from cel_lens.selection.memo import MemoOracle
 from cel_lens.selection import candidate_pool, run_search, select_best, select_parsimonious, stage1, stage2
 from cel_lens.testing import SyntheticOracle
 

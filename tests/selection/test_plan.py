@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from cel_lens.heads import HeadSet
-from cel_lens.oracle import MemoOracle
+from cel_lens.selection.memo import MemoOracle
 from cel_lens.selection import run_search
 from cel_lens.selection.plan import BatchTimer, plan_search, stage2_sets
 from cel_lens.testing import SyntheticOracle

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from cel_lens.heads import HeadSet
-from cel_lens.oracle import MemoOracle
+from cel_lens.selection.memo import MemoOracle
 from cel_lens.selection import candidate_pool, select_parsimonious, selection_stability, stage1, stage2
 from cel_lens.selection.reselect import Reselector, reselecting_stability, singles_from, split_half_agreement
 from cel_lens.testing import SyntheticOracle
