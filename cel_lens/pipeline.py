@@ -25,14 +25,14 @@ from typing import Any, Mapping, Optional, Union
 
 import torch
 
-from cel_lens.backends.base import get_backend
+from cel_lens.backends.base import backend_class, get_backend
 from cel_lens.config import ExecutionSettings, OptionError, SearchConfig, check_split_sizes
 from cel_lens.evaluation.encode import split_kind
 from cel_lens.evaluation.precision import precision_line, recompute_summary, resolve_precision, restore_precision, use_precision
 from cel_lens.evaluation.seal import reading_as, recorded_reads
 from cel_lens.model.load import resolve_dtype
 from cel_lens.oracle import DIST_SPLIT, Stage1Scores
-from cel_lens.model.ablation import using_ablation
+from cel_lens.model.ablation import ablation_kind, using_ablation
 from cel_lens.progress import info_stream, progress_session
 from cel_lens.runs.ablation_kind import ablation_controls, learn_ablation
 from cel_lens.runs.run_dir import RunDir
@@ -113,7 +113,7 @@ def _split_options(
     task_options = {k: v for k, v in options.items() if k in loading}
     check_split_sizes(task_options.get("n_dist"), task_options.get("n_test"))
     config, settings = config.validate(), settings.validate()
-    if config.ablation != "zero" and settings.backend != "local":
+    if ablation_kind(config.ablation).learns and not backend_class(settings.backend).in_process:
         raise OptionError(
             "ablation", f"ablation={config.ablation!r} runs on the local backend only ({settings.backend} workers "
             "load their own model copies, which would not carry the learnt ablation)"
@@ -348,6 +348,8 @@ def _use_precision(oracle: Any, config: SearchConfig, show: bool, kind: Optional
     the choice it replaced, for :func:`_restore_precision` when the search ends."""
     model = getattr(oracle, "model", None)
     if model is None:
+        if hasattr(oracle, "use_precision"):  # a Ray oracle: every replica evaluates in it
+            oracle.use_precision(config.precision)
         return None
     previous = use_precision(model, config.precision)
     if show:
@@ -366,10 +368,13 @@ def record_precision(run_dir: RunDir, manifest: dict[str, Any], oracle: Any, con
     """``manifest`` with its :data:`PRECISION_RECORD` entry, also written into the run directory's
     manifest (which a reopened run ignores when it compares manifests)."""
     model = getattr(oracle, "model", None)
-    if model is None:
+    if model is not None:
+        record = {"option": config.precision, "compute": resolve_precision(config.precision, model, split_kind(task.dist)),
+                  "recomputed": recompute_summary(model)}
+    elif hasattr(oracle, "precision_record"):  # a Ray oracle: its replicas' summed tally
+        record = {"option": config.precision, **oracle.precision_record(split_kind(task.dist))}
+    else:
         return manifest
-    record = {"option": config.precision, "compute": resolve_precision(config.precision, model, split_kind(task.dist)),
-              "recomputed": recompute_summary(model)}
     try:
         current = json.loads(run_dir.manifest_path.read_text())
         write_json_atomic(run_dir.manifest_path, {**current, PRECISION_RECORD: record})

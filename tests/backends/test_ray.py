@@ -232,6 +232,18 @@ def test_cli_search_ray_options():
 # ---------------------------------------------------------------------------------------------
 # with Ray
 # ---------------------------------------------------------------------------------------------
+def test_a_worker_in_bf16_makes_float32_decisions_and_counts_its_recomputes(worker):
+    model = worker.model
+    task = _exact_task(model)
+    ref = ModelOracle(model, task, batch_size=4, progress=False).evaluate("dist", SINGLES)
+    bf16 = ShardWorker(ModelFactory.tiny(), task, batch_size=4, precision="bf16")
+    assert torch.equal(_scatter(bf16, "dist", 2, SINGLES), ref)
+    record = bf16.precision_record("exact_match")
+    assert record["compute"] == "bf16" and record["recomputed"]["dist"]["decisions"] == ref.numel()
+    bf16.set_precision("float32")  # a fresh tally in the new precision
+    assert bf16.precision_record("exact_match") == {"compute": "float32", "recomputed": {}}
+
+
 @pytest.fixture(scope="module")
 def ray_cluster():
     """One local Ray instance (2 CPUs, no dashboard) for the whole module."""
@@ -269,10 +281,13 @@ def _same_as_local(run, local_run) -> None:
     # the ablation-kind controls need the model in this process: the local run has them, Ray's not
     assert got.pop("ablation_controls") is None and set(ref.pop("ablation_controls")) == {"mean", "resample"}
     assert got == ref
-    # same model (hashed by an actor), same splits and options; the precision record is the local process's
-    # tally of its own model's decisions (Ray's actors keep theirs: docs/precision.md)
-    local_manifest = {k: v for k, v in local_run.manifest.items() if k != "precision"}
-    assert "precision" in local_run.manifest and run.manifest == local_manifest
+    # same model (hashed by an actor), same splits and options; each precision record is its own
+    # processes' tally (the local run also evaluated the ablation-kind controls), in the same precision
+    ray_precision, local_precision = run.manifest["precision"], local_run.manifest["precision"]
+    assert ray_precision["replicas"] >= 1 and ray_precision["compute"] == local_precision["compute"]
+    assert ray_precision["option"] == local_precision["option"] and ray_precision["recomputed"]["dist"]["decisions"] > 0
+    strip = lambda m: {k: v for k, v in m.items() if k != "precision"}  # noqa: E731
+    assert strip(run.manifest) == strip(local_run.manifest)
     records = _records(run.path)
     keys = [(s, h) for s, h, _ in records]
     assert len(keys) == len(set(keys)), [k for k, c in Counter(keys).items() if c > 1]

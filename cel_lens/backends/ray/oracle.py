@@ -46,6 +46,7 @@ from torch import Tensor
 
 from cel_lens.backends.ray.errors import require_ray
 from cel_lens.backends.ray.factory import to_factory
+from cel_lens.backends.ray.precision import RayPrecision
 from cel_lens.backends.ray.shards import Shard
 from cel_lens.backends.ray.worker import ShardWorker
 from cel_lens.evaluation.answers import answer_key
@@ -66,7 +67,7 @@ FORWARDED_ENV: tuple[str, ...] = (
 )
 
 
-class RayOracle:
+class RayOracle(RayPrecision):
     """Evaluation oracle over Ray actors (see the module docstring).
 
     ``model``: a hub id or checkpoint path (loaded by :func:`cel_lens.load_model` in each

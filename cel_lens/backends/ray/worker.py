@@ -20,6 +20,7 @@ import torch
 from cel_lens.backends.ray.factory import ModelFactory
 from cel_lens.backends.ray.shards import Shard, plan_shards, shard_split
 from cel_lens.evaluation.evaluator import evaluate
+from cel_lens.evaluation.precision import check_precision, recompute_summary, resolve_precision, use_precision
 from cel_lens.evaluation.seal import reading_as
 from cel_lens.evaluation.store import ActivationStore
 from cel_lens.heads import HeadSet, HeadsLike
@@ -49,6 +50,7 @@ class ShardWorker:
         use_store: bool = True,
         store_dtype: Optional[torch.dtype] = None,
         threads: Optional[int] = None,
+        precision: Optional[str] = None,
     ) -> None:
         if threads:
             torch.set_num_threads(int(threads))
@@ -61,6 +63,19 @@ class ShardWorker:
         self.use_store = bool(use_store) and self.task.kind != "generation"
         self.store_dtype = store_dtype
         self._stores: dict[tuple[str, tuple[int, ...]], Any] = {}
+        self.precision: Optional[str] = None
+        self.set_precision(precision)
+
+    def set_precision(self, precision: Optional[str]) -> None:
+        """Evaluate in ``precision`` from now on (:mod:`cel_lens.evaluation.precision`; ``None``:
+        ``"auto"``), with a fresh tally of the decisions recomputed in float32."""
+        self.precision = check_precision(precision)
+        use_precision(self.model, self.precision)
+
+    def precision_record(self, kind: Optional[str]) -> dict[str, Any]:
+        """The precision this replica computes a split of ``kind`` in, and its tally since
+        :meth:`set_precision` (per split: decisions made in bf16, recomputed, share)."""
+        return {"compute": resolve_precision(self.precision, self.model, kind), "recomputed": recompute_summary(self.model)}
 
     def info(self) -> dict[str, Any]:
         """Shape, manifest entry (id, weights hash, dtype), process and build time of the replica."""
@@ -115,7 +130,7 @@ class ShardWorker:
         with redirect_stdout(sys.stderr), reading_as(f"ray worker {socket.gethostname()}:{os.getpid()}"):
             result = evaluate(
                 self.model, split, [HeadSet.parse(s) for s in head_sets], batch_size=self.batch_size,
-                store=self._store(shard, split), progress=False, max_rows=shard.max_rows,
+                store=self._store(shard, split), progress=False, max_rows=shard.max_rows, precision=self.precision,
             )
         scores = result.extra.get("choice_score")
         return result.correct.numpy(), None if scores is None else scores.numpy()

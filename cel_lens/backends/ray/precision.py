@@ -1,0 +1,38 @@
+"""A Ray oracle's compute precision: every replica evaluates in the search's ``precision`` and
+reports its tally of decisions recomputed in float32 (:mod:`cel_lens.evaluation.precision`)."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+__all__ = ["RayPrecision"]
+
+
+class RayPrecision:
+    """What :class:`~cel_lens.backends.ray.oracle.RayOracle` adds so that a search sets its precision
+    on the replicas (as it does on a local model) and records their tally in the manifest."""
+
+    def use_precision(self, precision: Optional[str]) -> None:
+        """Evaluate in ``precision`` on every replica (and on any replica started later), with
+        fresh tallies."""
+        self._worker_kwargs["precision"] = precision
+        self._run([(i, i, "set_precision", (precision,)) for i in range(self.workers)])
+
+    def precision_record(self, kind: Optional[str]) -> dict[str, Any]:
+        """The precision the replicas compute a split of ``kind`` in and their summed tally (per
+        split: decisions made in bf16, recomputed in float32, share). A replica Ray restarted
+        counts only what it did since its restart."""
+        records = self._run([(i, i, "precision_record", (kind,)) for i in range(self.workers)])
+        computes = sorted({r["compute"] for r in records.values()})
+        totals: dict[str, list[int]] = {}
+        for r in records.values():
+            for split, t in r["recomputed"].items():
+                acc = totals.setdefault(split, [0, 0])
+                acc[0] += int(t["decisions"])
+                acc[1] += int(t["recomputed"])
+        return {
+            "compute": computes[0] if len(computes) == 1 else computes,
+            "recomputed": {s: {"decisions": d, "recomputed": r, "share": r / d if d else 0.0}
+                           for s, (d, r) in sorted(totals.items())},
+            "replicas": len(records),
+        }
