@@ -10,13 +10,13 @@ event, so a resumed run reports the same numbers without another forward pass.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Iterable, Mapping, Optional
 
-import torch
 from jaxtyping import Int
 from torch import Tensor
 
 from cel_lens.config import ABLATION_KINDS
+from cel_lens.evaluation.batch import right_pad
 from cel_lens.evaluation.encode import encode_prompt
 from cel_lens.heads import HeadSet
 from cel_lens.model.ablation import (
@@ -26,19 +26,15 @@ from cel_lens.oracle import TEST_SPLIT, Journal, Oracle
 from cel_lens.stats import paired_bootstrap_ci
 from cel_lens.tasks.base import Split
 
-__all__ = ["learn_ablation", "ablation_controls"]
+__all__ = ["learn_ablation", "recorded_ablation", "ablation_controls"]
 
 
 def _prompt_rows(model: Any, dist: Split) -> tuple[Int[Tensor, "batch pos"], Int[Tensor, "batch pos"]]:
     """The D_dist prompts as the model reads them (its BOS rule, no chat template; a token task's
-    own ids), padded on the right (mask 0 there)."""
+    own ids), right padded (:func:`~cel_lens.evaluation.batch.right_pad`, pad id 0, mask 0 there)."""
     rows = [[int(i) for i in ex.meta["prompt_ids"]] if "prompt_ids" in ex.meta else encode_prompt(model, ex.prompt)
             for ex in dist]
-    tokens = torch.zeros(len(rows), max(map(len, rows)), dtype=torch.long)
-    mask = torch.zeros_like(tokens)
-    for i, row in enumerate(rows):
-        tokens[i, : len(row)], mask[i, : len(row)] = torch.tensor(row, dtype=torch.long), 1
-    return tokens, mask
+    return right_pad(rows, 0)
 
 
 def _fit(model: Any, dist: Split, kind: str, seed: int) -> Ablation:
@@ -49,13 +45,22 @@ def _fit(model: Any, dist: Split, kind: str, seed: int) -> Ablation:
     return fit_ablation(kind, model, tokens, mask, seed)
 
 
+def recorded_ablation(events: Iterable[Mapping[str, Any]], kind: str) -> Optional[Ablation]:
+    """The ablation of kind ``kind`` as a run recorded it (the ``ablation`` event
+    :func:`learn_ablation` writes), rebuilt; ``None`` when ``events`` hold none. The one reader of
+    that event: resuming a run and exporting its model both ask it."""
+    for event in events:
+        if event.get("event") == "ablation" and event.get("kind") == kind:
+            return ablation_from_state({k: v for k, v in event.items() if k not in ("type", "event", "time")})
+    return None
+
+
 def learn_ablation(model: Any, dist: Split, kind: str, seed: int, journal: Optional[Journal] = None) -> Ablation:
     """The run's ablation of kind ``kind``: read back from the ``ablation`` event of ``journal``
     when recorded, else fitted on ``dist`` (with ``seed``) and recorded there."""
-    if journal is not None:
-        for event in journal.events("ablation"):
-            if event.get("kind") == kind:
-                return ablation_from_state({k: v for k, v in event.items() if k not in ("type", "event", "time")})
+    recorded = None if journal is None else recorded_ablation(journal.events("ablation"), kind)
+    if recorded is not None:
+        return recorded
     ablation = _fit(model, dist, kind, seed)
     if journal is not None and ablation.learns:
         journal.record_event("ablation", **ablation.state())

@@ -23,12 +23,13 @@ from cel_lens.evaluation.evaluator import evaluate
 from cel_lens.evaluation.hf import evaluate_plain, load_plain_model
 from cel_lens.evaluation.seal import reading_as, record_test_read
 from cel_lens.heads import Head, HeadSet
-from cel_lens.model.ablation import Ablation, ablation_from_state
+from cel_lens.model.ablation import Ablation, ablation_kind
 from cel_lens.model.checkpoint_edit import PROVENANCE_FILE, PROVENANCE_HASH_FILE, check_out_dir, export_checkpoint
 from cel_lens.model.safetensors_io import file_sha256
 from cel_lens.model.checkpoint_source import encoding_defaults, export_source
 from cel_lens.model.identity import weights_hash
 from cel_lens.model.load import load_model
+from cel_lens.runs.ablation_kind import recorded_ablation
 from cel_lens.runs.run_dir import MANIFEST
 from cel_lens.runs.reader import RunRecord, as_record
 from cel_lens.tasks.base import Task
@@ -129,14 +130,17 @@ def export_model(run_or_heads: Any, out_dir: Union[str, os.PathLike], *, source:
 
 
 def run_ablation(record: Optional[RunRecord]) -> Optional[Ablation]:
-    """The ablation a run searched with, as it recorded it (``None``: zero, or no run); a mean or
-    resample run's export folds it into the output biases where exact."""
-    if record is None or (record.manifest.get("options") or {}).get("ablation", "zero") == "zero":
+    """The ablation a run searched with, as it recorded it (``None``: the default kind, zero, which
+    a manifest leaves out, or no run); a mean or resample run's export folds it into the output
+    biases where exact."""
+    kind = None if record is None else (record.manifest.get("options") or {}).get("ablation")
+    if record is None or kind is None:
         return None
-    kind = record.manifest["options"]["ablation"]
-    for event in record.events:
-        if event.get("event") == "ablation" and event.get("kind") == kind:
-            return ablation_from_state({k: v for k, v in event.items() if k not in ("type", "event", "time")})
+    if not ablation_kind(kind).learns:  # it learnt nothing, so the run recorded none: the kind itself
+        return ablation_kind(kind)()
+    recorded = recorded_ablation(record.events, kind)
+    if recorded is not None:
+        return recorded
     raise ValueError(f"{record.path} searched with {kind} ablation but recorded no learnt ablation to export")
 
 

@@ -1,11 +1,15 @@
 """A run's ablation kind: learnt once, recorded, read back on resume (no refit); the controls too;
-a run directory refuses another kind."""
+a run directory refuses another kind; resuming and export read the recorded ablation the same way."""
 
 from __future__ import annotations
 
 import pytest
+import torch
 
 import cel_lens as cl
+from cel_lens.runs import load_run
+from cel_lens.runs.ablation_kind import recorded_ablation
+from cel_lens.runs.export import run_ablation
 from cel_lens.runs.run_dir import RunDir
 from cel_lens.testing.planted import planted_task
 
@@ -36,3 +40,16 @@ def test_non_zero_kinds_refuse_the_ray_backend_before_anything_runs(tiny_model, 
     with pytest.raises(ValueError, match="ablation='mean' runs on the local backend only"):
         cl.search(tiny_model, planted_task(tiny_model, n=4), ablation="mean", backend="ray", out=tmp_path / "r", **SMALL)
     assert not (tmp_path / "r").exists()
+
+
+def test_resume_and_export_read_the_recorded_ablation_one_way(tiny_model, tmp_path):
+    out = tmp_path / "run"
+    cl.search(tiny_model, planted_task(tiny_model, n=8), ablation="mean", out=out, **SMALL)
+    events = RunDir(out).events()
+    read = recorded_ablation(events, "mean")
+    assert read is not None and read.name == "mean"
+    exported = run_ablation(load_run(out))
+    assert type(exported) is type(read) and torch.equal(exported.table, read.table)
+    recorded = next(e for e in events if e["event"] == "ablation")
+    assert exported.record() == read.record() and read.record()["sha256"] == recorded["sha256"]
+    assert recorded_ablation(events, "resample") is None and recorded_ablation([], "mean") is None
