@@ -34,7 +34,7 @@ from cel_lens.model.load import resolve_dtype
 from cel_lens.oracle import DIST_SPLIT, Stage1Scores
 from cel_lens.model.ablation import ablation_kind, using_ablation
 from cel_lens.progress import info_stream, progress_session
-from cel_lens.runs.ablation_kind import ablation_controls, learn_ablation
+from cel_lens.runs.ablation_record import ablation_controls, learn_ablation
 from cel_lens.runs.run_dir import RunDir
 from cel_lens.runs.journal_io import write_json_atomic
 from cel_lens.runs.manifest import EXAMPLES, build_manifest, default_run_dir
@@ -194,7 +194,7 @@ def _search_with_controls(
     task: Task, test_reads: Any = None,
 ) -> Result:
     """Algorithm 1 under the config's ablation kind (learnt on D_dist first, when it learns), then
-    S-hat's D_test gain under the other kinds (:func:`~cel_lens.runs.ablation_kind.ablation_controls`;
+    S-hat's D_test gain under the other kinds (:func:`~cel_lens.runs.ablation_record.ablation_controls`;
     only where the oracle evaluates a model in this process). ``test_reads``: the earlier D_test
     reads the selection is checked against (:mod:`cel_lens.evaluation.seal`)."""
     model = getattr(oracle, "model", None)

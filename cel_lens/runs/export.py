@@ -29,7 +29,7 @@ from cel_lens.model.safetensors_io import file_sha256
 from cel_lens.model.checkpoint_source import encoding_defaults, export_source
 from cel_lens.model.identity import weights_hash
 from cel_lens.model.load import load_model
-from cel_lens.runs.ablation_kind import recorded_ablation
+from cel_lens.runs.ablation_record import recorded_ablation
 from cel_lens.runs.run_dir import MANIFEST
 from cel_lens.runs.reader import RunRecord, as_record
 from cel_lens.tasks.base import Task
