@@ -130,7 +130,7 @@ def measure(
 
 def _measure(model, n_arith, n_mbpp, heads, mbpp_heads, mbpp_max_new_tokens, batch_size, reps, threads) -> dict[str, Any]:
     import cel_lens as cl
-    from cel_lens.model.kinds import model_name
+    from cel_lens.model.model_types import model_name
 
     m = cl.load_model(model) if isinstance(model, str) else model
     out: dict[str, Any] = {"model": model_name(m), "threads": threads, "heads": list(heads), "torch": torch.__version__}

@@ -14,7 +14,7 @@ imports nothing heavy, so ``cel-lens --help`` answers at once.
 from __future__ import annotations
 
 import numbers
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Optional
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "OptionError",
     "check_split_sizes",
     "check_max_new_tokens",
+    "check_fields",
     "SearchConfig",
     "ExecutionSettings",
 ]
@@ -143,12 +144,11 @@ def canonical_dtype(name: Any, option: str = "dtype") -> str:
     return DTYPE_ALIASES[key]
 
 
-def _int(name: str, value: Any, low: int, high: Optional[int] = None, why: str = "") -> None:
+def _int(name: str, value: Any, low: int, why: str = "") -> None:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise OptionError(name, f"{name} must be an integer, got {value!r}")
-    if value < low or (high is not None and value > high):
-        bound = f">= {low}" if high is None else f"in {low}..{high}"
-        raise OptionError(name, f"{name} must be {bound}, got {value}{why}")
+    if value < low:
+        raise OptionError(name, f"{name} must be >= {low}, got {value}{why}")
 
 
 def _bool(name: str, value: Any) -> None:
@@ -159,6 +159,39 @@ def _bool(name: str, value: Any) -> None:
 def _choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
     if value not in choices:
         raise OptionError(name, f"unknown {name} {value!r}; choose one of {', '.join(choices)}")
+
+
+def _number(name: str, value: Any, interval: str) -> None:
+    """``value`` a real number in ``interval``, written ``"(0, 1]"`` (round: open; square: closed)."""
+    low, high = (float(x) for x in interval[1:-1].split(","))
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if not (ok and (low < value if interval[0] == "(" else low <= value) and (value < high if interval[-1] == ")" else value <= high)):
+        bound = f"be a number >= {low:g}" if high == float("inf") else f"lie in {interval}"
+        raise OptionError(name, f"{name} must {bound}, got {value!r}")
+
+
+def check_fields(obj: Any) -> None:
+    """Check each field of a config dataclass by the rule its ``metadata`` holds, beside its help:
+    ``choices``; ``min`` (an integer at least that; ``why`` ends the message); ``interval`` (a number
+    within ``"(0, 1]"``: round open, square closed; ``"[0, inf)"`` finite); ``dtype``; ``text`` (a string);
+    a ``bool`` field is True or False; ``None`` where it is the default. :class:`OptionError` names
+    the first field that fails, in field order."""
+    for f in fields(obj):
+        name, value, rule = f.name, getattr(obj, f.name), f.metadata
+        if value is None and f.default is None:
+            continue
+        if f.type == "bool":
+            _bool(name, value)
+        if "choices" in rule:
+            _choice(name, value, tuple(rule["choices"]))
+        if "text" in rule and not isinstance(value, str):
+            raise OptionError(name, f"{name} must be {rule['text']}, got {value!r}")
+        if "min" in rule:
+            _int(name, value, rule["min"], why=rule.get("why", ""))
+        if "interval" in rule:
+            _number(name, value, rule["interval"])
+        if rule.get("dtype"):
+            canonical_dtype(value, name)
 
 
 def check_split_sizes(n_dist: Any = None, n_test: Any = None) -> None:
@@ -198,8 +231,8 @@ class SearchConfig:
     memory; resumed passes then differ within half-precision rounding); ``ablation``: what replaces
     an ablated head's ``hook_z`` (:data:`ABLATION_KINDS`: ``"zero"``, the paper's, ``"mean"`` or
     ``"resample"``, learnt once from D_dist and recorded; the result also reports S-hat's test gain
-    under the other kinds, as a control); ``parsimony``, ``ci_method``, ``n_adjusted``: stage 2's
-    choice among near-ties, the test gain's interval and the selection-adjusted test's permutations.
+    under the other kinds, as a control). Each default is written once, on its field
+    (:meth:`default`); so is each rule :meth:`validate` checks (:func:`check_fields`).
 
     ``precision``: the evaluations' compute precision (:data:`PRECISIONS`; the decisions are
     float32's either way).
@@ -208,32 +241,38 @@ class SearchConfig:
     (absent means the default), so run directories made before these options existed resume unchanged.
     """
 
-    k: int = field(default=DEFAULT_K, metadata={"help": "largest subset size"})
-    pool_size: int = field(default=DEFAULT_POOL_SIZE, metadata={"help": "candidate pool size, top heads by stage-1 score"})
+    k: int = field(default=DEFAULT_K, metadata={"help": "largest subset size", "min": 1})
+    pool_size: int = field(default=DEFAULT_POOL_SIZE, metadata={
+        "help": "candidate pool size, top heads by stage-1 score", "min": 1})
     scorer: str = field(default="exact", metadata={"help": "stage-1 scorer", "choices": SCORERS})
     strategy: str = field(default="exhaustive", metadata={"help": "stage-2 search", "choices": STRATEGIES})
-    beam_width: int = field(default=8, metadata={"help": "beam width for --strategy beam"})
-    n_null: int = field(default=DEFAULT_N_NULL, metadata={"help": "random head sets in the null"})
-    n_boot: int = field(default=10000, metadata={"help": "paired bootstrap resamples"})
+    beam_width: int = field(default=8, metadata={"help": "beam width for --strategy beam", "min": 1})
+    n_null: int = field(default=DEFAULT_N_NULL, metadata={
+        "help": "random head sets in the null", "min": 1, "why": " (the random-subset null needs at least one head set)"})
+    n_boot: int = field(default=10000, metadata={"help": "paired bootstrap resamples", "min": 1})
     posthoc: bool = field(default=False, metadata={
         "help": "also measure every stage-2 subset on D_test (exploratory: never choose by it)"})
     seed: int = field(default=0, metadata={
-        "help": "seed of the statistics (null, bootstrap, stability) and the splits"})
-    n_masks: Optional[int] = field(default=None, metadata={"help": "random masks for --scorer compressed"})
-    sparsity: float = field(default=0.05, metadata={"help": "fraction of heads each --scorer compressed mask knocks out"})
+        "help": "seed of the statistics (null, bootstrap, stability) and the splits", "min": 0})
+    n_masks: Optional[int] = field(default=None, metadata={"help": "random masks for --scorer compressed",
+                                                                        "min": 1})
+    sparsity: float = field(default=0.05, metadata={"help": "fraction of heads each --scorer compressed mask knocks out",
+                                                               "interval": "(0, 1)"})
     store_dtype: Optional[str] = field(default=None, metadata={
-        "help": "store the residual stream in this dtype (e.g. float16)"})
-    split_seed: Optional[int] = field(default=None, metadata={"help": "seed of the splits alone (default: --seed)"})
+        "help": "store the residual stream in this dtype (e.g. float16)", "dtype": True})
+    split_seed: Optional[int] = field(default=None, metadata={"help": "seed of the splits alone (default: --seed)",
+                                                                           "min": 0})
     n_specificity: int = field(default=0, metadata={
-        "help": "random pools whose stage-2 winners S-hat's test gain is compared with (0: off)"})
+        "help": "random pools whose stage-2 winners S-hat's test gain is compared with (0: off)", "min": 0})
     ablation: str = field(default="zero", metadata={
         "help": "what replaces an ablated head's output: zero (the paper's), its mean over D_dist, or a "
         "resampled D_dist example's (the result also reports S-hat's gain under the others)",
         "choices": ABLATION_KINDS})
     delta: float = field(default=0.05, metadata={
-        "help": "--scorer racing: probability allowed for its pool to differ from exact scoring's"})
+        "help": "--scorer racing: probability allowed for its pool to differ from exact scoring's", "interval": "(0, 1)"})
     margin: float = field(default=0.0, metadata={
-        "help": "--scorer racing: score difference (accuracy units) near the pool's boundary it may get wrong (0: none)"})
+        "help": "--scorer racing: score difference (accuracy units) near the pool's boundary it may get wrong (0: none)",
+        "interval": "[0, 2)"})
     parsimony: str = field(default="backward", metadata={
         "help": "stage 2's choice: drop heads of the best subset that their leave-one-out exact tests on D_dist do "
         "not support (backward), the smallest subset within one standard error of the best (one_se), within "
@@ -242,7 +281,8 @@ class SearchConfig:
         "help": "interval of the test gain: Tango's score interval, Newcombe's paired interval, or the paired bootstrap",
         "choices": CI_METHODS})
     n_adjusted: int = field(default=999, metadata={
-        "help": "sign-flip permutations of the selection-adjusted test of 'any ablation helps' on D_dist (0: off)"})
+        "help": "sign-flip permutations of the selection-adjusted test of 'any ablation helps' on D_dist (0: off)",
+        "min": 0})
     precision: str = field(default="auto", metadata={
         "help": "compute precision: bf16 (decisions within its error bound recomputed in float32: the same bits), "
         "float32, or auto (bf16 for a bfloat16 model, or on exact-match tasks for a float32 one of 20M+ parameters on a "
@@ -252,9 +292,14 @@ class SearchConfig:
         "help": "--scorer prescreen: the first pass that ranks every head (attribution, or every head on a subsample)",
         "choices": ("attribution", "subsample")})
     prescreen_keep: float = field(default=0.25, metadata={
-        "help": "--scorer prescreen: fraction of heads (the first pass's best) the exact scan keeps"})
+        "help": "--scorer prescreen: fraction of heads (the first pass's best) the exact scan keeps", "interval": "(0, 1]"})
     prescreen_sample: int = field(default=32, metadata={
-        "help": "--scorer prescreen --prescreen-pass subsample: D_dist examples of the first pass"})
+        "help": "--scorer prescreen --prescreen-pass subsample: D_dist examples of the first pass", "min": 1})
+
+    @classmethod
+    def default(cls, name: str) -> Any:
+        """Option ``name``'s default, written once on its field (what a function taking it alone defaults to)."""
+        return cls.__dataclass_fields__[name].default
 
     @property
     def task_seed(self) -> int:
@@ -262,45 +307,14 @@ class SearchConfig:
         return self.seed if self.split_seed is None else self.split_seed
 
     def validate(self) -> "SearchConfig":
-        """Raise ``ValueError`` naming the first option that cannot work; return ``self``."""
-        _int("k", self.k, 1)
-        _int("pool_size", self.pool_size, 1)
+        """Raise ``ValueError`` naming the first option that cannot work (each field's rule is on the
+        field, :func:`check_fields`; then ``k`` against the pool); return ``self``."""
+        check_fields(self)
         if self.k > self.pool_size:
             raise OptionError(
                 "k", f"k must be at most the pool size ({self.pool_size}): every subset is drawn from the pool, "
                 f"so k={self.k} could never be reached"
             )
-        _choice("scorer", self.scorer, tuple(SCORERS))
-        _choice("strategy", self.strategy, STRATEGIES)
-        _int("beam_width", self.beam_width, 1)
-        _int("n_null", self.n_null, 1, why=" (the random-subset null needs at least one head set)")
-        _int("n_boot", self.n_boot, 1)
-        _bool("posthoc", self.posthoc)
-        _int("seed", self.seed, 0)
-        if self.split_seed is not None:
-            _int("split_seed", self.split_seed, 0)
-        _int("n_specificity", self.n_specificity, 0)
-        _choice("parsimony", self.parsimony, PARSIMONY_RULES)
-        _choice("ci_method", self.ci_method, CI_METHODS)
-        _int("n_adjusted", self.n_adjusted, 0)
-        _choice("ablation", self.ablation, tuple(ABLATION_KINDS))
-        _choice("precision", self.precision, PRECISIONS)
-        if self.n_masks is not None:
-            _int("n_masks", self.n_masks, 1)
-        if isinstance(self.sparsity, bool) or not isinstance(self.sparsity, numbers.Real) or not 0.0 < float(self.sparsity) < 1.0:
-            raise OptionError("sparsity", f"sparsity must lie in (0, 1), got {self.sparsity!r}")
-        for name, value, top in (("delta", self.delta, 1.0), ("margin", self.margin, 2.0)):
-            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 <= float(value) < top:
-                raise OptionError(name, f"{name} must lie in [0, {top:g}), got {value!r}")
-        if float(self.delta) == 0.0:
-            raise OptionError("delta", "delta must be > 0 (the racing scorer's error probability)")
-        if self.store_dtype is not None:
-            canonical_dtype(self.store_dtype, "store_dtype")
-        _choice("prescreen_pass", self.prescreen_pass, ("attribution", "subsample"))
-        keep = self.prescreen_keep
-        if isinstance(keep, bool) or not isinstance(keep, numbers.Real) or not 0.0 < float(keep) <= 1.0:
-            raise OptionError("prescreen_keep", f"prescreen_keep must lie in (0, 1], got {keep!r}")
-        _int("prescreen_sample", self.prescreen_sample, 1)
         return self
 
     def manifest_options(self, use_store: bool = True) -> dict[str, Any]:
@@ -342,46 +356,33 @@ class ExecutionSettings:
     ``ray_address``, ``workers`` and ``gpus_per_worker`` for the latter.
     """
 
-    device: Optional[str] = field(default=None, metadata={"help": "torch device (default: cuda if available, else cpu)"})
-    dtype: Optional[str] = field(default=None, metadata={"help": "model dtype, e.g. float32 or bfloat16"})
+    device: Optional[str] = field(default=None, metadata={
+        "help": "torch device (default: cuda if available, else cpu)", "text": "a name such as 'cpu' or 'cuda:0'"})
+    dtype: Optional[str] = field(default=None, metadata={"help": "model dtype, e.g. float32 or bfloat16",
+                                                                       "dtype": True})
     loader: str = field(default="auto", metadata={
         "help": "HookedTransformer or TransformerBridge (auto: HookedTransformer where supported)", "choices": LOADERS})
     bos: Optional[str] = field(default=None, metadata={
         "help": "prompts start with BOS: where the tokenizer adds it (default, as lm-eval), always, or never "
         "(recorded with the model)", "choices": BOS_RULES})
-    batch_size: int = field(default=8, metadata={"help": "examples per forward pass"})
+    batch_size: int = field(default=8, metadata={"help": "examples per forward pass", "min": 1})
     use_store: bool = field(default=True, metadata={"help": "no activation store: full forward passes"})
     store_budget: Optional[int] = field(default=None, metadata={
-        "help": "byte budget of the activation store, in megabytes", "unit": ("megabytes", 2**20)})
+        "help": "byte budget of the activation store, in megabytes", "unit": ("megabytes", 2**20), "min": 0})
     progress: bool = field(default=True, metadata={"help": "hide progress bars"})
     backend: str = field(default="local", metadata={
         "help": "where evaluations run: this process, or Ray actors (pip install \"cel_lens[ray]\")", "choices": BACKENDS})
     ray_address: Optional[str] = field(default=None, metadata={
         "help": "Ray cluster to join: 'auto' (one started with 'ray start') or HOST:PORT; default: a local Ray"})
     workers: Optional[int] = field(default=None, metadata={
-        "help": "Ray actors, one model replica each (default: cluster GPUs / --gpus-per-worker, else CPUs)"})
-    gpus_per_worker: float = field(default=0.0, metadata={"help": "GPUs per Ray actor (fractions share a GPU)"})
+        "help": "Ray actors, one model replica each (default: cluster GPUs / --gpus-per-worker, else CPUs)", "min": 1})
+    gpus_per_worker: float = field(default=0.0, metadata={"help": "GPUs per Ray actor (fractions share a GPU)",
+                                                                            "interval": "[0, inf)"})
 
     def validate(self) -> "ExecutionSettings":
-        """Raise ``ValueError`` naming the first setting that cannot work; return ``self``."""
-        if self.device is not None and not isinstance(self.device, str):
-            raise OptionError("device", f"device must be a name such as 'cpu' or 'cuda:0', got {self.device!r}")
-        if self.dtype is not None:
-            canonical_dtype(self.dtype)
-        _choice("loader", self.loader, LOADERS)
-        if self.bos is not None:
-            _choice("bos", self.bos, BOS_RULES)
-        _int("batch_size", self.batch_size, 1)
-        _bool("use_store", self.use_store)
-        if self.store_budget is not None:
-            _int("store_budget", self.store_budget, 0)
-        _bool("progress", self.progress)
-        _choice("backend", self.backend, tuple(BACKENDS))
-        if self.workers is not None:
-            _int("workers", self.workers, 1)
-        gpus = self.gpus_per_worker
-        if isinstance(gpus, bool) or not isinstance(gpus, numbers.Real) or not 0 <= gpus < float("inf"):
-            raise OptionError("gpus_per_worker", f"gpus_per_worker must be a number >= 0, got {gpus!r}")
+        """Raise ``ValueError`` naming the first setting that cannot work (each field's rule is on the
+        field, :func:`check_fields`); return ``self``."""
+        check_fields(self)
         return self
 
     def load_options(self) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from cel_lens.evaluation.encode import encode_pair, encode_prompt, format_prompt
 from cel_lens.heads import HeadSet, HeadsLike
 from cel_lens.model.ablation import ablation_hooks
 from cel_lens.model.forward import forward_resid, unembed
-from cel_lens.model.kinds import model_shape
+from cel_lens.model.model_types import model_shape
 from cel_lens.report.attention import AttentionPatterns
 from cel_lens.report.attention import plot_attention_patterns
 

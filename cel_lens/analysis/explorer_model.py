@@ -21,7 +21,7 @@ from cel_lens.evaluation.encode import encode_pair, format_prompt
 from cel_lens.heads import Head, HeadSet
 from cel_lens.model.ablation import ablation_hooks
 from cel_lens.model.forward import forward_resid, unembed
-from cel_lens.model.kinds import model_shape
+from cel_lens.model.model_types import model_shape
 from cel_lens.report.attention import AttentionPatterns, default_heads, pattern_change
 from cel_lens.report.explorer_data import example_entry, rounded
 from cel_lens.tasks.base import Example, Split

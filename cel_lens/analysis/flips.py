@@ -25,7 +25,7 @@ from cel_lens.evaluation.evaluator import evaluate
 from cel_lens.evaluation.result import EvalResult
 from cel_lens.heads import HeadSet, HeadsLike
 from cel_lens.model.ablation import ablation_hooks
-from cel_lens.model.kinds import model_shape
+from cel_lens.model.model_types import model_shape
 from cel_lens.model.load import load_model
 from cel_lens.report.flips import FlippedExample, Flips, HeadView
 from cel_lens.runs.export import run_task, selected_heads

@@ -16,7 +16,7 @@ from cel_lens.evaluation.seal import recorded_reads
 from cel_lens.evaluation.store import ActivationStore
 from cel_lens.heads import HeadSet
 from cel_lens.model.identity import model_id, model_manifest
-from cel_lens.model.kinds import model_shape
+from cel_lens.model.model_types import model_shape
 from cel_lens.model.load import load_model
 from cel_lens.oracle import AnswerKey
 from cel_lens.scoring.attribution import attribution_scores

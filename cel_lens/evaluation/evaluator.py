@@ -44,7 +44,7 @@ from cel_lens.evaluation.store import ActivationStore
 from cel_lens.evaluation.teacher_forced import score_batches
 from cel_lens.heads import Head, HeadSet, HeadsLike
 from cel_lens.model.forward import forward_resid, param_device, unembed
-from cel_lens.model.kinds import model_name, model_shape
+from cel_lens.model.model_types import model_name, model_shape
 from cel_lens.model.processing import warn_if_processed
 from cel_lens.tasks.base import Example, Split, Task
 from cel_lens.threads import configure_threads

@@ -34,7 +34,7 @@ from cel_lens.evaluation.teacher_forced import chunks
 from cel_lens.heads import HeadSet, masks_from_head_sets
 from cel_lens.model.ablation import ablation_of, variant_hooks
 from cel_lens.model.forward import forward_resid, forward_resid_cached, init_kv_cache, param_device, select_kv_cache, unembed
-from cel_lens.model.kinds import model_shape
+from cel_lens.model.model_types import model_shape
 from cel_lens.model.stack import StackCache
 from cel_lens.progress import progress_bar
 from cel_lens.tasks.base import Split

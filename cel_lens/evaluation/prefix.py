@@ -39,7 +39,7 @@ from torch import Tensor
 from cel_lens.evaluation.batch import TeacherForced, length_groups
 from cel_lens.model.ablation import ablation_of
 from cel_lens.model.forward import forward_resid_cached, init_kv_cache, param_device, select_kv_cache
-from cel_lens.model.kinds import model_shape
+from cel_lens.model.model_types import model_shape
 from cel_lens.model.stack import StackCache
 
 __all__ = [

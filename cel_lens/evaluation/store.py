@@ -34,7 +34,7 @@ from torch import Tensor
 from cel_lens.evaluation.batch import EncodedBatch
 from cel_lens.evaluation.encode import as_split, chat_choice, encode_split
 from cel_lens.evaluation.teacher_forced import batch_pass, intact_mask
-from cel_lens.model.kinds import model_shape, supports_resume
+from cel_lens.model.model_types import model_shape, supports_resume
 from cel_lens.progress import progress_bar
 from cel_lens.tasks.base import Split
 

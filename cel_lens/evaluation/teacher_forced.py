@@ -23,7 +23,7 @@ from cel_lens.evaluation.prefix import _capture_hooks, prefix_rows_vectors
 from cel_lens.heads import HeadSet, masks_from_head_sets
 from cel_lens.model.ablation import ablation_of, variant_hooks
 from cel_lens.model.forward import forward_resid, forward_resid_cached, init_kv_cache, param_device, select_kv_cache, unembed
-from cel_lens.model.kinds import model_shape, supports_resume
+from cel_lens.model.model_types import model_shape, supports_resume
 from cel_lens.progress import progress_bar
 
 __all__ = ["batch_pass", "intact_mask", "score_batches", "chunks", "variants_per_pass"]

@@ -47,7 +47,7 @@ from cel_lens.config import ABLATION_KINDS
 from cel_lens.heads import HeadSet, HeadsLike, masks_from_head_sets
 from cel_lens.model.bos import prompt_ids
 from cel_lens.model.forward import Hook, check_hooks, forward_resid, param_device, unembed
-from cel_lens.model.kinds import is_bridge, model_name, model_shape
+from cel_lens.model.model_types import is_bridge, model_name, model_shape
 from cel_lens.model.processing import warn_if_processed
 
 __all__ = [

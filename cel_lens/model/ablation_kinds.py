@@ -14,7 +14,7 @@ from torch import Tensor
 
 from cel_lens.model.ablation import Ablation, hook_z_name
 from cel_lens.model.forward import forward_resid, param_device
-from cel_lens.model.kinds import model_shape
+from cel_lens.model.model_types import model_shape
 
 __all__ = ["MeanAblation", "ResampleAblation", "LearntAblation"]
 

@@ -29,7 +29,7 @@ from cel_lens.model.bos import bos_rule, read_bos
 from cel_lens.model.convert import quiet
 from cel_lens.model.gguf import converted_from
 from cel_lens.model.identity import source_info
-from cel_lens.model.kinds import is_bridge
+from cel_lens.model.model_types import is_bridge
 from cel_lens.model.load import _resolve_source
 from cel_lens.model.native import NATIVE_KEY, is_native_checkpoint, save_native
 

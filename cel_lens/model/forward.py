@@ -28,7 +28,7 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from cel_lens.model.kinds import is_bridge, model_name
+from cel_lens.model.model_types import is_bridge, model_name
 from cel_lens.model.stack import StackCache
 from cel_lens.model.stack_build import stack_for
 

@@ -60,7 +60,7 @@ from cel_lens.model.bos import check_bos_rule, read_bos, set_bos_rule
 from cel_lens.model.convert import bridge_from_hf, hooked_from_hf, load_hf, load_tokenizer
 from cel_lens.model.gguf import converted_from
 from cel_lens.model.identity import tag_source
-from cel_lens.model.kinds import is_bridge
+from cel_lens.model.model_types import is_bridge
 from cel_lens.model.native import is_native_checkpoint, load_native
 from cel_lens.model.processing import warn_if_processed
 from cel_lens.model.sources import resolve_source

@@ -57,7 +57,7 @@ def stack_for(model, hook_points: Sequence[torch.nn.Module] = ()) -> Optional[St
 def _cached_stack(model) -> Optional[Stack]:
     from transformer_lens import HookedTransformer
 
-    from cel_lens.model.kinds import is_bridge
+    from cel_lens.model.model_types import is_bridge
 
     if isinstance(model, HookedTransformer):
         key = _hooked_key(model)

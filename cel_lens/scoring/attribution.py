@@ -22,7 +22,7 @@ from torch import Tensor
 from cel_lens.evaluation.encode import encode_split
 from cel_lens.evaluation.evaluator import logprob_metric
 from cel_lens.model.ablation import ablation_of, hook_z_name
-from cel_lens.model.kinds import model_shape
+from cel_lens.model.model_types import model_shape
 from cel_lens.oracle import DIST_SPLIT, Oracle, Stage1Scores
 from cel_lens.progress import progress_bar
 from cel_lens.scoring.registry import Cost, Scorer

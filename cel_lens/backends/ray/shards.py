@@ -21,7 +21,7 @@ from cel_lens.evaluation.encode import chat_choice, encode_split, split_kind
 from cel_lens.evaluation.evaluator import default_max_rows
 from cel_lens.evaluation.generation import generation_prompts
 from cel_lens.evaluation.store import store_layers
-from cel_lens.model.kinds import model_shape, supports_resume
+from cel_lens.model.model_types import model_shape, supports_resume
 from cel_lens.tasks.base import Split
 
 __all__ = ["Shard", "plan_shards", "shard_split"]

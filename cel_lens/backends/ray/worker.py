@@ -25,7 +25,7 @@ from cel_lens.evaluation.seal import reading_as
 from cel_lens.evaluation.store import ActivationStore
 from cel_lens.heads import HeadSet, HeadsLike
 from cel_lens.model.identity import model_manifest
-from cel_lens.model.kinds import model_shape
+from cel_lens.model.model_types import model_shape
 from cel_lens.scoring.attribution import attribution_scores
 
 __all__ = ["ShardWorker"]
