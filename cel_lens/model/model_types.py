@@ -1,4 +1,5 @@
-"""What kind of TransformerLens model an object is, and its head layout.
+"""Which TransformerLens model type an object is (``HookedTransformer`` or ``TransformerBridge``),
+and its head layout.
 
 Two model types are supported: ``HookedTransformer`` (TransformerLens's own implementation) and
 ``TransformerBridge`` (Hugging Face's modules with TransformerLens hook names). A forward pass of
