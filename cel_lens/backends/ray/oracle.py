@@ -46,7 +46,7 @@ from torch import Tensor
 
 from cel_lens.backends.ray.errors import require_ray
 from cel_lens.backends.ray.factory import to_factory
-from cel_lens.backends.ray.precision import RayPrecision
+from cel_lens.backends.ray.replica_precision import RayPrecision
 from cel_lens.backends.ray.shards import Shard
 from cel_lens.backends.ray.worker import ShardWorker
 from cel_lens.evaluation.answers import answer_key
