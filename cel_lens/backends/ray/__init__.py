@@ -1,6 +1,6 @@
 """The Ray backend: evaluations spread over Ray actors, each with its own model replica.
 
-See :mod:`cel_lens.backends.ray.oracle` for how splits are sharded and failures recovered, and
+See :mod:`cel_lens.backends.ray.ray_oracle` for how splits are sharded and failures recovered, and
 ``docs/distributed.md`` for clusters. Importing this package does not import Ray; constructing
 :class:`RayBackend` (or a :class:`RayOracle`) without Ray installed raises one clear
 :class:`RayUnavailableError`.
@@ -16,7 +16,7 @@ import torch
 from cel_lens.backends.base import ExecutionSettings
 from cel_lens.backends.ray.errors import RAY_INSTALL_HINT, RayUnavailableError, require_ray
 from cel_lens.backends.ray.factory import ModelFactory, to_factory
-from cel_lens.backends.ray.oracle import FORWARDED_ENV, RayOracle
+from cel_lens.backends.ray.ray_oracle import FORWARDED_ENV, RayOracle
 from cel_lens.backends.ray.shards import Shard, plan_shards, shard_split
 from cel_lens.backends.ray.worker import ShardWorker
 from cel_lens.model.load import load_model

@@ -9,7 +9,7 @@ __all__ = ["RayPrecision"]
 
 
 class RayPrecision:
-    """What :class:`~cel_lens.backends.ray.oracle.RayOracle` adds so that a search sets its precision
+    """What :class:`~cel_lens.backends.ray.ray_oracle.RayOracle` adds so that a search sets its precision
     on the replicas (as it does on a local model) and records their tally in the manifest."""
 
     def use_precision(self, precision: Optional[str]) -> None:
