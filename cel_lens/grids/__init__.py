@@ -2,7 +2,7 @@
 
 * :mod:`~cel_lens.grids.run_grid`: :func:`grid` (run every pair, then the side effects, then the
   outputs) and :func:`rebuild` (the outputs again from the directory, without a model);
-* :mod:`~cel_lens.grids.plan`: :class:`GridPlan`, the checked plan, and the ``"paper"`` presets;
+* :mod:`~cel_lens.grids.grid_plan`: :class:`GridPlan`, the checked plan, and the ``"paper"`` presets;
 * :mod:`~cel_lens.grids.resources`: each model and task loaded once; :mod:`~cel_lens.grids.state`:
   ``grid.json`` (errors, timings);
 * :mod:`~cel_lens.grids.cross_task`: each Ŝ on its model's other tasks, recorded and resumed;
@@ -11,7 +11,7 @@
 The outputs are drawn by :mod:`cel_lens.report.grid` from the table alone.
 """
 
-from cel_lens.grids.plan import PAPER, PAPER_MODEL_NAMES, PAPER_TASKS, GridPlan, Pair, make_plan
+from cel_lens.grids.grid_plan import PAPER, PAPER_MODEL_NAMES, PAPER_TASKS, GridPlan, Pair, make_plan
 from cel_lens.grids.run_grid import GridRun, grid, rebuild
 from cel_lens.grids.state import GRID_FILE, GridState
 from cel_lens.grids.summary import build_table, selection_stability

@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping, Optional
 import torch
 
 from cel_lens.backends.base import get_backend
-from cel_lens.grids.plan import SIDE_EFFECTS_DIR, GridPlan, Pair
+from cel_lens.grids.grid_plan import SIDE_EFFECTS_DIR, GridPlan, Pair
 from cel_lens.grids.resources import ModelSession, TaskCache, describe_error
 from cel_lens.grids.state import GridState
 from cel_lens.evaluation.seal import reading_as

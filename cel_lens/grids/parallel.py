@@ -17,7 +17,7 @@ from dataclasses import replace
 from typing import Callable, Iterator, Sequence, TypeVar
 
 from cel_lens.config import ExecutionSettings, OptionError
-from cel_lens.grids.plan import GridPlan, Pair
+from cel_lens.grids.grid_plan import GridPlan, Pair
 
 __all__ = ["check_parallel_pairs", "shared_cluster", "run_at_once"]
 

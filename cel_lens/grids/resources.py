@@ -10,7 +10,7 @@ from typing import Any, Optional
 
 import torch
 
-from cel_lens.grids.plan import GridPlan
+from cel_lens.grids.grid_plan import GridPlan
 from cel_lens.grids.state import GridState
 from cel_lens.model.load import load_model
 from cel_lens.sandbox import check_allowed

@@ -1,6 +1,6 @@
 """``cel_lens.grid(models, tasks)``: the paper's Table 1 in one call.
 
-It reads top to bottom: check the plan (:mod:`~cel_lens.grids.plan`) and open ``grid.json``; for
+It reads top to bottom: check the plan (:mod:`~cel_lens.grids.grid_plan`) and open ``grid.json``; for
 each model, load it once (on first need) and run every task's search in its own run directory
 inside the grid's (a finished pair is not searched again, a killed one resumes, a failing one is
 reported in its row and the others still run); then evaluate each Ŝ of that model on its other
@@ -26,7 +26,7 @@ from typing import Any, Callable, Mapping, Optional, Union
 
 from cel_lens.config import ExecutionSettings, SearchConfig
 from cel_lens.grids.parallel import check_parallel_pairs, run_at_once, shared_cluster
-from cel_lens.grids.plan import GridPlan, ModelsLike, Pair, TasksLike, make_plan
+from cel_lens.grids.grid_plan import GridPlan, ModelsLike, Pair, TasksLike, make_plan
 from cel_lens.grids.resources import ModelSession, TaskCache, describe_error
 from cel_lens.grids.cross_task import measure_side_effects
 from cel_lens.grids.state import GridState

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Optional, Union
 
-from cel_lens.grids.plan import GridPlan
+from cel_lens.grids.grid_plan import GridPlan
 
 __all__ = ["GRID_FILE", "GridState", "WALL"]
 

@@ -12,7 +12,7 @@ from typing import Any, Mapping, Optional, Union
 
 import torch
 
-from cel_lens.grids.plan import SIDE_EFFECTS_DIR, Pair
+from cel_lens.grids.grid_plan import SIDE_EFFECTS_DIR, Pair
 from cel_lens.grids.cross_task import recorded
 from cel_lens.grids.state import GridState
 from cel_lens.heads import HeadSet

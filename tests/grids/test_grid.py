@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from cel_lens.grids import GRID_FILE, PAPER_MODEL_NAMES, PAPER_TASKS, GridState, grid, make_plan, rebuild
-from cel_lens.grids.plan import Pair
+from cel_lens.grids.grid_plan import Pair
 from cel_lens.grids.summary import selection_stability
 from cel_lens.heads import HeadSet
 from cel_lens.runs import RunDir, load_run
