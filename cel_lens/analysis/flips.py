@@ -22,7 +22,7 @@ from torch import Tensor
 from cel_lens.analysis.attention import attention_patterns, direct_logit_effects, example_tokens
 from cel_lens.evaluation.encode import encode_pair, format_prompt
 from cel_lens.evaluation.evaluator import evaluate
-from cel_lens.evaluation.result import EvalResult
+from cel_lens.evaluation.eval_result import EvalResult
 from cel_lens.heads import HeadSet, HeadsLike
 from cel_lens.model.ablation import ablation_hooks
 from cel_lens.model.model_types import model_shape

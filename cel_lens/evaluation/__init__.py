@@ -15,7 +15,7 @@ from cel_lens.evaluation.batch import EncodedBatch, TeacherForced
 from cel_lens.evaluation.encode import as_split, encode_pair, encode_prompt, encode_split, format_prompt
 from cel_lens.evaluation.evaluator import evaluate, logprob_metric
 from cel_lens.evaluation.generation import greedy_generate
-from cel_lens.evaluation.result import EvalResult
+from cel_lens.evaluation.eval_result import EvalResult
 from cel_lens.evaluation.store import ActivationStore, select_layers, store_layers
 
 __all__ = [

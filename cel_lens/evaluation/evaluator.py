@@ -38,7 +38,7 @@ from cel_lens.evaluation.precision import (
     Margins, compute_precision, float32_model, precision_of, recompute_groups, recompute_mask, resolve_precision,
     tally_recompute,
 )
-from cel_lens.evaluation.result import EvalResult
+from cel_lens.evaluation.eval_result import EvalResult
 from cel_lens.evaluation.seal import record_test_read
 from cel_lens.evaluation.store import ActivationStore
 from cel_lens.evaluation.teacher_forced import score_batches

@@ -30,7 +30,7 @@ from cel_lens.evaluation.batch import EncodedBatch
 from cel_lens.evaluation.choices import aggregate
 from cel_lens.evaluation.encode import as_split, chat_choice, encode_split, pad_id, split_kind
 from cel_lens.evaluation.generation import _accept, _cut, generation_prompts
-from cel_lens.evaluation.result import EvalResult
+from cel_lens.evaluation.eval_result import EvalResult
 from cel_lens.heads import HeadSet
 from cel_lens.model.bos import read_bos, set_bos_rule
 from cel_lens.model.convert import quiet

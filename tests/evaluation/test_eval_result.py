@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from cel_lens.evaluation.result import EvalResult
+from cel_lens.evaluation.eval_result import EvalResult
 from cel_lens.heads import HeadSet
 
 
