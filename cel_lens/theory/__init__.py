@@ -2,7 +2,7 @@
 
 Head ``h`` carries feature ``j`` through four scalars ``(q, k, v, o)_{hj}`` and contributes
 ``c_{hj} = o v tanh(q k)`` to a linear predictor ``w_j = Σ_h c_{hj}``, trained by gradient descent on
-two tasks that share feature 0 (:mod:`~cel_lens.theory.model`, :mod:`~cel_lens.theory.training`).
+two tasks that share feature 0 (:mod:`~cel_lens.theory.toy_model`, :mod:`~cel_lens.theory.training`).
 From a small initialisation ``θ⁰ = α·G`` one head takes each feature, the one whose auxiliary
 ODE escapes first (Lemma B.1, Theorem 4.2; :mod:`~cel_lens.theory.escape`). With ``t = a/2`` and
 E = "the head holding feature 0 holds neither feature 1 nor 2" (Pr(E) = 4/9), ablating that head
@@ -19,7 +19,7 @@ from cel_lens.theory.experiment import TheoryRun
 from cel_lens.theory.figures import plot_escape_order, plot_trajectories, save_theory_figures
 from cel_lens.theory.intervals import mean_interval, median_interval, wilson_interval
 from cel_lens.theory.lab import theory_table
-from cel_lens.theory.model import (
+from cel_lens.theory.toy_model import (
     FEATURE_WEIGHTS,
     N_FEATURES,
     N_HEADS,

@@ -23,7 +23,7 @@ from cel_lens.theory.experiment import (
     take_head,
 )
 from cel_lens.theory.intervals import loglog_slope, mean_interval, median_interval, wilson_interval
-from cel_lens.theory.model import FEATURE_WEIGHTS, N_HEADS, risks
+from cel_lens.theory.toy_model import FEATURE_WEIGHTS, N_HEADS, risks
 from cel_lens.theory.predictions import TheoryRow
 
 

@@ -15,7 +15,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from cel_lens.theory.escape import predicted_winners
-from cel_lens.theory.model import init_params, risks
+from cel_lens.theory.toy_model import init_params, risks
 from cel_lens.theory.training import TrainResult, default_steps, train
 
 

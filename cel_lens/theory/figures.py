@@ -13,7 +13,7 @@ import numpy as np
 
 from cel_lens.report.save import save_figure
 from cel_lens.theory.experiment import TheoryRun, in_event_e, take_head
-from cel_lens.theory.model import FEATURE_WEIGHTS, N_FEATURES, N_HEADS
+from cel_lens.theory.toy_model import FEATURE_WEIGHTS, N_FEATURES, N_HEADS
 from cel_lens.theory.predictions import TheoryTable
 
 LOG_TICKS: dict[str, Any] = dict(

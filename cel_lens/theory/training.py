@@ -17,7 +17,7 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from cel_lens.theory.model import FEATURE_WEIGHTS, head_contributions, targets
+from cel_lens.theory.toy_model import FEATURE_WEIGHTS, head_contributions, targets
 
 
 def default_steps(alpha: float, eta: float, factor: float = 20.0) -> int:
