@@ -231,8 +231,9 @@ class SearchConfig:
     memory; resumed passes then differ within half-precision rounding); ``ablation``: what replaces
     an ablated head's ``hook_z`` (:data:`ABLATION_KINDS`: ``"zero"``, the paper's, ``"mean"`` or
     ``"resample"``, learnt once from D_dist and recorded; the result also reports S-hat's test gain
-    under the other kinds, as a control). Each default is written once, on its field
-    (:meth:`default`); so is each rule :meth:`validate` checks (:func:`check_fields`).
+    under the other kinds, as a control). Each default is written once, on its field (a function
+    that takes an option alone defaults to ``SearchConfig.<name>``, the class attribute dataclasses
+    set to it); so is each rule :meth:`validate` checks (:func:`check_fields`).
 
     ``precision``: the evaluations' compute precision (:data:`PRECISIONS`; the decisions are
     float32's either way).
@@ -295,11 +296,6 @@ class SearchConfig:
         "help": "--scorer prescreen: fraction of heads (the first pass's best) the exact scan keeps", "interval": "(0, 1]"})
     prescreen_sample: int = field(default=32, metadata={
         "help": "--scorer prescreen --prescreen-pass subsample: D_dist examples of the first pass", "min": 1})
-
-    @classmethod
-    def default(cls, name: str) -> Any:
-        """Option ``name``'s default, written once on its field (what a function taking it alone defaults to)."""
-        return cls.__dataclass_fields__[name].default
 
     @property
     def task_seed(self) -> int:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 
 from cel_lens.cli.common import Formatter, print_json
+from cel_lens.cli.options import add_fields, config_from_args, settings_from_args
+from cel_lens.config import ExecutionSettings, SearchConfig
 
 __all__ = ["add", "run"]
 
@@ -24,21 +26,21 @@ def add(sub: argparse._SubParsersAction) -> None:
                    "on for other options, so each set of options has its own)")
     p.add_argument("--n-dist", type=int, default=None, help="discovery examples (default: the task's)")
     p.add_argument("--n-test", type=int, default=None, help="test examples (default: the task's)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the splits, the null and the bootstrap")
+    add_fields(p, SearchConfig, ("seed",))
     p.add_argument("--figures", default=None, help="write the figures here (default: OUT/figures)")
     p.add_argument("--no-figures", action="store_true", help="skip the figures")
     p.add_argument("--json", action="store_true", help="print the result (result.json keys + task_B_gain) as JSON")
-    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    add_fields(p, ExecutionSettings, ("progress",))
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the subcommand; returns the exit code."""
     from cel_lens.organism.demo import run_demo
 
+    seed, progress = config_from_args(args).seed, settings_from_args(args).progress  # checked as search checks them
     summary = run_demo(
-        out=args.out, n_dist=args.n_dist, n_test=args.n_test, seed=args.seed,
-        figures=None if args.no_figures else (args.figures or "default"), progress=not args.no_progress,
-        verbose=not args.json,
+        out=args.out, n_dist=args.n_dist, n_test=args.n_test, seed=seed,
+        figures=None if args.no_figures else (args.figures or "default"), progress=progress, verbose=not args.json,
     )
     if args.json:
         print_json(summary)

@@ -7,7 +7,9 @@ import argparse
 import json
 from pathlib import Path
 
-from cel_lens.cli.common import DEFAULTS, Formatter, print_json
+from cel_lens.cli.common import Formatter, print_json
+from cel_lens.cli.options import add_fields, settings_from_args
+from cel_lens.config import ExecutionSettings
 
 __all__ = ["add", "run"]
 
@@ -31,10 +33,8 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--verify", action="store_true",
                    help="reload the export with plain transformers and check every D_test decision against the run")
     p.add_argument("--data-dir", default=None, help="task files for --verify (the run's --data-dir)")
-    p.add_argument("--device", default=DEFAULTS.device, help="torch device for --verify (default: cuda if available, else cpu)")
-    p.add_argument("--dtype", default=None, help="dtype for --verify (default: the run's model dtype)")
-    p.add_argument("--batch-size", type=int, default=DEFAULTS.batch_size, help="examples per forward pass for --verify")
-    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    add_fields(p, ExecutionSettings, ("device", "dtype", "batch_size", "progress"), help_suffix={
+        "device": "; for --verify", "dtype": "; for --verify (default: the run's model dtype)", "batch_size": " for --verify"})
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
@@ -48,8 +48,7 @@ def _check(args: argparse.Namespace) -> None:
         raise ValueError("--heads needs --model (the checkpoint to edit)")
     if args.verify and not args.run_dir:
         raise ValueError("--verify needs RUN_DIR (the run's recorded decisions are what it checks)")
-    if args.batch_size < 1:
-        raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
+    settings_from_args(args)  # --device, --dtype, --batch-size: the fields' own rules
 
 
 def run(args: argparse.Namespace) -> int:
@@ -74,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     report = None
     if args.verify:
         report = verify_export(out, record, task=task, device=args.device, dtype=args.dtype,
-                               batch_size=args.batch_size, progress=not args.no_progress)
+                               batch_size=args.batch_size, progress=args.progress)
         summary["verify"] = {"ok": report.ok, "matches": report.matches, "n": report.n, "mode": report.mode,
                              "mismatched_ids": report.mismatched_ids, "files_ok": report.files_ok,
                              "files_checked": report.files_checked}

@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from cel_lens.cli.common import Formatter, print_json
+from cel_lens.cli.options import add_fields, settings_from_args
+from cel_lens.config import ExecutionSettings
 
 __all__ = ["add", "run"]
 
@@ -37,7 +39,7 @@ def add(sub: argparse._SubParsersAction) -> None:
                    help="load the run's model and show the D_test examples the ablation fixes and breaks")
     p.add_argument("--n-flips", type=int, default=4, help="examples of each kind (fixed, broken) to show")
     p.add_argument("--model", default=None, help="with --flips: the model to load (default: the run's, from its manifest)")
-    p.add_argument("--device", default=None, help="with --flips: torch device (default: cuda if available, else cpu)")
+    add_fields(p, ExecutionSettings, ("device",), help_suffix={"device": "; with --flips or --explorer-model"})
     p.add_argument("--data-dir", default=None, help="with --flips: the run's task files, if not from the hub")
     p.add_argument("--explorer-model", action="store_true",
                    help="load the run's model (its manifest's, or --model) and add model panels (attention intact vs "
@@ -134,6 +136,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--explorer-examples must lie in 1..8 (the page's size budget), got {args.explorer_examples}")
     if args.flips and len(args.runs) != 1:
         raise ValueError("--flips shows one run's flipped examples: give one run")
+    settings_from_args(args)  # --device by its field's rule
     records = [load_run(r) for r in args.runs]
     if len(records) == 2:
         out = _compare(args, records)

@@ -28,7 +28,6 @@ or without a journal (a run directory, which then records every step).
 
 from __future__ import annotations
 
-import inspect
 import time
 import warnings
 from contextlib import contextmanager
@@ -54,22 +53,15 @@ from cel_lens.scoring.exact import exact_scores
 from cel_lens.selection.calibration import calibration_statistics
 from cel_lens.selection.memo import MemoOracle
 from cel_lens.selection.pool import DEFAULT_POOL_SIZE, candidate_pool
-from cel_lens.selection.result import DEFAULT_N_NULL, Result, nonpositive_gain_warning
+from cel_lens.selection.result import Result, nonpositive_gain_warning
 from cel_lens.selection.specificity import random_pool_winners, specificity_statistics
-from cel_lens.selection.guardrails import DEFAULT_N_ADJUSTED, nothing_helps_warning, selection_adjusted_test
-from cel_lens.config import CI_METHODS, PARSIMONY_RULES
-from cel_lens.selection.paired import (
-    DEFAULT_CI_METHOD,
-    enhancement_decision,
-    leave_one_out,
-    mcnemar_enhancement_p,
-    paired_interval,
-)
-from cel_lens.selection.parsimony import DEFAULT_PARSIMONY, select_parsimonious
+from cel_lens.selection.guardrails import nothing_helps_warning, selection_adjusted_test
+from cel_lens.selection.paired import enhancement_decision, leave_one_out, mcnemar_enhancement_p, paired_interval
+from cel_lens.selection.parsimony import select_parsimonious
 from cel_lens.selection.reselect import Reselector, reselecting_stability, singles_from, split_half_agreement
 from cel_lens.selection.stability import DEFAULT_N_STABILITY, selection_stability
 from cel_lens.selection.subsets import DEFAULT_K, Strategy, SubsetScore, evaluate_subsets, select_best
-from cel_lens.stats import mcnemar_exact, paired_bootstrap_ci, random_subset_null
+from cel_lens.stats import mcnemar_exact, random_subset_null
 
 __all__ = ["stage1", "stage2", "fix_selection", "test_statistics", "run_search"]
 
@@ -96,8 +88,8 @@ def stage2(
     intact: Bool[Tensor, " example"],
     *,
     k: int = DEFAULT_K,
-    strategy: Strategy = "exhaustive",
-    beam_width: int = 8,
+    strategy: Strategy = SearchConfig.strategy,
+    beam_width: int = SearchConfig.beam_width,
     chunk: int = 64,
     progress: bool = False,
 ) -> tuple[list[SubsetScore], SubsetScore]:
@@ -149,35 +141,27 @@ def test_statistics(
     oracle: Oracle,
     best: SubsetScore,
     subsets: list[SubsetScore],
+    config: SearchConfig = SearchConfig(),
     *,
-    n_null: int = DEFAULT_N_NULL,
-    n_boot: int = 10000,
     alpha: float = 0.05,
-    posthoc: bool = False,
-    seed: int = 0,
     chunk: int = 64,
     progress: bool = False,
-    ci_method: str = DEFAULT_CI_METHOD,
 ) -> dict[str, Any]:
-    """D_test statistics of S-hat (``oracle``: the search's MemoOracle, S-hat fixed): accuracies,
-    gain, its interval (``ci_method``: Tango's score interval by default, Newcombe's, or the paired
-    bootstrap), the two-sided McNemar p and the one-sided ``p_enhance`` ("ablation helps"), each
-    head's leave-one-out contribution (:func:`~cel_lens.selection.paired.leave_one_out`), the null
-    of ``n_null`` random head sets of |S-hat| heads other than S-hat (all of them when there are at
-    most ``n_null``; it asks "better than random heads?", not "better than intact?"), and every
-    subset's record, with its post-hoc test gain only when ``posthoc`` (exploratory: choosing by it
-    would leak the test split)."""
+    """D_test statistics of S-hat (``oracle``: the search's MemoOracle, S-hat fixed) under
+    ``config``: accuracies, gain, its interval (``config.ci_method``,
+    :func:`~cel_lens.selection.paired.paired_interval`), the two-sided McNemar p and the one-sided
+    ``p_enhance`` ("ablation helps"), each head's leave-one-out contribution
+    (:func:`~cel_lens.selection.paired.leave_one_out`), the null of ``n_null`` random head sets of
+    |S-hat| heads other than S-hat (all of them when there are at most ``n_null``; it asks "better
+    than random heads?", not "better than intact?"), and every subset's record, with its post-hoc
+    test gain only when ``posthoc`` (exploratory: choosing by it would leak the test split)."""
     _check_fixed(oracle, best)
-    if ci_method not in CI_METHODS:
-        raise ValueError(f"unknown ci_method {ci_method!r}; choose one of {', '.join(CI_METHODS)}")
+    n_null, n_boot, seed = config.n_null, config.n_boot, config.seed
     pair = call_oracle(oracle, "test", [HeadSet(), best.heads], "test")
     intact, ablated = pair[0], pair[1]
     n_test = int(intact.shape[0])
     gain = (int(ablated.sum()) - int(intact.sum())) / n_test
-    if ci_method != "bootstrap":
-        ci_low, ci_high = paired_interval(intact, ablated, alpha, ci_method)
-    else:
-        ci_low, ci_high = paired_bootstrap_ci(intact, ablated, n_boot=n_boot, alpha=alpha, seed=seed)
+    ci_low, ci_high = paired_interval(intact, ablated, alpha, config.ci_method, n_boot=n_boot, seed=seed)
     loo = leave_one_out(lambda sets: call_oracle(oracle, "test", sets, "leave_one_out"), best.heads, ablated, alpha=alpha)
     null = random_subset_null(
         lambda sets: evaluate_chunked(oracle, "test", sets, "null", chunk, progress),
@@ -185,14 +169,14 @@ def test_statistics(
         intact=intact, chunk=max(n_null, 1),
     )
     records = [s.to_dict() for s in subsets]
-    if posthoc:
+    if config.posthoc:
         post = evaluate_chunked(oracle, "test", [s.heads for s in subsets], "posthoc", chunk, progress)
         for record, c in zip(records, post):
             record["test_gain_posthoc"] = (int(c.sum()) - int(intact.sum())) / n_test
     return dict(
         test_acc_intact=float(intact.to(torch.float64).mean()),
         test_acc_ablated=float(ablated.to(torch.float64).mean()),
-        gain=gain, ci_low=ci_low, ci_high=ci_high, ci_method=ci_method, p_value=mcnemar_exact(intact, ablated),
+        gain=gain, ci_low=ci_low, ci_high=ci_high, ci_method=config.ci_method, p_value=mcnemar_exact(intact, ablated),
         p_enhance=mcnemar_enhancement_p(intact, ablated), decision=enhancement_decision(intact, ablated, alpha),
         leave_one_out=loo,
         null_gains=[float(g) for g in null.gains], null_p=null.p_value(gain), null_min_p=null.min_p,
@@ -209,14 +193,16 @@ def _timed(timings: dict[str, float], name: str) -> Iterator[None]:
 
 
 def _discovery_checks(
-    memo: MemoOracle, subsets: list[SubsetScore], selected: HeadSet, intact: Tensor, *, pool_size: int, k: int,
-    rule: str, n_stability: int, n_adjusted: int, seed: int, alpha: float,
+    memo: MemoOracle, subsets: list[SubsetScore], selected: HeadSet, intact: Tensor, config: SearchConfig, *,
+    n_stability: int, alpha: float,
 ) -> dict[str, Any]:
-    """What the recorded D_dist bits say about the selection, without a forward pass: its
+    """What the recorded D_dist bits say about the selection (``config``'s rule, pool, ``k``, seed
+    and ``n_adjusted``), without a forward pass: its
     stability (the whole selection redone on bootstrap resamples when every single head is
     recorded, else stage 2 alone on a fixed pool), the split-half agreement, and the
     selection-adjusted test of "no head set helps" (:mod:`cel_lens.selection.guardrails`)."""
     out: dict[str, Any] = {"selection_stability": None, "split_half": None, "adjusted": None}
+    rule, seed, n_adjusted = config.parsimony, config.seed, config.n_adjusted
     sets, bits = memo.recorded(DIST_SPLIT)
     sub_bits = memo.evaluate(DIST_SPLIT, [s.heads for s in subsets], stage="stage2")
     singles = singles_from(sets, bits, memo.n_layers, memo.n_heads)
@@ -225,7 +211,7 @@ def _discovery_checks(
                                     stand_ins=memo.n_layers * memo.n_heads)
         out["selection_stability"] = {"method": "fixed pool", **fixed}
     if n_stability >= 1 and singles is not None:
-        reselector = Reselector(singles, subsets, sub_bits, intact, pool_size=pool_size, k=k, rule=rule, alpha=alpha,
+        reselector = Reselector(singles, subsets, sub_bits, intact, pool_size=config.pool_size, k=config.k, rule=rule, alpha=alpha,
                                 stand_ins=memo.n_layers * memo.n_heads)
         ties = {key: fixed.get(key) for key in ("selected_by_tie_break", "identical_subsets") if key in fixed}
         out["selection_stability"] = {**reselecting_stability(reselector, selected, n_resamples=n_stability, seed=seed),
@@ -237,107 +223,101 @@ def _discovery_checks(
     return out
 
 
-def _record_start(memo: MemoOracle, **options: Any) -> None:
+def _record_start(memo: MemoOracle, config: SearchConfig, scorer: str, alpha: float) -> None:
     """The journal's ``search_started`` event: the options and the head layout (what a figure of an
     unfinished run needs before any result exists)."""
-    if memo.journal is not None:
-        memo.journal.record_event("search_started", n_layers=memo.n_layers, n_heads=memo.n_heads, options=options)
+    if memo.journal is None:
+        return
+    options = dict(
+        k=config.k, pool_size=config.pool_size, scorer=scorer, strategy=config.strategy, beam_width=_beam(config),
+        n_null=config.n_null, n_boot=config.n_boot, alpha=alpha, posthoc=config.posthoc, seed=config.seed,
+        parsimony=config.parsimony, n_adjusted=config.n_adjusted, ci_method=config.ci_method,
+        **({"n_specificity": config.n_specificity} if config.n_specificity else {}),
+    )
+    memo.journal.record_event("search_started", n_layers=memo.n_layers, n_heads=memo.n_heads, options=options)
 
 
-_CONFIG_OPTIONS = ("k", "pool_size", "scorer", "strategy", "beam_width", "n_null", "n_boot", "posthoc", "seed",
-                   "n_specificity", "parsimony", "n_adjusted", "ci_method")
-"""The options of :func:`run_search` a :class:`~cel_lens.config.SearchConfig` supplies."""
+def _beam(config: SearchConfig) -> Optional[int]:
+    """The beam width a result records: ``None`` unless stage 2 searches by beam."""
+    return config.beam_width if config.strategy == "beam" else None
 
 
-def _from_config(config: SearchConfig, given: dict[str, Any]) -> tuple[Any, ...]:
-    """The search options ``config`` supplies; ``TypeError`` naming any of them also given loose
-    (``given``: the call's arguments; an option at its default counts as not given)."""
-    defaults = {n: p.default for n, p in inspect.signature(run_search).parameters.items()}
-    both = [n for n in _CONFIG_OPTIONS if given[n] != defaults[n]]
-    if both:
-        raise TypeError(f"run_search() got config= and {', '.join(both)}: give the options in one place")
-    return tuple(getattr(config, n) for n in _CONFIG_OPTIONS)
+def _config(config: Optional[SearchConfig], options: dict[str, Any]) -> SearchConfig:
+    """``config``, or one built from the options given loose (``TypeError`` for both at once, or an
+    option :class:`~cel_lens.config.SearchConfig` does not have)."""
+    if config is not None:
+        if options:
+            raise TypeError(f"run_search() got config= and {', '.join(options)}: give the options in one place")
+        return config
+    unknown = [name for name in options if name not in SearchConfig.__dataclass_fields__]
+    if unknown:
+        raise TypeError(f"run_search() got unknown option(s) {', '.join(unknown)} (a SearchConfig field, or scores, "
+                        "alpha, n_stability, chunk, progress, test_reads)")
+    return SearchConfig(**options)
 
 
 def run_search(
     oracle: Oracle,
+    config: Optional[SearchConfig] = None,
     *,
-    k: int = DEFAULT_K,
-    pool_size: int = DEFAULT_POOL_SIZE,
     scores: Optional[Stage1Scores] = None,
-    scorer: Optional[str] = None,
-    strategy: Strategy = "exhaustive",
-    beam_width: int = 8,
-    n_null: int = DEFAULT_N_NULL,
-    n_boot: int = 10000,
     alpha: float = 0.05,
-    posthoc: bool = False,
-    seed: int = 0,
     n_stability: int = DEFAULT_N_STABILITY,
-    n_specificity: int = 0,
     chunk: int = 64,
     progress: bool = True,
     test_reads: Optional[Callable[[], Sequence[dict[str, Any]]]] = None,
-    parsimony: str = DEFAULT_PARSIMONY,
-    n_adjusted: int = DEFAULT_N_ADJUSTED,
-    ci_method: str = DEFAULT_CI_METHOD,
-    config: Optional[SearchConfig] = None,
+    **options: Any,
 ) -> Result:
-    """Algorithm 1 over ``oracle`` (module docstring); returns the :class:`Result`. ``config``: a
-    :class:`~cel_lens.config.SearchConfig` passed whole instead of its options loose. ``scores``:
+    """Algorithm 1 over ``oracle`` (module docstring) under ``config``, a
+    :class:`~cel_lens.config.SearchConfig` passed whole (or its options given loose, as
+    ``run_search(oracle, k=2, n_null=20)``, which build one; not both), checked by its ``validate``
+    before any evaluation; returns the :class:`Result`. ``scores``:
     :class:`~cel_lens.oracle.Stage1Scores` of another scorer, refused unless computed on D_dist
-    (``scorer`` renames them); default: exact scores. The oracle is wrapped in a
-    :class:`~cel_lens.selection.memo.MemoOracle` (nothing evaluated twice, D_test refused until S-hat is
-    fixed); with a journal (:class:`cel_lens.runs.RecordingOracle`) every step is recorded and a rerun
-    resumes. ``parsimony``: stage 2's rule (:mod:`~cel_lens.selection.parsimony`). ``seed`` seeds the
-    null, the intervals, the stability (``n_stability`` re-selections; 0 skips) and the
-    selection-adjusted test (``n_adjusted`` permutations; 0 skips); ``n_specificity`` > 0 reruns stage 2
-    on random pools; ``ci_method``: ``"tango"``, ``"newcombe"`` or ``"bootstrap"``; ``posthoc``: every
-    subset on D_test too (exploratory). ``test_reads``: the seal ledger's reads of this D_test
-    (:mod:`cel_lens.evaluation.seal`); any before the selection makes ``selected_before_test`` false."""
-    if config is not None:  # the options read from the config (in _CONFIG_OPTIONS' order)
-        (k, pool_size, scorer, strategy, beam_width, n_null, n_boot, posthoc, seed, n_specificity, parsimony, n_adjusted,
-         ci_method) = _from_config(config, locals())
-    _check_options(k, pool_size, parsimony, ci_method, n_adjusted)
+    (named by ``config.scorer`` when a config or ``scorer`` is given, else by their own name);
+    default: exact scores. The oracle is wrapped in a :class:`~cel_lens.selection.memo.MemoOracle`
+    (nothing evaluated twice, D_test refused until S-hat is fixed); with a journal
+    (:class:`cel_lens.runs.RecordingOracle`) every step is recorded and a rerun resumes. ``alpha``:
+    the level of every test and interval; ``n_stability``: re-selections of the stability check (0
+    skips); ``chunk``/``progress``: head sets per evaluation call, progress bars. ``test_reads``: the
+    seal ledger's reads of this D_test (:mod:`cel_lens.evaluation.seal`); any before the selection
+    makes ``selected_before_test`` false."""
+    named = config is not None or "scorer" in options
+    config = _config(config, options).validate()
     memo = oracle if isinstance(oracle, MemoOracle) else MemoOracle(oracle)
     journal, timings = memo.journal, {}
     given = None if scores is None else discovery_scores(scores, memo.n_layers, memo.n_heads)
-    name = scorer or (given.scorer if given is not None else "exact")
-    beam = beam_width if strategy == "beam" else None
-    _record_start(memo, k=k, pool_size=pool_size, scorer=name, strategy=strategy, beam_width=beam, n_null=n_null,
-                  n_boot=n_boot, alpha=alpha, posthoc=posthoc, seed=seed, parsimony=parsimony,
-                  n_adjusted=n_adjusted, ci_method=ci_method, **({"n_specificity": n_specificity} if n_specificity else {}))
+    name = given.scorer if given is not None and not named else config.scorer
+    _record_start(memo, config, name, alpha)
     intact, stage1_scores = _recorded_stage1(memo, given, name, timings, chunk=chunk, progress=progress)
-    search = dict(k=k, strategy=strategy, beam_width=beam_width, chunk=chunk, progress=progress)
+    search = dict(k=config.k, strategy=config.strategy, beam_width=config.beam_width, chunk=chunk, progress=progress)
     with _timed(timings, "stage2_s"):
-        pool = candidate_pool(stage1_scores.values, pool_size)
+        pool = candidate_pool(stage1_scores.values, config.pool_size)
         if journal is not None:
             journal.record_event("pool", scorer=name, pool=[str(h) for h in pool])
         subsets, _ = stage2(memo, pool, stage1_scores, intact, **search)
         bits = memo.evaluate(DIST_SPLIT, [s.heads for s in subsets], stage="stage2")
-        best, choice = select_parsimonious(subsets, bits, parsimony, alpha=alpha, stand_ins=memo.n_layers * memo.n_heads)
-        checks = _discovery_checks(memo, subsets, best.heads, intact, pool_size=pool_size, k=k, rule=parsimony,
-                                   n_stability=n_stability, n_adjusted=n_adjusted, seed=seed, alpha=alpha)
-        if n_specificity:  # on D_dist, before the selection is fixed
+        best, choice = select_parsimonious(subsets, bits, config.parsimony, alpha=alpha,
+                                           stand_ins=memo.n_layers * memo.n_heads)
+        checks = _discovery_checks(memo, subsets, best.heads, intact, config, n_stability=n_stability, alpha=alpha)
+        if config.n_specificity:  # on D_dist, before the selection is fixed
             winners, n_possible = random_pool_winners(
-                memo, pool, n_specificity, seed=seed, intact=intact, scores=stage1_scores.values, **search
+                memo, pool, config.n_specificity, seed=config.seed, intact=intact, scores=stage1_scores.values, **search
             )
     _warn_nothing_helps(best, checks["adjusted"], alpha)
     selected_before_test = fix_selection(memo, best, _prior_reads(memo, test_reads))
     where = getattr(journal, "path", None) if journal is not None else "in memory"
     with _timed(timings, "test_s"), reading_as(f"search ({where}) after selecting {best.heads}"):
-        stats = test_statistics(memo, best, subsets, n_null=n_null, n_boot=n_boot, alpha=alpha, posthoc=posthoc,
-                                seed=seed, chunk=chunk, progress=progress, ci_method=ci_method)
-        if n_specificity:
+        stats = test_statistics(memo, best, subsets, config, alpha=alpha, chunk=chunk, progress=progress)
+        if config.n_specificity:
             stats["specificity"] = specificity_statistics(memo, winners, stats["gain"], n_possible, chunk=chunk)
     return _finish(memo, Result(
         heads=str(best.heads), dist_acc_intact=float(intact.to(torch.float64).mean()),
         dist_acc_ablated=best.dist_acc, dist_gain=best.dist_gain, **stats, **checks,
         scores=stage1_scores.values.tolist(), scorer=name, scores_split=stage1_scores.split,
-        pool=[str(h) for h in pool], k=k, pool_size=pool_size, n_dist=int(intact.shape[0]), seed=seed,
-        n_layers=memo.n_layers, n_heads=memo.n_heads, strategy=strategy, beam_width=beam, n_null=n_null,
-        n_boot=n_boot, alpha=alpha, selected_before_test=selected_before_test, seal=seal_record(memo),
-        parsimony=choice, timings=timings,
+        pool=[str(h) for h in pool], k=config.k, pool_size=config.pool_size, n_dist=int(intact.shape[0]),
+        seed=config.seed, n_layers=memo.n_layers, n_heads=memo.n_heads, strategy=config.strategy,
+        beam_width=_beam(config), n_null=config.n_null, n_boot=config.n_boot, alpha=alpha,
+        selected_before_test=selected_before_test, seal=seal_record(memo), parsimony=choice, timings=timings,
     ))
 
 
@@ -361,18 +341,6 @@ def _recorded_stage1(
     if journal is not None and not any(e.get("scorer") == name for e in journal.events("stage1_scores")):
         journal.record_event("stage1_scores", **{**scores.record(), "scorer": name})
     return intact, scores
-
-
-def _check_options(k: int, pool_size: int, parsimony: str, ci_method: str, n_adjusted: int) -> None:
-    """Every option of :func:`run_search` that can be wrong, checked before any evaluation."""
-    if k > pool_size:
-        raise ValueError(f"k={k} is larger than the pool ({pool_size} heads): every subset is drawn from the pool")
-    if parsimony not in PARSIMONY_RULES:
-        raise ValueError(f"unknown parsimony rule {parsimony!r}; choose one of {', '.join(PARSIMONY_RULES)}")
-    if ci_method not in CI_METHODS:
-        raise ValueError(f"unknown ci_method {ci_method!r}; choose one of {', '.join(CI_METHODS)}")
-    if n_adjusted < 0:
-        raise ValueError(f"n_adjusted must be >= 0, got {n_adjusted}")
 
 
 def _warn_nothing_helps(best: SubsetScore, adjusted: Optional[dict[str, Any]], alpha: float) -> None:

@@ -30,6 +30,7 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
+from cel_lens.config import SearchConfig
 from cel_lens.heads import HeadSet
 from cel_lens.selection.paired import DECISION_TEST
 from cel_lens.oracle import DIST_SPLIT, TEST_SPLIT, AnswerKey
@@ -225,7 +226,7 @@ def _scores(memo: MemoOracle, split: str, heads: HeadSet) -> Optional[Tensor]:
 
 
 def calibration_statistics(
-    memo: MemoOracle, heads: HeadSet, *, n_boot: int = 10000, alpha: float = 0.05, seed: int = 0
+    memo: MemoOracle, heads: HeadSet, *, n_boot: int = SearchConfig.n_boot, alpha: float = 0.05, seed: int = 0
 ) -> Optional[dict[str, Any]]:
     """The calibration block of a result (no forward pass: from the recorded choice scores of the
     intact model and of ``heads`` on both splits); ``None`` when the oracle has no answer key."""

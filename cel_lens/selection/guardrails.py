@@ -23,13 +23,12 @@ import torch
 from jaxtyping import Bool
 from torch import Tensor
 
+from cel_lens.config import SearchConfig
 from cel_lens.stats import minimum_detectable_effect
 
-__all__ = ["DEFAULT_N_ADJUSTED", "DEFAULT_MIN_EFFECT", "selection_adjusted_test", "nothing_helps_warning",
+__all__ = ["DEFAULT_MIN_EFFECT", "selection_adjusted_test", "nothing_helps_warning",
            "adjusted_verdict"]
 
-DEFAULT_N_ADJUSTED = 999
-"""Sign-flip permutations of the selection-adjusted test."""
 DEFAULT_MIN_EFFECT = 0.01
 """The stated effect (1 pp of accuracy) below which "nothing helps" may be said as an absence: only
 when no evaluated head set's gain above it is compatible with the data."""
@@ -39,7 +38,7 @@ def selection_adjusted_test(
     correct: Bool[Tensor, "set example"],
     intact: Bool[Tensor, " example"],
     *,
-    n_permutations: int = DEFAULT_N_ADJUSTED,
+    n_permutations: int = SearchConfig.n_adjusted,
     seed: int = 0,
     alpha: float = 0.05,
     min_effect: float = DEFAULT_MIN_EFFECT,

@@ -26,9 +26,10 @@ import numpy as np
 from jaxtyping import Bool
 from torch import Tensor
 
-from cel_lens.config import CI_METHODS
+from cel_lens.config import CI_METHODS, SearchConfig
 from cel_lens.heads import HeadSet
 from cel_lens.stats import (
+    paired_bootstrap_ci,
     holm_adjust,
     minimum_detectable_effect,
     sign_test_bound,
@@ -37,11 +38,8 @@ from cel_lens.stats import (
     wilson_interval,
 )
 
-__all__ = ["CI_METHODS", "DEFAULT_CI_METHOD", "discordant_counts", "mcnemar_enhancement_p", "newcombe_paired_ci",
+__all__ = ["CI_METHODS", "discordant_counts", "mcnemar_enhancement_p", "newcombe_paired_ci",
            "tango_paired_ci", "paired_interval", "leave_one_out", "enhancement_decision", "DECISION_TEST"]
-
-DEFAULT_CI_METHOD = "tango"
-"""The default interval of the test gain (it keeps its coverage with few discordant pairs)."""
 
 
 def discordant_counts(intact: Any, ablated: Any) -> tuple[int, int, int, int]:
@@ -136,14 +134,21 @@ def tango_paired_ci(intact: Any, ablated: Any, alpha: float = 0.05) -> tuple[flo
     return max(-1.0, lower), min(1.0, upper)
 
 
-def paired_interval(intact: Any, ablated: Any, alpha: float, method: str) -> tuple[float, float]:
-    """The test gain's interval by ``method`` (``"tango"`` or ``"newcombe"``; the bootstrap has its
-    own seed and resamples, :func:`cel_lens.stats.paired_bootstrap_ci`)."""
+def paired_interval(
+    intact: Any, ablated: Any, alpha: float, method: str = SearchConfig.ci_method, *,
+    n_boot: int = SearchConfig.n_boot, seed: int = 0,
+) -> tuple[float, float]:
+    """The test gain's interval at level ``1 - alpha`` by ``method``, one of
+    :data:`~cel_lens.config.CI_METHODS` (``SearchConfig.ci_method``'s choices, where the default
+    is): ``"tango"``, ``"newcombe"``, or ``"bootstrap"`` (``n_boot`` resamples drawn with ``seed``,
+    :func:`cel_lens.stats.paired_bootstrap_ci`)."""
     if method == "tango":
         return tango_paired_ci(intact, ablated, alpha)
     if method == "newcombe":
         return newcombe_paired_ci(intact, ablated, alpha)
-    raise ValueError(f"unknown interval method {method!r}")
+    if method == "bootstrap":
+        return paired_bootstrap_ci(intact, ablated, n_boot=n_boot, alpha=alpha, seed=seed)
+    raise ValueError(f"unknown ci_method {method!r}; choose one of {', '.join(CI_METHODS)}")
 
 
 def leave_one_out(

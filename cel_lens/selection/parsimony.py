@@ -40,16 +40,14 @@ import torch
 from jaxtyping import Bool
 from torch import Tensor
 
-from cel_lens.config import PARSIMONY_RULES
+from cel_lens.config import PARSIMONY_RULES, SearchConfig
 from cel_lens.heads import HeadSet
 from cel_lens.selection.subsets import SubsetScore, selection_key
 from cel_lens.stats import sign_test_p
 
-__all__ = ["PARSIMONY_RULES", "DEFAULT_PARSIMONY", "Parsimony", "tolerance_width", "RuleTable", "select_parsimonious"]
+__all__ = ["PARSIMONY_RULES", "Parsimony", "tolerance_width", "RuleTable", "select_parsimonious"]
 
 Parsimony = Literal["backward", "one_se", "simultaneous", "best"]
-DEFAULT_PARSIMONY = "backward"
-"""The default rule: backward elimination by the leave-one-out tests on D_dist."""
 
 
 def tolerance_width(rule: str, n_subsets: int, alpha: float = 0.05) -> float:
@@ -72,7 +70,7 @@ class RuleTable:
     correctness), applied under any integer example weights (1 for the data as they are, bootstrap
     multiplicities, a half's 0/1 mask) and to any subfamily of candidates (a re-selected pool)."""
 
-    def __init__(self, subsets: Sequence[SubsetScore], bits: Any, rule: str = DEFAULT_PARSIMONY, *,
+    def __init__(self, subsets: Sequence[SubsetScore], bits: Any, rule: str = SearchConfig.parsimony, *,
                  stand_ins: Optional[int] = None, alpha: float = 0.05) -> None:
         if rule not in PARSIMONY_RULES:
             raise ValueError(f"unknown parsimony rule {rule!r}; choose one of {', '.join(PARSIMONY_RULES)}")
@@ -159,7 +157,7 @@ class RuleTable:
 
 
 def select_parsimonious(
-    subsets: Sequence[SubsetScore], correct: Bool[Tensor, "subset example"], rule: str = DEFAULT_PARSIMONY,
+    subsets: Sequence[SubsetScore], correct: Bool[Tensor, "subset example"], rule: str = SearchConfig.parsimony,
     *, stand_ins: Optional[int] = None, alpha: float = 0.05,
 ) -> tuple[SubsetScore, dict[str, Any]]:
     """S-hat under ``rule`` and the record of the choice: ``{"rule", "best", "best_dist_gain",
@@ -168,8 +166,6 @@ def select_parsimonious(
     ``passengers``: heads of the chosen set its own D_dist data do not support). ``correct[i]`` is
     ``subsets[i]``'s per-example D_dist correctness; ``stand_ins`` (the heads a dropped head could be
     replaced by; the search passes the model's head count) defaults to the heads seen."""
-    if rule not in PARSIMONY_RULES:
-        raise ValueError(f"unknown parsimony rule {rule!r}; choose one of {', '.join(PARSIMONY_RULES)}")
     if correct.ndim != 2 or correct.shape[0] != len(subsets):
         raise ValueError(f"correct must be [{len(subsets)}, example], got shape {tuple(correct.shape)}")
     table = RuleTable(subsets, correct, rule, stand_ins=stand_ins, alpha=alpha)

@@ -22,7 +22,8 @@ from jaxtyping import Bool
 from torch import Tensor
 
 from cel_lens.heads import Head, HeadSet
-from cel_lens.selection.parsimony import DEFAULT_PARSIMONY, RuleTable
+from cel_lens.config import SearchConfig
+from cel_lens.selection.parsimony import RuleTable
 from cel_lens.selection.subsets import SubsetScore
 
 __all__ = ["Reselector", "reselecting_stability", "split_half_agreement"]
@@ -34,7 +35,7 @@ class Reselector:
     (``{Head: bits}``); ``subsets``/``subset_bits``: stage 2's evaluated subsets."""
 
     def __init__(self, singles: dict[Head, Tensor], subsets: Sequence[SubsetScore], subset_bits: Tensor,
-                 intact: Tensor, *, pool_size: int, k: int, rule: str = DEFAULT_PARSIMONY, alpha: float = 0.05,
+                 intact: Tensor, *, pool_size: int, k: int, rule: str = SearchConfig.parsimony, alpha: float = 0.05,
                  stand_ins: Optional[int] = None) -> None:
         self.heads = sorted(singles)
         index = {h: i for i, h in enumerate(self.heads)}

@@ -19,7 +19,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from cel_lens.config import DEFAULT_N_NULL
+from cel_lens.config import DEFAULT_N_NULL, SearchConfig
 from cel_lens.heads import HeadSet
 from cel_lens.selection.calibration import calibration_rows
 from cel_lens.selection.guardrails import adjusted_verdict
@@ -340,10 +340,10 @@ class Result:
     seed: int
     n_layers: int
     n_heads: int
-    strategy: str = "exhaustive"
+    strategy: str = SearchConfig.strategy
     beam_width: Optional[int] = None
-    n_null: int = DEFAULT_N_NULL
-    n_boot: int = 10000
+    n_null: int = SearchConfig.n_null
+    n_boot: int = SearchConfig.n_boot
     alpha: float = 0.05
     selected_before_test: bool = True
     null_min_p: Optional[float] = None
@@ -352,13 +352,13 @@ class Result:
     selection_stability: Optional[dict[str, Any]] = None
     specificity: Optional[dict[str, Any]] = None
     seal: Optional[dict[str, Any]] = field(default=None, compare=False)
-    ci_method: str = "bootstrap"
+    ci_method: str = SearchConfig.ci_method
     p_enhance: Optional[float] = None
     leave_one_out: Optional[dict[str, Any]] = None
     parsimony: Optional[dict[str, Any]] = None
     adjusted: Optional[dict[str, Any]] = None
     split_half: Optional[dict[str, Any]] = None
-    ablation: str = "zero"
+    ablation: str = SearchConfig.ablation
     ablation_controls: Optional[dict[str, Any]] = None
     calibration: Optional[dict[str, Any]] = None
     decision: Optional[dict[str, Any]] = None
@@ -380,9 +380,10 @@ class Result:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Result":
-        """Inverse of :meth:`to_dict`; unknown keys are ignored."""
+        """Inverse of :meth:`to_dict`; unknown keys are ignored. A record without ``ci_method`` was
+        written before the option existed, when every interval was the paired bootstrap."""
         names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in names})
+        return cls(**{"ci_method": "bootstrap", **{k: v for k, v in d.items() if k in names}})
 
     def __str__(self) -> str:
         return format_result(self.to_dict())

@@ -20,6 +20,7 @@ from typing import Any, Optional, Sequence
 from jaxtyping import Bool, Float
 from torch import Tensor
 
+from cel_lens.config import SearchConfig
 from cel_lens.heads import Head, HeadSet
 from cel_lens.oracle import Oracle, call_oracle, evaluate_chunked
 from cel_lens.selection.subsets import Strategy, SubsetScore, evaluate_subsets, select_best
@@ -37,8 +38,8 @@ def random_pool_winners(
     seed: int,
     intact: Bool[Tensor, " example"],
     scores: Optional[Float[Tensor, "layer head"]] = None,
-    strategy: Strategy = "exhaustive",
-    beam_width: int = 8,
+    strategy: Strategy = SearchConfig.strategy,
+    beam_width: int = SearchConfig.beam_width,
     chunk: int = 64,
     progress: bool = False,
 ) -> tuple[list[SubsetScore], int]:

@@ -15,7 +15,7 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
-from cel_lens.config import DEFAULT_K
+from cel_lens.config import DEFAULT_K, SearchConfig
 from cel_lens.heads import Head, HeadSet, HeadsLike
 from cel_lens.oracle import Oracle, call_oracle, evaluate_chunked
 
@@ -83,8 +83,8 @@ def evaluate_subsets(
     pool: Sequence[HeadsLike],
     k: int = DEFAULT_K,
     *,
-    strategy: Strategy = "exhaustive",
-    beam_width: int = 8,
+    strategy: Strategy = SearchConfig.strategy,
+    beam_width: int = SearchConfig.beam_width,
     scores: Optional[Float[Tensor, "layer head"]] = None,
     intact: Optional[Bool[Tensor, " example"]] = None,
     chunk: int = 64,

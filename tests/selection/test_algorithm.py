@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import itertools
 import json
+from dataclasses import replace
 
 import pytest
 import torch
 
+from cel_lens.config import SearchConfig
 from cel_lens.heads import Head, HeadSet
 from cel_lens.oracle import Oracle, Stage1Scores, TestSplitError
 from cel_lens.selection.memo import MemoOracle
@@ -174,7 +176,7 @@ def test_tie_prefers_higher_summed_score_then_canonical_order():
     same = base.clone()
     same[2, 0] = same[10, 0] = 0.1
     pick = lambda s: run_search(  # noqa: E731
-        oracle, k=1, pool_size=3, scores=Stage1Scores(s, "dist", "given"), n_null=0, posthoc=False, progress=False
+        oracle, k=1, pool_size=3, scores=Stage1Scores(s, "dist", "given"), n_null=1, posthoc=False, progress=False
     ).heads
     assert pick(hi_10) == "L10H0"
     assert pick(hi_2) == "L2H0"
@@ -232,7 +234,7 @@ def test_given_scores_skip_stage_one():
     scores = exact_scores(inner)
     oracle = CountingOracle(inner)
     given = Stage1Scores(scores, "dist", "compressed")
-    r = run_search(oracle, k=2, pool_size=5, scores=given, n_null=0, posthoc=False, progress=False)
+    r = run_search(oracle, k=2, pool_size=5, scores=given, n_null=1, posthoc=False, progress=False)
     dist_sets = [s for split, sets in oracle.log if split == "dist" for s in sets]
     assert len(dist_sets) == 1 + 5 + 10  # intact + stage-2 subsets, no single-head sweep
     assert r.scorer == "compressed" and r.scores == scores.tolist() and r.scores_split == "dist"
@@ -299,7 +301,7 @@ def test_test_statistics_refuse_an_oracle_without_the_selection_fixed():
     with pytest.raises(TypeError, match="MemoOracle"):
         fix_selection(oracle, best)
     assert fix_selection(memo, best) is True
-    assert held_out_statistics(memo, best, subsets, n_null=5, n_boot=100)["n_test"] == 200
+    assert held_out_statistics(memo, best, subsets, SearchConfig(n_null=5, n_boot=100))["n_test"] == 200
 
 
 def test_selected_before_test_is_computed_from_what_happened():
@@ -313,10 +315,37 @@ def test_selected_before_test_is_computed_from_what_happened():
 
 
 def test_no_null_writes_no_nan():
-    r = run_search(planted_oracle(0, n_dist=200, n_test=200), k=1, n_null=0, progress=False)
-    assert r.null_gains == [] and r.null_p is None and r.null_min_p is None
+    """A search refuses n_null=0 (the config's rule, checked before any evaluation); the test
+    statistics computed without a null, and a result holding none, write no NaN and say so."""
+    oracle = CountingOracle(planted_oracle(0, n_dist=200, n_test=200))
+    with pytest.raises(ValueError, match="n_null must be >= 1"):
+        run_search(oracle, k=1, n_null=0, progress=False)
+    assert oracle.log == []
+    memo = MemoOracle(planted_oracle(0, n_dist=200, n_test=200))
+    intact, scores = stage1(memo)
+    subsets, best = stage2(memo, candidate_pool(scores.values, 4), scores, intact, k=1)
+    fix_selection(memo, best)
+    stats = held_out_statistics(memo, best, subsets, SearchConfig(k=1, n_null=0, n_boot=100))
+    assert stats["null_gains"] == [] and stats["null_p"] is None and stats["null_min_p"] is None
+    r = replace(run_search(planted_oracle(0, n_dist=200, n_test=200), k=1, n_null=1, progress=False),
+                null_gains=[], null_p=None, null_min_p=None)
     json.dumps(r.to_dict(), allow_nan=False)  # strict JSON: raises on NaN
     assert "not computed" in str(r)
+
+
+def test_the_interval_follows_the_config():
+    """ci_method is read from the config in one place: each method gives its own interval, the
+    bootstrap's depends on n_boot and seed, and an unknown one fails before any evaluation."""
+    oracle = planted_oracle(0, n_dist=200, n_test=200)
+    found = {m: run_search(oracle, k=1, pool_size=4, n_null=5, n_boot=200, ci_method=m, progress=False)
+             for m in ("tango", "newcombe", "bootstrap")}
+    assert {m: r.ci_method for m, r in found.items()} == {m: m for m in found}
+    assert len({(r.ci_low, r.ci_high) for r in found.values()}) == 3
+    assert all(r.ci_low <= r.gain <= r.ci_high for r in found.values())
+    counting = CountingOracle(planted_oracle(0, n_dist=200, n_test=200))
+    with pytest.raises(ValueError, match="unknown ci_method 'wald'"):
+        run_search(counting, k=1, ci_method="wald", progress=False)
+    assert counting.log == []
 
 
 def test_a_search_whose_best_ablation_hurts_warns():

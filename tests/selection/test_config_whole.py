@@ -16,8 +16,26 @@ def test_run_search_takes_the_config_whole():
     loose = run_search(realistic_oracle(4, 8, seed=1)[0], k=2, pool_size=4, n_null=5, n_boot=50, seed=3,
                        posthoc=False, progress=False)
     assert whole == loose and whole.k == 2 and whole.pool_size == 4
+    assert run_search(realistic_oracle(4, 8, seed=1)[0], config, progress=False) == whole  # positional too
     with pytest.raises(TypeError, match="got config= and k, seed"):
         run_search(realistic_oracle(4, 8, seed=1)[0], config=config, k=1, seed=1)
+    with pytest.raises(TypeError, match="unknown option.s. pool\\b"):
+        run_search(realistic_oracle(4, 8, seed=1)[0], pool=4)
+
+
+def test_the_config_is_checked_before_any_evaluation():
+    """run_search validates the config by its fields' rules (the same message as the CLI's) before
+    its oracle is asked anything."""
+    oracle, _ = realistic_oracle(4, 8, seed=1)
+    asked = []
+    oracle_evaluate = oracle.evaluate
+    oracle.evaluate = lambda *a, **kw: asked.append(a) or oracle_evaluate(*a, **kw)
+    for bad, message in ((SearchConfig(k=5, pool_size=4), "k must be at most the pool size"),
+                         (SearchConfig(parsimony="smallest"), "unknown parsimony 'smallest'"),
+                         (SearchConfig(n_adjusted=-1), "n_adjusted must be >= 0")):
+        with pytest.raises(ValueError, match=message):
+            run_search(oracle, bad, progress=False)
+    assert asked == []
 
 
 def test_plan_search_takes_the_config_whole():

@@ -59,7 +59,7 @@ def test_without_any_effect_the_selection_is_unstable():
     oracle = SyntheticOracle(4, 4, n_dist=300, n_test=300, noise=0.1, seed=1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the best of noise may have a non-positive discovery gain
-        r = run_search(oracle, k=2, pool_size=6, n_null=0, posthoc=False, n_stability=500, progress=False)
+        r = run_search(oracle, k=2, pool_size=6, n_null=1, posthoc=False, n_stability=500, progress=False)
     st = r.selection_stability
     assert st["method"] == "reselect"  # the pool is redone on every resample, not kept
     assert st["selected"] == r.heads and st["n_resamples"] == 500
@@ -99,7 +99,7 @@ def test_ties_are_said_not_reported_as_a_clear_win():
     assert clear["selected_by_tie_break"] == 0.0 and clear["identical_subsets"] == 0
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        r = run_search(SyntheticOracle(2, 2, n_dist=50, n_test=50, noise=0.0, seed=0), k=1, pool_size=4, n_null=0,
+        r = run_search(SyntheticOracle(2, 2, n_dist=50, n_test=50, noise=0.0, seed=0), k=1, pool_size=4, n_null=1,
                        posthoc=False, n_stability=50, progress=False)  # no head changes any answer
     text = format_result(r)
     assert r.selection_stability["identical_subsets"] == 3 and "only by the tie-break" in text
