@@ -32,7 +32,7 @@ from cel_lens.oracle import DIST_SPLIT
 from cel_lens.selection.memo import MemoOracle
 from cel_lens.progress import info_stream
 from cel_lens.scoring.attribution import ATTRIBUTION_UNITS
-from cel_lens.config import ABLATION_KINDS, DEFAULT_K, DEFAULT_POOL_SIZE, SearchConfig
+from cel_lens.config import ABLATION_KINDS, SearchConfig
 from cel_lens.scoring.registry import Scorer, get_scorer, scorer_from_config
 
 __all__ = ["StagePlan", "SearchPlan", "plan_search", "stage2_sets", "BatchTimer", "cpu_and_wall", "ATTRIBUTION_UNITS",
@@ -170,7 +170,9 @@ def _duration(seconds: Optional[float]) -> str:
     return f"~{seconds / 60:.0f} min" if seconds < 5400 else f"~{seconds / 3600:.1f} h"
 
 
-def stage2_sets(m: int, k: int, strategy: str = "exhaustive", beam_width: int = 8) -> tuple[int, bool]:
+def stage2_sets(
+    m: int, k: int, strategy: str = SearchConfig.strategy, beam_width: int = SearchConfig.beam_width
+) -> tuple[int, bool]:
     """Subsets stage 2 evaluates for a pool of ``m`` heads: ``(count, is_bound)``. Exhaustive:
     every subset of 1..k heads; beam: all singles, then at most ``beam_width`` sets grown by one head
     per size."""
@@ -183,10 +185,11 @@ def stage2_sets(m: int, k: int, strategy: str = "exhaustive", beam_width: int = 
 
 
 def plan_search(
-    n_layers: int, n_heads: int, n_dist: int, n_test: int, *, k: int = DEFAULT_K, pool_size: int = DEFAULT_POOL_SIZE,
-    scorer: Union[str, Scorer] = "exact",
-    strategy: str = "exhaustive", beam_width: int = 8, n_null: int = 100, posthoc: bool = False,
-    n_specificity: int = 0, n_masks: Optional[int] = None, sparsity: float = 0.05,
+    n_layers: int, n_heads: int, n_dist: int, n_test: int, *, k: int = SearchConfig.k,
+    pool_size: int = SearchConfig.pool_size, scorer: Union[str, Scorer] = SearchConfig.scorer,
+    strategy: str = SearchConfig.strategy, beam_width: int = SearchConfig.beam_width, n_null: int = SearchConfig.n_null,
+    posthoc: bool = SearchConfig.posthoc, n_specificity: int = SearchConfig.n_specificity,
+    n_masks: Optional[int] = SearchConfig.n_masks, sparsity: float = SearchConfig.sparsity,
     config: Optional[SearchConfig] = None, controls: bool = True,
 ) -> SearchPlan:
     """The evaluations a search with these options runs on a model of ``n_layers`` x ``n_heads``
