@@ -17,6 +17,8 @@ import numbers
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Optional
 
+from cel_lens.registry import Registry
+
 __all__ = [
     "DEFAULT_K",
     "DEFAULT_POOL_SIZE",
@@ -66,15 +68,15 @@ wall time), and for minutes on such a model add ``--scorer attribution`` (a rank
 gains) or ``--scorer prescreen`` (exact gains on the heads a first pass keeps; its recall of exact's
 pool is measured, not guaranteed)."""
 
-SCORERS: dict[str, str] = {
+SCORERS: Registry = Registry("scorer", {
     "exact": "cel_lens.scoring.exact:ExactScorer",
     "attribution": "cel_lens.scoring.attribution:AttributionScorer",
     "compressed": "cel_lens.scoring.compressed:CompressedScorer",
     "racing": "cel_lens.scoring.racing:RacingScorer",
     "prescreen": "cel_lens.scoring.prescreen:PrescreenScorer",
-}
-"""Stage-1 scorer name -> ``"module:Class"`` (:mod:`cel_lens.scoring.registry`: adding a scorer is
-one file there and one line here)."""
+})
+"""Stage-1 scorer name -> ``"module:Class"`` (a :class:`~cel_lens.registry.Registry`; :mod:`cel_lens.scoring.registry`:
+adding a scorer is one file there and one line here; its unit and manifest entries live on its class)."""
 STRATEGIES: tuple[str, ...] = ("exhaustive", "beam")
 """Stage-2 strategies (:mod:`cel_lens.selection.subsets`)."""
 PARSIMONY_RULES: tuple[str, ...] = ("backward", "one_se", "simultaneous", "best")
@@ -87,23 +89,23 @@ CI_METHODS: tuple[str, ...] = ("tango", "newcombe", "bootstrap")
 default: it keeps its coverage with few discordant pairs, ``benchmarks/claims.py``), Newcombe's
 paired interval, or the paired bootstrap."""
 
-BACKENDS: dict[str, str] = {
+BACKENDS: Registry = Registry("backend", {
     "local": "cel_lens.backends.local:LocalBackend",
     "ray": "cel_lens.backends.ray:RayBackend",
-}
+})
 """Backend name -> ``"module:Class"`` (:func:`cel_lens.backends.get_backend` imports it when
 chosen, so an optional backend costs nothing until used)."""
 
-ABLATION_KINDS: dict[str, str] = {
+ABLATION_KINDS: Registry = Registry("ablation kind", {
     "zero": "cel_lens.model.ablation:ZeroAblation",
     "mean": "cel_lens.model.ablation_kinds:MeanAblation",
     "resample": "cel_lens.model.ablation_kinds:ResampleAblation",
-}
+})
 """Ablation kind name -> ``"module:Class"`` (:mod:`cel_lens.model.ablation`): what replaces an
 ablated head's ``hook_z``. ``"zero"`` is the paper's protocol; ``"mean"`` the head's mean over
 D_dist; ``"resample"`` a seeded D_dist example's. The one table every part of cel_lens reads
 (``SearchConfig.ablation``, the CLI, the manifest, export): adding a kind is a subclass of
-:class:`~cel_lens.model.ablation.Ablation` and one line here."""
+:class:`~cel_lens.model.ablation.Ablation` (whose attributes say what export and fitting do) and one line here."""
 
 LOADERS: tuple[str, ...] = ("auto", "hooked", "bridge")
 PRECISIONS: tuple[str, ...] = ("auto", "float32", "bf16")
@@ -314,24 +316,22 @@ class SearchConfig:
         return self
 
     def manifest_options(self, use_store: bool = True) -> dict[str, Any]:
-        """The ``options`` entry of the run manifest (options that do not apply are ``None``)."""
-        compressed = self.scorer == "compressed"
+        """The ``options`` entry of the run manifest (options that do not apply are ``None``; the
+        scorer's own, e.g. racing's, come from its class; an ablation kind other than the default)."""
+        scorer = SCORERS.resolve(self.scorer)  # Scorer.manifest_options: its entries, read from here
         store_dtype = None if self.store_dtype is None or not use_store else f"torch.{canonical_dtype(self.store_dtype)}"
         return {
             "k": self.k, "pool_size": self.pool_size, "scorer": self.scorer, "seed": self.seed,
             "n_null": self.n_null, "n_boot": self.n_boot, "strategy": self.strategy,
             "beam_width": self.beam_width if self.strategy == "beam" else None,
-            "n_masks": self.n_masks if compressed else None, "sparsity": self.sparsity if compressed else None,
+            "n_masks": None, "sparsity": None,
             "posthoc": self.posthoc, "store_dtype": store_dtype,
             "parsimony": self.parsimony, "ci_method": self.ci_method, "n_adjusted": self.n_adjusted,
             **({"split_seed": self.split_seed} if self.split_seed is not None else {}),
             **({"n_specificity": self.n_specificity} if self.n_specificity else {}),
-            **({"racing": {"delta": self.delta, "margin": self.margin}} if self.scorer == "racing" else {}),
-            **({"ablation": self.ablation} if self.ablation != "zero" else {}),
+            **({"ablation": self.ablation} if self.ablation != type(self).ablation else {}),
             **({"precision": self.precision} if self.precision != "auto" else {}),
-            **({"prescreen": {"pass": self.prescreen_pass, "keep": self.prescreen_keep,
-                              **({"sample": self.prescreen_sample} if self.prescreen_pass == "subsample" else {})}}
-               if self.scorer == "prescreen" else {}),
+            **scorer.manifest_options(self),
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -369,7 +369,8 @@ class ExecutionSettings:
     backend: str = field(default="local", metadata={
         "help": "where evaluations run: this process, or Ray actors (pip install \"cel_lens[ray]\")", "choices": BACKENDS})
     ray_address: Optional[str] = field(default=None, metadata={
-        "help": "Ray cluster to join: 'auto' (one started with 'ray start') or HOST:PORT; default: a local Ray"})
+        "help": "Ray cluster to join: 'auto' (one started with 'ray start') or HOST:PORT; default: a local Ray",
+        "text": "'auto' or HOST:PORT"})
     workers: Optional[int] = field(default=None, metadata={
         "help": "Ray actors, one model replica each (default: cluster GPUs / --gpus-per-worker, else CPUs)", "min": 1})
     gpus_per_worker: float = field(default=0.0, metadata={"help": "GPUs per Ray actor (fractions share a GPU)",

@@ -21,8 +21,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "cel_lens"
 
 LAYERS: dict[str, int] = {
-    "version": 0, "config": 0, "heads": 0, "progress": 0, "threads": 0, "splits": 0,
-    "stats": 1, "oracle": 1,
+    "version": 0, "registry": 0, "heads": 0, "progress": 0, "threads": 0, "splits": 0,
+    "config": 1, "stats": 1, "oracle": 1,
     "model": 2, "sandbox": 2,
     "tasks": 3,
     "evaluation": 4,

@@ -4,13 +4,13 @@ A :class:`Backend` turns a model (an object, or a name to load) and a task into 
 :class:`BackendOracle`: an evaluation oracle (:class:`cel_lens.oracle.Oracle`) that also names its
 model for the run manifest, computes attribution scores (which need gradients through one model,
 not a scan) and releases what it holds on :meth:`~BackendOracle.close`. The pipeline never asks
-which backend it has. Backends are registered by name as ``"module:Class"`` strings, so an optional
-one (Ray) is imported only when chosen.
+which backend it has. Backends are registered by name as ``"module:Class"`` strings
+(:data:`~cel_lens.config.BACKENDS`, a :class:`~cel_lens.registry.Registry`), so an optional one (Ray)
+is imported only when chosen; what callers need to know of one (``in_process``) is on its class.
 """
 
 from __future__ import annotations
 
-import importlib
 from typing import Any, Optional, Protocol, Sequence, runtime_checkable
 
 import torch
@@ -21,7 +21,7 @@ from cel_lens.config import BACKENDS, ExecutionSettings, OptionError
 from cel_lens.heads import HeadSet
 from cel_lens.tasks.base import Task
 
-__all__ = ["ExecutionSettings", "Backend", "BackendOracle", "BACKENDS", "get_backend"]
+__all__ = ["ExecutionSettings", "Backend", "BackendOracle", "BACKENDS", "get_backend", "backend_class"]
 
 
 @runtime_checkable
@@ -52,6 +52,10 @@ class Backend(Protocol):
     before anything is loaded."""
 
     name: str
+    in_process: bool
+    """Whether it evaluates the model object of this process (a model set up here, e.g. with a
+    learnt ablation, is what it runs; one model, so one search at a time); ``False``: workers load
+    their own copies (a model name travels to them as a name)."""
 
     def open(
         self, model: Any, task: Task, settings: ExecutionSettings, *, store_dtype: Optional[torch.dtype] = None
@@ -63,7 +67,13 @@ class Backend(Protocol):
 def get_backend(name: str) -> Backend:
     """The backend called ``name`` (``ValueError`` for an unknown one; the Ray backend raises
     :class:`~cel_lens.backends.ray.RayUnavailableError` when Ray is not installed)."""
+    return backend_class(name)()
+
+
+def backend_class(name: str) -> type[Backend]:
+    """The class of the backend called ``name`` (its module imported, nothing constructed: Ray
+    need not be installed to ask it); :class:`~cel_lens.config.OptionError` naming the backends
+    for an unknown one."""
     if name not in BACKENDS:
-        raise OptionError("backend", f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
-    module, cls = BACKENDS[name].split(":")
-    return getattr(importlib.import_module(module), cls)()
+        raise OptionError("backend", str(BACKENDS.unknown(name)))
+    return BACKENDS.resolve(name)

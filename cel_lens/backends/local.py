@@ -130,6 +130,7 @@ class LocalBackend:
     """Evaluations in this process: a model given by name is loaded here (:func:`cel_lens.load_model`)."""
 
     name = "local"
+    in_process = True
 
     def open(
         self, model: Any, task: Task, settings: ExecutionSettings, *, store_dtype: Optional[torch.dtype] = None

@@ -70,7 +70,7 @@ def apply_quick(args: argparse.Namespace) -> argparse.Namespace:
 def run(args: argparse.Namespace) -> int:
     """Run the search (the backend loads the model: locally here, or in each Ray actor). Every
     option is checked, then the task is read, before the model loads or anything is written."""
-    from cel_lens.backends.base import get_backend
+    from cel_lens.backends.base import backend_class, get_backend
     from cel_lens.pipeline import check_task, plan, search
 
     apply_quick(args)
@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     check_split_sizes(args.n_dist, args.n_test)
     get_backend(settings.backend)  # e.g. Ray missing: fail before the task is read
     allow_code_execution(args)
-    if settings.backend == "local":  # Ray workers resolve the name where they run
+    if backend_class(settings.backend).in_process:  # other backends' workers resolve the name where they run
         check_names_first(args)
     task = check_task(load_task_from_args(args))
     if args.plan:

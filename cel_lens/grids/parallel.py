@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import contextlib
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 from typing import Callable, Iterator, Sequence, TypeVar
 
+from cel_lens.backends.base import backend_class
 from cel_lens.config import ExecutionSettings, OptionError
 from cel_lens.grids.grid_plan import GridPlan, Pair
 
@@ -29,7 +29,7 @@ def check_parallel_pairs(plan: GridPlan, parallel_pairs: int) -> None:
     their own models (the local backend runs every search on the one model of this process)."""
     if isinstance(parallel_pairs, bool) or not isinstance(parallel_pairs, int) or parallel_pairs < 1:
         raise OptionError("parallel_pairs", f"parallel_pairs must be an integer >= 1, got {parallel_pairs!r}")
-    if parallel_pairs > 1 and plan.settings.backend == "local":
+    if parallel_pairs > 1 and backend_class(plan.settings.backend).in_process:
         raise OptionError(
             "parallel_pairs",
             "parallel_pairs > 1 needs a backend whose workers load their own models (backend='ray'); "
@@ -39,28 +39,16 @@ def check_parallel_pairs(plan: GridPlan, parallel_pairs: int) -> None:
 
 @contextlib.contextmanager
 def shared_cluster(settings: ExecutionSettings, parallel_pairs: int) -> Iterator[ExecutionSettings]:
-    """For ``backend="ray"``: start Ray once for all pairs (stopped at the end if started here) and
-    yield the settings with ``workers`` set to the cluster's workers divided among the pairs run at
-    once (unless given). Other backends: the settings as they are."""
-    if settings.backend != "ray":
+    """With a backend whose class shares one cluster among searches (its ``shared_cluster``; Ray:
+    started once for all pairs, stopped at the end if started here), the settings it yields
+    (``workers``: the cluster's workers divided among the pairs run at once, unless given). Other
+    backends: the settings as they are."""
+    share = getattr(backend_class(settings.backend), "shared_cluster", None)
+    if share is None:
         yield settings
         return
-    from cel_lens.backends.ray import require_ray
-
-    ray = require_ray()
-    started = not ray.is_initialized()
-    if started:
-        ray.init(address=settings.ray_address, include_dashboard=False)
-    try:
-        if settings.workers is None:
-            res = ray.cluster_resources()
-            gpus = settings.gpus_per_worker
-            total = int(res.get("GPU", 0) // gpus) if gpus else int(res.get("CPU", 1))
-            settings = replace(settings, workers=max(1, total // parallel_pairs))
-        yield settings
-    finally:
-        if started:
-            ray.shutdown()
+    with share(settings, parallel_pairs) as shared:
+        yield shared
 
 
 def run_at_once(pairs: Sequence[Pair], run_one: Callable[[Pair], T], parallel_pairs: int) -> list[T]:

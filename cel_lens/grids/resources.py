@@ -10,6 +10,7 @@ from typing import Any, Optional
 
 import torch
 
+from cel_lens.backends.base import backend_class
 from cel_lens.grids.grid_plan import GridPlan
 from cel_lens.grids.state import GridState
 from cel_lens.model.load import load_model
@@ -89,7 +90,7 @@ class ModelSession:
     def get(self) -> Any:
         """The model (loaded now if needed), or its name for a backend whose workers load it.
         A failed load raises again on every call without retrying."""
-        if self.plan.settings.backend != "local":
+        if not backend_class(self.plan.settings.backend).in_process:
             return self.name
         if self._error is not None:
             raise self._error

@@ -34,7 +34,6 @@ Both TransformerLens model types work: ``HookedTransformer`` and ``TransformerBr
 
 from __future__ import annotations
 
-import importlib
 from contextlib import contextmanager
 from typing import Any, Iterator, Optional, Sequence, Union
 
@@ -66,7 +65,9 @@ def hook_z_name(layer: int) -> str:
 
 class Ablation:
     """An ablation kind: what replaces ``z`` of an ablated head. Subclasses set :attr:`name` and
-    :meth:`values` (and :meth:`fit` when they learn from D_dist); everything else is shared."""
+    :meth:`values` (and :meth:`fit` with ``learns`` when they learn from D_dist); what export does
+    with a kind is :meth:`folds_into_bias`; everything else is shared, and nothing outside the kind
+    tests its name."""
 
     name = "zero"
     learns = False  # True: fit() learns from the D_dist prompts (so a run records the result)
@@ -82,6 +83,13 @@ class Ablation:
     def values(self, z: Float[Tensor, "row pos head d_head"], layer: int) -> Tensor:
         """What replaces ``z`` at ``layer``, broadcastable to ``z``'s shape."""
         return torch.zeros((), dtype=z.dtype, device=z.device)
+
+    @classmethod
+    def folds_into_bias(cls) -> bool:
+        """Whether export writes this kind by folding its :meth:`constant` into the output bias
+        (refused where that is not exact): every kind that replaces ``z`` by something other than
+        the base class's zero. Zero needs only the zeroed ``o_proj`` columns."""
+        return cls.values is not Ablation.values
 
     def constant(self, layer: int, n_heads: int, d_head: int) -> Optional[Float[Tensor, "head d_head"]]:
         """The per-head replacement when it is the same at every position and in every row
@@ -161,10 +169,7 @@ ZERO = Ablation()
 def ablation_kind(name: str) -> type[Ablation]:
     """The class of the ablation kind ``name`` (imported when first asked for); one-line
     ``ValueError`` naming the kinds otherwise."""
-    if name not in ABLATION_KINDS:
-        raise ValueError(f"unknown ablation kind {name!r}; choose one of {', '.join(ABLATION_KINDS)}")
-    module, _, cls = ABLATION_KINDS[name].partition(":")
-    return getattr(importlib.import_module(module), cls)
+    return ABLATION_KINDS.resolve(name)
 
 
 def fit_ablation(

@@ -246,14 +246,15 @@ def export_checkpoint(
     entries, plus the heads, the edited tensors, the source files' and every written file's sha256)
     and :data:`CARD_FILE` (``card(provenance)``; default :func:`cel_lens.model.card.model_card`).
     Files are written to a sibling temporary directory that is renamed to ``out_dir`` when complete.
-    ``ablation`` other than zero (a mean or resample ablation) is folded into the output biases
-    (:mod:`~cel_lens.model.export_fold`), or refused in one line where that is not exact.
+    An ``ablation`` whose kind writes its replacement into the output biases
+    (:meth:`~cel_lens.model.ablation.Ablation.folds_into_bias`: mean, resample) is folded there (:mod:`~cel_lens.model.export_fold`), or refused in one line
+    where that is not exact; zero needs only the zeroed columns.
     """
     ckpt = source if isinstance(source, Checkpoint) else read_checkpoint(source)
     out = Path(out_dir)
     check_out_dir(out, ckpt.path)
     plan = plan_edits(ckpt, heads)  # validates everything before a byte is written
-    if ablation is not None and ablation.name != "zero":
+    if ablation is not None and ablation.folds_into_bias():
         plan = _with_folded_bias(ckpt, heads, ablation, plan)
         provenance = {**(provenance or {}), "ablation": ablation.record()}
     copy, left_out = _other_files(ckpt)

@@ -1,6 +1,6 @@
 """Model sources: where a model name leads, as a table of strings imported only when used.
 
-Each entry of :data:`MODEL_SOURCES` is ``"module:function"``; the function takes the name (text
+Each entry of :data:`MODEL_SOURCES` (a :class:`~cel_lens.registry.Registry`) is ``"module:function"``; the function takes the name (text
 and the object given) and the hub options, and returns a :class:`Resolved` checkpoint, or ``None``
 when the name is not of its kind. They are tried in the table's order: a built-in name, a GGUF
 file, a local directory, a hub id or TransformerLens alias (with the GGUF fallback of
@@ -11,11 +11,12 @@ first. Adding a source = one function + one table line; :func:`resolve_source` a
 
 from __future__ import annotations
 
-import importlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
+
+from cel_lens.registry import Registry
 
 __all__ = ["Resolved", "MODEL_SOURCES", "MODEL_ALIASES", "resolve_source", "source_kinds", "canonical_name"]
 
@@ -31,12 +32,12 @@ class Resolved:
     kind: str
 
 
-MODEL_SOURCES: dict[str, str] = {
+MODEL_SOURCES: Registry = Registry("model source", {
     "builtin": "cel_lens.model.hub:builtin_source",
     "gguf": "cel_lens.model.gguf:gguf_file_source",
     "directory": "cel_lens.model.hub:directory_source",
     "hub": "cel_lens.model.hub:hub_source",
-}
+})
 """Source kind -> ``"module:function"``, tried in this order by :func:`resolve_source`."""
 
 MODEL_ALIASES: dict[str, str] = {
@@ -51,11 +52,6 @@ SourceFn = Callable[..., Optional[Resolved]]
 def source_kinds() -> list[str]:
     """The source kinds, in the order they are tried."""
     return list(MODEL_SOURCES)
-
-
-def _source(kind: str) -> SourceFn:
-    module, fn = MODEL_SOURCES[kind].split(":")
-    return getattr(importlib.import_module(module), fn)
 
 
 def canonical_name(name_or_path: Union[str, os.PathLike]) -> Union[str, os.PathLike]:
@@ -73,7 +69,7 @@ def resolve_source(name_or_path: Union[str, os.PathLike], **hub: Any) -> Resolve
     if not text:
         raise ValueError("empty model name")
     for kind in MODEL_SOURCES:
-        found = _source(kind)(text, name_or_path, **hub)
+        found = MODEL_SOURCES.resolve(kind)(text, name_or_path, **hub)
         if found is not None:
             return found
     raise ValueError(

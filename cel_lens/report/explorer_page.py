@@ -39,6 +39,7 @@ from cel_lens.report.explorer_render import attention_figure, logit_figure, mode
 from cel_lens.report.explorer_script import PAGE_SCRIPT, PAGE_STYLE
 from cel_lens.report.head_panel import add_head_panel, head_axes
 from cel_lens.report.save import _shared_loader
+from cel_lens.scoring.registry import score_unit
 from cel_lens.tasks.base import Task
 
 __all__ = ["PAGE_BUDGET_BYTES", "heatmap_figure", "explorer_page_data", "explorer_html", "write_explorer_page"]
@@ -103,6 +104,7 @@ def explorer_page_data(
     n_model = max((len(v) for v in model_panels.values()), default=0)
     return {
         "summary": explorer_summary(record, r), "scorer": str(r.get("scorer")), "heatmap": heatmap_figure(r),
+        "unit": {k: getattr(score_unit(r.get("scorer")), k) for k in ("symbol", "scale", "decimals")},
         "scores": rounded(stage1_scores(r).tolist()), "panels": panels, "order": keys,
         "precomputed": {"n_sets": len(keys), "n_top": n_top, "n_subsets": n_sets, "n_examples": n_examples,
                         "model_examples": n_model, "model_sets": sum(1 for k in keys if model_panels.get(k)),

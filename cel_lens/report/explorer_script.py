@@ -19,10 +19,11 @@ PAGE_SCRIPT = r"""
   const heat = document.getElementById('cel-heatmap');
   const sets = document.getElementById('cel-sets');
   const pick = document.getElementById('cel-model-example');
-  const accuracy = D.scorer === 'exact' || D.scorer === 'compressed';
+  const unit = D.unit;  // the scorer's own (Scorer.score_unit), as the Python panels write it
   function fmt(v) {
     if (v === null || v === undefined) return 'not scored';
-    return accuracy ? ((v >= 0 ? '+' : '') + (100 * v).toFixed(2) + ' pp') : ((v >= 0 ? '+' : '') + v.toPrecision(4));
+    const x = unit.scale * v;
+    return (x >= 0 ? '+' : '') + x.toFixed(unit.decimals) + (unit.symbol ? ' ' + unit.symbol : '');
   }
   function esc(s) { const d = document.createElement('div'); d.textContent = s; return d.innerHTML; }
   function wireExamples(box) {

@@ -2,8 +2,9 @@
 
 Shared by the gain heatmap (:mod:`cel_lens.report.heatmap`) and the comparison of two runs
 (:mod:`cel_lens.report.compare`). The colour scale is centred at zero and labelled in the scorer's
-own unit: percentage points of accuracy for ``exact`` (and the ``compressed`` estimate of it),
-nats of the log-probability metric for ``attribution`` (a ranking, not an accuracy). Pool and
+own unit, as its class says (:meth:`~cel_lens.scoring.registry.Scorer.score_unit`): percentage
+points of accuracy for ``exact`` (and the ``compressed`` estimate of it), nats of the
+log-probability metric for ``attribution`` (a ranking, not an accuracy). Pool and
 selected heads are outlined, never covered, and a grid small enough for it prints each value in
 its cell, so a static PNG keeps the numbers. Heads not scored yet (an unfinished run) are blank.
 """
@@ -18,8 +19,8 @@ import numpy as np
 import plotly.graph_objects as go
 
 from cel_lens.heads import Head, HeadSet
-from cel_lens.report.data import is_accuracy_scorer
 from cel_lens.report.style import DIVERGING, POOL_COLOUR, SELECTED_COLOUR, symmetric_ticks, tick_step
+from cel_lens.scoring.registry import score_unit
 
 __all__ = ["ScoreUnits", "score_units", "cell_labels", "add_head_panel", "head_axes"]
 
@@ -44,14 +45,13 @@ class ScoreUnits:
 
 
 def score_units(scorer: Any) -> ScoreUnits:
-    """The units of ``scorer``'s stage-1 scores (see the module docstring)."""
+    """The units of ``scorer``'s stage-1 scores, from its class (see the module docstring); a
+    plain score for a name no longer registered."""
     name = str(scorer)
-    if is_accuracy_scorer(name):
-        what = "est. Δ accuracy" if name == "compressed" else "Δ accuracy"
-        return ScoreUnits(name, "gain", f"{what}<br>(pp, {name})", 100.0, "pp")
-    if name == "attribution":
-        return ScoreUnits(name, "score", "Δ log-prob<br>(nats,<br>attribution)", 1.0, "nats")
-    return ScoreUnits(name, "score", f"score<br>({name})", 1.0, "")
+    unit = score_unit(name)
+    where = f"{unit.symbol}, {name}" if unit.symbol else name
+    where = where if len(where) <= 14 else where.replace(", ", ",<br>")  # a narrow colour bar
+    return ScoreUnits(name, unit.noun, f"{unit.quantity}<br>({where})", unit.scale, unit.symbol)
 
 
 def _max_abs(scores: np.ndarray) -> float:

@@ -4,8 +4,9 @@ A run directory records every evaluation as it is computed, so a search that is 
 was killed, can be read at any time (:func:`cel_lens.runs.load_run` needs neither the lock nor write
 access). :func:`partial_result` turns the record into the dict figures read, with what is known:
 
-* ``scores``: the recorded ``stage1_scores`` event, or, for the exact scorer while stage 1 runs, the
-  discovery gain of every single head evaluated so far (the others NaN: not scored yet);
+* ``scores``: the recorded ``stage1_scores`` event, or, for a scorer whose scores are not recorded
+  but recomputed from the single-head evaluations (``Scorer.recorded`` false: exact) while stage 1
+  runs, the discovery gain of every single head evaluated so far (the others NaN: not scored yet);
 * ``pool``, ``subsets`` (every stage-2 subset evaluated so far) and ``heads`` (the ``selected`` event);
 * ``progress``: counts and a one-line ``status`` ("stage 1: 300 of 672 heads scored").
 
@@ -18,8 +19,10 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping, Optional, Sequence
 
+from cel_lens.config import SCORERS
 from cel_lens.heads import HeadSet
 from cel_lens.runs.evaluation_record import Evaluation
+from cel_lens.scoring.registry import score_unit
 
 __all__ = ["partial_result", "run_layout", "format_partial"]
 
@@ -50,7 +53,8 @@ def _scores(
     if recorded:
         return [[float(v) for v in row] for row in recorded[0]["scores"]]
     intact = dist.get(HeadSet())
-    if scorer != "exact" or intact is None:
+    scorer_cls = SCORERS.get_resolved(scorer)
+    if scorer_cls is None or scorer_cls.recorded or intact is None:  # only unrecorded scores are rebuilt
         return None
     grid = [[math.nan] * layout[1] for _ in range(layout[0])]
     for hs, ev in dist.items():
@@ -113,11 +117,6 @@ def partial_result(
     )
 
 
-def _score_text(value: float, scorer: str) -> str:
-    """A stage-1 score in its scorer's unit: pp of accuracy (exact, compressed) or nats (attribution)."""
-    return f"{value:+.4f} nats" if scorer == "attribution" else f"{100 * value:+.2f} pp"
-
-
 def format_partial(partial: Mapping[str, Any], top: int = 5) -> list[str]:
     """Lines for an unfinished run beyond its one-line status: intact D_dist accuracy, the best
     stage-1 heads so far, the pool, the best subsets evaluated and the selection, whichever the
@@ -130,7 +129,7 @@ def format_partial(partial: Mapping[str, Any], top: int = 5) -> list[str]:
         scored = [(v, f"L{l}H{h}") for l, row in enumerate(scores) for h, v in enumerate(row) if not math.isnan(v)]
         best = sorted(scored, key=lambda t: -t[0])[:top]
         lines.append(f"stage-1 best ({scorer}, {len(scored)} scored)  "
-                     + ", ".join(f"{name} {_score_text(v, scorer)}" for v, name in best))
+                     + ", ".join(f"{name} {score_unit(scorer).text(v)}" for v, name in best))
     if partial.get("pool"):
         lines.append(f"pool ({len(partial['pool'])} heads, each a candidate)  {', '.join(partial['pool'])}")
     subsets = sorted(partial.get("subsets") or [], key=lambda s: -float(s.get("dist_acc") or 0))[:top]

@@ -88,6 +88,7 @@ class AttributionScorer(Scorer):
 
     name = "attribution"
     units = "nats"
+    quantity = "Δ log-prob"
 
     def cost(self, n_layers: int, n_heads: int, n_dist: int) -> Cost:
         return Cost(ATTRIBUTION_UNITS, f"one forward + backward pass, as {ATTRIBUTION_UNITS}")

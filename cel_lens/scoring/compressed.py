@@ -253,7 +253,12 @@ class CompressedScorer(Scorer):
     """Random multi-head knockouts on D_dist and a Lasso (:func:`compressed_scores`)."""
 
     name = "compressed"
+    quantity = "est. Δ accuracy"
     Options = CompressedOptions
+
+    @classmethod
+    def manifest_options(cls, config: Any) -> dict[str, Any]:
+        return {"n_masks": config.n_masks, "sparsity": config.sparsity}
 
     def cost(self, n_layers: int, n_heads: int, n_dist: int) -> Cost:
         o = self.options

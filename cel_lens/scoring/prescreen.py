@@ -141,6 +141,11 @@ class PrescreenScorer(Scorer):
     name = "prescreen"
     Options = PrescreenOptions
 
+    @classmethod
+    def manifest_options(cls, config: Any) -> dict[str, Any]:
+        sample = {"sample": config.prescreen_sample} if config.prescreen_pass == "subsample" else {}
+        return {"prescreen": {"pass": config.prescreen_pass, "keep": config.prescreen_keep, **sample}}
+
     def cost(self, n_layers: int, n_heads: int, n_dist: int) -> Cost:
         total = n_layers * n_heads
         kept = kept_count(total, self.options.prescreen_keep, self.options.pool_size)

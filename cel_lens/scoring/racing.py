@@ -317,6 +317,10 @@ class RacingScorer(Scorer):
     name = "racing"
     Options = RacingScorerOptions
 
+    @classmethod
+    def manifest_options(cls, config: Any) -> dict[str, Any]:
+        return {"racing": {"delta": config.delta, "margin": config.margin}}
+
     def cost(self, n_layers: int, n_heads: int, n_dist: int) -> Cost:
         return Cost(n_layers * n_heads, "every head alone on growing batches, at most as exact; heads ruled out "
                     "stop early", bound=True)

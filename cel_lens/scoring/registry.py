@@ -1,15 +1,18 @@
 """Stage-1 scorers by name: a table of lazy ``"module:Class"`` strings, and the class they name.
 
-The table is :data:`cel_lens.config.SCORERS` (name -> ``"module:Class"``; it lives with the other
-option tables so that ``SearchConfig.validate`` and ``cel-lens --help`` need no torch). A scorer
-module is imported only when its scorer is asked for (:func:`get_scorer`).
+The table is :data:`cel_lens.config.SCORERS` (a :class:`~cel_lens.registry.Registry`, name ->
+``"module:Class"``; it lives with the other option tables so that ``SearchConfig.validate`` and
+``cel-lens --help`` need no torch). A scorer module is imported only when its scorer is asked for
+(:func:`get_scorer`).
 
 **Adding a scorer is one file and one table line:**
 
 1. ``cel_lens/scoring/<name>.py`` with a subclass of :class:`Scorer` that sets
 
    * ``name`` (the table key) and ``units`` (``"accuracy"`` when scores are D_dist accuracy
-     gains, else the unit's name, e.g. ``"nats"``: figures show them as such);
+     gains, else the unit's name, e.g. ``"nats"``) with ``quantity`` (what a score measures, as
+     figures title it): :meth:`Scorer.score_unit` turns them into how every figure, the explorer
+     and the status lines write a score (``+1.25 pp``, ``+0.0312 nats``);
    * ``Options``: a frozen dataclass of the options it reads; each field is read from the
      :class:`~cel_lens.config.SearchConfig` field of the same name (add one there if it needs a new
      option), with its own default otherwise;
@@ -18,18 +21,20 @@ module is imported only when its scorer is asked for (:func:`get_scorer`).
      :class:`~cel_lens.oracle.Stage1Scores` (``[layer, head]``, positive = ablating helps);
    * optionally ``in_search = True`` when the search computes the scores itself from the
      single-head evaluations it records (the exact scorer: stage 2 then answers the pool's singles
-     from memory), and ``recorded = False`` when the scores need not be kept in the run directory
-     (they are recomputed bit for bit from recorded evaluations);
+     from memory), ``recorded = False`` when the scores need not be kept in the run directory
+     (they are recomputed bit for bit from recorded evaluations), and :meth:`Scorer.manifest_options`
+     when its options are part of a run's identity (the run manifest's ``options``);
 
 2. one line ``"<name>": "cel_lens.scoring.<name>:<Class>"`` in :data:`cel_lens.config.SCORERS`.
 
-``plan``, the pipeline, :func:`cel_lens.scoring.score_heads`, the CLI's ``--scorer`` and the
-figures read the class; nothing branches on a scorer's name.
+``plan``, the pipeline, the manifest, :func:`cel_lens.scoring.score_heads`, the CLI's ``--scorer``,
+the figures and the explorer read the class; nothing branches on a scorer's name
+(``tests/test_registry_names.py``).
 """
 
 from __future__ import annotations
 
-import importlib
+import math
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Optional
 
@@ -37,7 +42,7 @@ from cel_lens.config import SCORERS
 from cel_lens.oracle import Oracle, Stage1Scores
 from cel_lens.tasks.base import Split
 
-__all__ = ["Cost", "Scorer", "NoOptions", "get_scorer", "scorer_class", "scorer_from_config"]
+__all__ = ["Cost", "Scorer", "NoOptions", "ScoreUnit", "get_scorer", "scorer_class", "scorer_from_config", "score_unit"]
 
 
 @dataclass(frozen=True)
@@ -53,6 +58,28 @@ class Cost:
 
 
 @dataclass(frozen=True)
+class ScoreUnit:
+    """How a scorer's stage-1 scores read: ``quantity`` (what a score measures, a figure's title),
+    ``symbol`` written after a value (``"pp"``, ``"nats"``, or ``""``), ``scale`` from a score to
+    it (100: a fraction in percentage points), ``noun`` (``"gain"`` for accuracy, else ``"score"``)
+    and ``decimals`` written by default."""
+
+    quantity: str
+    symbol: str
+    scale: float
+    noun: str
+    decimals: int
+
+    def text(self, value: Optional[float], decimals: Optional[int] = None, missing: str = "not scored") -> str:
+        """``value`` in display units with a sign (``+1.25 pp``, ``-0.0312 nats``); ``missing``
+        for ``None`` or NaN."""
+        if value is None or math.isnan(float(value)):
+            return missing
+        number = f"{float(value) * self.scale:+.{self.decimals if decimals is None else decimals}f}"
+        return f"{number} {self.symbol}" if self.symbol else number
+
+
+@dataclass(frozen=True)
 class NoOptions:
     """A scorer without options."""
 
@@ -62,6 +89,7 @@ class Scorer:
 
     name: ClassVar[str] = ""
     units: ClassVar[str] = "accuracy"
+    quantity: ClassVar[str] = "Δ accuracy"
     Options: ClassVar[type] = NoOptions
     in_search: ClassVar[bool] = False
     recorded: ClassVar[bool] = True
@@ -80,6 +108,21 @@ class Scorer:
         """The scores of every head, with the split they were computed on."""
         raise NotImplementedError
 
+    @classmethod
+    def score_unit(cls) -> ScoreUnit:
+        """How this scorer's scores are written: accuracy gains in percentage points, any other
+        unit (``units``) as the raw number with its name."""
+        if cls.units == "accuracy":
+            return ScoreUnit(cls.quantity, "pp", 100.0, "gain", 2)
+        return ScoreUnit(cls.quantity, cls.units, 1.0, "score", 4)
+
+    @classmethod
+    def manifest_options(cls, config: Any) -> dict[str, Any]:
+        """This scorer's entries of a run manifest's ``options``
+        (:meth:`~cel_lens.config.SearchConfig.manifest_options`), read from ``config``: the options
+        that change its scores (a run directory refuses others); none by default."""
+        return {}
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.options!r})"
 
@@ -87,10 +130,14 @@ class Scorer:
 def scorer_class(name: str) -> type[Scorer]:
     """The class registered as ``name`` (its module imported now); one-line ``ValueError`` naming
     the scorers otherwise."""
-    if name not in SCORERS:
-        raise ValueError(f"unknown scorer {name!r}; choose one of {', '.join(SCORERS)}")
-    module, _, cls = SCORERS[name].partition(":")
-    return getattr(importlib.import_module(module), cls)
+    return SCORERS.resolve(name)
+
+
+def score_unit(name: Any) -> ScoreUnit:
+    """How scores of the scorer called ``name`` are written (:meth:`Scorer.score_unit`); a plain
+    number for a name no longer registered (an old run's)."""
+    cls = SCORERS.get_resolved(str(name))
+    return cls.score_unit() if cls is not None else ScoreUnit("score", "", 1.0, "score", 4)
 
 
 def get_scorer(name: str, **options: Any) -> Scorer:

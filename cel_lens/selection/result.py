@@ -243,7 +243,7 @@ def result_rows(result: Union["Result", Mapping[str, Any]]) -> list[tuple[str, s
     rows += [
         ("search", f"k={r.get('k', '?')}, pool {_pool_text(r)} by {r.get('scorer', '?')}, "
                    f"{r.get('strategy', 'exhaustive')}, {len(r.get('subsets') or [])} subsets, seed {r.get('seed', '?')}"
-                   + ("" if r.get("ablation", "zero") == "zero" else f", {r['ablation']} ablation")),
+                   + ("" if r.get("ablation", SearchConfig.ablation) == SearchConfig.ablation else f", {r['ablation']} ablation")),
         (f"D_dist (n={r.get('n_dist', '?')})", f"intact {pp(r.get('dist_acc_intact'), False)} -> ablated "
                                                 f"{pp(r.get('dist_acc_ablated'), False)}, gain {pp(dist_gain)} "
                                                 "(selection-biased: Ŝ was chosen for it)"),

@@ -1,9 +1,11 @@
 """Task names and where their loaders live: a table of strings, imported only when used.
 
 Loading a task imports only that task's module (``load_task("boolq")`` never imports MBPP's or the
-organism's code). Built-in tasks are listed in :data:`BUILTIN_TASKS` as ``"module:loader:info"``;
-:func:`register_task` adds your own. Any lm-evaluation-harness task loads too, as ``"lm_eval:NAME"`` or
-``"path/to/task.yaml"`` (:data:`LM_EVAL_TASKS`, :mod:`cel_lens.tasks.lm_eval_task`).
+organism's code). Built-in tasks are listed in :data:`BUILTIN_TASKS` (name -> ``"module:loader"``)
+and :data:`TASK_INFO` (name -> ``"module:INFO"``), two :class:`~cel_lens.registry.Registry` tables
+of the one form every cel_lens table has; :func:`register_task` adds your own. Any
+lm-evaluation-harness task loads too, as ``"lm_eval:NAME"`` or ``"path/to/task.yaml"``
+(:data:`LM_EVAL_TASKS`, :mod:`cel_lens.tasks.lm_eval_task`).
 
 A loader is ``fn(n_dist, n_test, seed, data_dir, **options) -> Task``; ``info`` describes the task
 for listings (kind, metric, default sizes, sources, files).
@@ -12,29 +14,40 @@ for listings (kind, metric, default sizes, sources, files).
 from __future__ import annotations
 
 import functools
-import importlib
 import inspect
 from dataclasses import replace
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
+from cel_lens.registry import Registry
 from cel_lens.tasks.base import Split, Task, check_disjoint
 
-__all__ = ["BUILTIN_TASKS", "SPLIT_NAMES", "LM_EVAL_TASKS", "is_lm_eval_spec", "register_task", "load_task", "loader_options", "available_tasks", "task_info", "loaded_splits"]
+__all__ = ["BUILTIN_TASKS", "TASK_INFO", "SPLIT_NAMES", "LM_EVAL_TASKS", "is_lm_eval_spec", "register_task", "load_task", "loader_options", "available_tasks", "task_info", "loaded_splits"]
 
 SPLIT_NAMES: tuple[str, ...] = ("dist", "test")
 """The two splits of a task, in the order :func:`load_task` loads them."""
 
 Loader = Callable[..., Task]
 
-BUILTIN_TASKS: dict[str, str] = {
-    "arithmetic": "cel_lens.tasks.arithmetic:load_arithmetic:INFO",
-    "boolq": "cel_lens.tasks.boolq:load_boolq:INFO",
-    "hellaswag": "cel_lens.tasks.hellaswag:load_hellaswag:INFO",
-    "mbpp": "cel_lens.tasks.mbpp:load_mbpp:INFO",
-    "organism_a": "cel_lens.tasks.organism:load_organism_a:INFO_A",
-    "organism_b": "cel_lens.tasks.organism:load_organism_b:INFO_B",
-}
-"""Built-in task name -> ``"module:loader:info"`` (attribute names in that module)."""
+BUILTIN_TASKS: Registry = Registry("task", {
+    "arithmetic": "cel_lens.tasks.arithmetic:load_arithmetic",
+    "boolq": "cel_lens.tasks.boolq:load_boolq",
+    "hellaswag": "cel_lens.tasks.hellaswag:load_hellaswag",
+    "mbpp": "cel_lens.tasks.mbpp:load_mbpp",
+    "organism_a": "cel_lens.tasks.organism:load_organism_a",
+    "organism_b": "cel_lens.tasks.organism:load_organism_b",
+})
+"""Built-in task name -> ``"module:loader"``."""
+
+TASK_INFO: Registry = Registry("task", {
+    "arithmetic": "cel_lens.tasks.arithmetic:INFO",
+    "boolq": "cel_lens.tasks.boolq:INFO",
+    "hellaswag": "cel_lens.tasks.hellaswag:INFO",
+    "mbpp": "cel_lens.tasks.mbpp:INFO",
+    "organism_a": "cel_lens.tasks.organism:INFO_A",
+    "organism_b": "cel_lens.tasks.organism:INFO_B",
+})
+"""Built-in task name -> ``"module:INFO"``, what the task declares about itself (the same names as
+:data:`BUILTIN_TASKS`; a test holds them equal)."""
 
 _USER_TASKS: dict[str, tuple[Loader, dict[str, Any]]] = {}
 
@@ -59,8 +72,12 @@ def available_tasks() -> list[str]:
     return sorted({*BUILTIN_TASKS, *_USER_TASKS})
 
 
-LM_EVAL_TASKS = "cel_lens.tasks.lm_eval_task:load_lm_eval_task:spec_info"
-"""Where ``"lm_eval:NAME"`` and ``"path/to/task.yaml"`` are loaded (loader and info function of that module)."""
+LM_EVAL_TASKS: Registry = Registry("lm-eval task part", {
+    "loader": "cel_lens.tasks.lm_eval_task:load_lm_eval_task",
+    "info": "cel_lens.tasks.lm_eval_task:spec_info",
+})
+"""Where ``"lm_eval:NAME"`` and ``"path/to/task.yaml"`` are loaded: the loader and the info function
+(both take the name first)."""
 
 
 def is_lm_eval_spec(name: str) -> bool:
@@ -72,15 +89,11 @@ def _resolve(name: str) -> tuple[Loader, dict[str, Any]]:
     if name in _USER_TASKS:
         return _USER_TASKS[name]
     if is_lm_eval_spec(name):
-        module, loader, info = LM_EVAL_TASKS.split(":")
-        mod = importlib.import_module(module)
-        return functools.partial(getattr(mod, loader), name), getattr(mod, info)(name)
+        return functools.partial(LM_EVAL_TASKS.resolve("loader"), name), LM_EVAL_TASKS.resolve("info")(name)
     if name not in BUILTIN_TASKS:
         raise ValueError(f"unknown task {name!r}; available: {', '.join(available_tasks())}, "
                          "or any lm-eval task as lm_eval:NAME or path/to/task.yaml")
-    module, loader, info = BUILTIN_TASKS[name].split(":")
-    mod = importlib.import_module(module)
-    return getattr(mod, loader), dict(getattr(mod, info))
+    return BUILTIN_TASKS.resolve(name), dict(TASK_INFO.resolve(name))
 
 
 def task_info(name: str) -> dict[str, Any]:

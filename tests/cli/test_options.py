@@ -10,7 +10,7 @@ import pytest
 
 from cel_lens.cli import build_parser
 from cel_lens.cli.options import add_fields, config_from_args, flag_of, settings_from_args
-from cel_lens.config import SCORERS, ExecutionSettings, QUICK, SearchConfig
+from cel_lens.config import ABLATION_KINDS, SCORERS, ExecutionSettings, QUICK, SearchConfig
 
 
 def _sub(name: str) -> argparse.ArgumentParser:
@@ -37,7 +37,8 @@ def test_every_field_has_help_and_one_flag_in_search_and_table():
                 if f.name not in QUICK:
                     assert s.help == t.help and s.default == t.default
     assert {f.name for f in fields(SearchConfig)} <= set(search)
-    assert _by_dest(_sub("search"))["ablation"].choices == ["zero", "mean", "resample"]
+    assert _by_dest(_sub("search"))["ablation"].choices == list(ABLATION_KINDS)  # whatever the table holds
+    assert {"zero", "mean", "resample"} <= set(_by_dest(_sub("search"))["ablation"].choices)
 
 
 def test_values_come_back_whole_and_checked():
@@ -54,7 +55,8 @@ def test_values_come_back_whole_and_checked():
 
 
 def test_a_registered_choice_is_offered(monkeypatch):
-    monkeypatch.setitem(SCORERS, "racing", "cel_lens.scoring.racing:RacingScorer")
+    monkeypatch.setitem(SCORERS, "racing_again", "cel_lens.scoring.racing:RacingScorer")
     p = argparse.ArgumentParser()
     add_fields(p, SearchConfig, ["scorer"])
-    assert p.parse_args(["--scorer", "racing"]).scorer == "racing"
+    assert p.parse_args(["--scorer", "racing_again"]).scorer == "racing_again"
+    assert p.parse_args(["--scorer", "exact"]).scorer == "exact"

@@ -37,6 +37,7 @@ class RecordingBackend:
     """Records every :meth:`open`, then opens a local oracle."""
 
     name = "recording"
+    in_process = False  # it is given the model's name and loads it, as a worker of its own would
 
     def open(self, model: Any, task: Any, settings: Any, *, store_dtype: Any = None) -> Any:
         CALLS.append((model, task.name, settings))

@@ -14,6 +14,9 @@ from cel_lens.heads import HeadSet, masks_from_head_sets
 from cel_lens.model import ablate, ablation_hooks, forward_resid, fused_attention, load_model, run_variants, unembed
 from cel_lens.model.ablation import Ablation, ablation_from_state, ablation_kind, fit_ablation, using_ablation
 from cel_lens.model.ablation_kinds import MeanAblation, ResampleAblation
+from cel_lens.pipeline import _split_options
+from cel_lens.runs import load_run
+from cel_lens.runs.export import run_ablation
 from cel_lens.testing.planted import planted_task
 
 ATOL = 1e-4  # fused attention sums in another order than the model's own forward
@@ -81,7 +84,10 @@ def _kinds(model, toy=None):
 
 
 def test_the_kind_table_is_the_config_choice():
-    assert set(ABLATION_KINDS) == {"zero", "mean", "resample"}
+    assert {"zero", "mean", "resample"} <= set(ABLATION_KINDS)  # the built-in kinds; more may be added
+    assert all(issubclass(ablation_kind(name), Ablation) for name in ABLATION_KINDS)
+    assert not ablation_kind("zero").learns and not ablation_kind("zero").folds_into_bias()
+    assert all(ablation_kind(k).learns and ablation_kind(k).folds_into_bias() for k in ("mean", "resample"))
     assert SearchConfig().ablation == "zero"
     with pytest.raises(ValueError, match="unknown ablation 'nope'"):
         SearchConfig(ablation="nope").validate()
@@ -175,6 +181,18 @@ def test_evaluate_and_search_use_the_kind(tiny_model, toy_kind, kind_name, tmp_p
     with tiny_model.hooks(fwd_hooks=_reference_hooks(kind, run.result.heads)):
         ref_test = evaluate(tiny_model, task.test, [HeadSet()], batch_size=4, progress=False).correct
     assert ref_test.double().mean().item() == run.result.test_acc_ablated
+    exported = run_ablation(load_run(tmp_path / "run"))  # what export writes: the run's kind, learnt or not
+    assert type(exported) is type(kind) and exported.folds_into_bias()  # folded (or refused), never left zero
+
+
+def test_what_a_kind_is_lives_on_its_class(toy_kind):
+    """Fitting, the backends a kind may run on and export read the kind's class, not its name: a
+    new kind that learns nothing runs on workers too, and export folds its replacement or refuses."""
+    assert not type(toy_kind).learns and type(toy_kind).folds_into_bias()
+    config, settings, _ = _split_options(None, None, {"ablation": "toy", "backend": "ray"})
+    assert (config.ablation, settings.backend) == ("toy", "ray")
+    with pytest.raises(ValueError, match="ablation='mean' runs on the local backend only"):
+        _split_options(None, None, {"ablation": "mean", "backend": "ray"})
 
 
 def test_ablation_hooks_name_heads_out_of_range(tiny_model):

@@ -36,7 +36,8 @@ def reverse(monkeypatch):
 
 
 def test_built_in_scorers_and_their_costs():
-    assert list(SCORERS) == ["exact", "attribution", "compressed", "racing", "prescreen"]
+    assert {"exact", "attribution", "compressed", "racing", "prescreen"} <= set(SCORERS)  # more may be added
+    assert all(issubclass(scorer_class(name), Scorer) and scorer_class(name).name == name for name in SCORERS)
     assert scorer_class("exact").in_search and scorer_class("attribution").units == "nats"
     assert get_scorer("exact").cost(4, 8, 10) == Cost(32, "every head alone", singles=True)
     assert get_scorer("compressed", sparsity=0.05, bogus=1).cost(4, 8, 10).head_sets == max(32, 16, math.ceil(5 / 0.05))
@@ -46,8 +47,9 @@ def test_built_in_scorers_and_their_costs():
     racing = scorer_from_config(SearchConfig(scorer="racing", pool_size=5, delta=0.1, seed=2)).options
     assert (racing.pool_size, racing.delta, racing.margin, racing.seed) == (5, 0.1, 0.0, 2)
     assert get_scorer("racing").cost(4, 8, 10) == Cost(32, get_scorer("racing").cost(4, 8, 10).note, bound=True)
-    with pytest.raises(ValueError, match="unknown scorer 'psychic'; choose one of exact, attribution, compressed, racing"):
+    with pytest.raises(ValueError, match="unknown scorer 'psychic'; choose one of ") as caught:
         score_heads("psychic")
+    assert all(name in str(caught.value) for name in SCORERS)
 
 
 def test_a_new_scorer_is_one_class_and_one_line(reverse, tiny_model, tmp_path):

@@ -8,8 +8,10 @@ See :mod:`cel_lens.backends.ray.ray_oracle` for how splits are sharded and failu
 
 from __future__ import annotations
 
+import contextlib
 import os
-from typing import Any, Optional
+from dataclasses import replace
+from typing import Any, Iterator, Optional
 
 import torch
 
@@ -43,9 +45,31 @@ class RayBackend:
     loads a model given by name itself; a model object is shipped once through Ray's object store."""
 
     name = "ray"
+    in_process = False
 
     def __init__(self) -> None:
         require_ray()  # one clear error before anything is loaded
+
+    @staticmethod
+    @contextlib.contextmanager
+    def shared_cluster(settings: ExecutionSettings, parallel_pairs: int) -> Iterator[ExecutionSettings]:
+        """Ray started once for ``parallel_pairs`` searches at once (stopped at the end if started
+        here), and ``settings`` with ``workers`` set to the cluster's workers divided among them
+        (unless given): :func:`cel_lens.grids.parallel.shared_cluster`."""
+        ray = require_ray()
+        started = not ray.is_initialized()
+        if started:
+            ray.init(address=settings.ray_address, include_dashboard=False)
+        try:
+            if settings.workers is None:
+                res = ray.cluster_resources()
+                gpus = settings.gpus_per_worker
+                total = int(res.get("GPU", 0) // gpus) if gpus else int(res.get("CPU", 1))
+                settings = replace(settings, workers=max(1, total // parallel_pairs))
+            yield settings
+        finally:
+            if started:
+                ray.shutdown()
 
     def open(
         self, model: Any, task: Task, settings: ExecutionSettings, *, store_dtype: Optional[torch.dtype] = None

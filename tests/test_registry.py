@@ -1,0 +1,85 @@
+"""The one registry form: ``name -> "module:attribute"``, resolved lazily, one error for an unknown
+name; every table of cel_lens is one, and each holds (at least) its built-in entries, each resolving."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+import subprocess
+import sys
+
+import pytest
+
+from cel_lens.config import ABLATION_KINDS, BACKENDS, SCORERS
+from cel_lens.model.sources import MODEL_SOURCES
+from cel_lens.registry import Registry, UnknownEntry, resolve_target, split_target
+from cel_lens.tasks.registry import BUILTIN_TASKS, LM_EVAL_TASKS, TASK_INFO
+
+VALUE = 42
+"""What ``f"{__name__}:VALUE"`` resolves to."""
+
+BUILT_IN = {
+    "SCORERS": (SCORERS, {"exact", "attribution", "compressed", "racing", "prescreen"}),
+    "ABLATION_KINDS": (ABLATION_KINDS, {"zero", "mean", "resample"}),
+    "BACKENDS": (BACKENDS, {"local", "ray"}),
+    "BUILTIN_TASKS": (BUILTIN_TASKS, {"arithmetic", "boolq", "hellaswag", "mbpp", "organism_a", "organism_b"}),
+    "TASK_INFO": (TASK_INFO, {"arithmetic", "boolq", "hellaswag", "mbpp", "organism_a", "organism_b"}),
+    "MODEL_SOURCES": (MODEL_SOURCES, {"builtin", "gguf", "directory", "hub"}),
+    "LM_EVAL_TASKS": (LM_EVAL_TASKS, {"loader", "info"}),
+}
+
+
+@pytest.mark.parametrize("table", sorted(BUILT_IN))
+def test_every_table_is_a_registry_holding_its_built_in_entries(table):
+    registry, names = BUILT_IN[table]
+    assert isinstance(registry, Registry)
+    assert names <= set(registry), f"{table} lacks {sorted(names - set(registry))}"  # more may be added
+    for name in registry:
+        assert registry.resolve(name) is not None, (table, name)
+
+
+def test_task_loaders_and_infos_name_the_same_tasks():
+    assert set(BUILTIN_TASKS) == set(TASK_INFO)
+    assert all(isinstance(TASK_INFO.resolve(n), dict) and callable(BUILTIN_TASKS.resolve(n)) for n in BUILTIN_TASKS)
+
+
+def test_resolve_imports_lazily_and_names_the_entries_on_an_unknown_name():
+    table = Registry("widget", {"answer": f"{__name__}:VALUE"})
+    assert table.resolve("answer") == 42 and table.get_resolved("nope") is None
+    with pytest.raises(UnknownEntry, match=r"^unknown widget 'nope'; choose one of answer$"):
+        table.resolve("nope")
+    with pytest.raises(ValueError, match="unknown widget 3"):  # UnknownEntry is a ValueError
+        table.resolve(3)
+    table["missing"] = f"{__name__}:NO_SUCH_NAME"
+    with pytest.raises(AttributeError, match="widget 'missing'.*has no attribute 'NO_SUCH_NAME'"):
+        table.resolve("missing")
+    table["gone"] = "no_such_module_anywhere:thing"
+    with pytest.raises(ModuleNotFoundError):  # an optional dependency's ImportError passes through
+        table.resolve("gone")
+
+
+@pytest.mark.parametrize("bad", ["no_colon", ":attr", "module:", "a:b:c"])
+def test_an_entry_of_another_form_is_refused_when_added(bad):
+    with pytest.raises(ValueError, match="'module:attribute'"):
+        Registry("widget", {"x": bad})
+    table = Registry("widget")
+    with pytest.raises(ValueError, match="'module:attribute'"):
+        table["x"] = bad
+    assert "x" not in table
+
+
+def test_a_registry_is_a_plain_dict_that_copies_and_pickles(monkeypatch):
+    assert split_target("a.b:c") == ("a.b", "c") and resolve_target(f"{__name__}:VALUE") == 42
+    for twin in (copy.copy(SCORERS), copy.deepcopy(SCORERS), pickle.loads(pickle.dumps(SCORERS))):
+        assert isinstance(twin, Registry) and twin == SCORERS and twin.what == "scorer"
+    monkeypatch.setitem(SCORERS, "toy", f"{__name__}:VALUE")  # how tests and users add one
+    assert SCORERS.resolve("toy") == 42 and list(SCORERS)[-1] == "toy"
+
+
+def test_asking_the_tables_imports_no_entry():
+    """Reading the tables (``--help``, validation) imports none of the modules they name."""
+    code = ("import sys\nimport cel_lens.config, cel_lens.tasks.registry\n"
+            "print(sorted(m for m in ('cel_lens.scoring.exact', 'cel_lens.backends.ray', 'cel_lens.model.ablation_kinds', "
+            "'cel_lens.tasks.mbpp', 'cel_lens.tasks.organism') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
