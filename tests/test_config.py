@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 import pytest
 import torch
 
@@ -115,3 +117,55 @@ def test_a_bad_generation_budget_is_refused(value):
     with pytest.raises(OptionError, match="max_new_tokens"):
         check_max_new_tokens(value)
     check_max_new_tokens(None), check_max_new_tokens(1)
+
+
+def test_every_option_has_a_rule_on_its_field():
+    """Validation reads its rules from the fields' metadata (check_fields): every field but a plain
+    flag carries one, so a new option cannot go unchecked, and a rule added there is enforced."""
+    import dataclasses
+
+    from cel_lens.config import check_fields
+
+    rules = {"choices", "min", "interval", "dtype", "text"}
+    for cls in (SearchConfig, ExecutionSettings):
+        for f in dataclasses.fields(cls):
+            assert f.type == "bool" or rules & set(f.metadata), f"{cls.__name__}.{f.name} has no rule"
+
+    @dataclasses.dataclass
+    class Toy:
+        share: float = dataclasses.field(default=0.5, metadata={"interval": "(0, 1]"})
+        count: Optional[int] = dataclasses.field(default=None, metadata={"min": 2, "why": " (two at least)"})
+
+    check_fields(Toy()), check_fields(Toy(1.0, 2))
+    with pytest.raises(OptionError, match=r"share must lie in \(0, 1\], got 0.0"):
+        check_fields(Toy(0.0))
+    with pytest.raises(OptionError, match=r"count must be >= 2, got 1 \(two at least\)"):
+        check_fields(Toy(count=1))
+    with pytest.raises(OptionError, match="ray_address must be 'auto' or HOST:PORT, got 5"):
+        ExecutionSettings(ray_address=5).validate()
+
+
+def test_each_search_default_is_written_once():
+    """Functions that take a search option alone, and a Result read back without it, default to
+    SearchConfig's own default (the one place it is written)."""
+    import inspect
+
+    from cel_lens.selection.algorithm import stage2
+    from cel_lens.selection.guardrails import selection_adjusted_test
+    from cel_lens.selection.paired import paired_interval
+    from cel_lens.selection.parsimony import select_parsimonious
+    from cel_lens.selection.plan import plan_search
+    from cel_lens.selection.result import Result
+
+    config = SearchConfig()
+    for fn, names in ((stage2, {"k": "k", "strategy": "strategy", "beam_width": "beam_width"}),
+                      (selection_adjusted_test, {"n_permutations": "n_adjusted"}),
+                      (paired_interval, {"method": "ci_method", "n_boot": "n_boot"}),
+                      (select_parsimonious, {"rule": "parsimony"}),
+                      (plan_search, {"n_null": "n_null", "pool_size": "pool_size", "sparsity": "sparsity"})):
+        params = inspect.signature(fn).parameters
+        for param, option in names.items():
+            assert params[param].default == getattr(config, option), (fn.__name__, param)
+    fields = {f.name: f.default for f in Result.__dataclass_fields__.values()}
+    for option in ("strategy", "n_null", "n_boot", "ci_method", "ablation"):
+        assert fields[option] == getattr(config, option), option
