@@ -239,35 +239,32 @@ class SearchConfig:
 
     ``precision``: the evaluations' compute precision (:data:`PRECISIONS`; the decisions are
     float32's either way).
-
-    The manifest records ``split_seed``, ``n_specificity``, ``ablation`` and ``precision`` only when they are set
-    (absent means the default), so run directories made before these options existed resume unchanged.
     """
 
-    k: int = field(default=DEFAULT_K, metadata={"help": "largest subset size", "min": 1})
-    pool_size: int = field(default=DEFAULT_POOL_SIZE, metadata={
+    k: int = field(default=DEFAULT_K, metadata={"manifest": "always", "help": "largest subset size", "min": 1})
+    pool_size: int = field(default=DEFAULT_POOL_SIZE, metadata={"manifest": "always", 
         "help": "candidate pool size, top heads by stage-1 score", "min": 1})
-    scorer: str = field(default="exact", metadata={"help": "stage-1 scorer", "choices": SCORERS})
-    strategy: str = field(default="exhaustive", metadata={"help": "stage-2 search", "choices": STRATEGIES})
-    beam_width: int = field(default=8, metadata={"help": "beam width for --strategy beam", "min": 1})
-    n_null: int = field(default=DEFAULT_N_NULL, metadata={
+    scorer: str = field(default="exact", metadata={"manifest": "always", "help": "stage-1 scorer", "choices": SCORERS})
+    strategy: str = field(default="exhaustive", metadata={"manifest": "always", "help": "stage-2 search", "choices": STRATEGIES})
+    beam_width: int = field(default=8, metadata={"manifest": {"when": {"strategy": "beam"}}, "help": "beam width for --strategy beam", "min": 1})
+    n_null: int = field(default=DEFAULT_N_NULL, metadata={"manifest": "always", 
         "help": "random head sets in the null", "min": 1, "why": " (the random-subset null needs at least one head set)"})
-    n_boot: int = field(default=10000, metadata={"help": "paired bootstrap resamples", "min": 1})
-    posthoc: bool = field(default=False, metadata={
+    n_boot: int = field(default=10000, metadata={"manifest": "always", "help": "paired bootstrap resamples", "min": 1})
+    posthoc: bool = field(default=False, metadata={"manifest": "always", 
         "help": "also measure every stage-2 subset on D_test (exploratory: never choose by it)"})
-    seed: int = field(default=0, metadata={
+    seed: int = field(default=0, metadata={"manifest": "always", 
         "help": "seed of the statistics (null, bootstrap, stability) and the splits", "min": 0})
-    n_masks: Optional[int] = field(default=None, metadata={"help": "random masks for --scorer compressed",
+    n_masks: Optional[int] = field(default=None, metadata={"manifest": "scorer", "help": "random masks for --scorer compressed",
                                                                         "min": 1})
-    sparsity: float = field(default=0.05, metadata={"help": "fraction of heads each --scorer compressed mask knocks out",
+    sparsity: float = field(default=0.05, metadata={"manifest": "scorer", "help": "fraction of heads each --scorer compressed mask knocks out",
                                                                "interval": "(0, 1)"})
-    store_dtype: Optional[str] = field(default=None, metadata={
+    store_dtype: Optional[str] = field(default=None, metadata={"manifest": "store", 
         "help": "store the residual stream in this dtype (e.g. float16)", "dtype": True})
-    split_seed: Optional[int] = field(default=None, metadata={"help": "seed of the splits alone (default: --seed)",
+    split_seed: Optional[int] = field(default=None, metadata={"manifest": "if_set", "help": "seed of the splits alone (default: --seed)",
                                                                            "min": 0})
-    n_specificity: int = field(default=0, metadata={
+    n_specificity: int = field(default=0, metadata={"manifest": "if_set", 
         "help": "random pools whose stage-2 winners S-hat's test gain is compared with (0: off)", "min": 0})
-    ablation: str = field(default="zero", metadata={
+    ablation: str = field(default="zero", metadata={"manifest": "if_set", 
         "help": "what replaces an ablated head's output: zero (the paper's), its mean over D_dist, or a "
         "resampled D_dist example's (the result also reports S-hat's gain under the others)",
         "choices": ABLATION_KINDS})
@@ -276,17 +273,17 @@ class SearchConfig:
     margin: float = field(default=0.0, metadata={
         "help": "--scorer racing: score difference (accuracy units) near the pool's boundary it may get wrong (0: none)",
         "interval": "[0, 2)"})
-    parsimony: str = field(default="backward", metadata={
+    parsimony: str = field(default="backward", metadata={"manifest": "always", 
         "help": "stage 2's choice: drop heads of the best subset that their leave-one-out exact tests on D_dist do "
         "not support (backward), the smallest subset within one standard error of the best (one_se), within "
         "simultaneous standard errors (simultaneous), or the best", "choices": PARSIMONY_RULES})
-    ci_method: str = field(default="tango", metadata={
+    ci_method: str = field(default="tango", metadata={"manifest": "always", 
         "help": "interval of the test gain: Tango's score interval, Newcombe's paired interval, or the paired bootstrap",
         "choices": CI_METHODS})
-    n_adjusted: int = field(default=999, metadata={
+    n_adjusted: int = field(default=999, metadata={"manifest": "always", 
         "help": "sign-flip permutations of the selection-adjusted test of 'any ablation helps' on D_dist (0: off)",
         "min": 0})
-    precision: str = field(default="auto", metadata={
+    precision: str = field(default="auto", metadata={"manifest": "if_set", 
         "help": "compute precision: bf16 (decisions within its error bound recomputed in float32: the same bits), "
         "float32, or auto (bf16 for a bfloat16 model, or on exact-match tasks for a float32 one of 20M+ parameters on a "
         "CPU with native bf16)",
@@ -316,23 +313,21 @@ class SearchConfig:
         return self
 
     def manifest_options(self, use_store: bool = True) -> dict[str, Any]:
-        """The ``options`` entry of the run manifest (options that do not apply are ``None``; the
-        scorer's own, e.g. racing's, come from its class; an ablation kind other than the default)."""
-        scorer = SCORERS.resolve(self.scorer)  # Scorer.manifest_options: its entries, read from here
-        store_dtype = None if self.store_dtype is None or not use_store else f"torch.{canonical_dtype(self.store_dtype)}"
-        return {
-            "k": self.k, "pool_size": self.pool_size, "scorer": self.scorer, "seed": self.seed,
-            "n_null": self.n_null, "n_boot": self.n_boot, "strategy": self.strategy,
-            "beam_width": self.beam_width if self.strategy == "beam" else None,
-            "n_masks": None, "sparsity": None,
-            "posthoc": self.posthoc, "store_dtype": store_dtype,
-            "parsimony": self.parsimony, "ci_method": self.ci_method, "n_adjusted": self.n_adjusted,
-            **({"split_seed": self.split_seed} if self.split_seed is not None else {}),
-            **({"n_specificity": self.n_specificity} if self.n_specificity else {}),
-            **({"ablation": self.ablation} if self.ablation != type(self).ablation else {}),
-            **({"precision": self.precision} if self.precision != "auto" else {}),
-            **scorer.manifest_options(self),
-        }
+        """The run manifest's ``options``, by each field's ``manifest`` metadata: ``"always"``;
+        ``"if_set"`` (absent at its default, so run directories made before the option resume
+        unchanged); ``{"when": {field: value}}`` (``None`` unless that holds); ``"scorer"`` (``None``
+        here); ``"store"`` (the store's dtype; ``None`` without a store). Then the scorer's own entries
+        (``Scorer.manifest_options``: fields without ``manifest``, or a ``"scorer"`` one it reads)."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            how, value = f.metadata.get("manifest"), getattr(self, f.name)
+            if how == "always" or (how == "if_set" and value != f.default):
+                out[f.name] = value
+            elif isinstance(how, dict):
+                out[f.name] = value if all(getattr(self, k) == v for k, v in how["when"].items()) else None
+            elif how in ("scorer", "store"):
+                out[f.name] = f"torch.{canonical_dtype(value)}" if how == "store" and value is not None and use_store else None
+        return {**out, **SCORERS.resolve(self.scorer).manifest_options(self)}
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as a plain dict."""

@@ -169,3 +169,24 @@ def test_each_search_default_is_written_once():
     fields = {f.name: f.default for f in Result.__dataclass_fields__.values()}
     for option in ("strategy", "n_null", "n_boot", "ci_method", "ablation"):
         assert fields[option] == getattr(config, option), option
+
+
+def test_the_manifest_reads_which_options_to_record_from_the_fields():
+    """manifest_options follows each field's ``manifest`` metadata (a run's identity: the options of
+    run directories made before stay as they were), so a new option is recorded by declaring it."""
+    import dataclasses
+
+    assert SearchConfig().manifest_options() == {
+        "k": 3, "pool_size": 12, "scorer": "exact", "seed": 0, "n_null": 100, "n_boot": 10000, "strategy": "exhaustive",
+        "beam_width": None, "n_masks": None, "sparsity": None, "posthoc": False, "store_dtype": None,
+        "parsimony": "backward", "ci_method": "tango", "n_adjusted": 999,
+    }
+    beam = SearchConfig(strategy="beam", beam_width=3, store_dtype="fp16", ablation="mean").manifest_options()
+    assert beam["beam_width"] == 3 and beam["store_dtype"] == "torch.float16" and beam["ablation"] == "mean"
+    assert SearchConfig(store_dtype="fp16").manifest_options(use_store=False)["store_dtype"] is None
+
+    @dataclasses.dataclass(frozen=True)
+    class Wider(SearchConfig):
+        extra: int = dataclasses.field(default=0, metadata={"help": "a new option", "min": 0, "manifest": "if_set"})
+
+    assert "extra" not in Wider().manifest_options() and Wider(extra=2).manifest_options()["extra"] == 2
