@@ -48,8 +48,11 @@ test: install
 	  CEL_LENS_REQUIRE_SANDBOX=$$(CEL_LENS_ALLOW_CODE_EXECUTION=1 $(PY) -m cel_lens.sandbox.probe || true) \
 	  $(PY) -m pytest -q -ra
 
+# Two tiers (tests/conftest.py marks each test; docs/testing.md): `unit` (in-process, tiny models, seconds
+# each) and `integration` (the real model, subprocesses, browser, sandbox, parity, docs build, slow ones).
+# `make test` runs both (CI); `make test-fast` runs the unit tier only, a few minutes on two cores.
 test-fast: install
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m unit
 
 bench: install
 	$(PY) -c "import lm_eval" 2>/dev/null || $(PY) -m pip install -q -e ".[bench]"

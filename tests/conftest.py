@@ -25,7 +25,7 @@ os.environ.setdefault("CEL_LENS_PRECISION", "float32")
 
 import tempfile  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import Iterator  # noqa: E402
+from typing import Collection, Iterator  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -127,3 +127,76 @@ def smollm2_hf(smollm2_dir):
 
     model = AutoModelForCausalLM.from_pretrained(str(smollm2_dir), dtype=torch.float32, attn_implementation="eager")
     return model.eval()
+
+
+# --- test tiers: every test is `unit` or `integration`, decided here by what it does ---------------
+# `make test-fast` runs the unit tier (`-m unit`, minutes); `make test` (CI) runs both. A test is
+# integration when it is marked so, marked slow/ray/gpu, lies in one of INTEGRATION_MODULES, is named
+# in INTEGRATION_TESTS, or uses one of INTEGRATION_FIXTURES; every other test is unit. A test file may
+# say `@pytest.mark.unit` or `@pytest.mark.integration` itself (never both); that wins over the rules.
+
+TIERS = ("unit", "integration")
+
+#: markers that mean integration: a long test, a test that starts Ray, a test that needs CUDA
+INTEGRATION_MARKERS = frozenset({"slow", "ray", "gpu"})
+
+#: fixtures that mean integration: the real model (SmolLM2), lm-eval's side of the parity tests, the
+#: sandbox's kernel layers and hostile programs (each run a subprocess)
+INTEGRATION_FIXTURES = frozenset({
+    "smollm2_dir", "smollm2_hooked", "smollm2_bridge", "smollm2_hf",
+    "lm_side", "lm_eval_models", "parity_checkpoints",
+    "kernel_layers", "mode", "namespaces", "hostile", "sandbox_processes",
+})
+
+#: test modules (paths under tests/; a folder ends with "/") whose every test is integration
+INTEGRATION_MODULES = (
+    "parity/",                          # parity with lm-eval and Hugging Face
+    "model/test_real_model.py",         # SmolLM2 end to end
+    "report/test_explorer_browser.py",  # a real browser (chromium + chromedriver)
+    "test_docs.py",                     # the documentation site's strict build
+    "test_docs_scripts.py",             # the docs' scripts, run
+    "test_notebooks.py",                # the notebooks, executed
+)
+
+#: single tests (``path::name``, a prefix: parameters included) in otherwise unit modules, and why
+INTEGRATION_TESTS: dict[str, str] = {
+    "test_tiers.py::test_the_whole_suite_collects_into_two_tiers": "collects the whole suite in a subprocess",
+    "test_makefile.py::test_a_missing_browser_fails_its_tests_not_the_collection": "runs pytest in a subprocess",
+}
+
+
+def tier_of(test: str, markers: Collection[str], fixtures: Collection[str]) -> str:
+    """The tier of one test, ``"unit"`` or ``"integration"``, from its id (``path::name`` with the path
+    under tests/), its markers and the fixtures it uses (directly or through other fixtures)."""
+    explicit = [tier for tier in TIERS if tier in markers]
+    if len(explicit) > 1:
+        raise ValueError(f"{test} is marked both unit and integration")
+    if explicit:
+        return explicit[0]
+    path = test.split("::", 1)[0]
+    if (INTEGRATION_MARKERS.intersection(markers) or INTEGRATION_FIXTURES.intersection(fixtures)
+            or path.startswith(INTEGRATION_MODULES) or test.startswith(tuple(INTEGRATION_TESTS))):
+        return "integration"
+    return "unit"
+
+
+TESTS = Path(__file__).resolve().parent
+
+
+def relative_id(item: pytest.Item) -> str:
+    """``path::name`` of a collected test, its path relative to tests/ (whatever the rootdir)."""
+    try:
+        path = item.path.resolve().relative_to(TESTS).as_posix()
+    except ValueError:  # a test outside tests/ (pytester, a plugin): its own id
+        return item.nodeid
+    return f"{path}::{item.nodeid.split('::', 1)[1]}" if "::" in item.nodeid else path
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects: the tier marks must exist when it reads them
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every collected test with its tier (:func:`tier_of`)."""
+    for item in items:
+        markers = {mark.name for mark in item.iter_markers()}
+        tier = tier_of(relative_id(item), markers, getattr(item, "fixturenames", ()))
+        if tier not in markers:
+            item.add_marker(getattr(pytest.mark, tier))

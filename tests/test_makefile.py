@@ -74,3 +74,22 @@ def test_a_missing_browser_fails_its_tests_not_the_collection(tmp_path):
     assert out.returncode == 1, text
     assert "error during collection" not in text and "Interrupted" not in text
     assert "needs chromium, chromedriver" in text and " passed" not in text
+
+
+def _pytest_line(target: str) -> list[str]:
+    """The pytest command `make -n <target>` prints, split into words."""
+    out = subprocess.run([shutil.which("make") or "make", "-n", "-C", str(REPO), target],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = [line for line in out.stdout.splitlines() if " -m pytest " in line]
+    assert len(lines) == 1, out.stdout
+    return lines[0].split()
+
+
+def test_test_fast_runs_the_unit_tier_and_test_runs_everything():
+    """`make test-fast` selects the unit tier (tests/conftest.py); `make test` (CI) selects nothing away."""
+    fast = _pytest_line("test-fast")
+    assert fast[fast.index("-m", fast.index("pytest")) + 1] == "unit"
+    full = _pytest_line("test")
+    words = full[full.index("pytest"):]
+    assert not {"-m", "-k", "--deselect", "--ignore", "-x"} & set(words), words
