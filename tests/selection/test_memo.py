@@ -1,0 +1,100 @@
+"""The search's MemoOracle (cel_lens.selection.memo): memoisation, the test-split guard with and
+without a journal, and the ``selected_before_test`` flag computed from what happened."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import pytest
+import torch
+
+from cel_lens.heads import HeadSet
+from cel_lens.oracle import TestSplitError
+from cel_lens.selection.memo import MemoOracle
+from cel_lens.testing import SyntheticOracle
+
+
+class ListJournal:
+    """An in-memory journal (the protocol a run directory implements)."""
+
+    def __init__(self) -> None:
+        self.log: list[dict[str, Any]] = []
+
+    def record_event(self, event: str, **data: Any) -> dict[str, Any]:
+        self.log.append({"event": event, **data})
+        return self.log[-1]
+
+    def events(self, event: Optional[str] = None) -> list[dict[str, Any]]:
+        return [e for e in self.log if event is None or e["event"] == event]
+
+    def selection(self) -> Optional[dict[str, Any]]:
+        sel = self.events("selected")
+        return sel[0] if sel else None
+
+    def write_result(self, result: Any) -> None:
+        self.log.append({"event": "result", "result": result})
+
+
+def _oracle() -> SyntheticOracle:
+    return SyntheticOracle(2, 3, n_dist=50, n_test=40, effects={"L1H2": 0.2}, noise=0.05)
+
+
+def test_memo_answers_each_head_set_once():
+    inner = _oracle()
+    memo = MemoOracle(inner)
+    sets = [HeadSet(), HeadSet.parse("L1H2"), HeadSet()]
+    first = memo.evaluate("dist", sets)
+    assert torch.equal(first, inner.evaluate("dist", sets))
+    assert memo.misses == 2 and memo.hits == 1
+    assert torch.equal(memo.evaluate("dist", sets), first) and memo.misses == 2
+
+
+@pytest.mark.parametrize("journal", [None, "list"])
+def test_test_split_is_refused_before_a_selection_with_or_without_journal(journal):
+    memo = MemoOracle(_oracle(), journal=ListJournal() if journal else None)
+    memo.evaluate("dist", [HeadSet()])
+    with pytest.raises(TestSplitError, match="before a selection"):
+        memo.evaluate("test", [HeadSet()])
+    assert memo.selection is None and memo.selected_before_test is None
+    assert memo.fix_selection("L1H2") is True
+    assert memo.selection == HeadSet.parse("L1H2") and memo.selected_before_test is True
+    assert memo.evaluate("test", [HeadSet(), HeadSet.parse("L1H2")]).shape == (2, 40)
+    if journal:
+        (event,) = memo.journal.events("selected")
+        assert event["heads"] == "L1H2" and event["selected_before_test"] is True
+
+
+def test_flag_is_false_when_the_test_split_was_read_first():
+    memo = MemoOracle(_oracle(), guard_test=False)
+    memo.evaluate("test", [HeadSet()])  # allowed without the guard, and remembered
+    assert memo.fix_selection("L1H2") is False and memo.selected_before_test is False
+
+
+def test_a_new_selection_after_test_reads_is_marked_in_memory_and_refused_in_a_journal():
+    memo = MemoOracle(_oracle())
+    memo.fix_selection("L1H2")
+    memo.evaluate("test", [HeadSet()])
+    assert memo.fix_selection("L1H2") is True  # the same selection again: unchanged
+    assert memo.fix_selection("L0H0") is False  # chosen after D_test was read through this oracle
+    recorded = MemoOracle(_oracle(), journal=ListJournal())
+    recorded.fix_selection("L1H2")
+    with pytest.raises(RuntimeError, match="already selected"):
+        recorded.fix_selection("L0H0")
+
+
+def test_a_journal_selection_is_adopted_with_its_flag():
+    journal = ListJournal()
+    journal.record_event("selected", heads="L0H1", selected_before_test=False)
+    memo = MemoOracle(_oracle(), journal=journal)
+    assert memo.selection == HeadSet.parse("L0H1") and memo.selected_before_test is False
+    memo.evaluate("test", [HeadSet()])  # allowed: the journal holds a selection
+    legacy = ListJournal()
+    legacy.record_event("selected", heads="L0H1")  # written before the flag existed
+    assert MemoOracle(_oracle(), journal=legacy).selected_before_test is True
+
+
+def test_a_selection_recorded_by_another_process_opens_the_test_split():
+    journal = ListJournal()
+    memo = MemoOracle(_oracle(), journal=journal)
+    journal.record_event("selected", heads="L1H2", selected_before_test=True)
+    assert memo.evaluate("test", [HeadSet()]).shape == (1, 40)
