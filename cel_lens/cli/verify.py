@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import argparse
 
-from cel_lens.cli.common import DEFAULTS, Formatter, print_json
+from cel_lens.cli.common import Formatter, print_json
+from cel_lens.cli.options import add_fields, settings_from_args
+from cel_lens.config import ExecutionSettings
 
 __all__ = ["add", "run"]
 
@@ -27,10 +29,8 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.add_argument("run_dir", nargs="?", metavar="RUN_DIR", default=None,
                    help="the run whose decisions the export must make (default: the one its record names)")
     p.add_argument("--data-dir", default=None, help="task files (the run's --data-dir)")
-    p.add_argument("--device", default=DEFAULTS.device, help="torch device (default: cuda if available, else cpu)")
-    p.add_argument("--dtype", default=None, help="dtype (default: the run's model dtype)")
-    p.add_argument("--batch-size", type=int, default=DEFAULTS.batch_size, help="examples per forward pass")
-    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    add_fields(p, ExecutionSettings, ("device", "dtype", "batch_size", "progress"),
+               help_suffix={"dtype": " (default: the run's model dtype)"})
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
@@ -38,10 +38,9 @@ def run(args: argparse.Namespace) -> int:
     """Run the subcommand; returns 0 when everything matches, 1 otherwise."""
     from cel_lens.runs.export import verify_export
 
-    if args.batch_size < 1:
-        raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
+    settings_from_args(args)  # --device, --dtype, --batch-size: the fields' own rules
     report = verify_export(args.export_dir, args.run_dir, data_dir=args.data_dir, device=args.device, dtype=args.dtype,
-                           batch_size=args.batch_size, progress=not args.no_progress)
+                           batch_size=args.batch_size, progress=args.progress)
     if args.json:
         print_json({"ok": report.ok, "heads": report.heads, "matches": report.matches, "n": report.n, "mode": report.mode,
                     "mismatched_ids": report.mismatched_ids, "files_ok": report.files_ok,

@@ -1,4 +1,4 @@
-"""``demo``, ``export`` and ``report`` take ``--seed``, ``--device``, ``--dtype``, ``--batch-size`` and
+"""``demo``, ``export``, ``verify`` and ``report`` take ``--seed``, ``--device``, ``--dtype``, ``--batch-size`` and
 ``--no-progress`` generated from the same SearchConfig / ExecutionSettings fields as ``search``: the
 same flag, dest, default and rule, and a bad value is the same one-line error."""
 
@@ -18,6 +18,8 @@ SHARED = {
     "export": {"device": ExecutionSettings, "dtype": ExecutionSettings, "batch_size": ExecutionSettings,
                "progress": ExecutionSettings},
     "report": {"device": ExecutionSettings},
+    "verify": {"device": ExecutionSettings, "dtype": ExecutionSettings, "batch_size": ExecutionSettings,
+               "progress": ExecutionSettings},
 }
 
 
@@ -53,6 +55,7 @@ def test_demo_flags_parse_to_the_field_values():
      "--batch-size must be >= 1, got 0"),
     (["export", "--heads", "L0H0", "--model", "organism", "--out", "OUT", "--dtype", "float17"],
      "--dtype: unknown dtype 'float17'"),
+    (["verify", "EXPORT", "--batch-size", "0"], "--batch-size must be >= 1, got 0"),
 ])
 def test_a_bad_shared_value_is_the_fields_one_line_error(argv, message, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
