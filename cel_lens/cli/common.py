@@ -22,11 +22,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "Formatter", "print_json", "json_stdout", "FLAGS", "flag_message", "add_model_task_options", "add_load_options", "settings_from_args",
-    "allow_code_execution", "check_names_first", "task_options_from_args", "parse_task_options", "load_task_from_args", "load_model_and_task", "DEFAULTS",
+    "allow_code_execution", "check_names_first", "task_options_from_args", "parse_task_options", "load_task_from_args", "load_model_and_task",
 ]
-
-DEFAULTS = ExecutionSettings()
-"""Execution defaults the options below show (one place: :class:`cel_lens.config.ExecutionSettings`)."""
 
 
 class Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
