@@ -34,6 +34,7 @@ from cel_lens.evaluation.batch import EncodedBatch, TeacherForced, teacher_force
 from cel_lens.evaluation.choices import aggregate, decision_margins
 from cel_lens.evaluation.encode import as_split, chat_choice, default_max_tokens, encode_split, split_kind
 from cel_lens.evaluation.generation import evaluate_generation
+from cel_lens.evaluation.prefix import PREFIX_BOUND, prefix_sharing, prefix_sharing_enabled
 from cel_lens.evaluation.precision import (
     Margins, compute_precision, float32_model, precision_of, recompute_groups, recompute_mask, resolve_precision,
     tally_recompute,
@@ -119,8 +120,13 @@ def evaluate(
         store.check(model, split, chat)
     plan = _Plan(kind, metric, chat, batch_size, max_rows, max_tokens, budget, progress)
     common = dict(head_sets=list(sets), ids=split.ids, kind=kind, metric=metric, task=split.task, split=split.name, chat_template=chat)
-    if prec == "float32":
+    if prec == "float32" and not prefix_sharing_enabled():
         out = _run(model, split, sets, plan, store)
+        tally_recompute(model, split, torch.zeros_like(out["correct"]))
+        return EvalResult(**out, **common)
+    if prec == "float32":  # a shared prefix: the decisions within its bound are recomputed unshared
+        out = _run(model, split, sets, plan, store, margins=Margins())
+        _recompute(out, recompute_mask(kind, out.pop("margins"), PREFIX_BOUND, PREFIX_BOUND), model, split, sets, plan)
         tally_recompute(model, split, torch.zeros_like(out["correct"]))
         return EvalResult(**out, **common)
     with compute_precision(model, prec):
@@ -196,9 +202,10 @@ def _recompute(out: dict, redo: Bool[Tensor, "variant example"], model32, split:
     variants (:func:`~cel_lens.evaluation.precision.recompute_groups`) on the examples any of them
     marks; every result it returns is float32's, so all are copied."""
     quiet = replace(plan, progress=False)
-    for group, examples in recompute_groups(redo):
+    for group, examples in recompute_groups(redo):  # unshared prompts: the reference path
         sub = replace(split, examples=tuple(split.examples[i] for i in examples))
-        fixed = _run(model32, sub, [sets[v] for v in group], quiet, None)
+        with prefix_sharing(False):
+            fixed = _run(model32, sub, [sets[v] for v in group], quiet, None)
         rows, cols = torch.tensor(group)[:, None], torch.tensor(examples)[None, :]
         out["correct"][rows, cols] = fixed["correct"]
         out["scores"][rows, cols] = fixed["scores"]

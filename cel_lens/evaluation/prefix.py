@@ -21,14 +21,17 @@ than of the row's width), and BLAS and the attention kernel pick their blocking 
 rows). The rows' own positions, given the same prefix keys and values, are bit for bit the unshared
 pass. So sharing is off unless asked for (``share_prefix=True`` in
 :func:`~cel_lens.evaluation.encode.encode_split`, :func:`prefix_sharing` around a call, or
-``CEL_LENS_SHARE_PREFIX=1`` in the environment); its decisions were measured identical to the
-unshared path's (``benchmarks/prefix.py``, docs/speed.md).
+``CEL_LENS_SHARE_PREFIX=1`` in the environment). When it is on,
+:func:`~cel_lens.evaluation.evaluate` recomputes without sharing every decision within
+:data:`PREFIX_BOUND` of flipping (the same rule bf16's decisions get, with a bound about 24 x the
+largest difference measured, ``benchmarks/prefix.py``), so its decisions are the unshared path's.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from typing import Iterable, Iterator, Optional, Sequence
 
 import einops
@@ -50,6 +53,7 @@ __all__ = [
     "shared_prefix",
     "MIN_PREFIX",
     "PREFIX_ENV",
+    "PREFIX_BOUND",
     "rows_prefix",
     "prefix_rows_vectors",
     "prefix_cache",
@@ -58,9 +62,13 @@ __all__ = [
 ]
 
 PREFIX_ENV = "CEL_LENS_SHARE_PREFIX"
+PREFIX_BOUND = 1e-3
+"""Largest change a shared prefix may make to a decision's margin (logit or log-probability units):
+about 24 x the largest measured (4.2e-5 on SmolLM2-135M-Instruct's Arithmetic and MBPP prompts,
+``benchmarks/prefix.py``). A decision within it of flipping is recomputed without sharing."""
 """Environment variable that turns sharing on (``1``) for every process that inherits it (a Ray
 worker too), unless :func:`prefix_sharing` says otherwise."""
-_ENABLED: list = [None]
+_ENABLED = threading.local()  # each thread's choice (a block in one thread leaves the others' alone)
 MIN_PREFIX = 2
 """Shortest prefix worth a pass of its own (a lone BOS token is not)."""
 
@@ -69,21 +77,22 @@ MIN_PREFIX = 2
 def prefix_sharing(enabled: bool) -> Iterator[None]:
     """Within the block, encode batches with (``True``) or without (``False``) their shared prefix
     computed once (what ``share_prefix=None`` means in
-    :func:`~cel_lens.evaluation.encode.encode_split` and in generation). Outside any block:
-    :data:`PREFIX_ENV`, else off."""
-    before = _ENABLED[0]
-    _ENABLED[0] = bool(enabled)
+    :func:`~cel_lens.evaluation.encode.encode_split` and in generation), in the calling thread.
+    Outside any block: :data:`PREFIX_ENV`, else off."""
+    before = getattr(_ENABLED, "value", None)
+    _ENABLED.value = bool(enabled)
     try:
         yield
     finally:
-        _ENABLED[0] = before
+        _ENABLED.value = before
 
 
 def prefix_sharing_enabled() -> bool:
     """Whether batches share their prefix by default (see :func:`prefix_sharing`)."""
-    if _ENABLED[0] is None:
+    chosen = getattr(_ENABLED, "value", None)
+    if chosen is None:
         return os.environ.get(PREFIX_ENV, "").strip().lower() in ("1", "true", "yes", "on")
-    return bool(_ENABLED[0])
+    return bool(chosen)
 
 
 def can_share_prefix(model) -> bool:

@@ -174,3 +174,28 @@ def test_generation_with_a_shared_prefix_generates_the_same_tokens(models, kind)
         got = generate_variants(model, prompts, masks, max_new_tokens=8, max_rows=10)
     assert got == ref
     assert len({len(p) for p in prompts}) >= 3
+
+
+def test_decisions_near_the_bound_are_recomputed_without_sharing(models, monkeypatch):
+    """With a bound that covers every decision, everything is recomputed unshared: the scores are
+    then the unshared pass's bit for bit (the guard's copy-back, on every kind of row of the split)."""
+    import cel_lens.evaluation.evaluator as evaluator
+
+    model, split = models["hooked"], _split()
+    ref = evaluate(model, split, SETS, batch_size=8, progress=False)
+    monkeypatch.setattr(evaluator, "PREFIX_BOUND", 1e9)
+    with prefix_sharing(True):
+        got = evaluate(model, split, SETS, batch_size=8, progress=False)
+    assert torch.equal(got.correct, ref.correct) and torch.equal(got.scores, ref.scores)
+
+
+def test_the_switch_is_per_thread():
+    import threading
+
+    seen = []
+    with prefix_sharing(True):
+        worker = threading.Thread(target=lambda: seen.append(prefix_sharing_enabled()))
+        worker.start()
+        worker.join()
+        assert prefix_sharing_enabled()
+    assert seen == [prefix_sharing_enabled()]  # the other thread follows the environment, not this block
