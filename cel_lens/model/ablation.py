@@ -87,9 +87,9 @@ class Ablation:
     @classmethod
     def folds_into_bias(cls) -> bool:
         """Whether export writes this kind by folding its :meth:`constant` into the output bias
-        (refused where that is not exact): every kind that replaces ``z`` by something other than
-        the base class's zero. Zero needs only the zeroed ``o_proj`` columns."""
-        return cls.values is not Ablation.values
+        (refused where that is not exact): every kind but this base class, the zero kind, which
+        needs only the zeroed ``o_proj`` columns (a subclass replaces ``z`` by something else)."""
+        return cls is not Ablation
 
     def constant(self, layer: int, n_heads: int, d_head: int) -> Optional[Float[Tensor, "head d_head"]]:
         """The per-head replacement when it is the same at every position and in every row
