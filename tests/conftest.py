@@ -140,10 +140,11 @@ TIERS = ("unit", "integration")
 #: markers that mean integration: a long test, a test that starts Ray, a test that needs CUDA
 INTEGRATION_MARKERS = frozenset({"slow", "ray", "gpu"})
 
-#: fixtures that mean integration: the real model (SmolLM2), lm-eval's side of the parity tests, the
-#: sandbox's kernel layers and hostile programs (each run a subprocess)
+#: fixtures that mean integration: the real model (SmolLM2, its GGUF file), the real task data
+#: (../shared/data), lm-eval's side of the parity tests, the sandbox's kernel layers and hostile
+#: programs (each run a subprocess)
 INTEGRATION_FIXTURES = frozenset({
-    "smollm2_dir", "smollm2_hooked", "smollm2_bridge", "smollm2_hf",
+    "smollm2_dir", "smollm2_hooked", "smollm2_bridge", "smollm2_hf", "wheel_gguf", "data_dir",
     "lm_side", "lm_eval_models", "parity_checkpoints",
     "kernel_layers", "mode", "namespaces", "hostile", "sandbox_processes",
 })
@@ -152,16 +153,38 @@ INTEGRATION_FIXTURES = frozenset({
 INTEGRATION_MODULES = (
     "parity/",                          # parity with lm-eval and Hugging Face
     "model/test_real_model.py",         # SmolLM2 end to end
+    "backends/test_ray.py",             # Ray actors
+    "backends/test_ray_cli.py",         # Ray from the command line
     "report/test_explorer_browser.py",  # a real browser (chromium + chromedriver)
+    "sandbox/test_runner.py",           # programs run in the sandbox (subprocesses)
+    "sandbox/test_mbpp.py",             # MBPP programs run in the sandbox
+    "sandbox/test_probe.py",            # the probe and pytest in subprocesses
+    "test_benchmarks.py",               # the benchmarks end to end, lm-eval's loop among them
+    "test_benchmark_paths.py",          # the benchmark scripts in subprocesses
     "test_docs.py",                     # the documentation site's strict build
     "test_docs_scripts.py",             # the docs' scripts, run
+    "test_makefile.py",                 # make, and pytest under it, in subprocesses
     "test_notebooks.py",                # the notebooks, executed
 )
 
 #: single tests (``path::name``, a prefix: parameters included) in otherwise unit modules, and why
 INTEGRATION_TESTS: dict[str, str] = {
+    "cli/test_report.py::test_a_reader_that_closes_the_pipe_gets_no_error": "the CLI in a subprocess",
+    "grids/test_grid.py::test_ray_grid_equals_the_local_grid": "Ray actors",
+    "report/test_explorer_page.py::test_page_stays_within_budget_on_672_heads": "a timed 672-head page",
+    "runs/test_lock.py::test_second_opener_in_another_process": "a search in a subprocess",
+    "runs/test_unfinished.py::test_a_running_run_is_read_without_its_lock": "a search in a subprocess",
+    "runs/test_unfinished.py::test_a_run_in_a_directory_nobody_may_write_is_read": "subprocesses",
+    "sandbox/test_routes.py::test_sys_getsizeof_is_the_supervisors_and_honest_programs_pass": "sandbox runs",
+    "tasks/test_avoid.py::test_read_rows_script_lists_ledger_reads_and_earlier_splits": "a script in a subprocess",
+    "tasks/test_lm_eval_task.py::test_generation_judge_is_lm_eval_metric": "parity with lm-eval's metric",
+    "tasks/test_tasks.py::test_offline_without_data_dir_fails_fast_with_the_same_advice": "subprocesses",
+    "test_benchmark_limit.py::test_own_cpu_seconds_leave_out_child_processes": "a subprocess",
+    "test_packaging.py::test_building_metadata_warns_nothing_about_the_license": "a build in a subprocess",
+    "test_real_model_rows.py::test_folder_of_rows_markdown_and_json": "a script in a subprocess",
+    "test_real_model_rows.py::test_git_order_seals_or_contradicts": "git repositories",
+    "test_real_model_rows.py::test_seal_": "git repositories and a search in a subprocess",
     "test_tiers.py::test_the_whole_suite_collects_into_two_tiers": "collects the whole suite in a subprocess",
-    "test_makefile.py::test_a_missing_browser_fails_its_tests_not_the_collection": "runs pytest in a subprocess",
 }
 
 

@@ -58,7 +58,7 @@ def test_what_the_rules_name_exists(rules) -> None:
     for test, why in rules.INTEGRATION_TESTS.items():
         path, name = test.split("::", 1)
         assert why and (TESTS / path).is_file(), test
-        assert f"def {name.split('[')[0].split('::')[-1]}(" in (TESTS / path).read_text(), test
+        assert f"def {name.split('[')[0].split('::')[-1]}" in (TESTS / path).read_text(), test
 
 
 def test_the_whole_suite_collects_into_two_tiers(tmp_path: Path) -> None:
