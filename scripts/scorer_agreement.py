@@ -1,0 +1,116 @@
+"""Attribution and compressed sensing against exact stage 1, on a finished exact row's own D_dist.
+
+    python scripts/scorer_agreement.py results/smollm2-135m/arithmetic-exact --data-dir ../shared/data
+
+The row's ``result.json`` holds the exact single-head D_dist gain of every head (its stage 1). This
+rebuilds the row's D_dist from its manifest (the same examples, content hash checked; D_test is not
+loaded), scores every head by attribution and by compressed sensing on it, and compares each with
+exact: Spearman's rho over all heads, recall of exact's pool (top 6 and 12), and cost in CPU seconds
+against exact stage 1's seconds (the row's own timing of one thread on an otherwise quiet core). Writes ``agreement.json`` beside the row's records.
+One torch thread; CPU seconds are this process's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch  # noqa: E402
+
+import cel_lens as cl  # noqa: E402
+from cel_lens.backends.local import LocalOracle  # noqa: E402
+from cel_lens.runs.manifest import rebuild_task  # noqa: E402
+from cel_lens.scoring import rank_agreement, score_heads  # noqa: E402
+
+TOPS = (6, 12)
+
+
+def timed(fn: Callable[[], Any]) -> tuple[Any, float, float]:
+    """``fn()``, its CPU seconds (this process) and wall seconds."""
+    cpu, wall = time.process_time(), time.perf_counter()
+    out = fn()
+    return out, time.process_time() - cpu, time.perf_counter() - wall
+
+
+def compare(name: str, approx: torch.Tensor, exact: torch.Tensor, cpu: float, wall: float, exact_s: float) -> dict:
+    """One scorer's agreement with exact over every head, and its cost (``cost_vs_exact``: its CPU
+    seconds over exact stage 1's seconds as the row timed them, one thread)."""
+    agree = rank_agreement(approx.reshape(-1, 1), exact.reshape(-1, 1), top=TOPS)
+    return {"scorer": name, **agree, "cpu_s": cpu, "wall_s": wall,
+            "cost_vs_exact": cpu / exact_s if exact_s else None}
+
+
+APPROX = "approx_scores.json"
+"""The approximate scorers' scores and costs, saved beside the row (computed once, before or after
+the row's search: D_dist reads do not touch the test-split ledger)."""
+
+
+def approx_scores(a: argparse.Namespace, manifest: dict) -> dict:
+    """Attribution and compressed-sensing scores of every head on the row's D_dist, with their CPU
+    and wall seconds: read from :data:`APPROX` when it holds this D_dist's, else computed and saved."""
+    want = (manifest.get("splits") or {}).get("dist", {}).get("content_sha256")
+    path = a.row / APPROX
+    if path.exists():
+        saved = json.loads(path.read_text())
+        if saved.get("dist_sha256") == want and saved.get("n_masks") == a.n_masks:
+            return saved
+    task = rebuild_task(manifest, a.data_dir, splits=("dist",))
+    if want and task.dist.content_hash != want:
+        raise SystemExit(f"{a.row}: the rebuilt D_dist's content hash differs from the manifest's")
+    model = cl.load_model(a.model)
+    attr, attr_cpu, attr_wall = timed(lambda: score_heads("attribution", model=model, split=task.dist,
+                                                          batch_size=a.batch_size, progress=False))
+    oracle = LocalOracle(model, task, batch_size=a.batch_size, progress=False)
+    comp, comp_cpu, comp_wall = timed(lambda: score_heads("compressed", oracle, n_masks=a.n_masks,
+                                                          batch_size=a.batch_size, progress=False))
+    saved = {
+        "dist_sha256": want, "n_dist": len(task.dist), "n_masks": a.n_masks,
+        "measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "scorers": {
+            "attribution": {"scores": attr.values.tolist(), "cpu_s": attr_cpu, "wall_s": attr_wall},
+            f"compressed ({a.n_masks} masks)": {"scores": comp.values.tolist(), "cpu_s": comp_cpu, "wall_s": comp_wall},
+        },
+    }
+    path.write_text(json.dumps(saved) + "\n")
+    return saved
+
+
+def main(argv: Any = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("row", type=Path)
+    p.add_argument("--data-dir")
+    p.add_argument("--model", default="smollm2-135m")
+    p.add_argument("--n-masks", type=int, default=120, help="compressed sensing's masks (each one D_dist pass)")
+    p.add_argument("--batch-size", type=int, default=32)
+    a = p.parse_args(argv)
+    torch.set_num_threads(1)
+    manifest = json.loads((a.row / "manifest.json").read_text())
+    approx = approx_scores(a, manifest)
+    if not (a.row / "result.json").exists():
+        print(f"{a.row}: no result.json yet; the approximate scores are saved in {APPROX}")
+        return 0
+    result = json.loads((a.row / "result.json").read_text())
+    if result.get("scorer") != "exact" or result.get("scores_split") != "dist":
+        raise SystemExit(f"{a.row}: stage 1 was {result.get('scorer')!r}, not exact on D_dist")
+    exact = torch.tensor(result["scores"], dtype=torch.float64)
+    exact_s = float((result.get("timings") or {}).get("stage1_s") or 0)  # the row's wall seconds, one thread
+    out = {
+        "row": str(a.row), "n_dist": approx["n_dist"], "heads": int(exact.numel()), "exact_stage1_s": exact_s,
+        "exact_ties_at_zero": int((exact == 0).sum()), "tops": list(TOPS),
+        "scorers": [compare(name, torch.tensor(rec["scores"], dtype=torch.float64), exact, rec["cpu_s"], rec["wall_s"],
+                            exact_s) for name, rec in approx["scorers"].items()],
+        "measured": approx["measured"],
+    }
+    (a.row / "agreement.json").write_text(json.dumps(out, indent=1) + "\n")
+    print(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
