@@ -286,7 +286,7 @@ def _same_as_local(run, local_run) -> None:
     # processes' tally (the local run also evaluated the ablation-kind controls), in the same precision
     ray_precision, local_precision = run.manifest["precision"], local_run.manifest["precision"]
     assert ray_precision["replicas"] >= 1 and ray_precision["compute"] == local_precision["compute"]
-    assert ray_precision["option"] == local_precision["option"] and ray_precision["recomputed"]["dist"]["decisions"] > 0
+    assert ray_precision["option"] == local_precision["option"]  # (a killed replica's tally goes with it)
     strip = lambda m: {k: v for k, v in m.items() if k != "precision"}  # noqa: E731
     assert strip(run.manifest) == strip(local_run.manifest)
     records = _records(run.path)
@@ -302,6 +302,7 @@ def test_ray_search_equals_local(ray_cluster, local_run, tmp_path):
     assert isinstance(oracle, RayOracle) and oracle.workers == 2
     assert len(oracle.plan("dist")) == 2 and oracle.failures == 0
     assert len({info["pid"] for info in oracle.worker_info}) == 2
+    assert run.manifest["precision"]["replicas"] == 2 and run.manifest["precision"]["recomputed"]["dist"]["decisions"] > 0
     _same_as_local(run, local_run)
 
 
