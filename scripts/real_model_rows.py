@@ -261,6 +261,7 @@ def record(label: str, folder: Path) -> dict[str, Any]:
         return rec
     recall = _read(folder / "prescreen_recall.json")
     agree = prescreen_agreement(result, _read(folder / "prescreen.json"))
+    rec["scorer_agreement"] = _read(folder / "agreement.json")  # scripts/scorer_agreement.py, on an exact row
     evidence, seal_text = sealed(result, history, folder)
     stab = result.get("selection_stability") or {}
     null_text, null_p = _null(result)
@@ -309,10 +310,27 @@ def markdown_row(rec: dict[str, Any]) -> str:
     return "| " + " | ".join(str(c) for c in cells) + " |"
 
 
+def agreement_table(records: list[dict[str, Any]]) -> str:
+    """Approximate scorers against an exact row's stage 1 on its own D_dist (``agreement.json``):
+    Spearman over every head, recall of exact's top 6 and 12, and CPU cost; empty when no row has one."""
+    lines = []
+    for rec in records:
+        for s in (rec.get("scorer_agreement") or {}).get("scorers", []):
+            cost = "n/a" if s.get("cost_vs_exact") is None else f"{s['cost_vs_exact']:.2f}"
+            lines.append(f"| {rec['row']} | {s['scorer']} | {s['spearman']:.2f} | {s.get('recall@6', float('nan')):.2f} | "
+                         f"{s.get('recall@12', float('nan')):.2f} | {s['cpu_s']:.0f} | {cost} |")
+    if not lines:
+        return ""
+    head = ("| row | scorer | Spearman with exact (every head) | recall of exact's top 6 | of its top 12 | CPU s | "
+            "÷ exact stage 1's seconds |\n|---|---|---|---|---|---|---|")
+    return "\n\n" + "\n".join([head, *lines])
+
+
 def markdown(records: Iterable[dict[str, Any]]) -> str:
-    """The table: a header and one row per record."""
+    """The table: a header and one row per record (then the scorer agreement table, if any)."""
+    records = list(records)
     head = "| " + " | ".join(COLUMNS) + " |\n|" + "---|" * len(COLUMNS)
-    return "\n".join([head, *(markdown_row(r) for r in records)])
+    return "\n".join([head, *(markdown_row(r) for r in records)]) + agreement_table(records)
 
 
 def rows_of(items: Iterable[str]) -> list[tuple[str, Path]]:

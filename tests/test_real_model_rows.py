@@ -252,3 +252,24 @@ def test_reads_after_the_manifest_commit_are_named_but_still_unseal():
     ok, text = rows.sealed(res, None, Path("."))
     assert not ok and text.startswith("**no**: the ledger holds 2 read(s) of these D_test rows by this model before "
                                       "the selection, the first by search /tmp/x at 2026-12-02T08:49:47")
+
+
+def test_scorer_agreement_table_follows_the_rows(tmp_path):
+    folder = write(tmp_path / "rows" / "exact-row", manifest(), result(25, 25))
+    assert "Spearman with exact" not in rows.main([str(tmp_path / "rows")])  # no agreement.json: no table
+    agreement = {"scorers": [{"scorer": "attribution", "spearman": 0.31, "recall@6": 0.5, "recall@12": 0.25,
+                              "cpu_s": 145.3, "cost_vs_exact": 0.04}]}
+    (folder / "agreement.json").write_text(json.dumps(agreement))
+    table = rows.main([str(tmp_path / "rows")])
+    assert table.splitlines()[-1] == "| exact-row | attribution | 0.31 | 0.50 | 0.25 | 145 | 0.04 |"
+
+
+def test_scorer_agreement_compares_over_every_head():
+    import torch
+
+    agree = _script("scorer_agreement")
+    exact = torch.tensor([[0.03, 0.02, 0.0], [-0.01, 0.01, 0.0]], dtype=torch.float64)
+    same = agree.compare("same", exact.clone(), exact, cpu=10.0, wall=12.0, exact_s=100.0)
+    assert same["spearman"] == pytest.approx(1.0) and same["recall@6"] == 1.0 and same["cost_vs_exact"] == 0.1
+    flipped = agree.compare("flipped", -exact, exact, cpu=1.0, wall=1.0, exact_s=0.0)
+    assert flipped["spearman"] < 0 and flipped["cost_vs_exact"] is None
