@@ -5,8 +5,8 @@ earlier runs' splits, as a file for a task's ``avoid_test`` option (:mod:`cel_le
         --split n_dist=400,n_test=400,seed=0 --manifest results/smollm2-135m/*/manifest.json \\
         --out results/smollm2-135m/arithmetic-read-rows.txt
 
-Sources, each named in the file's header: this machine's ledger (reads of ``--task``'s test rows by
-``--model``, any weights, or by every model without ``--model``); ``--split``: the D_test of an
+Sources, each named in the file's header: this machine's ledger (reads filed under ``--task``, by
+``--model``'s id, or by every model without ``--model``; :func:`cel_lens.evaluation.seal.read_example_ids`); ``--split``: the D_test of an
 earlier run rebuilt from its sizes and seed (``key=value`` loader options; runs made on another
 machine, whose ledger this one lacks); ``--manifest``: a run manifest's recorded D_test ids.
 The file lists example ids, sorted, one per line; an existing file's ids are kept (the list only grows).
@@ -20,18 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-from cel_lens.evaluation.seal import ledger_file
-
-
-def ledger_ids(task: str, model: Optional[str]) -> set[str]:
-    """Ids of every ``task`` test row ``model`` (any model when None) read, by this machine's ledger."""
-    path = ledger_file(task)
-    if not path.exists():
-        return set()
-    entries = [json.loads(line) for line in path.read_text().splitlines() if line.strip().endswith("}")]
-    splits = {e["split"]: e["ids"] for e in entries if e.get("kind") == "split"}
-    read = {e["split"] for e in entries if e.get("kind") == "read" and (model is None or e.get("model") == model)}
-    return {i for h in read for i in splits.get(h, ())}
+from cel_lens.evaluation.seal import ledger_dir, read_example_ids
 
 
 def parse_options(text: str) -> dict[str, Any]:
@@ -70,7 +59,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--data-dir")
     p.add_argument("--out", required=True, type=Path)
     a = p.parse_args(argv)
-    sources = {f"ledger {ledger_file(a.task)} (model {a.model or 'any'})": ledger_ids(a.task, a.model)}
+    sources = {f"ledger {ledger_dir()} (model {a.model or 'any'})": read_example_ids(a.task, a.model)}
     sources.update({f"split {s}": split_ids(a.task, parse_options(s), a.data_dir) for s in a.split})
     sources.update({f"manifest {m}": manifest_ids(m) for m in a.manifest})
     old = set()

@@ -120,13 +120,12 @@ def evaluate(
         store.check(model, split, chat)
     plan = _Plan(kind, metric, chat, batch_size, max_rows, max_tokens, budget, progress)
     common = dict(head_sets=list(sets), ids=split.ids, kind=kind, metric=metric, task=split.task, split=split.name, chat_template=chat)
-    if prec == "float32" and not prefix_sharing_enabled():
-        out = _run(model, split, sets, plan, store)
-        tally_recompute(model, split, torch.zeros_like(out["correct"]))
-        return EvalResult(**out, **common)
-    if prec == "float32":  # a shared prefix: the decisions within its bound are recomputed unshared
-        out = _run(model, split, sets, plan, store, margins=Margins())
-        _recompute(out, recompute_mask(kind, out.pop("margins"), PREFIX_BOUND, PREFIX_BOUND), model, split, sets, plan)
+    if prec == "float32":
+        if prefix_sharing_enabled():  # a shared prefix: the decisions within its bound are recomputed unshared
+            out = _run(model, split, sets, plan, store, margins=Margins())
+            _recompute(out, recompute_mask(kind, out.pop("margins"), PREFIX_BOUND, PREFIX_BOUND), model, split, sets, plan)
+        else:
+            out = _run(model, split, sets, plan, store)
         tally_recompute(model, split, torch.zeros_like(out["correct"]))
         return EvalResult(**out, **common)
     with compute_precision(model, prec):

@@ -42,7 +42,7 @@ import os
 import threading
 import weakref
 from dataclasses import dataclass
-from typing import Iterator, Optional
+from typing import Iterator, Mapping, Optional, Sequence
 
 import torch
 from jaxtyping import Bool, Float
@@ -63,6 +63,7 @@ __all__ = [
     "recompute_mask",
     "recompute_groups",
     "use_precision",
+    "tally_summary",
     "restore_precision",
     "precision_of",
     "tally_recompute",
@@ -268,9 +269,15 @@ def tally_recompute(model, split, redo: Bool[Tensor, "variant example"]) -> None
 def recompute_summary(model) -> dict:
     """Per split: decisions made in bf16 since :func:`use_precision`, how many were recomputed in
     float32, and their share (what a run records)."""
+    return tally_summary(_STATE.tally.get(model, {}))
+
+
+def tally_summary(counts: Mapping[str, Sequence[int]]) -> dict:
+    """Per split name, ``(recomputed, decisions)`` counts as a run records them: decisions,
+    recomputed and their share (a Ray search sums its replicas' counts first)."""
     return {
         name: {"decisions": total, "recomputed": done, "share": (done / total) if total else 0.0}
-        for name, (done, total) in sorted(_STATE.tally.get(model, {}).items())
+        for name, (done, total) in sorted(counts.items())
     }
 
 

@@ -41,7 +41,7 @@ from cel_lens.model.identity import model_id, weights_hash
 from cel_lens.tasks.base import Split
 
 __all__ = ["TEST_SPLIT_NAME", "DIST_SPLIT_NAME", "SEAL_WARNING", "ledger_dir", "ledger_file", "reading_as",
-           "record_test_read", "recorded_reads", "summarize_read", "describe_reads", "weights_key"]
+           "record_test_read", "recorded_reads", "read_example_ids", "summarize_read", "describe_reads", "weights_key"]
 
 TEST_SPLIT_NAME = "test"
 """The split name whose reads warn when no caller claims them."""
@@ -221,6 +221,17 @@ def recorded_reads(model: Any, split: Split, *, exclude_key: Optional[str] = Non
     reads = [e for e in entries if e.get("kind") == "read" and same_model(e) and e.get("split") in overlapping
              and (exclude_key is None or e.get("key") != exclude_key)]
     return sorted(reads, key=lambda e: str(e.get("time")))
+
+
+def read_example_ids(task: str, model: Optional[str] = None) -> set[str]:
+    """Ids of every example of a test split a read filed under ``task`` covered, by ``model`` (its
+    id as the ledger records it; any model when None), from every ledger file: the rows a new D_test
+    of ``task`` should avoid (``scripts/read_rows.py``)."""
+    entries = _all_entries()
+    ids = {e["split"]: e.get("ids") or [] for e in entries if e.get("kind") == "split"}
+    read = {e.get("split") for e in entries
+            if e.get("kind") == "read" and e.get("task") == task and (model is None or e.get("model") == model)}
+    return {i for h in read for i in ids.get(h, ())}
 
 
 def summarize_read(read: dict[str, Any]) -> dict[str, Any]:

@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any, Optional, Sequence, TypeVar
+from typing import Any, Optional, Sequence
 
+from cel_lens.tasks.base import without_avoided
 from cel_lens.tasks.io import PathLike
 
 __all__ = ["AvoidList", "avoid_options", "load_avoid", "without_avoided"]
-
-T = TypeVar("T")
 
 
 class AvoidList(frozenset):
@@ -49,13 +48,6 @@ def load_avoid(path: Optional[PathLike]) -> AvoidList:
     out = AvoidList(line for line in lines if line)
     out.path, out.sha256 = str(path), hashlib.sha256(data).hexdigest()
     return out
-
-
-def without_avoided(rows: Sequence[T], avoid: frozenset) -> list[T]:
-    """``rows`` less those whose ``id`` or ``content_hash`` is in ``avoid``."""
-    if not avoid:
-        return list(rows)
-    return [r for r in rows if r.id not in avoid and r.content_hash not in avoid]
 
 
 def avoid_options(avoid: AvoidList, pool: Sequence[Any]) -> dict[str, Any]:

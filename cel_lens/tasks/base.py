@@ -25,7 +25,7 @@ import json
 import random
 import unicodedata
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterator, Literal, Mapping, Optional, Sequence, overload
+from typing import Any, Callable, Iterator, Literal, Mapping, Optional, Sequence, TypeVar, overload
 
 from cel_lens.splits import parse_subsplit, subsplit_indices
 
@@ -37,6 +37,7 @@ __all__ = [
     "SplitOverlapError",
     "check_disjoint",
     "sample_disjoint",
+    "without_avoided",
     "normalise_text",
     "drop_same_text",
     "dedup_record",
@@ -284,6 +285,16 @@ def dedup_record(removed: Sequence[tuple[str, str]], limit: int = 50) -> dict[st
     }
 
 
+T = TypeVar("T")
+
+
+def without_avoided(rows: Sequence[T], avoid: frozenset) -> list[T]:
+    """``rows`` less those whose ``id`` or ``content_hash`` is in ``avoid`` (:mod:`cel_lens.tasks.avoid`)."""
+    if not avoid:
+        return list(rows)
+    return [r for r in rows if r.id not in avoid and r.content_hash not in avoid]
+
+
 def sample_disjoint(
     pool: Sequence[Example], n_dist: int, n_test: int, seed: int, avoid: frozenset = frozenset()
 ) -> tuple[list[Example], list[Example]]:
@@ -302,8 +313,7 @@ def sample_disjoint(
         raise ValueError(f"asked for {n_dist} + {n_test} examples but the pool has {len(rows)} distinct rows")
     order = list(range(len(rows)))
     random.Random(seed).shuffle(order)
-    rest = [rows[i] for i in order[n_dist:]]
-    rest = [e for e in rest if e.id not in avoid and e.content_hash not in avoid] if avoid else rest
+    rest = without_avoided([rows[i] for i in order[n_dist:]], avoid)
     if n_test > len(rest):
         raise ValueError(f"asked for {n_test} test examples but {len(rest)} rows are left after D_dist and the avoid list")
     return [rows[i] for i in order[:n_dist]], rest[:n_test]

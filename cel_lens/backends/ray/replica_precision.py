@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from cel_lens.evaluation.precision import tally_summary
+
 __all__ = ["RayPrecision"]
 
 
@@ -24,15 +26,11 @@ class RayPrecision:
         counts only what it did since its restart."""
         records = self._run([(i, i, "precision_record", (kind,)) for i in range(self.workers)])
         computes = sorted({r["compute"] for r in records.values()})
-        totals: dict[str, list[int]] = {}
+        counts: dict[str, list[int]] = {}
         for r in records.values():
             for split, t in r["recomputed"].items():
-                acc = totals.setdefault(split, [0, 0])
-                acc[0] += int(t["decisions"])
-                acc[1] += int(t["recomputed"])
-        return {
-            "compute": computes[0] if len(computes) == 1 else computes,
-            "recomputed": {s: {"decisions": d, "recomputed": r, "share": r / d if d else 0.0}
-                           for s, (d, r) in sorted(totals.items())},
-            "replicas": len(records),
-        }
+                acc = counts.setdefault(split, [0, 0])
+                acc[0] += int(t["recomputed"])
+                acc[1] += int(t["decisions"])
+        return {"compute": computes[0] if len(computes) == 1 else computes, "recomputed": tally_summary(counts),
+                "replicas": len(records)}
