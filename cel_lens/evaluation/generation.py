@@ -32,7 +32,7 @@ from cel_lens.evaluation.encode import _tokenizer, encode_prompt, format_prompt,
 from cel_lens.evaluation.prefix import intact_prompts_shared, prefix_sharing_enabled, resumed_prompts_shared, shared_prefix
 from cel_lens.evaluation.teacher_forced import chunks
 from cel_lens.heads import HeadSet, masks_from_head_sets
-from cel_lens.model.ablation import ablation_of, variant_hooks
+from cel_lens.model.ablation import ablation_of
 from cel_lens.model.forward import forward_resid, forward_resid_cached, init_kv_cache, param_device, select_kv_cache, unembed
 from cel_lens.model.model_types import model_shape
 from cel_lens.model.stack import StackCache
@@ -110,12 +110,12 @@ def greedy_generate(
         raise ValueError(f"masks has {masks.shape[0]} rows for {n} prompts")
     tokens, attn, last = _right_padded(prompts, pad_id(model), param_device(model))
     cache = init_kv_cache(model, n, spare=max_new_tokens)
-    hooks = variant_hooks(masks, 1, ablation_of(model))
+    per_row = dict(variants=masks, ablation=ablation_of(model), repeated=True)  # one mask per row
     with torch.inference_mode():
         if cache is not None:
-            resid = forward_resid_cached(model, tokens, cache, attention_mask=attn, fwd_hooks=hooks, keep=last)
+            resid = forward_resid_cached(model, tokens, cache, attention_mask=attn, keep=last, **per_row)
         else:
-            resid = forward_resid(model, tokens, fwd_hooks=hooks, attention_mask=attn, keep=last)
+            resid = forward_resid(model, tokens, attention_mask=attn, keep=last, **per_row)
         return _decode(model, resid[:, 0], cache, tokens, attn, masks, _per_row_stops(stop, n), stop_at_eos, max_new_tokens,
                        gaps)
 
@@ -142,13 +142,13 @@ def _decode(
     active = torch.arange(n)  # original row of each row still in the batch
     finished = [False] * n
     out: list[list[int]] = [[] for _ in range(n)]
-    hooks = variant_hooks(masks, 1, ablation_of(model))
+    per_row = dict(variants=masks, ablation=ablation_of(model), repeated=True)  # one mask per row still in the batch
     for step in range(max_new_tokens):
         if step:
             if cache is not None:
-                resid = forward_resid_cached(model, x, cache, attention_mask=attn, fwd_hooks=hooks)
+                resid = forward_resid_cached(model, x, cache, attention_mask=attn, **per_row)
             else:
-                resid = forward_resid(model, seq, fwd_hooks=hooks, attention_mask=attn)
+                resid = forward_resid(model, seq, attention_mask=attn, **per_row)
             last = resid[:, -1]
         logits = unembed(model, last)
         nxt = logits.argmax(-1)
@@ -172,7 +172,7 @@ def _decode(
                 cache = select_kv_cache(cache, keep_dev)
             else:
                 seq = seq[keep_dev]
-            hooks = variant_hooks(masks[active], 1, ablation_of(model))
+            per_row["variants"] = masks[active]
     return out
 
 
@@ -300,8 +300,8 @@ def _resumed_prompts(
         part = cache if len(groups) == 1 else StackCache(len(rows))
         out = forward_resid_cached(
             model, einops.repeat(x, "b ... -> (v b) ...", v=v), part, attention_mask=attn[g_t, :w].repeat(v, 1),
-            start_at_layer=start, fwd_hooks=variant_hooks(row_masks[rows], 1, ablation_of(model)),
-            keep=prompt_last[g_t].repeat(v, 1),
+            start_at_layer=start, keep=prompt_last[g_t].repeat(v, 1), variants=row_masks[rows],
+            ablation=ablation_of(model), repeated=True,
         )[:, 0]
         if len(groups) == 1:
             return out

@@ -1,7 +1,7 @@
 """Teacher-forced forward passes of encoded batches under many ablation variants at once.
 
-The inputs are repeated variant-major along the batch and a ``[V, L, H]`` mask zeroes ``hook_z``
-(:func:`cel_lens.model.variant_hooks`), as many variants per forward pass as ``max_tokens`` padded
+The inputs are repeated variant-major along the batch and a ``[V, L, H]`` mask ablates ``hook_z``
+(``variants=`` of :func:`cel_lens.model.forward.forward_resid`), as many variants per forward pass as ``max_tokens`` padded
 positions allow (and ``max_rows`` rows, when given). The intact model
 runs once per batch; every ablated variant resumes from the intact residual stream entering its
 first ablated layer (kept from that intact pass, or read from an
@@ -21,7 +21,7 @@ from torch import Tensor
 from cel_lens.evaluation.batch import EncodedBatch, TeacherForced, length_groups
 from cel_lens.evaluation.prefix import _capture_hooks, prefix_rows_vectors
 from cel_lens.heads import HeadSet, masks_from_head_sets
-from cel_lens.model.ablation import ablation_of, variant_hooks
+from cel_lens.model.ablation import ablation_of
 from cel_lens.model.forward import forward_resid, forward_resid_cached, init_kv_cache, param_device, select_kv_cache, unembed
 from cel_lens.model.model_types import model_shape, supports_resume
 from cel_lens.progress import progress_bar
@@ -124,7 +124,10 @@ def _continuations(model, batch, masks, start, sources, capture, sink, cache, ct
             select_kv_cache(cache, idx),
             attention_mask=torch.cat([ctx_mask[idx], _repeat(batch.cont_mask[g.cpu(), :w], n_var, device)], dim=1),
             start_at_layer=start,
-            fwd_hooks=variant_hooks(masks, len(group), ablation_of(model)) + _capture_hooks(capture, part, 1),
+            fwd_hooks=_capture_hooks(capture, part, 1),
+            variants=masks,
+            ablation=ablation_of(model),
+            repeated=True,
         )
         out[:, g, :w] = einops.rearrange(resid, "(v r) p d -> v r p d", v=n_var)
         for key, value in part.items():

@@ -74,6 +74,7 @@ def forward_resid(
     keep: Optional[Int[Tensor, "batch k"]] = None,
     variants: Optional[Bool[Tensor, "variant layer head"]] = None,
     ablation: Any = None,
+    repeated: bool = False,
 ) -> Float[Tensor, "batch pos d_model"]:
     """Residual stream after blocks ``[start_at_layer, stop_at_layer)`` (all remaining blocks when
     ``stop_at_layer`` is None), before the final norm.
@@ -87,6 +88,9 @@ def forward_resid(
     rows stay shared up to the first ablated layer. ``ablation`` (needed with ``variants``) is the
     :class:`~cel_lens.model.ablation.Ablation` that says what ablating does (its ``replace`` on the
     stack, its ``variant_hooks`` otherwise): this module never writes to ``hook_z`` itself.
+    ``repeated=True`` says ``x`` (and ``attention_mask``, ``keep``) already hold the ``V x batch``
+    rows, variant-major: nothing is repeated and every layer runs on all of them (``V`` rows of one
+    input each is one mask per row, as generation ablates).
     """
     n_layers = model.cfg.n_layers
     stop = n_layers if stop_at_layer is None else stop_at_layer
@@ -95,6 +99,8 @@ def forward_resid(
     if not x.is_floating_point() and start_at_layer != 0:
         raise ValueError("a pass that resumes at a later layer takes the residual stream, not tokens")
     hooks = check_hooks(model, fwd_hooks)
+    if repeated:
+        hooks, variants = hooks + _repeated_hooks(x, variants, ablation), None
     stack = _stack(model, hooks)
     if stack is not None:
         with _local_hooks(model, hooks):
@@ -131,6 +137,19 @@ def _split_variants(x, attention_mask, keep, hooks: list[Hook], variants: Option
         return None if t is None else einops.repeat(t, "b ... -> (v b) ...", v=n_var)
 
     return rep(x), rep(attention_mask), rep(keep), hooks + ablation.variant_hooks(variants, batch)
+
+
+def _repeated_hooks(x: Tensor, variants: Optional[Tensor], ablation: Any) -> list[Hook]:
+    """The ablation's hooks for ``variants`` over inputs already repeated variant-major (``x``
+    holds ``V x batch`` rows)."""
+    if variants is None:
+        raise ValueError("repeated=True needs the variants the rows were repeated for")
+    if ablation is None:
+        raise ValueError("variants need the ablation that applies them (ablation=ablation_of(model))")
+    n_var = int(variants.shape[0])
+    if n_var == 0 or x.shape[0] % n_var:
+        raise ValueError(f"{x.shape[0]} rows are not {n_var} variants x a batch")
+    return ablation.variant_hooks(variants, x.shape[0] // n_var)
 
 
 @contextlib.contextmanager
@@ -308,10 +327,11 @@ def forward_resid_cached(
     keep: Optional[Int[Tensor, "batch k"]] = None,
     variants: Optional[Bool[Tensor, "variant layer head"]] = None,
     ablation: Any = None,
+    repeated: bool = False,
 ) -> Float[Tensor, "batch new d_model"]:
     """Residual stream after the last block for ``x``, appended to a key/value ``cache``
-    (``keep`` and ``variants`` as in :func:`forward_resid`; the cache then holds ``V x batch``
-    rows).
+    (``keep``, ``variants`` and ``repeated`` as in :func:`forward_resid`; the cache then holds
+    ``V x batch`` rows).
 
     ``attention_mask`` covers the cached positions *and* the new ones (1 = real token), so padding
     on either side gets the right rotary positions and pad keys are never attended. ``x`` is tokens
@@ -322,12 +342,14 @@ def forward_resid_cached(
     if cache is None:
         return forward_resid(
             model, x, start_at_layer=start_at_layer, fwd_hooks=fwd_hooks, attention_mask=attention_mask, keep=keep,
-            variants=variants, ablation=ablation,
+            variants=variants, ablation=ablation, repeated=repeated,
         )
     if not x.is_floating_point() and start_at_layer != 0:
         raise ValueError("a pass that resumes at a later layer takes the residual stream, not tokens")
     n_layers = model.cfg.n_layers
     hooks = check_hooks(model, fwd_hooks)
+    if repeated:
+        hooks, variants = hooks + _repeated_hooks(x, variants, ablation), None
     if isinstance(cache, StackCache):
         stack = _stack(model, hooks)
         if stack is None:

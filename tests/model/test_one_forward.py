@@ -12,6 +12,10 @@ the test fails, naming ``file:line``, on
 
 Anything that ablates heads asks the ablation module instead (its hooks, ``replace``, or
 ``forward_resid(variants=...)``, which hands the stack the module's ``replace``).
+
+The many-variant hooks are built in ``cel_lens/model/`` only (:data:`HOOK_BUILDERS`): evaluation,
+scoring and the rest pass ``variants=`` (with ``repeated=True`` when their rows are already one
+per variant) to ``forward_resid``/``forward_resid_cached``, so one forward applies every ablation.
 """
 
 from __future__ import annotations
@@ -25,6 +29,12 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "cel_lens"
 ABLATION_MODULES = {"cel_lens/model/ablation.py", "cel_lens/model/ablation_kinds.py"}
 """The modules that say what ablating a head does (the kinds and their hooks)."""
+
+MODEL_PACKAGE = "cel_lens/model/"
+HOOK_BUILDERS = {"variant_hooks", "head_hooks"}
+"""Builders of ablation hooks that only ``cel_lens/model/`` calls (the public one-head-set
+:func:`~cel_lens.model.ablation.ablation_hooks` and :func:`~cel_lens.model.ablation.ablate` stay
+open to analyses that hook a model themselves)."""
 
 HEAD_OUTPUT = re.compile(r"^(z|z_\w+|\w*head_outs?|\w*head_outputs?|per_head\w*|hook_z)$")
 MASK = re.compile(r"(keep|mask|ablat)", re.IGNORECASE)
@@ -196,3 +206,47 @@ def test_the_check_finds_each_side_route_and_spares_readers():
         "n = only_ablated * only_intact\n"
     )
     assert side_routes(readers, "y.py") == []
+
+
+def hook_builder_calls(source: str, where: str) -> list[str]:
+    """``file:line: what`` for every call or import of a :data:`HOOK_BUILDERS` name in ``source``
+    (``variant_hooks(...)``, ``ablation.variant_hooks(...)``, ``from ... import variant_hooks``)."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call):
+            fn = node.func
+            name = fn.id if isinstance(fn, ast.Name) else fn.attr if isinstance(fn, ast.Attribute) else None
+            if name in HOOK_BUILDERS:
+                found.append((node.lineno, f"calls {name}"))
+        elif isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                if alias.name in HOOK_BUILDERS:
+                    found.append((node.lineno, f"imports {alias.name}"))
+    return [f"{where}:{line}: {what}" for line, what in sorted(found)]
+
+
+def test_only_the_model_package_builds_variant_hooks():
+    """Generation, teacher-forced scoring and every other caller route ablations through
+    ``forward_resid(variants=...)``: none builds the ablation's hooks itself."""
+    problems = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if not rel.startswith(MODEL_PACKAGE):
+            problems += hook_builder_calls(path.read_text(encoding="utf-8"), rel)
+    assert not problems, "pass variants= to cel_lens.model.forward instead:\n" + "\n".join(problems)
+
+
+def test_the_builder_check_finds_calls_and_imports():
+    found = hook_builder_calls(
+        "from cel_lens.model.ablation import ablation_of, variant_hooks\n"
+        "hooks = variant_hooks(masks, 1, ablation_of(model))\n"
+        "more = ablation_of(model).variant_hooks(masks, 2)\n"
+        "one = kind.head_hooks(heads)\n"
+        "fine = forward_resid(model, x, variants=masks, ablation=ablation_of(model), repeated=True)\n"
+        "also_fine = ablation_hooks(heads, n_heads=4)\n",
+        "x.py",
+    )
+    assert found == [
+        "x.py:1: imports variant_hooks", "x.py:2: calls variant_hooks", "x.py:3: calls variant_hooks",
+        "x.py:4: calls head_hooks",
+    ], found
