@@ -50,7 +50,7 @@ def null_calibration(seeds: int) -> dict[str, float]:
             warnings.simplefilter("ignore")
             r = run_search(oracle, k=1, pool_size=12, n_null=99, n_boot=1, posthoc=False, seed=seed,
                            progress=False, **extra)
-        ps.append(r.null_p)
+        ps.append(r.null.p)
     p = np.sort(np.array(ps, dtype=float))
     out = {f"P(p<={a})": float((p <= a).mean()) for a in (0.05, 0.1, 0.25)}
     out["P(p=0)"] = float((p == 0).mean())

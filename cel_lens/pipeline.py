@@ -215,8 +215,8 @@ def _search_with_controls(
         model, oracle, result.head_set, config.ablation, task.dist, seed=config.seed, n_boot=config.n_boot,
         journal=run_dir,
     )
-    result = replace(result, ablation=config.ablation, ablation_controls=controls)
-    late = {"ablation": config.ablation, "ablation_controls": result.to_dict()["ablation_controls"]}
+    result = replace(result, ablation=config.ablation, controls=replace(result.controls, kinds=controls))
+    late = {"ablation": config.ablation, "ablation_controls": result.controls.kinds}
     run_dir.write_result({**stored, **late} if stored is not None else result.to_dict())
     return result
 
@@ -391,7 +391,7 @@ def record_seal(run_dir: RunDir, manifest: dict[str, Any], result: Result) -> di
     """``manifest`` with its :data:`TEST_SEAL` entry (``selected_before_test`` and the ledger's
     record, :mod:`cel_lens.evaluation.seal`), written into the run directory's manifest once (a
     reopened run ignores the entry when it compares manifests; a read-only directory keeps its own)."""
-    seal = {"selected_before_test": result.selected_before_test, **(result.seal or {})}
+    seal = {"selected_before_test": result.test.selected_before_test, **(result.test.seal or {})}
     if run_dir.manifest.get(TEST_SEAL) is None:
         try:
             write_json_atomic(run_dir.manifest_path, {**run_dir.manifest, TEST_SEAL: seal})

@@ -99,7 +99,8 @@ def run_pair(plan: GridPlan, state: GridState, session: ModelSession, tasks: Tas
             state.add_time(f"search/{pair.name}", time.perf_counter() - t0)
     state.succeed(pair.name)
     r = run.result
-    _say(log, f"{pair}: Ŝ = {r.heads}, test {pp(r.test_acc_intact, False)} -> {pp(r.test_acc_ablated, False)} ({pp(r.gain)})")
+    _say(log, f"{pair}: Ŝ = {r.heads}, test {pp(r.test.acc_intact, False)} -> {pp(r.test.acc_ablated, False)} "
+              f"({pp(r.test.gain)})")
     return "ok"
 
 

@@ -106,8 +106,8 @@ def _test_block(record: RunRecord, heads: HeadSet, task: Optional[Task], n_examp
     out.update(recorded=True, source="recorded D_test answers")
     res = record.result
     if res is not None:  # the run's own statistics (its bootstrap has more resamples)
-        out.update(ci=[res.ci_low, res.ci_high], p_value=res.p_value, null_p=res.null_p,
-                   selected_before_test=res.selected_before_test, source="the run's result")
+        out.update(ci=[res.test.ci_low, res.test.ci_high], p_value=res.test.p_value, null_p=res.null.p,
+                   selected_before_test=res.test.selected_before_test, source="the run's result")
     return out
 
 

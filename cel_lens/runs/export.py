@@ -78,9 +78,10 @@ def _run_provenance(record: RunRecord) -> dict[str, Any]:
     }
     if record.result is not None:
         r = record.result
-        out.update(n_test=r.n_test, test_acc_intact=r.test_acc_intact, test_acc_ablated=r.test_acc_ablated, gain=r.gain,
-                   ci_low=r.ci_low, ci_high=r.ci_high, alpha=r.alpha, p_value=r.p_value, null_p=r.null_p,
-                   selected_before_test=r.selected_before_test)
+        t = r.test
+        out.update(n_test=r.n_test, test_acc_intact=t.acc_intact, test_acc_ablated=t.acc_ablated, gain=t.gain,
+                   ci_low=t.ci_low, ci_high=t.ci_high, alpha=r.alpha, p_value=t.p_value, null_p=r.null.p,
+                   selected_before_test=t.selected_before_test)
     return out
 
 

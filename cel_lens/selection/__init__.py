@@ -10,7 +10,10 @@
 * :mod:`~cel_lens.selection.paired`: one-sided McNemar, Newcombe's interval, leave-one-out per head;
 * :mod:`~cel_lens.selection.memo`: :class:`MemoOracle`, each head set evaluated once, and the test-split guard;
 * :mod:`~cel_lens.selection.algorithm`: :func:`run_search`, Algorithm 1 over an oracle;
-* :mod:`~cel_lens.selection.result`: :class:`Result` and the one text form of a result.
+* :mod:`~cel_lens.selection.result`: :class:`Result` and the one text form of a result;
+* :mod:`~cel_lens.selection.result_parts`: its typed parts (:class:`Discovery`, :class:`TestOutcome`,
+  :class:`NullTest`, :class:`Stability`, :class:`Controls`), each rendering its own rows;
+* :mod:`~cel_lens.selection.records`: the shapes of the records the parts keep (``result.json``'s objects).
 """
 
 from cel_lens.selection.algorithm import fix_selection, run_search, stage1, stage2, test_statistics
@@ -29,6 +32,7 @@ from cel_lens.selection.calibration import (
 from cel_lens.selection.memo import MemoOracle
 from cel_lens.selection.pool import DEFAULT_POOL_SIZE, candidate_pool
 from cel_lens.selection.result import DEFAULT_N_NULL, Result, format_result, result_rows
+from cel_lens.selection.result_parts import Controls, Discovery, NullTest, Stability, TestOutcome
 from cel_lens.selection.reselect import Reselector, reselecting_stability, split_half_agreement
 from cel_lens.selection.specificity import random_pool_winners, specificity_statistics
 from cel_lens.selection.stability import DEFAULT_N_STABILITY, selection_stability
@@ -54,6 +58,11 @@ __all__ = [
     "random_pool_winners",
     "specificity_statistics",
     "Result",
+    "Discovery",
+    "TestOutcome",
+    "NullTest",
+    "Stability",
+    "Controls",
     "result_rows",
     "format_result",
     "select_parsimonious",

@@ -31,6 +31,7 @@ from __future__ import annotations
 import time
 import warnings
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 import torch
@@ -53,7 +54,9 @@ from cel_lens.scoring.exact import exact_scores
 from cel_lens.selection.calibration import calibration_statistics
 from cel_lens.selection.memo import MemoOracle
 from cel_lens.selection.pool import DEFAULT_POOL_SIZE, candidate_pool
+from cel_lens.selection.records import AdjustedTest, CalibrationRecord, LeaveOneOut, SealRecord, SubsetRecord
 from cel_lens.selection.result import Result, nonpositive_gain_warning
+from cel_lens.selection.result_parts import Controls, Discovery, NullTest, Stability, TestOutcome
 from cel_lens.selection.specificity import random_pool_winners, specificity_statistics
 from cel_lens.selection.guardrails import nothing_helps_warning, selection_adjusted_test
 from cel_lens.selection.paired import enhancement_decision, leave_one_out, mcnemar_enhancement_p, paired_interval
@@ -63,7 +66,7 @@ from cel_lens.selection.stability import DEFAULT_N_STABILITY, selection_stabilit
 from cel_lens.selection.subsets import DEFAULT_K, Strategy, SubsetScore, evaluate_subsets, select_best
 from cel_lens.stats import mcnemar_exact, random_subset_null
 
-__all__ = ["stage1", "stage2", "fix_selection", "test_statistics", "run_search"]
+__all__ = ["stage1", "stage2", "fix_selection", "test_statistics", "HeldOut", "run_search"]
 
 
 def stage1(
@@ -112,7 +115,7 @@ def fix_selection(oracle: Oracle, best: SubsetScore, prior_reads: Sequence[dict[
     return oracle.fix_selection(best.heads, prior_reads=prior_reads, dist_acc=best.dist_acc, dist_gain=best.dist_gain)
 
 
-def seal_record(memo: MemoOracle) -> dict[str, Any]:
+def seal_record(memo: MemoOracle) -> SealRecord:
     """What the result says about the sealed test split: how many reads of D_test the ledger held
     before the selection, the first of them, and the reason ``selected_before_test`` is false."""
     reads = list(memo.prior_reads)
@@ -129,12 +132,29 @@ def _prior_reads(memo: MemoOracle, test_reads: Optional[Callable[[], Sequence[di
     return [summarize_read(r) for r in fn()] if fn is not None else []
 
 
-def _check_fixed(oracle: Oracle, best: SubsetScore) -> None:
+def _check_fixed(oracle: Oracle, best: SubsetScore) -> MemoOracle:
+    """``oracle`` when it is the search's MemoOracle with ``best`` fixed (else D_test is refused)."""
     if not isinstance(oracle, MemoOracle) or oracle.selection != best.heads:
         raise TestSplitError(
             f"test statistics of {best.heads} need the search's MemoOracle with that selection fixed first "
             "(fix_selection): D_test is read only after S-hat is fixed"
         )
+    return oracle
+
+
+@dataclass
+class HeldOut:
+    """What :func:`test_statistics` reads off D_test: S-hat's :class:`~cel_lens.selection.result.TestOutcome`
+    and :class:`~cel_lens.selection.result.NullTest`, each head's ``leave_one_out`` contribution,
+    the ``calibration`` record (``None`` without an answer key), every stage-2 subset's record
+    (``subsets``, with its post-hoc test gain when asked for) and ``n_test``."""
+
+    test: TestOutcome
+    null: NullTest
+    leave_one_out: LeaveOneOut
+    calibration: Optional[CalibrationRecord]
+    subsets: list[SubsetRecord]
+    n_test: int
 
 
 def test_statistics(
@@ -146,16 +166,18 @@ def test_statistics(
     alpha: float = 0.05,
     chunk: int = 64,
     progress: bool = False,
-) -> dict[str, Any]:
+) -> HeldOut:
     """D_test statistics of S-hat (``oracle``: the search's MemoOracle, S-hat fixed) under
     ``config``: accuracies, gain, its interval (``config.ci_method``,
     :func:`~cel_lens.selection.paired.paired_interval`), the two-sided McNemar p and the one-sided
-    ``p_enhance`` ("ablation helps"), each head's leave-one-out contribution
+    ``p_enhance`` ("ablation helps"), whether the selection came before any read of D_test and the
+    seal's record of it, each head's leave-one-out contribution
     (:func:`~cel_lens.selection.paired.leave_one_out`), the null of ``n_null`` random head sets of
     |S-hat| heads other than S-hat (all of them when there are at most ``n_null``; it asks "better
     than random heads?", not "better than intact?"), and every subset's record, with its post-hoc
     test gain only when ``posthoc`` (exploratory: choosing by it would leak the test split)."""
-    _check_fixed(oracle, best)
+    memo = _check_fixed(oracle, best)
+    clean, seal = bool(memo.selected_before_test), seal_record(memo)
     n_null, n_boot, seed = config.n_null, config.n_boot, config.seed
     pair = call_oracle(oracle, "test", [HeadSet(), best.heads], "test")
     intact, ablated = pair[0], pair[1]
@@ -173,14 +195,16 @@ def test_statistics(
         post = evaluate_chunked(oracle, "test", [s.heads for s in subsets], "posthoc", chunk, progress)
         for record, c in zip(records, post):
             record["test_gain_posthoc"] = (int(c.sum()) - int(intact.sum())) / n_test
-    return dict(
-        test_acc_intact=float(intact.to(torch.float64).mean()),
-        test_acc_ablated=float(ablated.to(torch.float64).mean()),
-        gain=gain, ci_low=ci_low, ci_high=ci_high, ci_method=config.ci_method, p_value=mcnemar_exact(intact, ablated),
+    test = TestOutcome(
+        acc_intact=float(intact.to(torch.float64).mean()), acc_ablated=float(ablated.to(torch.float64).mean()),
+        gain=gain, ci_low=ci_low, ci_high=ci_high, p_value=mcnemar_exact(intact, ablated), ci_method=config.ci_method,
         p_enhance=mcnemar_enhancement_p(intact, ablated), decision=enhancement_decision(intact, ablated, alpha),
-        leave_one_out=loo,
-        null_gains=[float(g) for g in null.gains], null_p=null.p_value(gain), null_min_p=null.min_p,
-        null_exhaustive=null.exhaustive, subsets=records, n_test=n_test,
+        selected_before_test=clean, seal=seal,
+    )
+    return HeldOut(
+        test=test, leave_one_out=loo, subsets=records, n_test=n_test,
+        null=NullTest(gains=[float(g) for g in null.gains], p=null.p_value(gain), min_p=null.min_p,
+                      exhaustive=null.exhaustive, n_null=n_null),
         calibration=calibration_statistics(oracle, best.heads, n_boot=n_boot, alpha=alpha, seed=seed),
     )
 
@@ -195,13 +219,13 @@ def _timed(timings: dict[str, float], name: str) -> Iterator[None]:
 def _discovery_checks(
     memo: MemoOracle, subsets: list[SubsetScore], selected: HeadSet, intact: Tensor, config: SearchConfig, *,
     n_stability: int, alpha: float,
-) -> dict[str, Any]:
+) -> tuple[Stability, Optional[AdjustedTest]]:
     """What the recorded D_dist bits say about the selection (``config``'s rule, pool, ``k``, seed
     and ``n_adjusted``), without a forward pass: its
     stability (the whole selection redone on bootstrap resamples when every single head is
     recorded, else stage 2 alone on a fixed pool), the split-half agreement, and the
     selection-adjusted test of "no head set helps" (:mod:`cel_lens.selection.guardrails`)."""
-    out: dict[str, Any] = {"selection_stability": None, "split_half": None, "adjusted": None}
+    stability, adjusted = Stability(), None
     rule, seed, n_adjusted = config.parsimony, config.seed, config.n_adjusted
     sets, bits = memo.recorded(DIST_SPLIT)
     sub_bits = memo.evaluate(DIST_SPLIT, [s.heads for s in subsets], stage="stage2")
@@ -209,18 +233,18 @@ def _discovery_checks(
     if n_stability >= 1:
         fixed = selection_stability(subsets, sub_bits, n_resamples=n_stability, seed=seed, rule=rule, alpha=alpha,
                                     stand_ins=memo.n_layers * memo.n_heads)
-        out["selection_stability"] = {"method": "fixed pool", **fixed}
+        stability.selection = {"method": "fixed pool", **fixed}
     if n_stability >= 1 and singles is not None:
         reselector = Reselector(singles, subsets, sub_bits, intact, pool_size=config.pool_size, k=config.k, rule=rule, alpha=alpha,
                                 stand_ins=memo.n_layers * memo.n_heads)
         ties = {key: fixed.get(key) for key in ("selected_by_tie_break", "identical_subsets") if key in fixed}
-        out["selection_stability"] = {**reselecting_stability(reselector, selected, n_resamples=n_stability, seed=seed),
-                                      "fixed_pool_frequency": fixed["selected_frequency"], **ties}
-        out["split_half"] = split_half_agreement(reselector, seed=seed)
+        stability.selection = {**reselecting_stability(reselector, selected, n_resamples=n_stability, seed=seed),
+                               "fixed_pool_frequency": fixed["selected_frequency"], **ties}
+        stability.split_half = split_half_agreement(reselector, seed=seed)
     if n_adjusted >= 1:
         evaluated = [i for i, s in enumerate(sets) if len(s) > 0]
-        out["adjusted"] = selection_adjusted_test(bits[evaluated], intact, n_permutations=n_adjusted, seed=seed, alpha=alpha)
-    return out
+        adjusted = selection_adjusted_test(bits[evaluated], intact, n_permutations=n_adjusted, seed=seed, alpha=alpha)
+    return stability, adjusted
 
 
 def _record_start(memo: MemoOracle, config: SearchConfig, scorer: str, alpha: float) -> None:
@@ -298,26 +322,30 @@ def run_search(
         bits = memo.evaluate(DIST_SPLIT, [s.heads for s in subsets], stage="stage2")
         best, choice = select_parsimonious(subsets, bits, config.parsimony, alpha=alpha,
                                            stand_ins=memo.n_layers * memo.n_heads)
-        checks = _discovery_checks(memo, subsets, best.heads, intact, config, n_stability=n_stability, alpha=alpha)
+        stability, adjusted = _discovery_checks(memo, subsets, best.heads, intact, config, n_stability=n_stability,
+                                                alpha=alpha)
         if config.n_specificity:  # on D_dist, before the selection is fixed
             winners, n_possible = random_pool_winners(
                 memo, pool, config.n_specificity, seed=config.seed, intact=intact, scores=stage1_scores.values, **search
             )
-    _warn_nothing_helps(best, checks["adjusted"], alpha)
-    selected_before_test = fix_selection(memo, best, _prior_reads(memo, test_reads))
+    _warn_nothing_helps(best, adjusted, alpha)
+    fix_selection(memo, best, _prior_reads(memo, test_reads))
     where = getattr(journal, "path", None) if journal is not None else "in memory"
     with _timed(timings, "test_s"), reading_as(f"search ({where}) after selecting {best.heads}"):
-        stats = test_statistics(memo, best, subsets, config, alpha=alpha, chunk=chunk, progress=progress)
+        held = test_statistics(memo, best, subsets, config, alpha=alpha, chunk=chunk, progress=progress)
         if config.n_specificity:
-            stats["specificity"] = specificity_statistics(memo, winners, stats["gain"], n_possible, chunk=chunk)
+            stability.specificity = specificity_statistics(memo, winners, held.test.gain, n_possible, chunk=chunk)
+    discovery = Discovery(
+        acc_intact=float(intact.to(torch.float64).mean()), acc_ablated=best.dist_acc, gain=best.dist_gain,
+        scores=stage1_scores.values.tolist(), scores_split=stage1_scores.split, pool=[str(h) for h in pool],
+        subsets=held.subsets, parsimony=choice, adjusted=adjusted,
+    )
     return _finish(memo, Result(
-        heads=str(best.heads), dist_acc_intact=float(intact.to(torch.float64).mean()),
-        dist_acc_ablated=best.dist_acc, dist_gain=best.dist_gain, **stats, **checks,
-        scores=stage1_scores.values.tolist(), scorer=name, scores_split=stage1_scores.split,
-        pool=[str(h) for h in pool], k=config.k, pool_size=config.pool_size, n_dist=int(intact.shape[0]),
-        seed=config.seed, n_layers=memo.n_layers, n_heads=memo.n_heads, strategy=config.strategy,
-        beam_width=_beam(config), n_null=config.n_null, n_boot=config.n_boot, alpha=alpha,
-        selected_before_test=selected_before_test, seal=seal_record(memo), parsimony=choice, timings=timings,
+        heads=str(best.heads), discovery=discovery, test=held.test, null=held.null, stability=stability,
+        controls=Controls(leave_one_out=held.leave_one_out), calibration=held.calibration, scorer=name, k=config.k,
+        pool_size=config.pool_size, n_dist=int(intact.shape[0]), n_test=held.n_test, seed=config.seed,
+        n_layers=memo.n_layers, n_heads=memo.n_heads, strategy=config.strategy, beam_width=_beam(config),
+        n_boot=config.n_boot, alpha=alpha, timings=timings,
     ))
 
 
@@ -325,7 +353,7 @@ def _finish(memo: MemoOracle, result: Result) -> Result:
     """Write the result to the journal (when there is one) and return it."""
     if memo.journal is not None:
         memo.journal.write_result(result.to_dict())
-        memo.journal.record_event("finished", heads=result.heads, gain=result.gain)
+        memo.journal.record_event("finished", heads=result.heads, gain=result.test.gain)
     return result
 
 
@@ -343,7 +371,7 @@ def _recorded_stage1(
     return intact, scores
 
 
-def _warn_nothing_helps(best: SubsetScore, adjusted: Optional[dict[str, Any]], alpha: float) -> None:
+def _warn_nothing_helps(best: SubsetScore, adjusted: Optional[AdjustedTest], alpha: float) -> None:
     """Warn when no evaluated ablation raised D_dist accuracy, or when the selection-adjusted test
     does not reject "no head set helps"."""
     if best.dist_gain <= 0:

@@ -14,6 +14,7 @@ from cel_lens.config import SearchConfig
 from cel_lens.heads import Head, HeadSet
 from cel_lens.oracle import Oracle, Stage1Scores, TestSplitError
 from cel_lens.selection.memo import MemoOracle
+from cel_lens.selection.result import NullTest
 from cel_lens.scoring import exact_scores
 from cel_lens.selection import (
     DEFAULT_POOL_SIZE,
@@ -301,7 +302,8 @@ def test_test_statistics_refuse_an_oracle_without_the_selection_fixed():
     with pytest.raises(TypeError, match="MemoOracle"):
         fix_selection(oracle, best)
     assert fix_selection(memo, best) is True
-    assert held_out_statistics(memo, best, subsets, SearchConfig(n_null=5, n_boot=100))["n_test"] == 200
+    held = held_out_statistics(memo, best, subsets, SearchConfig(n_null=5, n_boot=100))
+    assert held.n_test == 200 and held.test.selected_before_test and held.test.seal["prior_test_reads"] == 0
 
 
 def test_selected_before_test_is_computed_from_what_happened():
@@ -326,9 +328,9 @@ def test_no_null_writes_no_nan():
     subsets, best = stage2(memo, candidate_pool(scores.values, 4), scores, intact, k=1)
     fix_selection(memo, best)
     stats = held_out_statistics(memo, best, subsets, SearchConfig(k=1, n_null=0, n_boot=100))
-    assert stats["null_gains"] == [] and stats["null_p"] is None and stats["null_min_p"] is None
+    assert stats.null.gains == [] and stats.null.p is None and stats.null.min_p is None
     r = replace(run_search(planted_oracle(0, n_dist=200, n_test=200), k=1, n_null=1, progress=False),
-                null_gains=[], null_p=None, null_min_p=None)
+                null=NullTest(gains=[], p=None, min_p=None))
     json.dumps(r.to_dict(), allow_nan=False)  # strict JSON: raises on NaN
     assert "not computed" in str(r)
 

@@ -1,0 +1,348 @@
+"""The typed parts of a :class:`~cel_lens.selection.result.Result`, each rendering its own rows.
+
+A result is what one search found on each split and what each check says of it:
+
+* :class:`Discovery` — D_dist, where S-hat was chosen: stage-1 scores, the pool, every stage-2
+  subset, the parsimony rule's choice and the selection-adjusted test of "any ablation helps";
+* :class:`TestOutcome` — D_test, read once S-hat was fixed: accuracies, gain, its interval, the
+  exact McNemar p-values, the one decision, and whether the selection came before any test read;
+* :class:`NullTest` — S-hat against random head sets of its size on D_test;
+* :class:`Stability` — the selection redone on resamples and halves of D_dist, and against the
+  winners of random pools;
+* :class:`Controls` — each head's leave-one-out contribution and S-hat under the other ablation kinds;
+* the calibration record (:class:`~cel_lens.selection.records.CalibrationRecord`, rendered by
+  :func:`~cel_lens.selection.calibration.calibration_rows`).
+
+Each part renders its rows as ``(label, value)`` pairs; :meth:`Result.rows` lays them out in the one
+order every summary uses. The number formats (:func:`pp`, :func:`format_p`) live here too, so the
+figures' captions and every block read the same.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional
+
+import numpy as np
+
+from cel_lens.config import SearchConfig
+from cel_lens.heads import HeadSet
+from cel_lens.selection.guardrails import adjusted_verdict
+from cel_lens.selection.records import (
+    AdjustedTest,
+    ControlGain,
+    Decision,
+    LeaveOneOut,
+    ParsimonyChoice,
+    SealRecord,
+    SpecificityRecord,
+    SplitHalf,
+    StabilityRecord,
+    SubsetRecord,
+)
+from cel_lens.stats import null_min_p, null_p_value
+
+__all__ = [
+    "Discovery", "TestOutcome", "NullTest", "Stability", "Controls", "Row", "CI_NAMES", "pp", "format_p",
+    "nonpositive_gain_warning", "decision_text",
+]
+
+Row = tuple[str, str]
+"""One labelled row of a result's text block."""
+
+CI_NAMES = {"tango": "Tango score", "newcombe": "Newcombe paired", "bootstrap": "paired bootstrap"}
+"""The interval methods' names in a CI row's label (anything else reads as the paired bootstrap)."""
+
+
+def pp(x: Any, signed: bool = True) -> str:
+    """A fraction in percentage points (``+4.25 pp``), or a percentage (``84.10%``) when not
+    ``signed``; ``n/a`` for ``None`` or NaN."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "n/a"
+    return f"{100 * float(x):+.2f} pp" if signed else f"{100 * float(x):.2f}%"
+
+
+def format_p(p: Any) -> str:
+    """A p-value with three significant digits (``n/a`` when missing)."""
+    if p is None or (isinstance(p, float) and math.isnan(p)):
+        return "n/a"
+    return f"{float(p):.3g}"
+
+
+def nonpositive_gain_warning(dist_gain: float) -> str:
+    """The one line shown when the selected subset does not raise discovery accuracy."""
+    return (
+        f"the selected subset's discovery gain is {pp(dist_gain)} (<= 0): no evaluated ablation raised D_dist "
+        "accuracy, so the search picked the least harmful one; this is not an enhancement"
+    )
+
+
+def decision_text(dec: Mapping[str, Any]) -> str:
+    """The one decision in words: verdict, the exact test's p, the exact bound that agrees with it,
+    the largest gain not ruled out, and, when it does not reject, the effect detectable at 80 %."""
+    alpha = float(dec.get("alpha", 0.05))
+    verdict = "yes" if dec.get("helps") else "not shown"
+    text = (f"{verdict}: {dec.get('test', 'one-sided exact McNemar')} p = {format_p(dec.get('p'))} "
+            f"({dec.get('wins')} examples gained, {dec.get('losses')} lost; α = {alpha:g}); exact one-sided "
+            f"{1 - alpha:.0%} bounds: gain >= {pp(dec.get('bound'))}, <= {pp(dec.get('upper'))}")
+    if not dec.get("helps"):
+        mde = dec.get("mde")
+        text += ("; at this n and discordance the test detects a gain of " + pp(mde) + " with 80% power"
+                 if mde is not None else "; too few discordant examples to detect any gain with 80% power")
+    return text
+
+
+@dataclass
+class Discovery:
+    """D_dist, where S-hat was selected: its intact and ablated accuracy and the ``gain`` between
+    them (selection-biased: S-hat was chosen for it, the winner's curse); the stage-1 ``scores``
+    (``[layer][head]``, computed on ``scores_split``), the candidate ``pool``, every stage-2 subset
+    with its discovery gain (and its post-hoc test gain when measured: for plots only, choosing by
+    it would leak the test split); ``parsimony`` the stage-2 rule and its choice
+    (:mod:`~cel_lens.selection.parsimony`); ``adjusted`` the selection-adjusted test of "no head set
+    helps" (:mod:`~cel_lens.selection.guardrails`)."""
+
+    acc_intact: float
+    acc_ablated: float
+    gain: float
+    scores: list[list[float]]
+    pool: list[str]
+    subsets: list[SubsetRecord]
+    scores_split: str = "dist"
+    parsimony: Optional[ParsimonyChoice] = None
+    adjusted: Optional[AdjustedTest] = None
+
+    def parsimony_text(self) -> str:
+        """What the parsimony rule did, to follow S-hat in the selected-heads row: the most accurate
+        subset when the rule chose a smaller one, and the passengers it kept."""
+        par, text = self.parsimony, ""
+        if par and par.get("rule") == "one_se" and par.get("best") != par.get("chosen"):
+            text += (f"; smallest subset within one standard error ({pp(par['tolerance'])}) of the most accurate, "
+                     f"{par['best']} ({pp(par['best_dist_gain'])})")
+        if par and par.get("rule") == "backward" and par.get("best") != par.get("chosen"):
+            dropped = ", ".join(d["dropped"] for d in par.get("dropped") or [])
+            text += (f"; {dropped} dropped from the most accurate, {par['best']} ({pp(par['best_dist_gain'])}): their "
+                     "leave-one-out exact tests on D_dist do not support them")
+        passengers = (par or {}).get("passengers") or []
+        if passengers:
+            text += ("; passengers kept (their own D_dist leave-one-out test does not support them): "
+                     + ", ".join(f"{x['head']} (p = {format_p(x['p'])} > {format_p(x['level'])})" for x in passengers))
+        return text
+
+    def warning_rows(self) -> list[Row]:
+        """The one warning when S-hat does not raise discovery accuracy (none otherwise)."""
+        if self.gain is not None and float(self.gain) <= 0:
+            return [("warning", nonpositive_gain_warning(float(self.gain)))]
+        return []
+
+    def pool_text(self, asked: Any) -> str:
+        """The pool size ``asked`` for, and that the pool is every head when the model has fewer."""
+        pool = self.pool or []
+        if isinstance(asked, int) and pool and len(pool) < asked:
+            return f"{len(pool)} (every head; {asked} asked)"
+        return str(asked)
+
+    def rows(self, n_dist: Any) -> list[Row]:
+        """The D_dist accuracies and gain (labelled selection-biased)."""
+        return [(f"D_dist (n={n_dist})", f"intact {pp(self.acc_intact, False)} -> ablated {pp(self.acc_ablated, False)}, "
+                                         f"gain {pp(self.gain)} (selection-biased: Ŝ was chosen for it)")]
+
+    def adjusted_rows(self) -> list[Row]:
+        """Whether any ablation helps, by the selection-adjusted test (none for results without it)."""
+        adj = self.adjusted
+        if not adj:
+            return []
+        bound = ""
+        if "upper" in adj:
+            mde = f", 80%-power effect of one exact test {pp(adj['mde'])}" if adj.get("mde") is not None else ""
+            bound = f"; gains up to {pp(adj['upper'])} not ruled out (stated effect {pp(adj['min_effect'])}{mde})"
+        return [("any ablation helps?", f"{adjusted_verdict(adj)}: best discovery gain {pp(adj['observed'])} vs the "
+                 f"best of {adj['n_sets']} head sets with no effect (sign-flip max statistic, {adj['n_permutations']} "
+                 f"permutations): selection-adjusted p = {format_p(adj['p_value'])}" + bound)]
+
+    def subset_rows(self, n: int = 5) -> list[Row]:
+        """The ``n`` best stage-2 subsets by discovery accuracy (ties: fewer heads, then higher
+        score), with their post-hoc test gains only when measured, labelled exploratory."""
+        top = sorted(self.subsets or [], key=lambda s: (-s["dist_acc"], s["size"], -s.get("score_sum", 0.0)))[:n]
+        text = "; ".join(
+            f"{s['heads']} {pp(s['dist_gain'])}"
+            + (f" (test {pp(s['test_gain_posthoc'])}, exploratory post-hoc)" if s.get("test_gain_posthoc") is not None else "")
+            for s in top
+        )
+        return [("top stage-2 subsets", "discovery gain (selection-biased): " + text)]
+
+
+@dataclass
+class TestOutcome:
+    """D_test, read only after S-hat was fixed: intact and ablated accuracy, ``gain`` =
+    ``acc_ablated - acc_intact`` (not selection-biased), its interval ``[ci_low, ci_high]`` by
+    ``ci_method`` (``"tango"``, ``"newcombe"`` or ``"bootstrap"``; descriptive beside the decision),
+    the two-sided exact McNemar ``p_value``, the one-sided ``p_enhance`` of "ablation helps", the one
+    ``decision`` (:func:`~cel_lens.selection.paired.enhancement_decision`); ``selected_before_test``
+    whether S-hat was fixed before any read of D_test, and ``seal`` what the test split's ledger
+    held before the selection (:mod:`cel_lens.evaluation.seal`; not compared between results)."""
+
+    __test__ = False  # a result part, not a pytest class
+
+    acc_intact: float
+    acc_ablated: float
+    gain: float
+    ci_low: float
+    ci_high: float
+    p_value: float
+    ci_method: str = SearchConfig.ci_method
+    p_enhance: Optional[float] = None
+    decision: Optional[Decision] = None
+    selected_before_test: bool = True
+    seal: Optional[SealRecord] = field(default=None, compare=False)
+
+    def selection_sentence(self) -> str:
+        """Whether S-hat was fixed before D_test was read, and, when it was not, the recorded reason."""
+        if self.selected_before_test:
+            return "fixed on D_dist before D_test was read"
+        reason = (self.seal or {}).get("reason") or "the test split was read first"
+        return f"NOT fixed before D_test was read: {reason}"
+
+    def rows(self, n_test: Any, alpha: float) -> list[Row]:
+        """The D_test accuracies and gain, the gain's interval and the two-sided McNemar p."""
+        descriptive = " (descriptive; the decision is the one-sided exact test)" if self.decision else ""
+        return [
+            (f"D_test (n={n_test})", f"intact {pp(self.acc_intact, False)} -> ablated {pp(self.acc_ablated, False)}, "
+                                     f"gain {pp(self.gain)}"),
+            (f"{1 - alpha:.0%} {CI_NAMES.get(self.ci_method, 'paired bootstrap')} CI",
+             f"[{pp(self.ci_low)}, {pp(self.ci_high)}]{descriptive}"),
+            ("McNemar exact p", format_p(self.p_value)),
+        ]
+
+    def decision_rows(self) -> list[Row]:
+        """The one decision "ablation helps" (or, in results written before it, the one-sided p)."""
+        if self.decision:
+            return [("ablation helps? (D_test)", decision_text(self.decision))]
+        if self.p_enhance is not None:
+            return [("one-sided McNemar p", f"{format_p(self.p_enhance)} (ablation raises D_test accuracy)")]
+        return []
+
+
+@dataclass
+class NullTest:
+    """S-hat's D_test gain against ``gains`` of up to ``n_null`` distinct random head sets of its
+    size other than S-hat (every such set when ``exhaustive``; it asks "better than random heads?",
+    not "better than intact?"): ``p`` = ``(1 + b) / (1 + R)`` for the ``b`` of ``R`` sets with gain
+    >= S-hat's, ``min_p`` = ``1 / (1 + R)`` the smallest it can be (both ``None`` without a null;
+    ``min_p`` also in results written before the null excluded S-hat)."""
+
+    gains: list[float]
+    p: Optional[float]
+    min_p: Optional[float] = None
+    exhaustive: bool = False
+    n_null: int = SearchConfig.n_null
+
+    def rows(self, size: int, gain: float, alpha: float) -> list[Row]:
+        """The null's spread and p beside its smallest possible value (one line instead of a p when
+        that is above ``alpha``); ``size`` = |S-hat|, ``gain`` its D_test gain."""
+        null = [float(g) for g in (self.gains or [])]
+        if not null:
+            return [("random-subset null", "not computed")]
+        R = len(null)
+        legacy = self.min_p is None  # written before the null excluded S-hat: its sets were merely random
+        which = f"all {R} other" if self.exhaustive else f"{R} random" if legacy else f"{R} random other"
+        spread = (
+            f"better than random heads? (not: than intact) {which} {size}-head sets on D_test: mean {pp(np.mean(null))}, "
+            f"95% range [{pp(np.quantile(null, 0.025))}, {pp(np.quantile(null, 0.975))}]"
+        )
+        smallest = null_min_p(R)
+        if smallest is not None and smallest > alpha:
+            text = f"{spread}; too few sets for this null: its smallest possible p is 1/{R + 1} = {smallest:.3g} > α = {alpha:g}"
+        else:
+            text = f"{spread}; p = {format_p(null_p_value(null, float(gain)))} (smallest possible {format_p(smallest)})"
+        return [("random-subset null", text)]
+
+
+@dataclass
+class Stability:
+    """How firmly the data pick S-hat: ``selection`` how often the selection picks each subset on
+    bootstrap resamples of D_dist (:func:`~cel_lens.selection.stability.selection_stability`, or the
+    whole selection redone, :func:`~cel_lens.selection.reselect.reselecting_stability`),
+    ``split_half`` the agreement of selections on two halves of D_dist
+    (:func:`~cel_lens.selection.reselect.split_half_agreement`), ``specificity`` the optional
+    comparison with random pools' winners on D_test (:mod:`~cel_lens.selection.specificity`)."""
+
+    selection: Optional[StabilityRecord] = None
+    split_half: Optional[SplitHalf] = None
+    specificity: Optional[SpecificityRecord] = None
+
+    def rows(self, heads: str, pool_size: int, alpha: float) -> list[Row]:
+        """The selection-stability row, and the specificity row when that comparison ran
+        (``pool_size``: the heads in S-hat's pool, the size of each random pool)."""
+        rows = [("selection stability", self._stability_text(heads))]
+        sp = self.specificity
+        if sp:
+            rows.append(("specificity", self._specificity_text(sp, pool_size, alpha)))
+        return rows
+
+    def _stability_text(self, heads: str) -> str:
+        st = self.selection
+        if not st:
+            return "not computed"
+        others = [w for w in st.get("wins", []) if w["heads"] != heads][:3]
+        rest = "; ".join(f"{w['heads']} {w['frequency']:.1%}" for w in others) or "none"
+        ties = ""
+        if st.get("selected_by_tie_break"):
+            ties = f", {st['selected_by_tie_break']:.1%} of them only by the tie-break (another subset as many correct)"
+        if st.get("identical_subsets"):
+            ties += (f"; {st['identical_subsets']} other subset(s) give the same answer on every D_dist example, "
+                     "so the data cannot tell them apart")
+        if st.get("method") == "reselect":
+            bound = (f"{st['selected_frequency']:.1%}" if not st.get("unknown")
+                     else f"between {st['selected_frequency']:.1%} and {st['upper']:.1%} ({st['unknown']} resamples "
+                          "needed a subset that was never evaluated)")
+            text = (f"the whole selection (pool and stage 2) redone on {st['n_resamples']} bootstrap resamples of D_dist "
+                    f"picks {heads} {bound}{ties}")
+        else:
+            text = f"{heads} wins {st['selected_frequency']:.1%} of {st['n_resamples']} bootstrap resamples of D_dist{ties} (pool fixed)"
+        half = self.split_half
+        if half:
+            text += f"; selections on two halves of D_dist agree in {half['agree']:.1%} of {half['n_splits']} splits"
+        return f"{text} (other winners: {rest})"
+
+    @staticmethod
+    def _specificity_text(sp: SpecificityRecord, m: int, alpha: float) -> str:
+        if not sp.get("test_gains"):
+            return f"not applicable: no other pool of {m} heads exists"
+        gains = sp["test_gains"]
+        head = f"winners of {len(gains)} random {m}-head pools (stage 2 on D_dist): test gain mean {pp(np.mean(gains))}"
+        if sp["min_p"] > alpha:
+            return f"{head}; too few pools: smallest possible p {sp['min_p']:.3g} > α = {alpha:g}"
+        return f"{head}; p = {format_p(sp['p_value'])} (smallest possible {format_p(sp['min_p'])})"
+
+
+@dataclass
+class Controls:
+    """What S-hat's gain is made of and what it rests on: ``leave_one_out`` each head's D_test
+    contribution with the others ablated (:func:`~cel_lens.selection.paired.leave_one_out`), and
+    ``kinds`` S-hat's D_test gain under each ablation kind the search did not use
+    (:func:`~cel_lens.runs.ablation_record.ablation_controls`: removing the heads' information, or
+    only shifting their mean?)."""
+
+    leave_one_out: Optional[LeaveOneOut] = None
+    kinds: Optional[dict[str, ControlGain]] = None
+
+    def leave_one_out_rows(self) -> list[Row]:
+        """Which heads of S-hat the data support (Holm over their one-sided exact tests)."""
+        loo = self.leave_one_out
+        if not loo:
+            return []
+        parts = "; ".join(f"{h['head']} {pp(h['gain'])} [{pp(h['ci_low'])}, {pp(h['ci_high'])}], Holm p "
+                          f"{format_p(h['p_holm'])}" for h in loo["heads"])
+        supported = ", ".join(loo["supported"]) or "none"
+        return [("each head (leave-one-out)", f"data support {supported} at α = {loo['alpha']:g} (Holm over the "
+                 f"one-sided exact tests; intervals descriptive): {parts}")]
+
+    def kind_rows(self, searched_with: str, gain: float) -> list[Row]:
+        """S-hat's D_test gain under the other ablation kinds beside the one ``searched_with``."""
+        if not self.kinds:
+            return []
+        parts = [f"{kind}: {pp(c['gain'])} [{pp(c['ci_low'])}, {pp(c['ci_high'])}]" for kind, c in self.kinds.items()]
+        return [("ablation kinds (control)",
+                 f"Ŝ's D_test gain under {'; '.join(parts)} (searched with {searched_with}: {pp(gain)})")]
