@@ -43,7 +43,7 @@ def boolq_from_validation(
     dist, test = examples[:n_dist], examples[n_dist:]
     check_disjoint(dist, test)
     return Task(
-        name="boolq", kind="multiple_choice", dist=Split("dist", tuple(dist)), test=Split("test", tuple(test)),
+        name="boolq", answer_type="multiple_choice", dist=Split("dist", tuple(dist)), test=Split("test", tuple(test)),
         metric="acc", options={"n_dist": n_dist, "n_test": n_test, "seed": seed, "dist_from": "validation (seeded draw)",
                                "max_passage_words": max_passage_words},
     )

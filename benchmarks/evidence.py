@@ -83,12 +83,12 @@ def _planted_choices(model, heads: str, metric: str, seed: int):
         a, b = (int(x) for x in rng.integers(0, 99, size=2))
         choices = tuple(str(c) for c in rng.choice(CHOICES, size=4, replace=False))
         examples.append(Example(f"mc/{i}", f"Question: What is {a} plus {b}?\nAnswer:", choices=choices, label=0))
-    split = Split("dist", tuple(examples), "mc", kind="multiple_choice", metric=metric)
+    split = Split("dist", tuple(examples), "mc", answer_type="multiple_choice", metric=metric)
     ll = evaluate(model, split, [HeadSet.parse(heads)], progress=False).extra["choice_ll"][0]
     chars = torch.tensor([[len(c) - 1 for c in e.choices] for e in examples], dtype=ll.dtype)
     labels = (ll / chars if metric == "acc_norm" else ll).argmax(-1).tolist()
     return Split("dist", tuple(Example(e.id, e.prompt, choices=e.choices, label=y) for e, y in zip(examples, labels)),
-                 "mc", kind="multiple_choice", metric=metric)
+                 "mc", answer_type="multiple_choice", metric=metric)
 
 
 def attribution_ranking(models: int) -> dict[str, dict[str, float]]:
@@ -102,7 +102,7 @@ def attribution_ranking(models: int) -> dict[str, dict[str, float]]:
 
     def correct_choice_alone(model, batch, fwd_hooks=(), *, metric="acc"):
         # the batch's answer row is the labelled choice: scored as exact match, its summed log-prob
-        return logprob_metric(model, dataclasses.replace(batch, kind="exact_match"), fwd_hooks)
+        return logprob_metric(model, dataclasses.replace(batch, answer_type="exact_match"), fwd_hooks)
 
     variants = {"correct choice's log-prob alone": correct_choice_alone, "logprob_metric": logprob_metric}
     scores: dict[str, dict[str, list[float]]] = {v: {"spearman": [], "helpful_in_top5": []} for v in variants}

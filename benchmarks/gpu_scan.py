@@ -145,7 +145,7 @@ def build_hf_and_bridge(shape: dict[str, int], tokenizer, device: str, dtype: to
     return hf, bridge
 
 
-def split_of(n: int, lengths: tuple[int, int], seed: int, kind: str):
+def split_of(n: int, lengths: tuple[int, int], seed: int, answer_type: str):
     """``n`` examples of random words, ``lengths`` words per prompt: exact match (a short target)
     or multiple choice (two one-token choices, BoolQ's shape). The models are random: only the
     lengths matter."""
@@ -156,11 +156,11 @@ def split_of(n: int, lengths: tuple[int, int], seed: int, kind: str):
     ex = []
     for i in range(n):
         text = " ".join(rng.choice(words) for _ in range(rng.randint(*lengths)))
-        if kind == "exact_match":
+        if answer_type == "exact_match":
             ex.append(Example(id=f"g/{i}", prompt=text + "\nAnswer:", target=" one two"))
         else:
             ex.append(Example(id=f"g/{i}", prompt=text + "\nAnswer:", choices=(" no", " yes"), label=i % 2))
-    return Split("dist", tuple(ex), task="gpu", kind=kind, metric="acc")
+    return Split("dist", tuple(ex), task="gpu", answer_type=answer_type, metric="acc")
 
 
 def _timed(fn: Callable[[], Any], device: str, reps: int) -> float:

@@ -31,7 +31,7 @@ def write_task(split, name: str, root: Path) -> Path:
     """A local lm-eval task (``{root}/{name}.yaml`` and its data) holding ``split``'s examples."""
     root.mkdir(parents=True, exist_ok=True)
     data = root / f"{name}.jsonl"
-    mc = split.kind == "multiple_choice"
+    mc = split.answer_type == "multiple_choice"
     rows = []
     for ex in split:
         if mc:
@@ -77,7 +77,7 @@ class LmEvalLoop:
         write_task(split, name, self.root)
         self.lm = HFLM(pretrained=hf, tokenizer=tokenizer, batch_size=batch_size, device="cpu", dtype=hf.dtype)
         self.tasks = TaskManager(include_path=str(self.root))
-        self.metric = split.metric if split.kind == "multiple_choice" else "acc"
+        self.metric = split.metric if split.answer_type == "multiple_choice" else "acc"
 
     def evaluate(self, head: Optional[tuple[int, int]] = None) -> torch.Tensor:
         """Per-example correctness (split order) with ``head`` (layer, head) zero-ablated, from one

@@ -190,11 +190,11 @@ def naive_correct(
     encoded = encoded or _encode(model, split)
     hooks = [] if head is None else [zero_head_hook(*head)]
     with torch.inference_mode():
-        if split.kind == "exact_match":
+        if split.answer_type == "exact_match":
             return naive_exact_match(model, encoded, hooks, batch_size, kv_cache)
-        if split.kind == "multiple_choice":
+        if split.answer_type == "multiple_choice":
             return naive_multiple_choice(model, encoded, hooks, batch_size, split.metric or "acc")
-    raise ValueError(f"the naive baseline scores exact_match and multiple_choice splits, not {split.kind!r}")
+    raise ValueError(f"the naive baseline scores exact_match and multiple_choice splits, not {split.answer_type!r}")
 
 
 @dataclass
@@ -233,7 +233,7 @@ def naive_flops(model, split, batch_size: int = 8, kv_cache: bool = True) -> flo
     cfg, L = model.cfg, model.cfg.n_layers
     enc = _encode(model, split)
     total = 0.0
-    if split.kind == "exact_match":
+    if split.answer_type == "exact_match":
         order = sorted(range(len(enc.contexts)), key=lambda i: -len(enc.contexts[i]))
         for start in range(0, len(order), batch_size):
             idx = order[start : start + batch_size]

@@ -67,7 +67,7 @@ def measure_scan(model, split, heads: Sequence[str], batch_size: int = 8, reps: 
     from cel_lens.evaluation.prefix import prefix_sharing
 
     sets = ["intact", *heads]
-    out: dict[str, Any] = {"n_examples": len(split), "n_variants": len(sets), "kind": split.kind}
+    out: dict[str, Any] = {"n_examples": len(split), "n_variants": len(sets), "answer_type": split.answer_type}
     results = {}
     with _float32():
         for name, on in (("unshared", False), ("shared", True)):
@@ -76,7 +76,7 @@ def measure_scan(model, split, heads: Sequence[str], batch_size: int = 8, reps: 
                 for _ in range(reps):
                     res, cpu, wall = _timed(lambda: evaluate(model, split, sets, batch_size=batch_size, progress=False))
                     best = (cpu, wall) if best is None or cpu < best[0] else best
-                if split.kind != "generation":
+                if split.answer_type != "generation":
                     batches = encode_split(model, split, batch_size)
                     out[f"positions_{name}"] = sum(b.computed_tokens for b in batches)
                     out["prefix_tokens"] = [b.prefix for b in batches] if on else out.get("prefix_tokens")
@@ -85,7 +85,7 @@ def measure_scan(model, split, heads: Sequence[str], batch_size: int = 8, reps: 
     a, b = results["unshared"], results["shared"]
     out["decisions_compared"] = int(a.correct.numel())
     out["decisions_identical"] = bool(torch.equal(a.correct, b.correct))
-    if split.kind == "generation":
+    if split.answer_type == "generation":
         out["completions_identical"] = a.completions == b.completions
     else:
         out["max_abs_score_diff"] = float((a.scores - b.scores).abs().max())

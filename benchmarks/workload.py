@@ -181,7 +181,7 @@ def boolq_task(
     dist, test = sample_disjoint(pool, n_dist, n_test, seed)
     return Task(
         name="boolq",
-        kind="multiple_choice",
+        answer_type="multiple_choice",
         dist=Split("dist", tuple(dist)),
         test=Split("test", tuple(test)),
         metric="acc",
@@ -328,7 +328,7 @@ def hellaswag_shaped_task(n_dist: int, n_test: int = 8, seed: int = 0, data_dir:
                     meta={"choice_chars": tuple(len(e) - 1 for e in endings)})
         )
     return Task(
-        name="hellaswag", kind="multiple_choice", dist=Split("dist", tuple(examples[:n_dist])),
+        name="hellaswag", answer_type="multiple_choice", dist=Split("dist", tuple(examples[:n_dist])),
         test=Split("test", tuple(examples[n_dist:])), metric="acc_norm",
         options={"seed": seed, "source": "HellaSwag-shaped: words from boolq/dev.jsonl passages"},
     )

@@ -67,12 +67,12 @@ class Oracle(Protocol):
 
 @dataclass(frozen=True)
 class AnswerKey:
-    """What an answer prior can act on in a split: the task ``kind``, each example's gold answer as
+    """What an answer prior can act on in a split: the split's ``answer_type``, each example's gold answer as
     an index into ``names`` (``labels``, ``None`` when the answers form no small closed set, as in
     generation or free-form exact match) and the answers' display ``names``. Task data, not a model
     output: reading it runs nothing."""
 
-    kind: str
+    answer_type: str
     labels: Optional[Tensor] = None
     names: tuple[str, ...] = ()
 

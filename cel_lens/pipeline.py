@@ -27,7 +27,7 @@ import torch
 
 from cel_lens.backends.base import backend_class, get_backend
 from cel_lens.config import ExecutionSettings, OptionError, SearchConfig, check_split_sizes
-from cel_lens.evaluation.encode import split_kind
+from cel_lens.evaluation.encode import split_answer_type
 from cel_lens.evaluation.precision import precision_line, recompute_summary, resolve_precision, restore_precision, use_precision
 from cel_lens.evaluation.seal import reading_as, recorded_reads
 from cel_lens.model.load import resolve_dtype
@@ -309,7 +309,7 @@ def search(
     task = resolve_task(task, config, task_options)
     store_dtype = None if config.store_dtype is None else resolve_dtype(config.store_dtype)
     oracle = backend.open(model, task, settings, store_dtype=store_dtype)
-    previous = _use_precision(oracle, config, show=settings.progress, kind=split_kind(task.dist))
+    previous = _use_precision(oracle, config, show=settings.progress, answer_type=split_answer_type(task.dist))
     run_dir: Optional[RunDir] = None
     try:
         report = _PlanReport(_plan_for(config, oracle.n_layers, oracle.n_heads, task, hasattr(oracle, "model")), settings.progress)
@@ -343,7 +343,7 @@ PRECISION_RECORD = "precision"
 decisions made in bf16 and the share recomputed in float32 (this process's; a local backend's)."""
 
 
-def _use_precision(oracle: Any, config: SearchConfig, show: bool, kind: Optional[str] = None) -> Optional[str]:
+def _use_precision(oracle: Any, config: SearchConfig, show: bool, answer_type: Optional[str] = None) -> Optional[str]:
     """Make ``config.precision`` the oracle's model's (a local backend's), and say it in one line;
     the choice it replaced, for :func:`_restore_precision` when the search ends."""
     model = getattr(oracle, "model", None)
@@ -353,7 +353,7 @@ def _use_precision(oracle: Any, config: SearchConfig, show: bool, kind: Optional
         return None
     previous = use_precision(model, config.precision)
     if show:
-        print(precision_line(model, config.precision, kind), file=info_stream(), flush=True)
+        print(precision_line(model, config.precision, answer_type), file=info_stream(), flush=True)
     return previous
 
 
@@ -369,10 +369,10 @@ def record_precision(run_dir: RunDir, manifest: dict[str, Any], oracle: Any, con
     manifest (which a reopened run ignores when it compares manifests)."""
     model = getattr(oracle, "model", None)
     if model is not None:
-        record = {"option": config.precision, "compute": resolve_precision(config.precision, model, split_kind(task.dist)),
+        record = {"option": config.precision, "compute": resolve_precision(config.precision, model, split_answer_type(task.dist)),
                   "recomputed": recompute_summary(model)}
     elif hasattr(oracle, "precision_record"):  # a Ray oracle: its replicas' summed tally
-        record = {"option": config.precision, **oracle.precision_record(split_kind(task.dist))}
+        record = {"option": config.precision, **oracle.precision_record(split_answer_type(task.dist))}
     else:
         return manifest
     try:

@@ -60,7 +60,7 @@ def test_measure_scan_on_a_tiny_model(tiny_model):
         Example(f"e/{i}", "Answer in one word. Q: " + " ".join(rng.choice(words) for _ in range(6)) + "\nA:", target=" a b")
         for i in range(12)
     ]
-    split = Split("dist", tuple(examples), task="t", kind="exact_match", metric="acc")
+    split = Split("dist", tuple(examples), task="t", answer_type="exact_match", metric="acc")
     out = measure_scan(tiny_model, split, ["L0H1", "L2H3"], batch_size=6)
     assert out["decisions_identical"] and out["decisions_compared"] == 3 * 12
     assert out["positions_shared"] < out["positions_unshared"]

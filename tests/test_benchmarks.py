@@ -169,7 +169,7 @@ def test_floor_pass_and_lm_eval_task(model, tmp_path):
 
     task, _ = _arithmetic(model, 8)
     hs = Split("dist", tuple(Example(f"h/{i}", f"a b c {i}", choices=(" x y", " z", " w v u", " q"), label=i % 4)
-                             for i in range(4)), task="hellaswag", kind="multiple_choice", metric="acc_norm")
+                             for i in range(4)), task="hellaswag", answer_type="multiple_choice", metric="acc_norm")
 
     class Hf(torch.nn.Module):  # transformers' interface over the tiny HookedTransformer
         def __init__(self, m):

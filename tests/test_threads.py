@@ -69,6 +69,6 @@ def test_evaluating_a_tiny_model_uses_one_thread(fresh, tiny_model):
     from cel_lens.evaluation.evaluator import evaluate
     from cel_lens.tasks.base import Example, Split
 
-    split = Split("s", (Example("a", "Question: 1 plus 1?\nAnswer:", target=" 2"),), kind="exact_match")
+    split = Split("s", (Example("a", "Question: 1 plus 1?\nAnswer:", target=" 2"),), answer_type="exact_match")
     evaluate(tiny_model, split, progress=False)
     assert torch.get_num_threads() == 1

@@ -66,9 +66,9 @@ Answer = tuple[str, Optional[int]]
 
 def _answers(model: "Model", split: Split, res: EvalResult, heads: HeadSet, chat: bool) -> list[tuple[Answer, Answer]]:
     """``(intact, ablated)`` answers of every example of ``split`` (as evaluated in ``res``)."""
-    if res.kind == "generation":
+    if res.answer_type == "generation":
         return [((a, None), (b, None)) for a, b in zip(res.completions[0], res.completions[1])]
-    if res.kind == "multiple_choice":
+    if res.answer_type == "multiple_choice":
         ll = res.extra["choice_ll"].double()
         out = []
         for i, e in enumerate(split):

@@ -49,7 +49,7 @@ class LocalOracle:
         self.task = task
         self.n_layers, self.n_heads = model_shape(model)
         self.batch_size = batch_size
-        self.use_store = use_store and task.kind != "generation"
+        self.use_store = use_store and task.answer_type != "generation"
         self.store_budget = store_budget
         self.store_dtype = store_dtype
         self.store_path = Path(store_path) if store_path is not None else None

@@ -144,9 +144,11 @@ def task_options_from_args(args: argparse.Namespace) -> dict[str, Any]:
         options["chat_template"] = True
     budget = getattr(args, "max_new_tokens", None)
     if budget is not None:
-        kind = task_info(args.task).get("kind")
-        if kind not in ("generation", None):  # None: an lm-eval task by name, whose loader checks it
-            raise OptionError("max_new_tokens", f"max_new_tokens applies to generation tasks (mbpp); {args.task} is {kind}")
+        answer_type = task_info(args.task).get("answer_type")
+        if answer_type not in ("generation", None):  # None: an lm-eval task by name, whose loader checks it
+            raise OptionError(
+                "max_new_tokens", f"max_new_tokens applies to generation tasks (mbpp); {args.task} is {answer_type}"
+            )
         check_max_new_tokens(budget)
         options["max_new_tokens"] = budget
     if getattr(args, "include_path", None):

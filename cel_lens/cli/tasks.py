@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     rows = []
     for name in available_tasks():
         info = task_info(name)
-        row = {"task": name, **{k: info.get(k, "") for k in ("kind", "metric", "n_dist", "n_test", "hub")}}
+        row = {"task": name, **{k: info.get(k, "") for k in ("answer_type", "metric", "n_dist", "n_test", "hub")}}
         row["files"] = list(info.get("files", []))
         if root is not None:
             status = {}
@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json({"data_dir": None if root is None else str(root), "tasks": rows})
         return 0
-    cols = ["task", "kind", "metric", "n_dist", "n_test", "hub"]
+    cols = ["task", "answer_type", "metric", "n_dist", "n_test", "hub"]
     widths = {c: max(len(c), *(len(str(r[c])) for r in rows)) for c in cols} if rows else {}
     print("  ".join(c.ljust(widths[c]) for c in cols) + "  local files")
     for r in rows:

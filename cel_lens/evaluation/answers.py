@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from cel_lens.evaluation.encode import as_split, split_kind
+from cel_lens.evaluation.encode import as_split, split_answer_type
 from cel_lens.oracle import AnswerKey
 from cel_lens.tasks.base import Split
 
@@ -22,23 +22,23 @@ MAX_CLOSED_ANSWERS = 16
 
 
 def answer_key(split: Split) -> AnswerKey:
-    """The split's :class:`~cel_lens.oracle.AnswerKey`: its kind, each example's gold answer as an
+    """The split's :class:`~cel_lens.oracle.AnswerKey`: its answer type, each example's gold answer as an
     index into the answer names (multiple choice: the choice position, named by its text when every
     example has the same choices; exact match: the target, when at most :data:`MAX_CLOSED_ANSWERS`
     distinct targets occur), or no labels where answers form no closed set."""
     split = as_split(split)
-    kind = split_kind(split)
-    if kind == "multiple_choice":
+    answer_type = split_answer_type(split)
+    if answer_type == "multiple_choice":
         labels = torch.tensor([int(e.label) for e in split], dtype=torch.long)
         n_choices = max((len(e.choices) for e in split), default=0)
         same = len({tuple(e.choices) for e in split}) == 1
         names = tuple(split[0].choices) if same and len(split) else tuple(f"choice {j}" for j in range(n_choices))
-        return AnswerKey(kind, labels, names)
-    if kind == "exact_match":
+        return AnswerKey(answer_type, labels, names)
+    if answer_type == "exact_match":
         targets = [e.target or "" for e in split]
         distinct = sorted(set(targets))
         if 0 < len(distinct) <= MAX_CLOSED_ANSWERS and len(distinct) < len(targets):
             index = {t: i for i, t in enumerate(distinct)}
-            return AnswerKey(kind, torch.tensor([index[t] for t in targets], dtype=torch.long), tuple(distinct))
-    return AnswerKey(kind, None, ())
+            return AnswerKey(answer_type, torch.tensor([index[t] for t in targets], dtype=torch.long), tuple(distinct))
+    return AnswerKey(answer_type, None, ())
 

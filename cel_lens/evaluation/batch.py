@@ -61,7 +61,7 @@ class EncodedBatch:
     target, or the labelled choice): what :func:`logprob_metric` differentiates.
     """
 
-    kind: str
+    answer_type: str
     example_index: Int[Tensor, " example"]
     row_example: Int[Tensor, " row"]
     row_choice: Int[Tensor, " row"]
@@ -186,7 +186,7 @@ def teacher_forced_rows(pairs: Sequence[tuple[list[int], list[int]]], pad: int) 
 
 
 def build_batch(
-    kind: str, index: list[int], encoded: list[tuple[list[int], list[list[int]], int, list[int]]], pad: int, shared: bool,
+    answer_type: str, index: list[int], encoded: list[tuple[list[int], list[list[int]], int, list[int]]], pad: int, shared: bool,
     prefix: int = 0,
 ) -> EncodedBatch:
     """The :class:`EncodedBatch` of encoded examples (``index``: their positions in the split), in
@@ -202,7 +202,7 @@ def build_batch(
     labels = [lab for _, _, lab, _ in encoded]
     answer = teacher_forced_rows([(ctx, conts[lab]) for ctx, conts, lab, _ in encoded], pad)
     common = dict(
-        kind=kind,
+        answer_type=answer_type,
         example_index=torch.tensor(index, dtype=torch.long),
         row_example=torch.tensor(row_example, dtype=torch.long),
         row_choice=torch.tensor(row_choice, dtype=torch.long),
@@ -211,7 +211,7 @@ def build_batch(
         answer=answer,
     )
     if not shared:
-        rows = answer if kind == "exact_match" else teacher_forced_rows(pairs, pad)
+        rows = answer if answer_type == "exact_match" else teacher_forced_rows(pairs, pad)
         return EncodedBatch(targets=rows.targets, target_mask=rows.target_mask, rows=rows, prefix=int(prefix), **common)
     context, context_mask = right_pad([ctx for ctx, *_ in encoded], pad)
     k = max(len(cont) for _, cont in pairs)

@@ -27,7 +27,7 @@ __all__ = [
     "encode_pair",
     "encode_prompt",
     "pad_id",
-    "split_kind",
+    "split_answer_type",
     "chat_choice",
     "encode_split",
     "default_max_tokens",
@@ -138,14 +138,16 @@ def _fit(ctx: list[int], conts: list[list[int]], n_ctx: int) -> list[int]:
     return ctx[-room:] if len(ctx) > room else ctx
 
 
-def split_kind(split: Split) -> str:
-    kind = split.kind
-    if kind is None:
+def split_answer_type(split: Split) -> str:
+    """The split's answer type (:data:`~cel_lens.tasks.base.AnswerType`); unset, read from its first
+    example (choices: multiple choice, else exact match)."""
+    answer_type = split.answer_type
+    if answer_type is None:
         first = split[0] if len(split) else None
-        kind = "multiple_choice" if first is not None and first.choices else "exact_match"
-    if kind not in ("exact_match", "multiple_choice", "generation"):
-        raise ValueError(f"unknown task kind {kind!r}")
-    return kind
+        answer_type = "multiple_choice" if first is not None and first.choices else "exact_match"
+    if answer_type not in ("exact_match", "multiple_choice", "generation"):
+        raise ValueError(f"unknown answer type {answer_type!r}")
+    return answer_type
 
 
 def chat_choice(split: Split, chat_template: Optional[bool]) -> bool:
@@ -155,20 +157,20 @@ def chat_choice(split: Split, chat_template: Optional[bool]) -> bool:
     return bool(options.get("chat_template", False))
 
 
-def _encode_ids(model, ex: Example, kind: str, chat: bool) -> Encoded:
+def _encode_ids(model, ex: Example, answer_type: str, chat: bool) -> Encoded:
     """An example given as token ids (:func:`cel_lens.tasks.tokens.token_task`): used as they are."""
-    if kind != "exact_match" or chat:
+    if answer_type != "exact_match" or chat:
         raise ValueError(f"example {ex.id} is given as token ids: only an exact-match task without a chat template can use it")
     target = [int(i) for i in ex.meta["target_ids"]]
     ctx = _fit([int(i) for i in ex.meta["prompt_ids"]], [target], int(model.cfg.n_ctx))
     return ctx, [target], 0, [len(target)]
 
 
-def _encode_example(model, ex: Example, kind: str, chat: bool) -> Encoded:
+def _encode_example(model, ex: Example, answer_type: str, chat: bool) -> Encoded:
     if "prompt_ids" in ex.meta:
-        return _encode_ids(model, ex, kind, chat)
+        return _encode_ids(model, ex, answer_type, chat)
     prompt = format_prompt(model, ex.prompt, chat)
-    if kind == "exact_match":
+    if answer_type == "exact_match":
         if not ex.target:
             raise ValueError(f"example {ex.id} has no target (exact-match tasks need one)")
         conts_text = [ex.target]
@@ -280,13 +282,13 @@ def encode_split(
     budget = default_max_tokens(batch_size) if max_tokens is None else int(max_tokens)
     if budget < 1:
         raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
-    kind = split_kind(split)
-    if kind == "generation":
+    answer_type = split_answer_type(split)
+    if answer_type == "generation":
         raise ValueError("generation tasks have no teacher-forced encoding; evaluate() generates instead")
     chat = chat_choice(split, chat_template)
-    encoded = [_encode_example(model, ex, kind, chat) for ex in split]
+    encoded = [_encode_example(model, ex, answer_type, chat) for ex in split]
     shared = False
-    if kind == "multiple_choice":
+    if answer_type == "multiple_choice":
         one_token = all(len(c) == 1 for e in encoded for c in e[1])
         can = one_token or init_kv_cache(model, 1) is not None
         shared = can if share_context is None else bool(share_context)
@@ -303,7 +305,7 @@ def encode_split(
     if want and share_prefix and not prefix and not shared:
         raise ValueError("share_prefix=True needs a model with the fused-attention stack's key/value cache")
     return [
-        build_batch(kind, idx, [encoded[i] for i in idx], pad, shared, _rows_prefix(encoded, idx) if prefix else 0)
+        build_batch(answer_type, idx, [encoded[i] for i in idx], pad, shared, _rows_prefix(encoded, idx) if prefix else 0)
         for idx in cut_batches(encoded, order, shared, batch_size, budget)
     ]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
@@ -28,7 +29,8 @@ class EvalResult:
     ``recomputed`` marks the decisions recomputed in float32 (:mod:`~cel_lens.evaluation.precision`).
     ``extra`` holds the other metric and per-choice log-likelihoods
     (``"acc"``, ``"acc_norm"``, ``"choice_ll"`` ``[V, n, max_choices]``, NaN-padded, and
-    ``"choice_score"``, the same on the scale the metric compares).
+    ``"choice_score"``, the same on the scale the metric compares). ``answer_type`` is the split's
+    (:data:`~cel_lens.tasks.base.AnswerType`); ``kind`` its deprecated name (read-only, warns).
     """
 
     head_sets: list[HeadSet]
@@ -37,7 +39,7 @@ class EvalResult:
     scores: Float[Tensor, "variant example"]
     extra: dict[str, Tensor] = field(default_factory=dict)
     completions: Optional[list[list[str]]] = None
-    kind: str = "exact_match"
+    answer_type: str = "exact_match"
     metric: str = "acc"
     task: str = ""
     split: str = ""
@@ -51,6 +53,13 @@ class EvalResult:
         if self.recomputed is None or self.recomputed.numel() == 0:
             return 0.0
         return float(self.recomputed.float().mean())
+
+    @property
+    def kind(self) -> str:
+        """Deprecated: :attr:`answer_type` (warns; goes in the next release)."""
+        warnings.warn("EvalResult.kind is deprecated (it means the answer type): use .answer_type",
+                      DeprecationWarning, stacklevel=2)
+        return self.answer_type
 
     @property
     def accuracy(self) -> Float[Tensor, " variant"]:
@@ -82,7 +91,7 @@ class EvalResult:
         more = f"<p><small>... and {len(self.head_sets) - 20} more head sets</small></p>" if len(self.head_sets) > 20 else ""
         where = html.escape("/".join(p for p in (self.task, self.split) if p) or "examples")
         return (
-            f"<p><b>EvalResult</b> {where}: {n} examples, {html.escape(self.kind)}, metric {html.escape(self.metric)}"
+            f"<p><b>EvalResult</b> {where}: {n} examples, {html.escape(self.answer_type)}, metric {html.escape(self.metric)}"
             f"{', chat template' if self.chat_template else ''}</p>"
             f"<table><tr><th>head set</th><th>{html.escape(self.metric)}</th><th>correct</th>"
             f"<th>vs {html.escape(str(self.head_sets[0])) if self.head_sets else ''}</th></tr>{rows}</table>{more}"
@@ -101,7 +110,7 @@ class EvalResult:
         return {
             "task": self.task,
             "split": self.split,
-            "kind": self.kind,
+            "answer_type": self.answer_type,
             "metric": self.metric,
             "chat_template": self.chat_template,
             "head_sets": [str(s) for s in self.head_sets],
@@ -133,7 +142,7 @@ class EvalResult:
             scores=tensor(data["scores"], torch.float32).reshape(n_var, n_ex),
             extra=extra,
             completions=data.get("completions"),
-            kind=data.get("kind", "exact_match"),
+            answer_type=data.get("answer_type", data.get("kind", "exact_match")),  # "kind": older files
             metric=data.get("metric", "acc"),
             task=data.get("task", ""),
             split=data.get("split", ""),

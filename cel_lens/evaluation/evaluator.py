@@ -1,6 +1,6 @@
 """``evaluate(model, split, head_sets)``: per-example results, intact and under each head set.
 
-Three protocols, chosen by the split's ``kind`` (lm-evaluation-harness conventions):
+Three protocols, chosen by the split's ``answer_type`` (lm-evaluation-harness conventions):
 
 * ``exact_match`` (Arithmetic): one teacher-forced forward pass over ``prompt + target[:-1]``
   (right padded: causal attention keeps pads out of real positions and rotary positions stay
@@ -32,7 +32,7 @@ from torch import Tensor
 
 from cel_lens.evaluation.batch import EncodedBatch, TeacherForced, teacher_forced_rows
 from cel_lens.evaluation.choices import aggregate, decision_margins
-from cel_lens.evaluation.encode import as_split, chat_choice, default_max_tokens, encode_split, split_kind
+from cel_lens.evaluation.encode import as_split, chat_choice, default_max_tokens, encode_split, split_answer_type
 from cel_lens.evaluation.generation import evaluate_generation
 from cel_lens.evaluation.prefix import PREFIX_BOUND, prefix_sharing, prefix_sharing_enabled
 from cel_lens.evaluation.precision import (
@@ -101,7 +101,7 @@ def evaluate(
     warn_if_processed(model)
     configure_threads(model)  # one thread for a tiny model (cel_lens.threads)
     split = as_split(split)
-    kind = split_kind(split)
+    answer_type = split_answer_type(split)
     n_layers, n_heads = model_shape(model)
     name = model_name(model)
     sets = [HeadSet()] if head_sets is None else [HeadSet.parse(s).validate(n_layers, n_heads, name) for s in head_sets]
@@ -109,28 +109,28 @@ def evaluate(
         raise ValueError("evaluate needs at least one head set (pass head_sets=None for the intact model)")
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    prec = resolve_precision(precision if precision is not None else precision_of(model), model, kind)
+    prec = resolve_precision(precision if precision is not None else precision_of(model), model, answer_type)
     chat = chat_choice(split, chat_template)
     record_test_read(model, split, sets)  # the sealed test split: every D_test read is recorded (by content)
     metric = split.metric or "acc"
-    budget = _generation_budget(split, kind, max_new_tokens)
-    if kind == "multiple_choice" and metric not in ("acc", "acc_norm"):
+    budget = _generation_budget(split, answer_type, max_new_tokens)
+    if answer_type == "multiple_choice" and metric not in ("acc", "acc_norm"):
         raise ValueError(f"multiple-choice metric must be 'acc' or 'acc_norm', got {metric!r}")
-    if store is not None and kind != "generation":
+    if store is not None and answer_type != "generation":
         store.check(model, split, chat)
-    plan = _Plan(kind, metric, chat, batch_size, max_rows, max_tokens, budget, progress)
-    common = dict(head_sets=list(sets), ids=split.ids, kind=kind, metric=metric, task=split.task, split=split.name, chat_template=chat)
+    plan = _Plan(answer_type, metric, chat, batch_size, max_rows, max_tokens, budget, progress)
+    common = dict(head_sets=list(sets), ids=split.ids, answer_type=answer_type, metric=metric, task=split.task, split=split.name, chat_template=chat)
     if prec == "float32":
         if prefix_sharing_enabled():  # a shared prefix: the decisions within its bound are recomputed unshared
             out = _run(model, split, sets, plan, store, margins=Margins())
-            _recompute(out, recompute_mask(kind, out.pop("margins"), PREFIX_BOUND, PREFIX_BOUND), model, split, sets, plan)
+            _recompute(out, recompute_mask(answer_type, out.pop("margins"), PREFIX_BOUND, PREFIX_BOUND), model, split, sets, plan)
         else:
             out = _run(model, split, sets, plan, store)
         tally_recompute(model, split, torch.zeros_like(out["correct"]))
         return EvalResult(**out, **common)
     with compute_precision(model, prec):
         out = _run(model, split, sets, plan, store, margins=Margins())
-    redo = recompute_mask(kind, out.pop("margins"))
+    redo = recompute_mask(answer_type, out.pop("margins"))
     _recompute(out, redo, float32_model(model), split, sets, plan)
     tally_recompute(model, split, redo)
     return EvalResult(**out, **common, precision=prec, recomputed=redo)
@@ -140,7 +140,7 @@ def evaluate(
 class _Plan:
     """How :func:`evaluate` runs a split (the same for its bf16 pass and its float32 recompute)."""
 
-    kind: str
+    answer_type: str
     metric: str
     chat: bool
     batch_size: int
@@ -150,9 +150,9 @@ class _Plan:
     progress: bool
 
 
-def _generation_budget(split: Split, kind: str, max_new_tokens: Optional[int]) -> Optional[int]:
+def _generation_budget(split: Split, answer_type: str, max_new_tokens: Optional[int]) -> Optional[int]:
     """The generation budget (``None`` for teacher-forced kinds); ``ValueError`` if there is none."""
-    if kind != "generation":
+    if answer_type != "generation":
         return None
     if split.judge is None:
         raise ValueError(f"generation split {split.task}/{split.name} has no judge to score completions")
@@ -170,7 +170,7 @@ def _run(model, split: Split, sets: list[HeadSet], plan: _Plan, store: Optional[
     rows_budget = int(plan.max_rows) if plan.max_rows else default_max_rows(plan.batch_size)
     tokens_budget = int(plan.max_tokens) if plan.max_tokens else default_max_tokens(plan.batch_size)
     out: dict = {}
-    if plan.kind == "generation":
+    if plan.answer_type == "generation":
         gaps = None if margins is None else torch.full((n_var, len(split)), float("inf"))
         correct, scores, completions = evaluate_generation(
             model, split, sets, batch_size=plan.batch_size, max_rows=rows_budget,
@@ -188,10 +188,10 @@ def _run(model, split: Split, sets: list[HeadSet], plan: _Plan, store: Optional[
             model, batches, sets, store=store, max_tokens=tokens_budget, max_rows=plan.max_rows, progress=plan.progress,
             desc=f"evaluate {split.task}/{split.name} x{n_var}", margin=row_margin,
         )
-    correct, scores, extra = aggregate(plan.kind, plan.metric, batches, len(split), lp, greedy)
+    correct, scores, extra = aggregate(plan.answer_type, plan.metric, batches, len(split), lp, greedy)
     out = dict(correct=correct, scores=scores, extra=extra)
     if margins is not None:
-        out["margins"] = decision_margins(plan.kind, batches, len(split), lp, row_margin)
+        out["margins"] = decision_margins(plan.answer_type, batches, len(split), lp, row_margin)
     return out
 
 
@@ -281,7 +281,7 @@ def logprob_metric(
     whose correctness an ablation can change, as accuracy does; the log-prob of the correct choice
     alone ignores the other choices, and the plain margin counts every example alike.
     """
-    if batch.kind != "multiple_choice":
+    if batch.answer_type != "multiple_choice":
         return _summed_logprob(model, batch.answer, fwd_hooks)
     margin = choice_margin(_summed_logprob(model, _choice_rows(batch), fwd_hooks), batch, metric)
     return -torch.nn.functional.softplus(-margin)

@@ -28,7 +28,7 @@ from torch import Tensor
 from cel_lens.config import canonical_dtype
 from cel_lens.evaluation.batch import EncodedBatch
 from cel_lens.evaluation.choices import aggregate
-from cel_lens.evaluation.encode import as_split, chat_choice, encode_split, pad_id, split_kind
+from cel_lens.evaluation.encode import as_split, chat_choice, encode_split, pad_id, split_answer_type
 from cel_lens.evaluation.generation import _accept, _cut, generation_prompts
 from cel_lens.evaluation.eval_result import EvalResult
 from cel_lens.heads import HeadSet
@@ -163,14 +163,14 @@ def evaluate_plain(
     """Per-example results of the plain model on ``split`` (one variant: the model as it is), in the
     form :func:`~cel_lens.evaluation.evaluate` returns; see the module docstring."""
     split = as_split(split)
-    kind = split_kind(split)
+    answer_type = split_answer_type(split)
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     chat = chat_choice(split, chat_template)
     metric = split.metric or "acc"
-    common = dict(head_sets=[HeadSet()], ids=split.ids, kind=kind, metric=metric, task=split.task,
+    common = dict(head_sets=[HeadSet()], ids=split.ids, answer_type=answer_type, metric=metric, task=split.task,
                   split=split.name, chat_template=chat)
-    if kind == "generation":
+    if answer_type == "generation":
         budget = max_new_tokens if max_new_tokens is not None else split.max_new_tokens
         if split.judge is None or budget is None:
             raise ValueError(f"generation split {split.task}/{split.name} needs a judge and a max_new_tokens budget")
@@ -188,5 +188,5 @@ def evaluate_plain(
             greedy.append(row_greedy)
     lp_all = torch.cat(lp)[None] if lp else torch.zeros(1, 0)
     greedy_all = torch.cat(greedy)[None] if greedy else torch.zeros(1, 0, dtype=torch.bool)
-    correct, scores, extra = aggregate(kind, metric, batches, len(split), lp_all, greedy_all)
+    correct, scores, extra = aggregate(answer_type, metric, batches, len(split), lp_all, greedy_all)
     return EvalResult(correct=correct, scores=scores, extra=extra, **common)

@@ -99,7 +99,7 @@ class GridPlan:
         generation budget only for generation tasks."""
         opts = {k: v for k, v in self.task_options.items() if v is not None}
         opts.update(self.task_overrides.get(task, {}))
-        if task_info(task).get("kind") != "generation":
+        if task_info(task).get("answer_type") != "generation":
             opts.pop("max_new_tokens", None)  # a budget for the grid's generation tasks only
         return opts
 
@@ -155,8 +155,10 @@ def check_task_overrides(overrides: Mapping[str, Mapping[str, Any]], tasks: Sequ
             raise ValueError(f"{task}: {', '.join(shared)} is set for the whole grid, not per task")
         check_split_sizes(options.get("n_dist"), options.get("n_test"))
         if "max_new_tokens" in options:
-            if task_info(task).get("kind") != "generation":
-                raise ValueError(f"{task}: max_new_tokens applies to generation tasks, {task} is {task_info(task).get('kind')}")
+            if task_info(task).get("answer_type") != "generation":
+                raise ValueError(
+                    f"{task}: max_new_tokens applies to generation tasks, {task} is {task_info(task).get('answer_type')}"
+                )
             check_max_new_tokens(options["max_new_tokens"])
         out[task] = dict(options)
     return out

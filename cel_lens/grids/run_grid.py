@@ -33,7 +33,7 @@ from cel_lens.grids.state import GridState
 from cel_lens.grids.summary import build_table
 from cel_lens.pipeline import search
 from cel_lens.report.grid import grid_html, grid_markdown, write_grid_outputs
-from cel_lens.runs.manifest import build_manifest
+from cel_lens.runs.manifest import build_manifest, upgrade_manifest
 from cel_lens.runs.run_dir import MANIFEST, RESULT, describe_manifest_diff
 from cel_lens.selection.result import pp
 
@@ -111,7 +111,7 @@ def _finished_differently(plan: GridPlan, tasks: TaskCache, pair: Pair, path: Pa
     that cannot load here is compared on the search options alone."""
     if not (path / MANIFEST).exists():
         return [f"no {MANIFEST} beside its result"]
-    had = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
+    had = upgrade_manifest(json.loads((path / MANIFEST).read_text(encoding="utf-8")))
     options = plan.config.manifest_options(plan.settings.use_store)
     if tasks.problem(pair.task) is not None:
         return describe_manifest_diff({"options": had.get("options")}, {"options": options})

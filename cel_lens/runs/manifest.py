@@ -18,7 +18,10 @@ from cel_lens.tasks.base import Task
 from cel_lens.tasks.registry import load_task, loaded_splits, loader_options
 from cel_lens.version import __version__
 
-__all__ = ["EXAMPLES", "build_manifest", "example_record", "default_run_dir", "package_versions", "rebuild_task"]
+__all__ = [
+    "EXAMPLES", "TASK_RENAMED", "build_manifest", "example_record", "default_run_dir", "package_versions", "rebuild_task",
+    "upgrade_manifest",
+]
 
 EXAMPLES = "examples"
 """The manifest's entry naming the evaluated examples (:func:`example_record`). It is derived from
@@ -35,6 +38,24 @@ def _version(distribution: str) -> Any:
         return metadata.version(distribution)
     except metadata.PackageNotFoundError:  # pragma: no cover
         return None
+
+
+TASK_RENAMED = {"kind": "answer_type"}
+"""Former key -> current key of a manifest's ``task`` entry. Manifests written before the rename
+say ``kind``: they are read with the current key (:func:`upgrade_manifest`, as a run directory and
+:func:`~cel_lens.runs.load_run` read them), and a run directory's name is still digested from the
+former spelling (:func:`default_run_dir`), so a command maps to the directory it always did."""
+
+
+def upgrade_manifest(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """``manifest`` with its ``task`` entry's former keys (:data:`TASK_RENAMED`) under their
+    current names; a manifest written with the current names comes back equal."""
+    out = dict(manifest)
+    task = out.get("task")
+    if isinstance(task, Mapping):
+        renamed = {old: new for old, new in TASK_RENAMED.items() if old in task and new not in task}
+        out["task"] = {renamed.get(k, k): v for k, v in task.items()}  # in place: the key order kept
+    return out
 
 
 def package_versions() -> dict[str, Any]:
@@ -74,7 +95,7 @@ def build_manifest(model: Any, task: Task, options: Mapping[str, Any], *, exampl
         "cel_lens": __version__,
         "versions": package_versions(),
         "model": dict(model) if isinstance(model, dict) else model_manifest(model),
-        "task": {"name": task.name, "kind": task.kind, "metric": task.metric, "options": dict(task.options)},
+        "task": {"name": task.name, "answer_type": task.answer_type, "metric": task.metric, "options": dict(task.options)},
         "splits": {
             name: {"n": len(task.split(name)), "content_sha256": task.split(name).content_hash}
             for name in ("dist", "test")
@@ -90,6 +111,8 @@ def default_run_dir(manifest: Mapping[str, Any], root: Union[str, Path] = "runs"
     """``runs/<model>__<task>__<config hash>``: the same command maps to the same directory, so a
     rerun resumes; a different configuration gets its own directory."""
     core = {k: manifest[k] for k in ("model", "task", "splits", "options")}
+    former = {new: old for old, new in TASK_RENAMED.items()}
+    core["task"] = {former.get(k, k): v for k, v in core["task"].items()}  # the digest of the former spelling
     digest = hashlib.sha256(json.dumps(core, sort_keys=True, default=str).encode()).hexdigest()[:10]
     return Path(root) / f"{_slug(manifest['model']['id'])}__{_slug(manifest['task']['name'])}__{digest}"
 

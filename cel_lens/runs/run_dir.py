@@ -41,6 +41,7 @@ from torch import Tensor
 from cel_lens.heads import HeadSet
 from cel_lens.runs.journal_io import append_bytes, encode_lines, read_json_object, read_lines, write_json_atomic
 from cel_lens.runs.lock import LOCK, DirectoryLock, acquire_lock
+from cel_lens.runs.manifest import upgrade_manifest
 from cel_lens.runs.evaluation_record import Evaluation
 
 __all__ = [
@@ -285,10 +286,10 @@ class RunDir:
     # -- reading
     @property
     def manifest(self) -> dict[str, Any]:
-        """The manifest as written."""
+        """The manifest as written (former key names read as current ones, :func:`upgrade_manifest`)."""
         if not self.manifest_path.exists():
             raise FileNotFoundError(f"{self.path} is not a run directory (no {MANIFEST})")
-        return read_json_object(self.manifest_path)
+        return upgrade_manifest(read_json_object(self.manifest_path))
 
     @property
     def finished(self) -> bool:

@@ -40,7 +40,7 @@ def attribution_scores(model, split: Split, *, batch_size: int = 8, progress: bo
     ``-(z * dm/dz)``): ``(ablated(z) - z) . dm/dz`` summed over
     positions and ``d_head``, averaged over the split's examples. ``m`` is the per-example metric of
     :func:`cel_lens.evaluation.logprob_metric` on the split's own scale (``split.metric``)."""
-    if getattr(split, "kind", None) == "generation":
+    if getattr(split, "answer_type", None) == "generation":
         raise ValueError("attribution needs a scorable split (exact match or multiple choice); use 'exact' or 'compressed'")
     n_layers, n_heads = model_shape(model)
     ablation, every_head = ablation_of(model), torch.ones(1, n_heads, dtype=torch.bool)

@@ -209,12 +209,12 @@ def majority_rate(key: Optional[AnswerKey]) -> Optional[tuple[str, float]]:
 
 
 def _not_applicable(key: AnswerKey) -> str:
-    """Why no calibration is computed for a task of this kind (said in the result)."""
-    if key.kind == "generation":
+    """Why no calibration is computed for a task of this answer type (said in the result)."""
+    if key.answer_type == "generation":
         return "does not apply: a generated program is judged by its tests, and there is no fixed set of answers to prefer"
-    if key.kind == "exact_match" and key.labels is None:
+    if key.answer_type == "exact_match" and key.labels is None:
         return "does not apply: answers are free-form (no small set of answers recurs), so there is no answer prior to shift"
-    if key.kind == "exact_match":
+    if key.answer_type == "exact_match":
         return ("not calibrated: the answers form a closed set, but exact match is judged against the whole vocabulary "
                 "and the candidate answers are not scored, so no prior can be refit; compare the accuracies with the "
                 "majority-class rate")
@@ -234,7 +234,7 @@ def calibration_statistics(
     if key_test is None:
         return None
     majority = majority_rate(key_test)
-    out: dict[str, Any] = {"kind": key_test.kind, "names": list(key_test.names), "applies": False,
+    out: dict[str, Any] = {"answer_type": key_test.answer_type, "names": list(key_test.names), "applies": False,
                            "majority_answer": majority[0] if majority else None,
                            "majority_rate": majority[1] if majority else None}
     tables = {(sp, h): _scores(memo, sp, h) for sp in (DIST_SPLIT, TEST_SPLIT) for h in (HeadSet(), heads)}
@@ -384,7 +384,7 @@ def calibrated_gain_text(r: Mapping[str, Any], *, unit: str = " pp") -> str:
     if not c:
         return "n/a"
     if not c.get("applies"):
-        return "not recorded" if c.get("kind") == "multiple_choice" else "no fixed choices"
+        return "not recorded" if c.get("answer_type", c.get("kind")) == "multiple_choice" else "no fixed choices"
     text = f"{100 * c['gain_cal']:+.2f}{unit} [{100 * c['ci_low_cal']:+.2f}{unit}, {100 * c['ci_high_cal']:+.2f}{unit}]"
     if _no_change(c):
         text = f"{100 * c['gain_cal']:+.2f}{unit} (same examples right)"

@@ -7,7 +7,7 @@
 * one module per task: ``arithmetic``, ``boolq``, ``hellaswag``, ``mbpp``, ``organism``.
 """
 
-from cel_lens.tasks.base import Example, Split, SplitOverlapError, Task, TaskKind, check_disjoint, sample_disjoint
+from cel_lens.tasks.base import Example, Split, SplitOverlapError, Task, AnswerType, check_disjoint, sample_disjoint
 from cel_lens.tasks.fixtures import fixture_data_dir
 from cel_lens.tasks.io import DataNotFoundError
 from cel_lens.tasks.registry import BUILTIN_TASKS, available_tasks, load_task, loader_options, register_task, task_info
@@ -17,7 +17,7 @@ __all__ = [
     "Example",
     "Split",
     "Task",
-    "TaskKind",
+    "AnswerType",
     "SplitOverlapError",
     "check_disjoint",
     "sample_disjoint",

@@ -3,7 +3,7 @@
 Protocol (lm-evaluation-harness ``arithmetic_*``): the prompt is the raw context normalised as
 EleutherAI's loader does (``strip``, ``"\\n\\n"`` -> ``"\\n"``, ``Q:`` -> ``Question:``, ``A:`` ->
 ``Answer:``); the target is the completion with its leading space; an example is correct iff every
-target token is the greedy argmax (kind ``"exact_match"``, metric ``acc``).
+target token is the greedy argmax (answer type ``"exact_match"``, metric ``acc``).
 
 Splits (paper, Table 3): the 10 x 2,000 validation rows form one pool; a seeded draw gives 2,000
 for D_dist and a disjoint 1,000 for D_test. ``Example.meta["config"]`` (``"2da"``, ...) allows
@@ -48,7 +48,7 @@ CONFIGS: dict[str, str] = {
 N_DIST, N_TEST = 2000, 1000
 
 INFO: dict[str, Any] = {
-    "kind": "exact_match",
+    "answer_type": "exact_match",
     "metric": "acc",
     "n_dist": N_DIST,
     "n_test": N_TEST,
@@ -109,7 +109,7 @@ def load_arithmetic(
     check_unique_ids([*dist, *test], "arithmetic")
     return Task(
         name="arithmetic",
-        kind="exact_match",
+        answer_type="exact_match",
         dist=dist,
         test=test,
         metric="acc",

@@ -1,6 +1,7 @@
 """Examples, splits and tasks: stable ids, content hashes, disjoint seeded splits.
 
-A task has a *kind* that fixes how it is scored (see :mod:`cel_lens.evaluation`):
+A task has an *answer type* (:data:`AnswerType`, ``Task.answer_type``) that fixes how it is scored
+(see :mod:`cel_lens.evaluation`):
 
 * ``"exact_match"``: ``Example.target`` is the continuation; correct iff every target token is the
   greedy argmax given the prompt (teacher-forced, one forward pass).
@@ -16,6 +17,10 @@ disjoint by content hash and by normalised prompt text (:attr:`Example.dedup_key
 worded the same are one problem, whatever their tests or answers), checked whenever a task is
 built. Loaders drop D_dist candidates that share a D_test problem's text (:func:`drop_same_text`)
 and record what they removed in ``Task.options["deduplication"]`` (:func:`dedup_record`).
+
+``Split.kind`` and ``Task.kind``, the former name of ``answer_type`` ("kind" also names a model's
+type and an ablation's kind), still read the answer type for one release, with a
+``DeprecationWarning``; splits and tasks are built with ``answer_type=``.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import hashlib
 import json
 import random
 import unicodedata
+import warnings
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator, Literal, Mapping, Optional, Sequence, TypeVar, overload
 
@@ -33,7 +39,7 @@ __all__ = [
     "Example",
     "Split",
     "Task",
-    "TaskKind",
+    "AnswerType",
     "SplitOverlapError",
     "check_disjoint",
     "sample_disjoint",
@@ -43,8 +49,18 @@ __all__ = [
     "dedup_record",
 ]
 
-TaskKind = Literal["exact_match", "multiple_choice", "generation"]
+AnswerType = Literal["exact_match", "multiple_choice", "generation"]
 """How a task is scored: the argmax answer matched exactly, the best-scoring choice, or generated text judged."""
+
+
+def _kind_alias(owner: Any) -> Optional[str]:
+    """``owner.answer_type`` read through the deprecated name ``kind`` (with a warning)."""
+    warnings.warn(
+        f"{type(owner).__name__}.kind is deprecated (it means the answer type): use .answer_type",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return owner.answer_type
 
 
 def _short(text: Optional[str], width: int = 60) -> str:
@@ -118,14 +134,15 @@ def normalise_text(text: str) -> str:
 class Split(Sequence[Example]):
     """An ordered, immutable sequence of examples: D_dist (``name="dist"``) or D_test (``"test"``).
 
-    ``kind``, ``metric`` and ``judge`` are the owning task's protocol (filled in by :class:`Task`), so
-    that a split alone is enough to evaluate.
+    ``answer_type``, ``metric`` and ``judge`` are the owning task's protocol (filled in by
+    :class:`Task`), so that a split alone is enough to evaluate. ``kind`` is the deprecated name of
+    ``answer_type`` (read-only, warns).
     """
 
     name: str
     examples: tuple[Example, ...]
     task: str = ""
-    kind: Optional[TaskKind] = None
+    answer_type: Optional[AnswerType] = None
     metric: str = "acc"
     judge: Optional[Callable[[Example, str], bool]] = field(default=None, compare=False, repr=False)
     # the owning task's options (chat template, stop strings, sources, ...): evaluation reads them
@@ -133,6 +150,11 @@ class Split(Sequence[Example]):
 
     def __len__(self) -> int:
         return len(self.examples)
+
+    @property
+    def kind(self) -> Optional[str]:
+        """Deprecated: :attr:`answer_type` (warns; goes in the next release)."""
+        return _kind_alias(self)
 
     @overload
     def __getitem__(self, i: int) -> Example: ...
@@ -182,7 +204,7 @@ class Split(Sequence[Example]):
     def __repr__(self) -> str:
         """One line: the split's name, task, size and protocol (not its examples)."""
         owner = f" of {self.task!r}" if self.task else ""
-        return f"<Split {self.name!r}{owner}: {len(self)} examples, {self.kind or 'kind unset'}, {self.metric}>"
+        return f"<Split {self.name!r}{owner}: {len(self)} examples, {self.answer_type or 'answer type unset'}, {self.metric}>"
 
     def _repr_html_(self) -> str:
         """A short summary for notebooks: the one-line description and the first examples."""
@@ -197,11 +219,12 @@ class Task:
 
     ``metric`` names the headline metric (``"acc"``, ``"acc_norm"``, ``"pass@1"``); ``judge`` scores
     a generated completion for ``"generation"`` tasks; ``options`` records how the task was
-    loaded (sizes, seed, sources, chat template) for run manifests.
+    loaded (sizes, seed, sources, chat template) for run manifests. ``answer_type`` says how it is
+    scored (:data:`AnswerType`); ``kind`` is its deprecated name (read-only, warns).
     """
 
     name: str
-    kind: TaskKind
+    answer_type: AnswerType
     dist: Split
     test: Split
     metric: str = "acc"
@@ -214,9 +237,14 @@ class Task:
             split = getattr(self, attr)
             split = split if isinstance(split, Split) else Split(name, tuple(split))
             split = replace(
-                split, task=self.name, kind=self.kind, metric=self.metric, judge=self.judge, options=self.options
+                split, task=self.name, answer_type=self.answer_type, metric=self.metric, judge=self.judge, options=self.options
             )
             object.__setattr__(self, attr, split)
+
+    @property
+    def kind(self) -> str:
+        """Deprecated: :attr:`answer_type` (warns; goes in the next release)."""
+        return _kind_alias(self)  # type: ignore[return-value]
 
     def split(self, name: str) -> Split:
         """``"dist"`` or ``"test"``, or a subsplit of D_dist (:func:`cel_lens.oracle.subsplit`:
@@ -230,7 +258,7 @@ class Task:
 
     def __repr__(self) -> str:
         """One line: name, protocol and split sizes (not the examples)."""
-        return f"<Task {self.name!r}: {self.kind}, {self.metric}, dist {len(self.dist)} / test {len(self.test)} examples>"
+        return f"<Task {self.name!r}: {self.answer_type}, {self.metric}, dist {len(self.dist)} / test {len(self.test)} examples>"
 
     def _repr_html_(self) -> str:
         """A short summary for notebooks: protocol, sizes, where the data came from, first examples."""
@@ -240,7 +268,7 @@ class Task:
         seed = self.options.get("seed")
         details = ", ".join(f"{k}={_short(str(v), 40)}" for k, v in list(sources.items())[:6])
         return (
-            f"<p><b>Task {html.escape(self.name)}</b>: {self.kind}, metric {html.escape(self.metric)}; "
+            f"<p><b>Task {html.escape(self.name)}</b>: {self.answer_type}, metric {html.escape(self.metric)}; "
             f"D_dist {len(self.dist)} / D_test {len(self.test)} examples (disjoint"
             f"{'' if seed is None else f', seed {html.escape(str(seed))}'})</p>"
             + (f"<p><small>{html.escape(details)}</small></p>" if details else "")

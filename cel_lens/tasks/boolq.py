@@ -41,7 +41,7 @@ N_DIST, N_TEST = 2000, 3270
 N_TEST_FROM_VALIDATION = 1000  # D_test's default size when D_dist is drawn from the validation file too
 
 INFO: dict[str, Any] = {
-    "kind": "multiple_choice",
+    "answer_type": "multiple_choice",
     "metric": "acc",
     "n_dist": N_DIST,
     "n_test": N_TEST,
@@ -143,7 +143,7 @@ def load_boolq(
         )
     return Task(
         name="boolq",
-        kind="multiple_choice",
+        answer_type="multiple_choice",
         dist=dist,
         test=test,
         metric="acc",

@@ -28,7 +28,7 @@ HUB_ID = "Rowan/hellaswag"
 N_DIST, N_TEST = 2000, 10042
 
 INFO: dict[str, Any] = {
-    "kind": "multiple_choice",
+    "answer_type": "multiple_choice",
     "metric": "acc_norm",
     "n_dist": N_DIST,
     "n_test": N_TEST,
@@ -105,7 +105,7 @@ def load_hellaswag(
     )
     return Task(
         name="hellaswag",
-        kind="multiple_choice",
+        answer_type="multiple_choice",
         dist=dist,
         test=test,
         metric="acc_norm",

@@ -21,14 +21,14 @@ from typing import Any, Mapping, Optional, Sequence
 
 from cel_lens.tasks.base import Example
 
-__all__ = ["OUTPUT_KINDS", "build_examples", "LmEvalJudge", "gold_index"]
+__all__ = ["ANSWER_TYPES", "build_examples", "LmEvalJudge", "gold_index"]
 
-OUTPUT_KINDS: dict[str, str] = {
+ANSWER_TYPES: dict[str, str] = {
     "multiple_choice": "multiple_choice",
     "loglikelihood": "exact_match",
     "generate_until": "generation",
 }
-"""lm-eval output type -> cel_lens task kind (loglikelihood's ``acc`` is lm-eval's is-greedy, which is
+"""lm-eval output type -> cel_lens answer type (loglikelihood's ``acc`` is lm-eval's is-greedy, which is
 cel_lens's exact match: every target token the greedy argmax)."""
 
 
@@ -59,13 +59,13 @@ def _example(task: Any, doc: Mapping[str, Any], doc_id: int, split: str) -> Exam
         raise ValueError(f"{task.config.task}: a context per choice (multiple inputs) is not supported")
     meta: dict[str, Any] = {"doc_id": doc_id, "lm_eval_split": split, "text": str(task.doc_to_text(doc))}
     ex_id = f"{task.config.task}/{split}/{doc_id}"
-    kind = task.OUTPUT_TYPE
-    if kind == "multiple_choice":
+    output_type = task.OUTPUT_TYPE
+    if output_type == "multiple_choice":
         raw = [str(c) for c in task.doc_to_choice(doc)]
         conts = tuple(str(r.arguments[1]) for r in requests)
         meta["choice_chars"] = tuple(len(c) for c in raw)  # lm-eval's acc_norm: doc_to_choice's characters
         return Example(ex_id, ctx, choices=conts, label=gold_index(task, doc, raw), meta=meta)
-    if kind == "loglikelihood":
+    if output_type == "loglikelihood":
         return Example(ex_id, ctx, target=str(requests[0].arguments[1]), meta=meta)
     gen_kwargs = dict(requests[0].arguments[1])
     until = gen_kwargs.get("until") or []

@@ -34,7 +34,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from cel_lens.tasks.base import Task, dedup_record, normalise_text
 from cel_lens.tasks.io import check_size, seeded_sample
-from cel_lens.tasks.lm_eval_docs import OUTPUT_KINDS, LmEvalJudge, build_examples
+from cel_lens.tasks.lm_eval_docs import ANSWER_TYPES, LmEvalJudge, build_examples
 
 __all__ = ["PREFIX", "DECISION_METRICS", "LOCAL_BUILDERS", "task_config", "check_config",
            "spec_info", "load_lm_eval_task"]
@@ -150,12 +150,12 @@ def check_dataset(spec: str, cfg: Mapping[str, Any]) -> None:
 
 
 def spec_info(spec: str) -> dict[str, Any]:
-    """What ``spec`` declares, for listings and checks: cheap for a YAML path (read, checked, kind and
-    metric); ``lm_eval:NAME`` reports its kind once loaded (finding it indexes lm-eval's YAMLs)."""
-    info: dict[str, Any] = {"source": "lm-eval", "kind": None, "metric": None}
+    """What ``spec`` declares, for listings and checks: cheap for a YAML path (read, checked, answer type and
+    metric); ``lm_eval:NAME`` reports its answer type once loaded (finding it indexes lm-eval's YAMLs)."""
+    info: dict[str, Any] = {"source": "lm-eval", "answer_type": None, "metric": None}
     if not spec.startswith(PREFIX):
         _, cfg = task_config(spec)
-        info.update(kind=OUTPUT_KINDS.get(cfg.get("output_type", "generate_until")), metric=check_config(spec, cfg),
+        info.update(answer_type=ANSWER_TYPES.get(cfg.get("output_type", "generate_until")), metric=check_config(spec, cfg),
                     output_type=cfg.get("output_type", "generate_until"))
     return info
 
@@ -300,7 +300,7 @@ def load_lm_eval_task(
         options.update(filter=judge.filter_name, max_new_tokens=int(max_new_tokens or gen.get("max_gen_toks", 256)))
     elif filter is not None:
         raise ValueError(f"{spec}: filter applies to generate_until tasks; this one is {out}")
-    return Task(name=spec, kind=OUTPUT_KINDS[out], dist=tuple(dist), test=tuple(test), metric=chosen, judge=judge,
+    return Task(name=spec, answer_type=ANSWER_TYPES[out], dist=tuple(dist), test=tuple(test), metric=chosen, judge=judge,
                 options=options)
 
 

@@ -79,7 +79,7 @@ MAX_NEW_TOKENS = 256
 FEWSHOT_DELIMITER = "\n\n"  # lm-eval's default between shots and before the problem
 
 INFO: dict[str, Any] = {
-    "kind": "generation",
+    "answer_type": "generation",
     "metric": "pass@1",
     "n_dist": 361,
     "n_test": 500,
@@ -281,7 +281,7 @@ def load_mbpp(
     check_unique_ids([*dist, *test], "mbpp")
     return Task(
         name="mbpp",
-        kind="generation",
+        answer_type="generation",
         dist=dist,
         test=test,
         metric="pass@1",

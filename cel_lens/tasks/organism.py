@@ -213,7 +213,7 @@ def organism_task(
     ]
     return Task(
         name=name,
-        kind="exact_match",
+        answer_type="exact_match",
         dist=Split("dist", tuple(examples[:n_dist])),
         test=Split("test", tuple(examples[n_dist:])),
         metric="acc",
@@ -222,7 +222,7 @@ def organism_task(
 
 
 _INFO: dict[str, Any] = {
-    "kind": "exact_match",
+    "answer_type": "exact_match",
     "metric": "acc",
     "n_dist": N_DIST,
     "n_test": N_TEST,

@@ -8,7 +8,7 @@ lm-evaluation-harness task loads too, as ``"lm_eval:NAME"`` or ``"path/to/task.y
 (:data:`LM_EVAL_TASKS`, :mod:`cel_lens.tasks.lm_eval_task`).
 
 A loader is ``fn(n_dist, n_test, seed, data_dir, **options) -> Task``; ``info`` describes the task
-for listings (kind, metric, default sizes, sources, files).
+for listings (answer type, metric, default sizes, sources, files).
 """
 
 from __future__ import annotations
@@ -97,8 +97,12 @@ def _resolve(name: str) -> tuple[Loader, dict[str, Any]]:
 
 
 def task_info(name: str) -> dict[str, Any]:
-    """What a task declares about itself (kind, metric, default sizes, sources, files)."""
-    return _resolve(name)[1]
+    """What a task declares about itself (answer type, metric, default sizes, sources, files); an
+    info that still says ``"kind"`` (the answer type's former name) is read as ``"answer_type"``."""
+    info = _resolve(name)[1]
+    if "kind" in info and "answer_type" not in info:
+        info["answer_type"] = info.pop("kind")
+    return info
 
 
 def loader_options(name: str, recorded: Mapping[str, Any]) -> dict[str, Any]:

@@ -74,4 +74,4 @@ def token_task(
         raise ValueError(f"n_test must leave at least one example in each split: {n_t} of {len(examples)} distinct prompts")
     options = {"seed": seed, "n_dist": len(examples) - n_t, "n_test": n_t, "source": "token ids",
                "dropped_duplicates": len(prompts) - len(examples)}
-    return Task(name=name, kind="exact_match", dist=examples[n_t:], test=examples[:n_t], options=options)
+    return Task(name=name, answer_type="exact_match", dist=examples[n_t:], test=examples[:n_t], options=options)

@@ -25,7 +25,7 @@ def _yes_no_task(n: int = 24) -> Task:
 @pytest.mark.parametrize("metric", ["acc", "acc_norm"])
 def test_choice_scores_decide_correctness(tiny_model, metric):
     task = _yes_no_task()
-    task = Task(task.name, task.kind, task.dist.examples, task.test.examples, metric=metric)
+    task = Task(task.name, task.answer_type, task.dist.examples, task.test.examples, metric=metric)
     oracle = LocalOracle(tiny_model, task, batch_size=4, progress=False)
     sets = [HeadSet(), HeadSet.parse("L1H2")]
     correct, scores = oracle.evaluate_choices("dist", sets)
@@ -43,7 +43,7 @@ def test_search_result_has_the_calibration_and_a_rerun_reproduces_it(tiny_model,
     out = tmp_path / "run"
     run = cl.search(tiny_model, task, k=1, pool_size=3, n_null=4, n_boot=200, out=out, progress=False)
     cal = run.result.calibration
-    assert cal["applies"] and cal["kind"] == "multiple_choice" and cal["names"] == [" no", " yes"]
+    assert cal["applies"] and cal["answer_type"] == "multiple_choice" and cal["names"] == [" no", " yes"]
     assert cal["majority_answer"] == " yes" and cal["majority_rate"] == pytest.approx(16 / 24)
     assert sum(cal["shares_intact"]) == pytest.approx(1.0)
     assert "calibrated gain" in str(run.result)

@@ -127,13 +127,14 @@ def _scatter(w: ShardWorker, split: str, n_shards: int, sets, budget=None) -> to
     return out
 
 
-@pytest.mark.parametrize("kind", ["multiple_choice", "exact_match", "generation"])
-def test_shards_reproduce_the_local_evaluation(worker, kind):
+@pytest.mark.parametrize("answer_type", ["multiple_choice", "exact_match", "generation"])
+def test_shards_reproduce_the_local_evaluation(worker, answer_type):
     model = worker.model
-    task = {"multiple_choice": _mc_task, "exact_match": lambda: _exact_task(model), "generation": _generation_task}[kind]()
+    make = {"multiple_choice": _mc_task, "exact_match": lambda: _exact_task(model), "generation": _generation_task}
+    task = make[answer_type]()
     worker.task, worker._stores = task, {}
-    worker.use_store = kind != "generation"
-    sets = SINGLES if kind != "generation" else SINGLES[:7]
+    worker.use_store = answer_type != "generation"
+    sets = SINGLES if answer_type != "generation" else SINGLES[:7]
     ref = ModelOracle(model, task, batch_size=4, progress=False).evaluate("dist", sets)
     assert len({tuple(r.tolist()) for r in ref}) > 1, "the ablations should change some answers"
     assert torch.equal(_scatter(worker, "dist", 3, sets), ref)  # (2 shards: the Ray tests)

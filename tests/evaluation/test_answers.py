@@ -9,7 +9,7 @@ from cel_lens.tasks.base import Example, Split
 def test_multiple_choice_labels_and_shared_choice_names():
     split = Split("test", tuple(Example(f"b/{i}", "p", choices=(" no", " yes"), label=i % 3 == 0) for i in range(6)))
     key = answer_key(split)
-    assert key.kind == "multiple_choice" and key.names == (" no", " yes")
+    assert key.answer_type == "multiple_choice" and key.names == (" no", " yes")
     assert key.labels.tolist() == [1, 0, 0, 1, 0, 0]
 
 
@@ -22,9 +22,9 @@ def test_choices_that_differ_per_example_are_named_by_position():
 def test_exact_match_has_a_closed_answer_set_only_when_targets_recur():
     closed = Split("test", tuple(Example(f"o/{i}", "p", target=[" pos", " neg"][i % 2]) for i in range(5)))
     key = answer_key(closed)
-    assert key.kind == "exact_match" and key.names == (" neg", " pos") and key.labels.tolist() == [1, 0, 1, 0, 1]
+    assert key.answer_type == "exact_match" and key.names == (" neg", " pos") and key.labels.tolist() == [1, 0, 1, 0, 1]
     free = Split("test", tuple(Example(f"a/{i}", "p", target=f" {i}") for i in range(MAX_CLOSED_ANSWERS + 5)))
     assert answer_key(free).labels is None
-    generation = Split("test", (Example("m/0", "p", target="x"),), kind="generation")
-    assert answer_key(generation).kind == "generation" and answer_key(generation).labels is None
+    generation = Split("test", (Example("m/0", "p", target="x"),), answer_type="generation")
+    assert answer_key(generation).answer_type == "generation" and answer_key(generation).labels is None
     assert isinstance(key.labels, torch.Tensor)

@@ -41,9 +41,9 @@ def _splits() -> dict[str, Split]:
     mc = [Example(f"h/{i}", _words(rng, rng.randint(3, 30)), choices=tuple(" " + _words(rng, rng.randint(1, 8)) for _ in range(4)),
                   label=rng.randrange(4)) for i in range(14)]
     return {
-        "exact_match": Split("dist", tuple(em), task="arith", kind="exact_match", metric="acc"),
-        "one_token": Split("dist", tuple(mc1), task="boolq", kind="multiple_choice", metric="acc"),
-        "multi_token": Split("dist", tuple(mc), task="hellaswag", kind="multiple_choice", metric="acc_norm"),
+        "exact_match": Split("dist", tuple(em), task="arith", answer_type="exact_match", metric="acc"),
+        "one_token": Split("dist", tuple(mc1), task="boolq", answer_type="multiple_choice", metric="acc"),
+        "multi_token": Split("dist", tuple(mc), task="hellaswag", answer_type="multiple_choice", metric="acc_norm"),
     }
 
 
@@ -63,7 +63,7 @@ def test_batches_are_sorted_budgeted_and_padded_at_most_max_padding(models, name
         # a run of whole batches re-cuts the same way (what the Ray backend's shards rely on)
         run = batches[1:3]
         sub = Split("dist", tuple(split.examples[i] for b in run for i in b.example_index.tolist()),
-                    task=split.task, kind=split.kind, metric=split.metric)
+                    task=split.task, answer_type=split.answer_type, metric=split.metric)
         again = encode_split(models["hooked"], sub, batch_size, max_tokens=max_tokens)
         assert [b.n_examples for b in again] == [b.n_examples for b in run]
 

@@ -94,7 +94,7 @@ def test_encode_split_orders_and_maps_back(model, monkeypatch):
 
     monkeypatch.setattr(encode, "MAX_PADDING", 1.0)  # any padding: batch_size alone cuts
     prompts = _arith_prompts(7)
-    split = Split("dist", tuple(Example(f"a{i}", p, target=" 12") for i, p in enumerate(prompts)), kind="exact_match")
+    split = Split("dist", tuple(Example(f"a{i}", p, target=" 12") for i, p in enumerate(prompts)), answer_type="exact_match")
     batches = encode_split(model, split, batch_size=3)
     assert [b.n_examples for b in batches] == [3, 3, 1]
     seen = torch.cat([b.example_index for b in batches]).tolist()
@@ -102,7 +102,7 @@ def test_encode_split_orders_and_maps_back(model, monkeypatch):
     lengths = [int(b.rows.attention_mask.sum(1).max()) for b in batches]
     assert lengths == sorted(lengths, reverse=True)
     with pytest.raises(ValueError, match="generation"):
-        encode_split(model, Split("d", split.examples, kind="generation"), 2)
+        encode_split(model, Split("d", split.examples, answer_type="generation"), 2)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -124,7 +124,7 @@ def arithmetic_split(model):
         else:
             target = f" {rng.randint(0, 999)}"
         examples.append(Example(f"arith/{i}", prompt, target=target))
-    return Split("dist", tuple(examples), task="arithmetic", kind="exact_match", metric="acc")
+    return Split("dist", tuple(examples), task="arithmetic", answer_type="exact_match", metric="acc")
 
 
 def test_exact_match_equals_greedy_generation(model, arithmetic_split):
@@ -209,7 +209,7 @@ def hellaswag_split():
         ctx = f"A woman is seen speaking to the camera {'and holding ' * (i % 3)}a guitar {i}."
         choices = tuple(rng.sample(endings, 4))
         examples.append(Example(f"hs/{i}", ctx, choices=choices, label=rng.randrange(4)))
-    return Split("dist", tuple(examples), task="hellaswag", kind="multiple_choice", metric="acc_norm")
+    return Split("dist", tuple(examples), task="hellaswag", answer_type="multiple_choice", metric="acc_norm")
 
 
 def _check_mc_against_naive(model, split, res):
@@ -265,7 +265,7 @@ def test_one_token_choices_need_only_the_context_pass(model):
         Example(f"bq/{i}", f"{passages[i % 2]} {i}\nQuestion: is the sky blue?\nAnswer:", choices=(" is", " the"), label=i % 2)
         for i in range(10)
     ]
-    split = Split("dist", tuple(examples), task="boolq", kind="multiple_choice", metric="acc")
+    split = Split("dist", tuple(examples), task="boolq", answer_type="multiple_choice", metric="acc")
     batches = encode_split(model, split, 4)
     assert all(b.layout == "shared" and b.cont_tokens.shape[1] == 0 for b in batches)
     res = evaluate(model, split, SETS, batch_size=4, progress=False)
@@ -293,7 +293,7 @@ def test_logprob_metric_is_the_answer_logprob_and_differentiable(model, arithmet
         model.zero_grad(set_to_none=True)
         for b, idx in enumerate(batch.example_index.tolist()):
             ex = split[idx]
-            if split.kind == "exact_match":
+            if split.answer_type == "exact_match":
                 want = _naive_loglik(model, *encode_pair(model, ex.prompt, ex.target))
             else:  # multiple choice: log-probability of the labelled choice among the choices
                 lls = torch.tensor([_naive_loglik(model, *encode_pair(model, ex.prompt, c)) for c in ex.choices])
@@ -357,14 +357,14 @@ def test_generation_evaluate_stops_and_judges(model):
         calls.append((ex.id, completion))
         return completion == ex.meta["expected"]
 
-    split = Split("test", tuple(examples), task="mbpp", kind="generation", metric="pass@1", judge=judge)
+    split = Split("test", tuple(examples), task="mbpp", answer_type="generation", metric="pass@1", judge=judge)
     res = evaluate(model, split, ["intact", "intact"], max_new_tokens=20, batch_size=2, progress=False)
     assert res.correct.all(), res.completions
     assert res.completions[0] == [e.meta["expected"] for e in examples]
     assert len(calls) == len(examples)  # identical completions are judged once
     assert res.accuracy.tolist() == [1.0, 1.0]
     with pytest.raises(ValueError, match="judge"):
-        evaluate(model, Split("t", tuple(examples), kind="generation"), progress=False)
+        evaluate(model, Split("t", tuple(examples), answer_type="generation"), progress=False)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -406,7 +406,7 @@ def test_errors(model, arithmetic_split):
         evaluate(model, arithmetic_split, ["L7H0"], progress=False)
     with pytest.raises(ValueError, match="at least one"):
         evaluate(model, arithmetic_split, [], progress=False)
-    bad = Split("d", (Example("x", "Question:", target=None),), kind="exact_match")
+    bad = Split("d", (Example("x", "Question:", target=None),), answer_type="exact_match")
     with pytest.raises(ValueError, match="no target"):
         evaluate(model, bad, progress=False)
 

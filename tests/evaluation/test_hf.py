@@ -34,7 +34,7 @@ def pair(tiny_checkpoints):
 
 
 def _same(a, b) -> None:
-    assert a.ids == b.ids and a.kind == b.kind and a.metric == b.metric
+    assert a.ids == b.ids and a.answer_type == b.answer_type and a.metric == b.metric
     assert torch.equal(a.correct, b.correct)
     torch.testing.assert_close(a.scores, b.scores, atol=SCORE_ATOL, rtol=0, equal_nan=True)
 
@@ -44,7 +44,7 @@ def test_exact_match_equals_cel_lens(arch, pair):
     hooked, plain = pair(arch)
     planted = list(planted_task(hooked, n=12).test)  # targets the model predicts; swap every third one
     examples = [ex if i % 3 else Example(ex.id, ex.prompt, target=planted[i - 1].target + " 7") for i, ex in enumerate(planted)]
-    split = Split("test", tuple(examples), task="planted", kind="exact_match")
+    split = Split("test", tuple(examples), task="planted", answer_type="exact_match")
     ref = evaluate(hooked, split, None, batch_size=5, progress=False)
     assert 0 < ref.correct.float().mean() < 1
     _same(ref, evaluate_plain(plain, split, batch_size=5))
@@ -63,14 +63,14 @@ def test_multiple_choice_equals_cel_lens(pair, data_dir):
 def test_generation_equals_cel_lens(pair):
     hooked, plain = pair("llama")
     examples = [Example(f"g/{i}", f"Question: What is {i} plus {2 * i}?\nAnswer:", target=" x") for i in range(7)]
-    completions = evaluate(hooked, Split("t", tuple(examples), kind="generation", judge=lambda ex, c: True),
+    completions = evaluate(hooked, Split("t", tuple(examples), answer_type="generation", judge=lambda ex, c: True),
                            max_new_tokens=6, progress=False).completions[0]
     wanted = {ex.id: c for ex, c in zip(examples, completions)}
 
     def judge(ex: Example, completion: str) -> bool:
         return completion == wanted[ex.id] and int(ex.id.split("/")[1]) % 2 == 0
 
-    split = Split("test", tuple(examples), task="toy", kind="generation", metric="pass@1", judge=judge,
+    split = Split("test", tuple(examples), task="toy", answer_type="generation", metric="pass@1", judge=judge,
                   options={"max_new_tokens": 6, "stop": ["\n"]})
     ref = evaluate(hooked, split, None, batch_size=3, progress=False)
     out = evaluate_plain(plain, split, batch_size=3)

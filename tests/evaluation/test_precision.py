@@ -103,10 +103,10 @@ def _splits(model) -> dict[str, Split]:
                        label=i % c) for i, c in enumerate(counts))
     gen = tuple(Example(f"g/{i}", text(rng.randint(2, 8)), meta={"stop": ["\n"]}) for i in range(8))
     return {
-        "exact_match": Split("dist", tuple(em), task="em", kind="exact_match"),
-        "multiple_choice": Split("dist", mc, task="mc", kind="multiple_choice"),
-        "acc_norm": Split("dist", hs, task="hs", kind="multiple_choice", metric="acc_norm"),
-        "generation": Split("dist", gen, task="gen", kind="generation", metric="pass@1",
+        "exact_match": Split("dist", tuple(em), task="em", answer_type="exact_match"),
+        "multiple_choice": Split("dist", mc, task="mc", answer_type="multiple_choice"),
+        "acc_norm": Split("dist", hs, task="hs", answer_type="multiple_choice", metric="acc_norm"),
+        "generation": Split("dist", gen, task="gen", answer_type="generation", metric="pass@1",
                             judge=lambda ex, c: len(c) % 2 == 0, options={"max_new_tokens": 6}),
     }
 
@@ -153,7 +153,7 @@ def test_bf16_bits_equal_float32_on_smollm2(smollm2_bridge):
     mc = tuple(Example(f"b/{i}", f"Is {rng.randint(1, 99)} larger than {rng.randint(1, 99)}?\nAnswer:",
                        choices=(" no", " yes"), label=i % 2) for i in range(8))
     sets = ["intact", "L3H1"]
-    for split in (Split("dist", em, task="em", kind="exact_match"), Split("dist", mc, task="mc", kind="multiple_choice")):
+    for split in (Split("dist", em, task="em", answer_type="exact_match"), Split("dist", mc, task="mc", answer_type="multiple_choice")):
         exact = evaluate(model, split, sets, batch_size=8, progress=False, precision="float32")
         fast = evaluate(model, split, sets, batch_size=8, progress=False, precision="bf16")
         assert fast.recomputed is not None and fast.precision == "bf16"

@@ -53,7 +53,7 @@ def _split() -> Split:
     prompts = [f"{head} {_words(rng, rng.randint(2, 12))}\nA:" for _ in range(14)] + [head]
     prompts += [f"Q: {_words(rng, 4)}\nA:", f"She {_words(rng, 5)}\nA:"]
     examples = [Example(f"em/{i}", p, target=" " + _words(rng, rng.randint(1, 3))) for i, p in enumerate(prompts)]
-    return Split("dist", tuple(examples), task="arith", kind="exact_match", metric="acc")
+    return Split("dist", tuple(examples), task="arith", answer_type="exact_match", metric="acc")
 
 
 def test_common_prefix_hand_computed():
@@ -132,7 +132,7 @@ def test_multiple_choice_rows_share_their_prompt_start(models):
     examples = [Example(f"h/{i}", "Pick the ending. Story: " + _words(rng, rng.randint(3, 9)),
                         choices=tuple(" " + _words(rng, rng.randint(1, 4)) for _ in range(3)), label=i % 3)
                 for i in range(10)]
-    split = Split("dist", tuple(examples), task="hellaswag", kind="multiple_choice", metric="acc_norm")
+    split = Split("dist", tuple(examples), task="hellaswag", answer_type="multiple_choice", metric="acc_norm")
     sets = [HeadSet.parse(x) for x in SETS]
     runs = []
     for share in (False, True):

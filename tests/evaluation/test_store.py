@@ -39,7 +39,7 @@ def em_split(model):
             if text and encode_pair(model, prompt, text)[1] == gen.tolist():
                 target = text
         examples.append(Example(f"a/{i}", prompt, target=target))
-    return Split("dist", tuple(examples), task="arithmetic", kind="exact_match", metric="acc")
+    return Split("dist", tuple(examples), task="arithmetic", answer_type="exact_match", metric="acc")
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +50,7 @@ def mc_split():
         Example(f"h/{i}", f"A woman is seen speaking {i}", choices=tuple(rng.sample(endings, 3)), label=i % 3)
         for i in range(8)
     ]
-    return Split("dist", tuple(examples), task="hellaswag", kind="multiple_choice", metric="acc_norm")
+    return Split("dist", tuple(examples), task="hellaswag", answer_type="multiple_choice", metric="acc_norm")
 
 
 def _every_layer_sets() -> list[str]:

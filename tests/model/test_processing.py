@@ -62,7 +62,7 @@ def test_folded_value_biases_are_named_once(tiny_checkpoints):
     assert "fold_value_biases=True" in found[0] and "from_pretrained_no_processing" in found[0]
     assert "cel_lens.load_model" in found[0]
     assert _ablation_error(folded, _hf(path)) > 1e-2  # what the warning is about: ablation is inexact
-    split = Split("s", (Example("a", "Question: 1 plus 1?\nAnswer:", target=" 2"),), kind="exact_match")
+    split = Split("s", (Example("a", "Question: 1 plus 1?\nAnswer:", target=" 2"),), answer_type="exact_match")
     assert _caught(lambda: evaluate(folded, split, "L0H0", progress=False)) == []  # once per model
     # a fresh processed model through evaluate() and ablate() alone
     again = _hooked(path, fold_value_biases=True)

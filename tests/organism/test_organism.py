@@ -59,7 +59,7 @@ def test_tasks_follow_their_rules_and_are_disjoint_and_deterministic():
     b = load_task(SIDE_TASK, n_dist=300, n_test=200, seed=3)
     again = load_task(ORGANISM_TASK, n_dist=300, n_test=200, seed=3)
     other = load_task(ORGANISM_TASK, n_dist=300, n_test=200, seed=4)
-    assert (a.kind, len(a.dist), len(a.test)) == ("exact_match", 300, 200)
+    assert (a.answer_type, len(a.dist), len(a.test)) == ("exact_match", 300, 200)
     assert [(e.id, e.prompt, e.target) for e in [*a.dist, *a.test]] == [(e.id, e.prompt, e.target) for e in [*again.dist, *again.test]]
     assert not {e.content_hash for e in a.dist} & {e.content_hash for e in a.test}
     assert {e.prompt for e in a.test} != {e.prompt for e in other.test}

@@ -71,7 +71,7 @@ def test_boolq_and_hellaswag_yamls_give_the_builtin_examples(data_dir, tmp_path,
     rows = lm_side.write_jsonl(tmp_path / "boolq_val.jsonl", lm_side.superglue_boolq_rows(data_dir / "boolq" / "dev.jsonl"))
     yaml = local_yaml(tmp_path, "super_glue/boolq/default.yaml", "boolq_local", {"validation": str(rows)}, training_split=None)
     small = load_task(yaml, n_dist=2, n_test=2)
-    assert (small.kind, small.metric, small.options["dist_from"]) == ("multiple_choice", "acc", "validation")
+    assert (small.answer_type, small.metric, small.options["dist_from"]) == ("multiple_choice", "acc", "validation")
     builtin = load_task("boolq", n_dist=10, n_test=N["boolq"], data_dir=data_dir).test
     bad = same_examples(builtin, adapted(yaml, builtin), _row)
 
@@ -94,5 +94,5 @@ def test_arithmetic_yamls_give_the_builtin_examples(data_dir, tmp_path):
         mine = [e for e in builtin if e.meta["config"] == config]
         bad += same_examples(mine, adapted(yaml, mine), _row)
     small = load_task(yaml, n_dist=2, n_test=2)
-    assert (small.kind, small.metric) == ("exact_match", "acc")
+    assert (small.answer_type, small.metric) == ("exact_match", "acc")
     assert not bad, "\n".join(bad)

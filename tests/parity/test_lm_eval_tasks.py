@@ -72,11 +72,11 @@ def compare(task, res, samples: dict[int, dict], v: int) -> dict:
     for i, ex in enumerate(task.test):
         s = samples[ex.meta["doc_id"]]
         args = [tuple(a) for a in s["arguments"]]
-        if task.kind == "multiple_choice":
+        if task.answer_type == "multiple_choice":
             same_input = args == [(ex.prompt, c) for c in ex.choices]
             ours = (bool(res.extra["acc"][v, i]), bool(res.extra["acc_norm"][v, i]))
             theirs = (bool(s["acc"]), bool(s["acc_norm"]))
-        elif task.kind == "exact_match":
+        elif task.answer_type == "exact_match":
             same_input = args == [(ex.prompt, ex.target)]
             ours, theirs = bool(res.correct[v, i]), bool(s["acc"])
         else:
@@ -109,7 +109,7 @@ def check_parity(model, checkpoint: Path, heads: HeadSet, name: str, n: int, tmp
         m = len(task.test)
         rows.append({"task": f"lm-eval YAML {name}", "bos": label, "loader": "hooked", "variant": variant, "max_dll": None,
                      "decisions": f"{got['decisions']}/{m}", "inputs": f"{got['inputs']}/{m}",
-                     "gens": f"{got['gens']}/{m}" if task.kind == "generation" else None})
+                     "gens": f"{got['gens']}/{m}" if task.answer_type == "generation" else None})
     changed = not torch.equal(res.scores[0], res.scores[1]) or res.completions is not None and res.completions[0] != res.completions[1]
     return {"problems": problems, "changed": changed}
 

@@ -67,14 +67,14 @@ def test_rows_as_text(table):
 def test_rows_show_the_calibrated_gain_beside_the_raw_one(table):
     column = ROW_HEADER.index("calibrated Δ (95% CI)")
     assert column == ROW_HEADER.index("Δ (95% CI)") + 1
-    cal = {"applies": True, "kind": "multiple_choice", "gain_cal": 0.002, "ci_low_cal": -0.01, "ci_high_cal": 0.015,
+    cal = {"applies": True, "answer_type": "multiple_choice", "gain_cal": 0.002, "ci_low_cal": -0.01, "ci_high_cal": 0.015,
            "survives": False}
     row = {**table["rows"][0], "calibration": cal}
     assert row_cells(row)[column] == "+0.20 pp [-1.00 pp, +1.50 pp], prior only"
     assert row_cells(row, short=True)[column] == "+0.20 [-1.00, +1.50], prior only"
     survived = {**row, "calibration": {**cal, "ci_low_cal": 0.001, "survives": True}}
     assert row_cells(survived)[column] == "+0.20 pp [+0.10 pp, +1.50 pp]"
-    exact = {**row, "calibration": {"applies": False, "kind": "exact_match"}}
+    exact = {**row, "calibration": {"applies": False, "answer_type": "exact_match"}}
     assert row_cells(exact)[column] == "no fixed choices"
     assert "Calibrated Δ: calibrated accuracies refit" in grid_markdown(table)
 

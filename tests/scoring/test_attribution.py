@@ -25,14 +25,14 @@ def planted_choice_split(model, n: int = 12, heads: str | None = "L1H2", metric:
                 choices=tuple(CHOICES[(i + j) % len(CHOICES)] for j in range(4)), label=0)
         for i in range(n)
     ]
-    split = Split("dist", tuple(examples), "mc", kind="multiple_choice", metric=metric)
+    split = Split("dist", tuple(examples), "mc", answer_type="multiple_choice", metric=metric)
     ll = evaluate(model, split, [HeadSet.parse(heads or "intact")], progress=False).extra["choice_ll"][0]
     chars = torch.tensor([[len(c) - 1 for c in e.choices] for e in examples], dtype=ll.dtype)
     labels = (ll / chars if metric == "acc_norm" else ll).argmax(-1).tolist()
     if heads is None:
         labels = [y if i % 2 == 0 else (y + 1) % 4 for i, y in enumerate(labels)]
     relabelled = tuple(Example(e.id, e.prompt, choices=e.choices, label=y) for e, y in zip(examples, labels))
-    return Split("dist", relabelled, "mc", kind="multiple_choice", metric=metric)
+    return Split("dist", relabelled, "mc", answer_type="multiple_choice", metric=metric)
 
 
 @pytest.mark.parametrize("metric", ["acc", "acc_norm"])

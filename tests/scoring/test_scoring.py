@@ -134,6 +134,6 @@ def test_attribution_equals_the_derivative_of_the_metric_along_the_ablation_path
 
 
 def test_attribution_refuses_generation_splits(tiny_model):
-    split = Split("dist", (Example("g/0", "def f():"),), "toy", kind="generation")
+    split = Split("dist", (Example("g/0", "def f():"),), "toy", answer_type="generation")
     with pytest.raises(ValueError, match="scorable"):
         attribution_scores(tiny_model, split)

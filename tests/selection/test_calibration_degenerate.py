@@ -7,7 +7,7 @@ from cel_lens.selection.calibration import NO_CHANGE_NOTE, calibrated_gain_text,
 
 
 def _result(gain: float, low: float, high: float) -> dict:
-    c = {"applies": True, "kind": "multiple_choice", "names": [" no", " yes"], "gain_cal": gain, "ci_low_cal": low,
+    c = {"applies": True, "answer_type": "multiple_choice", "names": [" no", " yes"], "gain_cal": gain, "ci_low_cal": low,
          "ci_high_cal": high, "survives": True, "test_acc_intact_cal": 0.6, "test_acc_ablated_cal": 0.6 + gain,
          "ci_intact_cal": [0.5, 0.7], "ci_ablated_cal": [0.5, 0.7], "shares_intact": [0.5, 0.5],
          "shares_ablated": [0.5, 0.5], "p_value_cal": 1.0}

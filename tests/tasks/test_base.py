@@ -18,7 +18,7 @@ def test_task_and_split_reprs_are_one_short_line():
     assert repr(task) == "<Task 'toy': exact_match, acc, dist 500 / test 500 examples>"
     assert repr(task.test) == "<Split 'test' of 'toy': 500 examples, exact_match, acc>"
     assert repr(task.test[:3]) == "<Split 'test' of 'toy': 3 examples, exact_match, acc>"
-    assert repr(Split("s", ())) == "<Split 's': 0 examples, kind unset, acc>"
+    assert repr(Split("s", ())) == "<Split 's': 0 examples, answer type unset, acc>"
     assert str(task) == repr(task)
 
 
@@ -30,5 +30,5 @@ def test_html_summaries_are_short_escaped_and_show_the_first_examples():
     assert "<b>0</b>" not in page and html.escape("<b>0</b>") in page  # example text is escaped
     split_page = task.test._repr_html_()
     assert len(split_page) < 2000 and "t/t/0" in split_page and html.escape(repr(task.test)) in split_page
-    mc = Split("m", (Example("m/0", "Pick:", choices=(" a", " b"), label=1),), kind="multiple_choice")
+    mc = Split("m", (Example("m/0", "Pick:", choices=(" a", " b"), label=1),), answer_type="multiple_choice")
     assert "b (2 of 2)" in mc._repr_html_()

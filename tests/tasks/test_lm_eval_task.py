@@ -29,7 +29,7 @@ def at_repo_root(monkeypatch):
 
 def test_multiple_choice_examples_come_from_lm_eval():
     task = load_task(MC, n_dist=6, n_test=8, seed=1)
-    assert (task.kind, task.metric, task.name) == ("multiple_choice", "acc", MC)
+    assert (task.answer_type, task.metric, task.name) == ("multiple_choice", "acc", MC)
     rows = [json.loads(x) for x in (FIXTURES / "data" / "mc_test.jsonl").read_text().splitlines()]
     for ex in task.test:
         row = rows[ex.meta["doc_id"]]
@@ -43,11 +43,11 @@ def test_multiple_choice_examples_come_from_lm_eval():
 
 def test_loglikelihood_and_generation_kinds():
     ll = load_task(LL, n_dist=5, n_test=5)
-    assert (ll.kind, ll.metric) == ("exact_match", "acc") and ll.options["metrics"] == ["perplexity", "acc"]
+    assert (ll.answer_type, ll.metric) == ("exact_match", "acc") and ll.options["metrics"] == ["perplexity", "acc"]
     ex = ll.test[0]
     assert ex.target.startswith(" ") and " " not in ex.target[1:] and not ex.prompt.endswith(" ")
     gen = load_task(GEN, n_dist=3, n_test=4)
-    assert (gen.kind, gen.metric, gen.options["filter"], gen.test.max_new_tokens) == ("generation", "exact_match", "number", 8)
+    assert (gen.answer_type, gen.metric, gen.options["filter"], gen.test.max_new_tokens) == ("generation", "exact_match", "number", 8)
     assert gen.test.stop_strings(gen.test[0]) == ("\n", "Q:")
 
 
@@ -192,6 +192,6 @@ def test_search_on_a_yaml_task_records_it_and_resumes(tiny_checkpoints, tmp_path
     run = cl.search(model, MC, **kw)
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
     assert manifest["task"]["name"] == MC and manifest["task"]["options"]["yaml_sha256"]
-    assert manifest["task"]["kind"] == "multiple_choice" and run.result.n_test == 12
+    assert manifest["task"]["answer_type"] == "multiple_choice" and run.result.n_test == 12
     again = cl.search(model, MC, **kw)
     assert str(again.result.heads) == str(run.result.heads) and again.result.gain == run.result.gain

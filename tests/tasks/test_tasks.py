@@ -81,7 +81,7 @@ def test_cli_tasks_lists_sources_and_local_files(data_dir: Path, capsys: pytest.
     assert main(["tasks", "--json", "--data-dir", str(SHARED)]) == 0
     out = json.loads(capsys.readouterr().out)
     rows = {r["task"]: r for r in out["tasks"]}
-    assert rows["boolq"]["hub"] == "aps/super_glue (boolq)"
+    assert rows["boolq"]["hub"] == "aps/super_glue (boolq)" and rows["boolq"]["answer_type"] == "multiple_choice"
     assert rows["boolq"]["local"] == {"boolq/train.jsonl": "missing", "boolq/dev.jsonl": "found"}
     assert set(rows["arithmetic"]["local"].values()) == {"found"}
     assert main(["tasks", "--data-dir", str(data_dir)]) == 0
@@ -95,7 +95,7 @@ def test_cli_tasks_lists_sources_and_local_files(data_dir: Path, capsys: pytest.
 @needs_data
 def test_arithmetic_paper_sizes_every_config_and_rows_match_ids(arith: Task) -> None:
     assert (len(arith.dist), len(arith.test)) == (2000, 1000)
-    assert arith.kind == "exact_match" and arith.test.kind == "exact_match"
+    assert arith.answer_type == "exact_match" and arith.test.answer_type == "exact_match"
     for split in (arith.dist, arith.test):
         per_config = Counter(e.meta["config"] for e in split)
         assert set(per_config) == set(CONFIGS)  # each of the 10 configs is represented
@@ -188,7 +188,7 @@ def test_mbpp_splits_are_the_official_task_id_ranges(mbpp_task: Task) -> None:
     near = {606, 683, 731, 658, 965, 952, 673, 777, 837, 945}  # near-paraphrases of test problems
     assert {e.meta["task_id"] for e in mbpp_task.dist} == set(range(601, 975)) - {602, 704, 872} - near
     assert {e.meta["task_id"] for e in mbpp_task.test} == set(range(11, 511))
-    assert mbpp_task.kind == "generation" and mbpp_task.metric == "pass@1"
+    assert mbpp_task.answer_type == "generation" and mbpp_task.metric == "pass@1"
     assert mbpp_task.judge is mbpp.judge and mbpp_task.test.judge is mbpp.judge
     assert mbpp_task.options["stop"] == ["[DONE]"] and mbpp_task.options["max_new_tokens"] == 256
     assert mbpp_task.options["sources"][0]["official"] is True
@@ -352,7 +352,7 @@ def test_same_text_across_splits_is_an_overlap_even_with_other_content() -> None
     b = Example(id="t/2", prompt="what is 2+2?", target=" four")
     assert a.content_hash != b.content_hash and a.dedup_key == b.dedup_key == "what is 2+2?"
     with pytest.raises(SplitOverlapError, match="normalised prompt text: t/1=t/2"):
-        Task(name="t", kind="exact_match", dist=[a], test=[b])
+        Task(name="t", answer_type="exact_match", dist=[a], test=[b])
     kept, removed = drop_same_text([a, Example(id="t/3", prompt="What is 3+3?")], [b])
     assert [e.id for e in kept] == ["t/3"] and removed == [("t/1", "t/2")]
 
@@ -378,7 +378,7 @@ def test_boolq_prompt_format_by_hand() -> None:
 def test_boolq_real_validation_and_fixture_train(data_dir: Path) -> None:
     t = load_task("boolq", n_dist=30, data_dir=data_dir)
     assert (len(t.dist), len(t.test)) == (30, 3270)
-    assert t.kind == "multiple_choice" and t.metric == "acc"
+    assert t.answer_type == "multiple_choice" and t.metric == "acc"
     first = next(e for e in t.test if e.id == "boolq/validation/0")  # dev.jsonl's first row, by hand
     assert first.prompt.startswith("Ethanol fuel -- All biomass goes through at least some of these steps")
     # lm-eval's logged boolq sample (SuperGLUE's passage) for dev.jsonl row 8, as published
@@ -436,7 +436,7 @@ def test_crafted_overlap_is_an_error_not_a_warning() -> None:
     a = boolq.make_example({"question": "q", "answer": True, "passage": "p"}, "train", 0)
     same = boolq.make_example({"question": "q", "answer": True, "passage": "p"}, "validation", 5)
     with pytest.raises(SplitOverlapError, match="boolq/train/0=boolq/validation/5"):
-        Task(name="boolq", kind="multiple_choice", dist=[a], test=[same])
+        Task(name="boolq", answer_type="multiple_choice", dist=[a], test=[same])
 
 
 def test_duplicate_ids_are_rejected() -> None:
@@ -476,7 +476,7 @@ def test_hellaswag_preprocessing_of_a_bracketed_row_by_hand() -> None:
 def test_hellaswag_loads_from_fixtures(data_dir: Path) -> None:
     t = load_task("hellaswag", n_dist=30, data_dir=data_dir)
     assert (len(t.dist), len(t.test)) == (30, 24)
-    assert t.kind == "multiple_choice" and t.metric == "acc_norm" and t.options["metrics"] == ["acc_norm", "acc"]
+    assert t.answer_type == "multiple_choice" and t.metric == "acc_norm" and t.options["metrics"] == ["acc_norm", "acc"]
     assert all(len(e.choices) == 4 and 0 <= e.label < 4 and "[" not in e.prompt for e in [*t.dist, *t.test])
     assert all(s["fixture"] for s in t.options["sources"])
     same = load_task("hellaswag", n_dist=30, data_dir=data_dir)

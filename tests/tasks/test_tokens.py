@@ -29,7 +29,7 @@ def test_evaluate_scores_the_argmax_against_the_answer_ids(toy):
     answers = logits.argmax(-1)
     answers[::3] = (answers[::3] + 1) % 20  # every third answer is not the argmax: wrong
     task = token_task(tokens, answers, n_test=20)
-    assert len(task.dist) == len(task.test) == 20 and task.kind == "exact_match"
+    assert len(task.dist) == len(task.test) == 20 and task.answer_type == "exact_match"
     res = cl.evaluate(model, task.test, ["intact", "L0H1"], progress=False)
     index = {f"tokens/{i}": i for i in range(40)}
     expected = torch.tensor([i % 3 != 0 for i in (index[e] for e in res.ids)])

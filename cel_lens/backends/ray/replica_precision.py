@@ -20,11 +20,11 @@ class RayPrecision:
         self._worker_kwargs["precision"] = precision
         self._run([(i, i, "set_precision", (precision,)) for i in range(self.workers)])
 
-    def precision_record(self, kind: Optional[str]) -> dict[str, Any]:
-        """The precision the replicas compute a split of ``kind`` in and their summed tally (per
+    def precision_record(self, answer_type: Optional[str]) -> dict[str, Any]:
+        """The precision the replicas compute a split of ``answer_type`` in and their summed tally (per
         split: decisions made in bf16, recomputed in float32, share). A replica Ray restarted
         counts only what it did since its restart."""
-        records = self._run([(i, i, "precision_record", (kind,)) for i in range(self.workers)])
+        records = self._run([(i, i, "precision_record", (answer_type,)) for i in range(self.workers)])
         computes = sorted({r["compute"] for r in records.values()})
         counts: dict[str, list[int]] = {}
         for r in records.values():

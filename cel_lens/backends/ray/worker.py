@@ -60,7 +60,7 @@ class ShardWorker:
         self.build_s = time.perf_counter() - t0
         self.task = task
         self.batch_size = int(batch_size)
-        self.use_store = bool(use_store) and self.task.kind != "generation"
+        self.use_store = bool(use_store) and self.task.answer_type != "generation"
         self.store_dtype = store_dtype
         self._stores: dict[tuple[str, tuple[int, ...]], Any] = {}
         self.precision: Optional[str] = None
@@ -72,10 +72,10 @@ class ShardWorker:
         self.precision = check_precision(precision)
         use_precision(self.model, self.precision)
 
-    def precision_record(self, kind: Optional[str]) -> dict[str, Any]:
-        """The precision this replica computes a split of ``kind`` in, and its tally since
+    def precision_record(self, answer_type: Optional[str]) -> dict[str, Any]:
+        """The precision this replica computes a split of ``answer_type`` in, and its tally since
         :meth:`set_precision` (per split: decisions made in bf16, recomputed, share)."""
-        return {"compute": resolve_precision(self.precision, self.model, kind), "recomputed": recompute_summary(self.model)}
+        return {"compute": resolve_precision(self.precision, self.model, answer_type), "recomputed": recompute_summary(self.model)}
 
     def info(self) -> dict[str, Any]:
         """Shape, manifest entry (id, weights hash, dtype), process and build time of the replica."""
