@@ -24,6 +24,7 @@ from jaxtyping import Bool
 from torch import Tensor
 
 from cel_lens.config import SearchConfig
+from cel_lens.selection.records import AdjustedTest
 from cel_lens.stats import minimum_detectable_effect
 
 __all__ = ["DEFAULT_MIN_EFFECT", "selection_adjusted_test", "nothing_helps_warning",
@@ -42,7 +43,7 @@ def selection_adjusted_test(
     seed: int = 0,
     alpha: float = 0.05,
     min_effect: float = DEFAULT_MIN_EFFECT,
-) -> dict[str, Any]:
+) -> AdjustedTest:
     """The max-statistic sign-flip test of "no evaluated head set raises D_dist accuracy".
     ``correct``: every evaluated head set's D_dist correctness; ``intact``: the intact model's.
 

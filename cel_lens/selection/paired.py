@@ -28,6 +28,7 @@ from torch import Tensor
 
 from cel_lens.config import CI_METHODS, SearchConfig
 from cel_lens.heads import HeadSet
+from cel_lens.selection.records import Decision, LeaveOneOut
 from cel_lens.stats import (
     paired_bootstrap_ci,
     holm_adjust,
@@ -63,7 +64,7 @@ DECISION_TEST = "one-sided exact McNemar (sign test on the discordant examples)"
 """The one test behind every "helps", "significant" and "survives" a result prints."""
 
 
-def enhancement_decision(intact: Any, ablated: Any, alpha: float = 0.05) -> dict[str, Any]:
+def enhancement_decision(intact: Any, ablated: Any, alpha: float = 0.05) -> Decision:
     """The decision "ablating raises accuracy" on paired 0/1 outcomes, by the one rule
     (:func:`cel_lens.stats.sign_test_p` at most ``alpha``), with the exact one-sided bound that
     agrees with it by construction, the largest gain it does not rule out, and the smallest gain
@@ -157,7 +158,7 @@ def leave_one_out(
     ablated: Bool[Tensor, " example"],
     *,
     alpha: float = 0.05,
-) -> dict[str, Any]:
+) -> LeaveOneOut:
     """Each head's contribution to S-hat on the examples ``ablated`` (S-hat's correctness) is
     measured on: ``evaluate(head_sets)`` gives the correctness of S-hat without each head (the
     intact model for a one-head S-hat). Returns ``{"alpha", "heads": [{"head", "without",

@@ -42,6 +42,7 @@ from torch import Tensor
 
 from cel_lens.config import PARSIMONY_RULES, SearchConfig
 from cel_lens.heads import HeadSet
+from cel_lens.selection.records import ParsimonyChoice
 from cel_lens.selection.subsets import SubsetScore, selection_key
 from cel_lens.stats import sign_test_p
 
@@ -159,7 +160,7 @@ class RuleTable:
 def select_parsimonious(
     subsets: Sequence[SubsetScore], correct: Bool[Tensor, "subset example"], rule: str = SearchConfig.parsimony,
     *, stand_ins: Optional[int] = None, alpha: float = 0.05,
-) -> tuple[SubsetScore, dict[str, Any]]:
+) -> tuple[SubsetScore, ParsimonyChoice]:
     """S-hat under ``rule`` and the record of the choice: ``{"rule", "best", "best_dist_gain",
     "tolerance", "chosen", "candidates", "dropped", "passengers"}`` (``tolerance``: for the
     standard-error rules, the margin in accuracy; ``dropped``: the backward rule's steps;

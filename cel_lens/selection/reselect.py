@@ -24,6 +24,7 @@ from torch import Tensor
 from cel_lens.heads import Head, HeadSet
 from cel_lens.config import SearchConfig
 from cel_lens.selection.parsimony import RuleTable
+from cel_lens.selection.records import SplitHalf, StabilityRecord
 from cel_lens.selection.subsets import SubsetScore
 
 __all__ = ["Reselector", "reselecting_stability", "split_half_agreement"]
@@ -87,7 +88,7 @@ def _summary(picks: list[tuple[Optional[HeadSet], bool]], selected: HeadSet) -> 
 
 def reselecting_stability(
     reselector: Reselector, selected: HeadSet, *, n_resamples: int = 200, seed: int = 0
-) -> dict[str, Any]:
+) -> StabilityRecord:
     """How often the whole selection, redone on a bootstrap resample of D_dist, picks ``selected``:
     ``{"method": "reselect", "n_resamples", "selected", "selected_frequency" (certain wins: the
     lower bound), "upper" (also counting resamples where it beat every evaluated candidate but an
@@ -99,7 +100,7 @@ def reselecting_stability(
     return {"method": "reselect", "n_resamples": int(n_resamples), **_summary(picks, selected)}
 
 
-def split_half_agreement(reselector: Reselector, *, n_splits: int = 100, seed: int = 0) -> dict[str, Any]:
+def split_half_agreement(reselector: Reselector, *, n_splits: int = 100, seed: int = 0) -> SplitHalf:
     """Select on a random half of D_dist and again on the other half, ``n_splits`` times:
     ``{"n_splits", "agree", "agree_upper", "unknown"}`` (``agree``: the fraction of splits whose two
     halves certainly chose the same subset; ``agree_upper`` also counts agreements where a half

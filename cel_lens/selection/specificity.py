@@ -15,7 +15,7 @@ before the selection is fixed, minus what is already known) plus ``R`` test eval
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
 from jaxtyping import Bool, Float
 from torch import Tensor
@@ -23,6 +23,7 @@ from torch import Tensor
 from cel_lens.config import SearchConfig
 from cel_lens.heads import Head, HeadSet
 from cel_lens.oracle import Oracle, call_oracle, evaluate_chunked
+from cel_lens.selection.records import SpecificityRecord
 from cel_lens.selection.subsets import Strategy, SubsetScore, evaluate_subsets, select_best
 from cel_lens.stats import count_head_sets, null_min_p, null_p_value, random_head_sets
 
@@ -67,7 +68,7 @@ def specificity_statistics(
     *,
     chunk: int = 64,
     progress: bool = False,
-) -> dict[str, Any]:
+) -> SpecificityRecord:
     """Test gains of the random pools' ``winners`` (call only after S-hat is fixed: ``oracle`` reads
     the test split) against S-hat's ``gain``: ``{"n_pools", "n_possible", "winners", "dist_gains",
     "test_gains", "p_value", "min_p"}``."""

@@ -13,7 +13,7 @@ visited): what is resampled is the data stage 2 chose on, not stage 1.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 import torch
@@ -21,6 +21,7 @@ from jaxtyping import Bool
 from torch import Tensor
 
 from cel_lens.selection.parsimony import RuleTable
+from cel_lens.selection.records import StabilityRecord
 from cel_lens.selection.subsets import SubsetScore
 
 __all__ = ["DEFAULT_N_STABILITY", "selection_stability"]
@@ -45,7 +46,7 @@ def selection_stability(
     rule: str = "best",
     stand_ins: Optional[int] = None,
     alpha: float = 0.05,
-) -> dict[str, Any]:
+) -> StabilityRecord:
     """How often each subset wins stage 2's selection under ``rule`` (the search passes its own:
     :class:`~cel_lens.selection.parsimony.RuleTable`, the one implementation) on ``n_resamples``
     bootstrap resamples of D_dist. ``correct[i]`` is ``subsets[i]``'s per-example D_dist correctness.

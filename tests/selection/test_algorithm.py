@@ -116,15 +116,15 @@ def test_search_recovers_planted_subset(seed):
     oracle = planted_oracle(seed)
     r = run_search(oracle, k=3, pool_size=12, n_null=50, n_boot=2000, progress=False)
     assert r.heads == PLANTED
-    assert set(HeadSet.parse(PLANTED)) <= {Head.parse(h) for h in r.pool}
-    assert not set(HARMFUL) & set(r.pool)
-    assert r.dist_gain > 0.12 and r.gain > 0.12
-    assert r.ci_low > 0.08 and r.ci_high < 0.2 and r.ci_low <= r.gain <= r.ci_high
-    assert r.p_value < 1e-6
-    assert r.null_p < 0.05
-    assert abs(r.gain - oracle.true_gain(PLANTED)) < 0.04
-    assert r.test_acc_ablated - r.test_acc_intact == pytest.approx(r.gain)
-    assert r.n_dist == r.n_test == 1000 and len(r.subsets) == 298
+    assert set(HeadSet.parse(PLANTED)) <= {Head.parse(h) for h in r.discovery.pool}
+    assert not set(HARMFUL) & set(r.discovery.pool)
+    assert r.discovery.gain > 0.12 and r.test.gain > 0.12
+    assert r.test.ci_low > 0.08 and r.test.ci_high < 0.2 and r.test.ci_low <= r.test.gain <= r.test.ci_high
+    assert r.test.p_value < 1e-6
+    assert r.null.p < 0.05
+    assert abs(r.test.gain - oracle.true_gain(PLANTED)) < 0.04
+    assert r.test.acc_ablated - r.test.acc_intact == pytest.approx(r.test.gain)
+    assert r.n_dist == r.n_test == 1000 and len(r.discovery.subsets) == 298
 
 
 def _interaction_oracle() -> SyntheticOracle:
@@ -150,9 +150,9 @@ def test_interaction_missed_when_pool_excludes_one_head():
     neutral heads in canonical order (L0H1, L0H2, L0H3), so C = L1H3 is out and the pair is missed."""
     oracle = _interaction_oracle()
     r = run_search(oracle, k=2, pool_size=4, n_null=20, progress=False)
-    assert "L1H3" not in r.pool and "L0H2" in r.pool
+    assert "L1H3" not in r.discovery.pool and "L0H2" in r.discovery.pool
     assert r.heads == "L0H0"
-    assert r.gain < oracle.true_gain("L0H2+L1H3") - 0.1
+    assert r.test.gain < oracle.true_gain("L0H2+L1H3") - 0.1
 
 
 # -- selection rules -------------------------------------------------------------------------------
@@ -162,7 +162,7 @@ def test_tie_prefers_fewer_heads():
     oracle = SyntheticOracle(3, 3, n_dist=300, effects={"L1H1": 0.1})  # every superset of {L1H1} ties
     r = run_search(oracle, k=3, pool_size=9, n_null=5, posthoc=False, progress=False)
     assert r.heads == "L1H1"
-    top = [s for s in r.subsets if s["dist_acc"] == r.dist_acc_ablated]
+    top = [s for s in r.discovery.subsets if s["dist_acc"] == r.discovery.acc_ablated]
     assert len(top) == 1 + 8 + 28  # the tie really is there
 
 
@@ -218,7 +218,7 @@ def test_same_seed_same_result():
     b = run_search(planted_oracle(0, n_dist=400, n_test=400), n_null=30, n_boot=500, seed=7, progress=False)
     assert a == b  # timings excluded from equality
     c = run_search(planted_oracle(0, n_dist=400, n_test=400), n_null=30, n_boot=500, seed=8, progress=False)
-    assert c.heads == a.heads and c.gain == a.gain and c.null_gains != a.null_gains
+    assert c.heads == a.heads and c.test.gain == a.test.gain and c.null.gains != a.null.gains
 
 
 def test_selection_fixed_before_any_test_evaluation():
@@ -238,7 +238,7 @@ def test_given_scores_skip_stage_one():
     r = run_search(oracle, k=2, pool_size=5, scores=given, n_null=1, posthoc=False, progress=False)
     dist_sets = [s for split, sets in oracle.log if split == "dist" for s in sets]
     assert len(dist_sets) == 1 + 5 + 10  # intact + stage-2 subsets, no single-head sweep
-    assert r.scorer == "compressed" and r.scores == scores.tolist() and r.scores_split == "dist"
+    assert r.scorer == "compressed" and r.discovery.scores == scores.tolist() and r.discovery.scores_split == "dist"
     with pytest.raises(ValueError, match="shape"):
         run_search(inner, scores=Stage1Scores(torch.zeros(2, 2), "dist", "x"), progress=False)
 
@@ -273,7 +273,7 @@ def test_no_head_set_evaluated_twice_without_run_dir():
     r = run_search(inner, k=2, pool_size=6, n_null=30, progress=True)
     assert len(inner.calls) == len(set(inner.calls))
     assert len([c for c in inner.calls if c[0] == "dist"]) == 1 + 48 + 15  # intact, singles, new pairs
-    assert r.heads in {s["heads"] for s in r.subsets}
+    assert r.heads in {s["heads"] for s in r.discovery.subsets}
 
 
 # -- the test-split guard in every entry point --------------------------------------------------------
@@ -308,11 +308,11 @@ def test_test_statistics_refuse_an_oracle_without_the_selection_fixed():
 
 def test_selected_before_test_is_computed_from_what_happened():
     fresh = run_search(planted_oracle(0, n_dist=200, n_test=200), k=1, n_null=5, progress=False)
-    assert fresh.selected_before_test is True
+    assert fresh.test.selected_before_test is True
     memo = MemoOracle(planted_oracle(0, n_dist=200, n_test=200), guard_test=False)
     memo.evaluate("test", [HeadSet.parse("L1H3")])  # a peek at D_test before the search
     peeked = run_search(memo, k=1, n_null=5, progress=False)
-    assert peeked.selected_before_test is False
+    assert peeked.test.selected_before_test is False
     assert "NOT fixed before D_test was read" in str(peeked)
 
 
@@ -341,9 +341,9 @@ def test_the_interval_follows_the_config():
     oracle = planted_oracle(0, n_dist=200, n_test=200)
     found = {m: run_search(oracle, k=1, pool_size=4, n_null=5, n_boot=200, ci_method=m, progress=False)
              for m in ("tango", "newcombe", "bootstrap")}
-    assert {m: r.ci_method for m, r in found.items()} == {m: m for m in found}
-    assert len({(r.ci_low, r.ci_high) for r in found.values()}) == 3
-    assert all(r.ci_low <= r.gain <= r.ci_high for r in found.values())
+    assert {m: r.test.ci_method for m, r in found.items()} == {m: m for m in found}
+    assert len({(r.test.ci_low, r.test.ci_high) for r in found.values()}) == 3
+    assert all(r.test.ci_low <= r.test.gain <= r.test.ci_high for r in found.values())
     counting = CountingOracle(planted_oracle(0, n_dist=200, n_test=200))
     with pytest.raises(ValueError, match="unknown ci_method 'wald'"):
         run_search(counting, k=1, ci_method="wald", progress=False)
@@ -355,4 +355,4 @@ def test_a_search_whose_best_ablation_hurts_warns():
     oracle = SyntheticOracle(2, 2, n_dist=300, n_test=300, effects=harmful)
     with pytest.warns(UserWarning, match="least harmful"):
         r = run_search(oracle, k=1, n_null=3, progress=False)
-    assert r.dist_gain < 0 and "least harmful" in str(r)
+    assert r.discovery.gain < 0 and "least harmful" in str(r)

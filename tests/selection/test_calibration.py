@@ -129,7 +129,7 @@ def test_a_search_that_picks_the_prior_head_says_so():
         warnings.simplefilter("ignore")
         result = run_search(oracle, k=1, pool_size=3, n_null=5, n_boot=300, progress=False)
     assert result.heads == str(HeadSet.parse(oracle.prior))  # the biggest raw gain
-    assert result.gain > 0.1 and result.ci_low > 0
+    assert result.test.gain > 0.1 and result.test.ci_low > 0
     assert result.calibration["applies"] and not result.calibration["survives"]
     text = str(result)
     assert PRIOR_ONLY_LINE in text

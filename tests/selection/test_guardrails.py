@@ -46,9 +46,9 @@ def test_a_positive_gain_within_chance_is_not_shown_and_not_called_an_absence():
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         r = run_search(oracle, k=2, pool_size=4, n_null=5, progress=False)
-    assert r.dist_gain > 0
-    assert not r.adjusted["rejects"] and not r.adjusted["absence"]
-    assert r.adjusted["upper"] > r.adjusted["min_effect"] and r.adjusted["mde"] > 0
+    assert r.discovery.gain > 0
+    assert not r.discovery.adjusted["rejects"] and not r.discovery.adjusted["absence"]
+    assert r.discovery.adjusted["upper"] > r.discovery.adjusted["min_effect"] and r.discovery.adjusted["mde"] > 0
     assert any("no evidence that any ablation helps" in str(w.message) for w in caught)
     assert not any(str(w.message).startswith("nothing helps") for w in caught)
     assert "NOT SHOWN" in str(r) and "not ruled out" in str(r)

@@ -120,5 +120,5 @@ def test_a_result_prints_the_decision_row_and_labels_its_interval():
         r = run_search(SyntheticOracle(4, 4, n_dist=300, n_test=300, effects={"L1H2": 0.08}, noise=0.05, seed=3),
                        k=2, pool_size=4, n_null=5, progress=False)
     text = str(r)
-    assert r.decision["p"] == r.p_enhance and r.decision["helps"] == (r.p_enhance <= 0.05)
+    assert r.test.decision["p"] == r.test.p_enhance and r.test.decision["helps"] == (r.test.p_enhance <= 0.05)
     assert "ablation helps? (D_test)" in text and "(descriptive; the decision is the one-sided exact test)" in text

@@ -33,13 +33,13 @@ def test_padding_with_null_heads_is_dropped():
 def test_the_rule_and_its_choice_are_recorded_in_the_result():
     oracle = SyntheticOracle(4, 4, n_dist=300, n_test=300, effects={"L1H2": 0.08}, noise=0.05, seed=3)
     r = run_search(oracle, k=3, pool_size=6, n_null=5, parsimony="one_se", progress=False)
-    assert r.parsimony["rule"] == "one_se" and r.parsimony["chosen"] == r.heads == "L1H2"
+    assert r.discovery.parsimony["rule"] == "one_se" and r.discovery.parsimony["chosen"] == r.heads == "L1H2"
     assert "within one standard error" in str(r)
     default = run_search(oracle, k=3, pool_size=6, n_null=5, progress=False)
-    assert default.parsimony["rule"] == "backward" and default.heads == "L1H2"
+    assert default.discovery.parsimony["rule"] == "backward" and default.heads == "L1H2"
     assert "dropped from the most accurate" in str(default)
     raw = run_search(oracle, k=3, pool_size=6, n_null=5, parsimony="best", progress=False)
-    assert raw.heads == r.parsimony["best"] and raw.parsimony["rule"] == "best"
+    assert raw.heads == r.discovery.parsimony["best"] and raw.discovery.parsimony["rule"] == "best"
     with pytest.raises(ValueError, match="parsimony"):
         run_search(oracle, k=3, pool_size=6, parsimony="smallest", progress=False)
     with pytest.raises(ValueError, match="shape"):

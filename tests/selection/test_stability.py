@@ -60,13 +60,13 @@ def test_without_any_effect_the_selection_is_unstable():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the best of noise may have a non-positive discovery gain
         r = run_search(oracle, k=2, pool_size=6, n_null=1, posthoc=False, n_stability=500, progress=False)
-    st = r.selection_stability
+    st = r.stability.selection
     assert st["method"] == "reselect"  # the pool is redone on every resample, not kept
     assert st["selected"] == r.heads and st["n_resamples"] == 500
     assert st["selected_frequency"] <= st["upper"] <= 1.0
     assert sum(w["frequency"] for w in st["wins"]) <= 1.0 + 1e-12
     assert "selection stability" in str(r) and "bootstrap resamples of D_dist" in str(r)
-    assert st["selected_frequency"] < 0.6 and r.split_half["agree"] <= r.split_half["agree_upper"] <= 1
+    assert st["selected_frequency"] < 0.6 and r.stability.split_half["agree"] <= r.stability.split_half["agree_upper"] <= 1
 
 
 def test_validates_its_input():
@@ -102,7 +102,7 @@ def test_ties_are_said_not_reported_as_a_clear_win():
         r = run_search(SyntheticOracle(2, 2, n_dist=50, n_test=50, noise=0.0, seed=0), k=1, pool_size=4, n_null=1,
                        posthoc=False, n_stability=50, progress=False)  # no head changes any answer
     text = format_result(r)
-    assert r.selection_stability["identical_subsets"] == 3 and "only by the tie-break" in text
+    assert r.stability.selection["identical_subsets"] == 3 and "only by the tie-break" in text
     assert "3 other subset(s) give the same answer on every D_dist example" in text
 
 
