@@ -23,6 +23,7 @@ from cel_lens.model.ablation import (
     Ablation, ablation_from_state, ablation_kind, fit_ablation, using_ablation,
 )
 from cel_lens.oracle import TEST_SPLIT, Journal, Oracle
+from cel_lens.selection.records import ControlGain
 from cel_lens.stats import paired_bootstrap_ci
 from cel_lens.tasks.base import Split
 
@@ -70,7 +71,7 @@ def learn_ablation(model: Any, dist: Split, kind: str, seed: int, journal: Optio
 def ablation_controls(
     model: Any, oracle: Oracle, heads: HeadSet, used: str, dist: Split, *, seed: int, n_boot: int,
     alpha: float = 0.05, journal: Optional[Journal] = None,
-) -> Optional[dict[str, Any]]:
+) -> Optional[dict[str, ControlGain]]:
     """S-hat's D_test accuracy and gain (paired bootstrap CI) under every ablation kind but
     ``used``: ``{kind: {"acc_ablated", "gain", "ci_low", "ci_high", "record"}}``; ``None`` when S-hat
     is empty. Read back from ``journal`` when recorded; the oracle must evaluate on ``model``."""
@@ -80,7 +81,7 @@ def ablation_controls(
         recorded = journal.events("ablation_controls")
         if recorded:
             return recorded[-1]["controls"]
-    controls: dict[str, Any] = {}
+    controls: dict[str, ControlGain] = {}
     for kind in ABLATION_KINDS:
         if kind == used:
             continue
