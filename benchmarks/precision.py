@@ -50,7 +50,21 @@ def _tasks(n_arith: int, n_boolq: int, n_mbpp: int) -> dict[str, Any]:
     }
 
 
-def logit_error(model, split, yes_no: bool = False) -> dict[str, float]:
+def error_heads(model, n_random: int, seed: int = 0) -> list[str]:
+    """:data:`HEADS` plus ``n_random`` single heads drawn uniformly over every layer (seeded): the
+    variants a stage-1 scan evaluates, for the error part."""
+    cfg = model.cfg
+    g = torch.Generator().manual_seed(seed)
+    picks = torch.randperm(cfg.n_layers * cfg.n_heads, generator=g)[:n_random].tolist()
+    return HEADS + [f"L{i // cfg.n_heads}H{i % cfg.n_heads}" for i in sorted(picks)]
+
+
+YES_NO_GAPS = (0.25, 0.5, 1.0, 2.0)
+"""Gaps at which the error part reports the share of BoolQ decisions whose float32 ` yes` - ` no`
+gap is within them (what a recompute bound of that size would recompute)."""
+
+
+def logit_error(model, split, yes_no: bool = False, heads: list[str] = HEADS) -> dict[str, float]:
     """Largest changes bf16 autocast makes at the scored positions of ``split`` (see the module docstring)."""
     import cel_lens.evaluation.teacher_forced as tf
     from cel_lens.evaluation import evaluate
@@ -69,7 +83,7 @@ def logit_error(model, split, yes_no: bool = False) -> dict[str, float]:
         for name, ctx in (("float32", torch.autocast("cpu", enabled=False)), ("bf16", torch.autocast("cpu", dtype=torch.bfloat16))):
             seen.clear()
             with ctx:
-                evaluate(model, split, HEADS, progress=False, precision="float32")
+                evaluate(model, split, heads, progress=False, precision="float32")
             logits[name] = torch.cat(seen)
     finally:
         tf.unembed = original
@@ -93,7 +107,15 @@ def logit_error(model, split, yes_no: bool = False) -> dict[str, float]:
     if yes_no:
         tok = model.tokenizer
         yes, no = tok.encode(" yes", add_special_tokens=False)[-1], tok.encode(" no", add_special_tokens=False)[-1]
-        out["max_yes_no_change"] = float((d[:, yes] - d[:, no]).abs().max())
+        change = (d[:, yes] - d[:, no]).abs()
+        gap = (a[:, yes] - a[:, no]).abs()
+        low = torch.minimum(a[:, yes], a[:, no]) - a.amax(-1)
+        out["max_yes_no_change"] = float(change.max())
+        out["q999_yes_no_change"] = float(change.quantile(0.999))
+        out["yes_no_gap_quantiles"] = {str(q): float(gap.quantile(q)) for q in (0.1, 0.25, 0.5, 0.75, 0.9)}
+        out["share_yes_no_gap_within"] = {str(b): float((gap <= b).float().mean()) for b in YES_NO_GAPS}
+        out["yes_no_lower_below_top"] = {"max": float(-low.min()), "median": float(-low.median())}
+    out["heads"] = len(heads)
     return out
 
 
@@ -126,6 +148,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--n-mbpp", type=int, default=3)
     parser.add_argument("--mbpp-tokens", type=int, default=96, help="max_new_tokens of the MBPP prompts")
     parser.add_argument("--n-error", type=int, default=60, help="examples of each split whose logits are compared")
+    parser.add_argument("--error-heads", type=int, default=0,
+                        help="random single heads (over every layer) the error part adds to the fixed head sets")
+    parser.add_argument("--error-tasks", default="arithmetic,boolq", help="the tasks the error part measures")
     parser.add_argument("--parts", default="error,evaluate")
     parser.add_argument("--tasks", default="arithmetic,boolq,mbpp", help="the tasks the evaluate part compares")
     parser.add_argument("--out", default=str(Path(__file__).with_name("precision.json")))
@@ -135,18 +160,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     torch.set_num_threads(1)
     model = cl.load_model("smollm2-135m")
     tasks = _tasks(args.n_arith, args.n_boolq, args.n_mbpp)
-    record: dict[str, Any] = {"model": "smollm2-135m", "loader": type(model).__name__, "heads": HEADS,
-                              "torch": torch.__version__}
+    out = Path(args.out)
+    record: dict[str, Any] = json.loads(out.read_text()) if out.exists() else {}  # parts run apart merge
+    record.update({"model": "smollm2-135m", "loader": type(model).__name__, "heads": HEADS, "torch": torch.__version__})
     parts = args.parts.split(",")
     if "error" in parts:
-        record["error"] = {
-            "arithmetic": logit_error(model, tasks["arithmetic"].subset(args.n_error)),
-            "boolq": logit_error(model, tasks["boolq"].subset(args.n_error), yes_no=True),
-        }
+        heads = error_heads(model, args.error_heads)
+        record.setdefault("error", {})
+        for name in args.error_tasks.split(","):
+            record["error"][name] = logit_error(model, tasks[name].subset(args.n_error), yes_no=name == "boolq", heads=heads)
+        record.setdefault("commands", {})["error"] = "python -m benchmarks.precision " + " ".join(argv if argv is not None else __import__("sys").argv[1:])
         print(json.dumps(record["error"], indent=1), flush=True)
         Path(args.out).write_text(json.dumps(record, indent=1) + "\n")
     if "evaluate" in parts:
-        record["evaluate"] = {}
+        record.setdefault("evaluate", {})
         for name in args.tasks.split(","):
             split = tasks[name]
             kwargs = {"max_new_tokens": args.mbpp_tokens, "batch_size": 3} if name == "mbpp" else {}

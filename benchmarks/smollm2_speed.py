@@ -260,12 +260,6 @@ def quick_part(model, n: Optional[int]) -> dict[str, Any]:
     from cel_lens.config import QUICK
 
     options = {**QUICK, **({"n_dist": n, "n_test": n} if n else {})}
-    try:  # the default precision ("auto"), as a user gets it
-        from cel_lens.evaluation.precision import resolve_precision
-
-        precision = resolve_precision("auto", model)
-    except ImportError:
-        precision = "float32"
     t = clocks()
     plan = cl.plan(model, "arithmetic", scorer="exact", progress=False, **options)
     plan_s = since(t)
@@ -273,6 +267,8 @@ def quick_part(model, n: Optional[int]) -> dict[str, Any]:
         t = clocks()
         run = cl.search(model, "arithmetic", scorer="exact", out=Path(out) / "run", progress=False, **options)
         search_s = since(t)
+        # the default precision ("auto") as the search resolved it, and its recompute tally
+        precision = json.loads((Path(out) / "run" / "manifest.json").read_text()).get("precision", {})
     return {"options": options, "precision": precision, "plan_cost": plan_s, "plan_cpu_s": plan.seconds(), "plan_wall_s": plan.wall_seconds(),
             "plan_share": plan.cpu_share, "plan_calibration_cpu_s": plan.calibration_cpu_s, "search": search_s,
             "heads": run.result.heads, "search_estimate_cpu_s": run.plan.seconds() if run.plan else None}

@@ -112,6 +112,16 @@ def _plans(rec: dict[str, Any]) -> list[str]:
     return out + [""]
 
 
+def _quick_precision(p: Any) -> str:
+    """What the search computed in, from its manifest's ``precision`` entry (a record made before
+    the entry was read from the manifest holds a string that was not resolved for the task)."""
+    if not isinstance(p, dict) or "compute" not in p:
+        return "precision not recorded from the search (an earlier record)"
+    dist = p.get("recomputed", {}).get("dist", {})
+    share = f", {dist['share']:.1%} of its {dist['decisions']:,} D_dist decisions recomputed in float32" if dist else ""
+    return f"precision {p['compute']} (option {p.get('option')}, the default{share})"
+
+
 def _quick(rec: dict[str, Any]) -> list[str]:
     q = rec.get("quick")
     if q is None:
@@ -119,8 +129,8 @@ def _quick(rec: dict[str, Any]) -> list[str]:
     o = q["options"]
     s = q["search"]
     return ["### `--quick` search on Arithmetic (exact stage 1) against its `--plan`", "",
-            f"Options {', '.join(f'{k} {v}' for k, v in o.items())}; precision {q.get('precision', 'float32')} "
-            "(the default). The plan's calibration cost "
+            f"Options {', '.join(f'{k} {v}' for k, v in o.items())}; {_quick_precision(q.get('precision'))}. "
+            "The plan's calibration cost "
             f"{_s(q['plan_calibration_cpu_s'])} CPU s ({q['plan_cost']['cpu_s']:.1f} CPU s with loading the task); "
             f"S-hat {q['heads']}.", "",
             "| quantity | CPU s | wall s |", "|---|---|---|",

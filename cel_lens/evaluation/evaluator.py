@@ -36,8 +36,8 @@ from cel_lens.evaluation.encode import as_split, chat_choice, default_max_tokens
 from cel_lens.evaluation.generation import evaluate_generation
 from cel_lens.evaluation.prefix import PREFIX_BOUND, prefix_sharing, prefix_sharing_enabled
 from cel_lens.evaluation.precision import (
-    Margins, compute_precision, float32_model, precision_of, recompute_groups, recompute_mask, resolve_precision,
-    tally_recompute,
+    Margins, compute_precision, float32_model, pair_check, precision_of, recompute_groups, recompute_mask,
+    resolve_precision, tally_recompute,
 )
 from cel_lens.evaluation.eval_result import EvalResult
 from cel_lens.evaluation.seal import record_test_read
@@ -123,15 +123,21 @@ def evaluate(
     if prec == "float32":
         if prefix_sharing_enabled():  # a shared prefix: the decisions within its bound are recomputed unshared
             out = _run(model, split, sets, plan, store, margins=Margins())
-            _recompute(out, recompute_mask(answer_type, out.pop("margins"), PREFIX_BOUND, PREFIX_BOUND), model, split, sets, plan)
+            near = recompute_mask(answer_type, out.pop("margins"), PREFIX_BOUND, PREFIX_BOUND, pair_bound=PREFIX_BOUND)
+            _recompute(out, near, model, split, sets, plan)
         else:
             out = _run(model, split, sets, plan, store)
         tally_recompute(model, split, torch.zeros_like(out["correct"]))
         return EvalResult(**out, **common)
     with compute_precision(model, prec):
         out = _run(model, split, sets, plan, store, margins=Margins())
-    redo = recompute_mask(answer_type, out.pop("margins"))
+    margins = out.pop("margins")
+    redo = recompute_mask(answer_type, margins, metric=metric if answer_type == "multiple_choice" else None)
     _recompute(out, redo, float32_model(model), split, sets, plan)
+    if answer_type == "multiple_choice":  # the one-token bound holds only where this run's recomputes confirm it
+        wider = pair_check(model, split, margins, out["extra"]["choice_ll"], redo, metric)
+        _recompute(out, wider, float32_model(model), split, sets, plan)
+        redo = redo | wider
     tally_recompute(model, split, redo)
     return EvalResult(**out, **common, precision=prec, recomputed=redo)
 

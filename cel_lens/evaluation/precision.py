@@ -21,11 +21,13 @@ see the bits.
 difference of two logits near the top of one position (what greedy and exact-match decisions
 compare); :data:`LOGPROB_BOUND` the same for any two logits of a position, hence for any token's
 log-probability ``l_t - logsumexp(l)`` (its ``logsumexp`` is a weighted mean of logits), so a
-choice of ``k`` tokens moves by at most ``k LOGPROB_BOUND``; when every choice of an example is
-one token at the same position (BoolQ), the difference of two choices is one logit difference
-and moves by at most ``LOGPROB_BOUND``. Both are measured on SmolLM2-135M-Instruct (30 layers,
-the only real model reachable here; ``benchmarks/precision.py``, ``docs/precision.md``) and set 2-3
-times above the largest change seen.
+choice of ``k`` tokens moves by at most ``k LOGPROB_BOUND``. When every choice of an example is
+one token at the same position (BoolQ's `` yes``/`` no``), the difference of two choices is one
+logit difference, bounded by :data:`CHOICE_PAIR_BOUND`, a bound each run checks on its own
+recomputed decisions (:func:`pair_check`): when they do not confirm it, the run falls back to
+``LOGPROB_BOUND``. All are measured on SmolLM2-135M-Instruct (30 layers, the only real model
+reachable here; ``benchmarks/precision.py``, ``docs/precision.md``) and set 2-3 times above the
+largest change seen.
 
 :func:`resolve_precision` turns ``"auto"`` (the default) into ``"bf16"`` for a model held in
 bfloat16 (a GPU user's: its float32 re-checks run on a float32 copy) or in float32 on a CPU with
@@ -51,27 +53,11 @@ from torch import Tensor
 from cel_lens.config import PRECISIONS
 
 __all__ = [
-    "PRECISIONS",
-    "LOGIT_BOUND",
-    "LOGPROB_BOUND",
-    "Margins",
-    "resolve_precision",
-    "check_precision",
-    "cpu_has_native_bf16",
-    "compute_precision",
-    "float32_model",
-    "recompute_mask",
-    "recompute_groups",
-    "use_precision",
-    "tally_summary",
-    "restore_precision",
-    "precision_of",
-    "tally_recompute",
-    "recompute_summary",
-    "precision_line",
-    "PRECISION_ENV",
-    "AUTO_MIN_PARAMS",
-    "AUTO_KINDS",
+    "PRECISIONS", "LOGIT_BOUND", "LOGPROB_BOUND", "CHOICE_PAIR_BOUND", "PAIR_CHECK_MIN", "PAIR_CHECK_SHARE",
+    "pair_check", "Margins", "resolve_precision", "check_precision", "cpu_has_native_bf16",
+    "compute_precision", "float32_model", "recompute_mask", "recompute_groups", "use_precision",
+    "tally_summary", "restore_precision", "precision_of", "tally_recompute", "recompute_summary",
+    "precision_line", "PRECISION_ENV", "AUTO_MIN_PARAMS", "AUTO_KINDS",
 ]
 
 
@@ -87,6 +73,21 @@ LOGPROB_BOUND = 2.0
 hence to any token's log-probability (``l_t - logsumexp(l)`` moves by a weighted mean of such
 differences): about 2 x the largest change measured on SmolLM2-135M-Instruct (``docs/precision.md``).
 What a choice's score is bounded by (its tokens need not be near the top)."""
+
+CHOICE_PAIR_BOUND = 0.5
+"""Largest change bf16 compute may make to the difference of two one-token choices scored at the
+same position (BoolQ's `` yes`` minus `` no``): 2.6 x the largest change measured on
+SmolLM2-135M-Instruct (0.19 over 2,560 positions of 80 BoolQ examples under 16 head sets,
+``docs/precision.md``), where any two logits moved by up to 0.96. Trusted in a run only while its
+own recomputed decisions confirm it (:func:`pair_check`)."""
+
+PAIR_CHECK_MIN = 64
+"""Recomputed one-token-choice decisions an evaluation must have (each gives the bf16 and the
+float32 difference of its choices) before :data:`CHOICE_PAIR_BOUND` is trusted for the rest."""
+
+PAIR_CHECK_SHARE = 0.5
+"""The largest change those decisions show must stay within this share of
+:data:`CHOICE_PAIR_BOUND`, else the rest are held to ``LOGPROB_BOUND`` (recomputed where it says)."""
 
 AUTO_MIN_PARAMS = 20_000_000
 """``"auto"`` computes a float32 model in bf16 only from this many parameters: a toy model's matrix
@@ -197,15 +198,18 @@ def _choice_unsure(
 
 
 def recompute_mask(
-    kind: str, margins: Margins, bound: float = LOGIT_BOUND, logprob_bound: float = LOGPROB_BOUND
+    kind: str, margins: Margins, bound: float = LOGIT_BOUND, logprob_bound: float = LOGPROB_BOUND,
+    pair_bound: float = CHOICE_PAIR_BOUND, metric: Optional[str] = None,
 ) -> Bool[Tensor, "variant example"]:
     """Which (variant, example) decisions bf16 may have got wrong, to be recomputed in float32.
 
     ``exact_match``: ``|token margin| <= bound``; ``generation``: some step's top-1 minus top-2
     gap ``<= bound``; ``multiple_choice``: for ``acc`` and for ``acc_norm`` alike, some choice
     within its error bound of the best (a choice of ``k`` tokens: ``k logprob_bound``, divided by
-    its characters for ``acc_norm``; choices that are all one token: ``logprob_bound / 2`` each,
-    whose sum bounds the one logit difference that decides)."""
+    its characters for ``acc_norm``; for ``acc``, choices that are all one token: ``pair_bound / 2``
+    each, whose sum bounds the one logit difference that decides). ``metric`` (``"acc"`` or
+    ``"acc_norm"``) guards only that metric's decision, the one an evaluation's ``correct`` holds;
+    ``None`` guards both."""
     if kind in ("exact_match", "generation"):
         assert margins.token is not None
         return margins.token.abs() <= bound
@@ -214,10 +218,13 @@ def recompute_mask(
     assert margins.choice_ll is not None and margins.choice_tokens is not None and margins.choice_chars is not None
     ll, k, chars = margins.choice_ll, margins.choice_tokens, margins.choice_chars
     one = (k <= 1).all(-1, keepdim=True)
-    err = torch.where(one, torch.full_like(k, logprob_bound / 2), logprob_bound * k)
+    err = torch.where(one, torch.full_like(k, pair_bound / 2), logprob_bound * k)
     unsure = _choice_unsure(ll, err)
+    if metric == "acc":
+        return unsure
     norm_err = logprob_bound * k / chars.clamp_min(1.0)
-    return unsure | _choice_unsure(ll / chars.clamp_min(1.0), norm_err)
+    norm_unsure = _choice_unsure(ll / chars.clamp_min(1.0), norm_err)
+    return norm_unsure if metric == "acc_norm" else unsure | norm_unsure
 
 
 class _PerThread(threading.local):
@@ -228,6 +235,7 @@ class _PerThread(threading.local):
     def __init__(self) -> None:
         self.chosen: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
         self.tally: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+        self.pairs: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 _STATE = _PerThread()
@@ -241,6 +249,7 @@ def use_precision(model, precision: Optional[str]) -> Optional[str]:
     previous = _STATE.chosen.get(model)
     _STATE.chosen[model] = check_precision(precision)
     _STATE.tally[model] = {}
+    _STATE.pairs[model] = {}
     return previous
 
 
@@ -268,8 +277,54 @@ def tally_recompute(model, split, redo: Bool[Tensor, "variant example"]) -> None
 
 def recompute_summary(model) -> dict:
     """Per split: decisions made in bf16 since :func:`use_precision`, how many were recomputed in
-    float32, and their share (what a run records)."""
-    return tally_summary(_STATE.tally.get(model, {}))
+    float32, and their share (what a run records); where one-token choices were checked
+    (:func:`pair_check`), ``pair_check``: the recomputed decisions observed, the largest change of
+    a choice difference among them, the bound, and the decisions recomputed because a check failed."""
+    out = tally_summary(_STATE.tally.get(model, {}))
+    for name, (seen, widened, change) in _STATE.pairs.get(model, {}).items():
+        if name in out:
+            out[name]["pair_check"] = {"observed": seen, "largest_change": change, "bound": CHOICE_PAIR_BOUND,
+                                       "widened": widened}
+    return out
+
+
+def _row_change(bf16_ll: Float[Tensor, "row choice"], float32_ll: Float[Tensor, "row choice"]) -> Float[Tensor, " row"]:
+    """Per row, how much bf16 moved the largest difference of two of its choices (missing choices,
+    ``-inf`` or NaN in either, left out)."""
+    d = float32_ll - bf16_ll
+    real = torch.isfinite(d)
+    return d.masked_fill(~real, float("-inf")).amax(-1) - d.masked_fill(~real, float("inf")).amin(-1)
+
+
+def pair_check(
+    model, split, margins: Margins, float32_ll: Float[Tensor, "variant example choice"],
+    redo: Bool[Tensor, "variant example"], metric: Optional[str] = None,
+) -> Bool[Tensor, "variant example"]:
+    """Check :data:`CHOICE_PAIR_BOUND` on an evaluation's own recomputes, and say what else to recompute.
+
+    Every recomputed decision between one-token choices has both its bf16 scores (``margins``) and
+    float32's (``float32_ll``, after the recompute): the bound is confirmed when at least
+    :data:`PAIR_CHECK_MIN` of them moved no choice difference by more than :data:`PAIR_CHECK_SHARE`
+    of it. Otherwise the decisions the wider ``LOGPROB_BOUND`` rule marks, and ``redo`` does not,
+    are returned to be recomputed too (none when confirmed or when the bound was not used: no
+    one-token choices, or ``metric="acc_norm"``). The check is tallied under ``split``'s name."""
+    none = torch.zeros_like(redo)
+    if margins.choice_ll is None or margins.choice_tokens is None or metric == "acc_norm":
+        return none
+    one = (margins.choice_tokens <= 1).all(-1)
+    if not bool(one.any()):
+        return none
+    seen = redo & one[None, :]
+    n = int(seen.sum())
+    change = float(_row_change(margins.choice_ll[seen], float32_ll[seen]).max()) if n else 0.0
+    confirmed = n >= PAIR_CHECK_MIN and change <= PAIR_CHECK_SHARE * CHOICE_PAIR_BOUND
+    widen = none if confirmed else recompute_mask(
+        "multiple_choice", margins, pair_bound=LOGPROB_BOUND, metric=metric) & ~redo
+    acc = _STATE.pairs.setdefault(model, {}).setdefault(str(getattr(split, "name", "") or "examples"), [0, 0, 0.0])
+    acc[0] += n
+    acc[1] += int(widen.sum())
+    acc[2] = max(acc[2], change)
+    return widen
 
 
 def tally_summary(counts: Mapping[str, Sequence[int]]) -> dict:

@@ -1,0 +1,132 @@
+"""The one-token choice bound (cel_lens.evaluation.precision.CHOICE_PAIR_BOUND) and its check on a
+run's own recomputes (pair_check): the rule on hand-made margins, and an evaluation whose bf16 pass
+is made to err beyond the bound still returning float32's bits."""
+
+from __future__ import annotations
+
+import contextlib
+import random
+
+import pytest
+import torch
+
+import cel_lens.evaluation.teacher_forced as tf
+from cel_lens.evaluation import evaluate
+from cel_lens.evaluation.precision import (
+    CHOICE_PAIR_BOUND,
+    LOGPROB_BOUND,
+    PAIR_CHECK_MIN,
+    PAIR_CHECK_SHARE,
+    Margins,
+    pair_check,
+    recompute_mask,
+    recompute_summary,
+    use_precision,
+)
+from cel_lens.tasks.base import Example, Split
+
+INF = float("inf")
+
+
+def _yes_no(gaps: list[float], n_var: int = 1) -> Margins:
+    """Margins of one-token ` no`/` yes` choices whose ` no` minus ` yes` log-likelihood is ``gaps``."""
+    ll = torch.tensor([[-1.0 - g, -1.0] for g in gaps]).expand(n_var, -1, -1).clone()
+    return Margins(choice_ll=ll, choice_tokens=torch.ones(len(gaps), 2), choice_chars=torch.tensor([[3.0, 4.0]] * len(gaps)))
+
+
+def test_one_token_choices_use_the_pair_bound_for_acc():
+    gaps = [0.1, -0.3, CHOICE_PAIR_BOUND, 0.6, -1.5, 2.5]
+    acc = recompute_mask("multiple_choice", _yes_no(gaps), metric="acc")
+    assert acc.tolist() == [[True, True, True, False, False, False]]
+    wide = recompute_mask("multiple_choice", _yes_no(gaps), pair_bound=LOGPROB_BOUND, metric="acc")
+    assert wide.tolist() == [[True, True, True, True, True, False]]
+    both = recompute_mask("multiple_choice", _yes_no(gaps))  # acc_norm is guarded too: per character
+    assert bool((both | ~acc).all()) and int(both.sum()) > int(acc.sum())
+    norm = recompute_mask("multiple_choice", _yes_no(gaps), metric="acc_norm")
+    assert torch.equal(both, acc | norm)
+
+
+def _check(change: float, n: int) -> tuple[torch.Tensor, torch.Tensor, Margins]:
+    """``n`` recomputed decisions whose float32 choice difference moved by ``change``, beside
+    ``n`` decisions (gaps 0.6-1.9) the tight bound leaves alone."""
+    near = [0.05 * (i % 8) for i in range(n)]
+    far = [0.6 + 1.3 * i / max(n - 1, 1) for i in range(n)]
+    margins = _yes_no(near + far)
+    redo = recompute_mask("multiple_choice", margins, metric="acc")
+    assert redo[0, :n].all() and not redo[0, n:].any()
+    f32 = margins.choice_ll.clone()
+    f32[0, :n, 0] += change
+    return redo, f32, margins
+
+
+class _Split:
+    name = "dist"
+
+
+def test_the_check_confirms_a_bound_its_recomputes_respect():
+    model = torch.nn.Linear(1, 1)
+    use_precision(model, "bf16")
+    redo, f32, margins = _check(PAIR_CHECK_SHARE * CHOICE_PAIR_BOUND * 0.9, PAIR_CHECK_MIN)
+    assert not pair_check(model, _Split(), margins, f32, redo, "acc").any()
+    summary = recompute_summary(model)  # only the check was tallied here, not the decisions
+    assert summary == {} or summary["dist"]["pair_check"]["widened"] == 0
+
+
+@pytest.mark.parametrize("change, n", [(PAIR_CHECK_SHARE * CHOICE_PAIR_BOUND * 1.1, PAIR_CHECK_MIN), (0.0, PAIR_CHECK_MIN - 1)])
+def test_a_bound_not_confirmed_widens_to_the_logprob_rule(change, n):
+    """A change above the check's share of the bound, or too few recomputes to tell: everything the
+    wider rule marks is recomputed too (none of it twice)."""
+    model = torch.nn.Linear(1, 1)
+    use_precision(model, "bf16")
+    redo, f32, margins = _check(change, n)
+    wider = pair_check(model, _Split(), margins, f32, redo, "acc")
+    expected = recompute_mask("multiple_choice", margins, pair_bound=LOGPROB_BOUND, metric="acc") & ~redo
+    assert torch.equal(wider, expected) and bool(wider.any()) and not (wider & redo).any()
+    assert not pair_check(model, _Split(), margins, f32, redo, "acc_norm").any()  # the pair bound was not used
+
+
+@contextlib.contextmanager
+def _noisy_bf16(spread: float):
+    """Within the block, bf16 passes (autocast on) add a fixed noise of up to ``spread`` to every
+    logit: a bf16 error far beyond the pair bound, that float32 passes do not see."""
+    original = tf.unembed
+    gen = torch.Generator().manual_seed(0)
+
+    def noisy(m, vectors):
+        out = original(m, vectors)
+        if torch.is_autocast_cpu_enabled():
+            out = out + (torch.rand(out.shape, generator=gen) - 0.5) * spread
+        return out
+
+    tf.unembed = noisy
+    try:
+        yield
+    finally:
+        tf.unembed = original
+
+
+def test_an_evaluation_whose_bf16_errs_beyond_the_bound_still_gets_float32s_bits(tiny_checkpoints, monkeypatch):
+    """The tight bound alone keeps some wrong bf16 decisions (shown with the check switched off);
+    the check on the run's own recomputes sees the error and recomputes them."""
+    import cel_lens.evaluation.evaluator as evaluator
+
+    from cel_lens.model import load_model
+
+    model = load_model(str(tiny_checkpoints["llama"]))
+    rng = random.Random(3)
+    words = ["cat", "dog", "sun", "red", "two", "tree", "blue"]
+    examples = tuple(Example(f"q/{i}", " ".join(rng.choice(words) for _ in range(rng.randint(3, 9))) + "\nAnswer:",
+                             choices=("A", "B"), label=i % 2) for i in range(40))  # one token each here
+    split = Split("dist", examples, task="yn", answer_type="multiple_choice")
+    sets = ["intact", "L0H1", "L1H2", "L0H0+L1H1"]
+    use_precision(model, "bf16")
+    exact = evaluate(model, split, sets, progress=False, precision="float32")
+    with _noisy_bf16(spread=0.9 * LOGPROB_BOUND):
+        fast = evaluate(model, split, sets, progress=False, precision="bf16")
+    assert torch.equal(fast.correct, exact.correct)
+    check = recompute_summary(model)["dist"]["pair_check"]
+    assert check["largest_change"] > PAIR_CHECK_SHARE * CHOICE_PAIR_BOUND and check["widened"] > 0
+    monkeypatch.setattr(evaluator, "pair_check", lambda *a, **k: torch.zeros_like(a[4]))
+    with _noisy_bf16(spread=0.9 * LOGPROB_BOUND):
+        unchecked = evaluate(model, split, sets, progress=False, precision="bf16")
+    assert not torch.equal(unchecked.correct, exact.correct)
