@@ -97,8 +97,10 @@ logits put most decisions within the bound, to be recomputed anyway."""
 AUTO_KINDS: tuple[str, ...] = ("exact_match",)
 """Split kinds ``"auto"`` computes a float32 model in bf16 for, on a CPU: where it was measured
 faster with its recomputes (SmolLM2-135M-Instruct, ``docs/precision.md``: Arithmetic 1.41 x, 9.5 %
-recomputed). Its BoolQ yes/no gaps and MBPP's greedy steps fell within the bounds so often that
-every decision was recomputed (0.68 x and 0.45 x): those stay float32 unless asked."""
+recomputed). MBPP's greedy steps fell within the bound so often that every decision was
+recomputed (0.45 x). BoolQ's one-token choices run 1.30 x faster under :data:`CHOICE_PAIR_BOUND`
+(31 % recomputed), but multi-token choices would recompute nearly all, and the answer type does not
+tell them apart: choice tasks stay float32 unless asked."""
 
 PRECISION_ENV = "CEL_LENS_PRECISION"
 """Environment variable that replaces ``"auto"`` (e.g. ``float32`` in the test suite, whose tests
