@@ -285,7 +285,7 @@ class SearchConfig:
         "min": 0})
     precision: str = field(default="auto", metadata={"manifest": "if_set", 
         "help": "compute precision: bf16 (decisions within its error bound recomputed in float32: the same bits), "
-        "float32, or auto (bf16 for a bfloat16 model, or on exact-match tasks for a float32 one of 20M+ parameters on a "
+        "float32, or auto (bf16 for a bfloat16 model, or on exact-match and one-token choice tasks for a float32 one of 20M+ parameters on a "
         "CPU with native bf16)",
         "choices": PRECISIONS})
     prescreen_pass: str = field(default="attribution", metadata={

@@ -17,7 +17,6 @@ directory behind to refuse the corrected rerun.
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -27,8 +26,6 @@ import torch
 
 from cel_lens.backends.base import backend_class, get_backend
 from cel_lens.config import ExecutionSettings, OptionError, SearchConfig, check_split_sizes
-from cel_lens.evaluation.encode import split_answer_type
-from cel_lens.evaluation.precision import precision_line, recompute_summary, resolve_precision, restore_precision, use_precision
 from cel_lens.evaluation.seal import reading_as, recorded_reads
 from cel_lens.model.load import resolve_dtype
 from cel_lens.oracle import DIST_SPLIT, Stage1Scores
@@ -36,6 +33,9 @@ from cel_lens.model.ablation import ablation_kind, using_ablation
 from cel_lens.progress import info_stream, progress_session
 from cel_lens.runs.ablation_record import ablation_controls, learn_ablation
 from cel_lens.runs.run_dir import RunDir
+from cel_lens.runs.run_precision import (
+    PRECISION_RECORD, record_precision, restore_search_precision, search_precision_kind, use_search_precision,
+)
 from cel_lens.runs.journal_io import write_json_atomic
 from cel_lens.runs.manifest import EXAMPLES, build_manifest, default_run_dir
 from cel_lens.runs.recording_oracle import RecordingOracle
@@ -266,14 +266,14 @@ def plan(
     n = max(1, min(calibration_examples, len(task.dist)))
     sample = replace(task, dist=task.dist.subset(n), test=task.test.subset(1)) if calibrate else task
     oracle = get_backend(settings.backend).open(model, sample, replace(settings, progress=False))
-    previous = _use_precision(oracle, config, show=False)
+    previous = use_search_precision(oracle, config, show=False)
     try:
         result = _plan_for(config, oracle.n_layers, oracle.n_heads, task, hasattr(oracle, "model"))
         if calibrate:
             result = calibrate_plan(result, oracle, task.dist.examples, sample.dist.examples, heads=calibration_heads,
                                     budget_s=calibration_budget_s, show=settings.progress)
     finally:
-        _restore_precision(oracle, previous)
+        restore_search_precision(oracle, previous)
         oracle.close()
     return result
 
@@ -309,7 +309,7 @@ def search(
     task = resolve_task(task, config, task_options)
     store_dtype = None if config.store_dtype is None else resolve_dtype(config.store_dtype)
     oracle = backend.open(model, task, settings, store_dtype=store_dtype)
-    previous = _use_precision(oracle, config, show=settings.progress, answer_type=split_answer_type(task.dist))
+    previous = use_search_precision(oracle, config, show=settings.progress, kind=search_precision_kind(oracle, task))
     run_dir: Optional[RunDir] = None
     try:
         report = _PlanReport(_plan_for(config, oracle.n_layers, oracle.n_heads, task, hasattr(oracle, "model")), settings.progress)
@@ -333,54 +333,9 @@ def search(
     finally:
         if run_dir is not None:
             run_dir.close()
-        _restore_precision(oracle, previous)
+        restore_search_precision(oracle, previous)
         oracle.close()
     return Run(path=path, result=result, manifest=manifest, oracle=recording, plan=report.plan)
-
-
-PRECISION_RECORD = "precision"
-"""The manifest's entry, added when the search ends: the precision computed in and, per split, the
-decisions made in bf16 and the share recomputed in float32 (this process's; a local backend's)."""
-
-
-def _use_precision(oracle: Any, config: SearchConfig, show: bool, answer_type: Optional[str] = None) -> Optional[str]:
-    """Make ``config.precision`` the oracle's model's (a local backend's), and say it in one line;
-    the choice it replaced, for :func:`_restore_precision` when the search ends."""
-    model = getattr(oracle, "model", None)
-    if model is None:
-        if hasattr(oracle, "use_precision"):  # a Ray oracle: every replica evaluates in it
-            oracle.use_precision(config.precision)
-        return None
-    previous = use_precision(model, config.precision)
-    if show:
-        print(precision_line(model, config.precision, answer_type), file=info_stream(), flush=True)
-    return previous
-
-
-def _restore_precision(oracle: Any, previous: Optional[str]) -> None:
-    """The model's precision as it was before the search (a later ``evaluate`` is not run in the search's)."""
-    model = getattr(oracle, "model", None)
-    if model is not None:
-        restore_precision(model, previous)
-
-
-def record_precision(run_dir: RunDir, manifest: dict[str, Any], oracle: Any, config: SearchConfig, task: Task) -> dict[str, Any]:
-    """``manifest`` with its :data:`PRECISION_RECORD` entry, also written into the run directory's
-    manifest (which a reopened run ignores when it compares manifests)."""
-    model = getattr(oracle, "model", None)
-    if model is not None:
-        record = {"option": config.precision, "compute": resolve_precision(config.precision, model, split_answer_type(task.dist)),
-                  "recomputed": recompute_summary(model)}
-    elif hasattr(oracle, "precision_record"):  # a Ray oracle: its replicas' summed tally
-        record = {"option": config.precision, **oracle.precision_record(split_answer_type(task.dist))}
-    else:
-        return manifest
-    try:
-        current = json.loads(run_dir.manifest_path.read_text())
-        write_json_atomic(run_dir.manifest_path, {**current, PRECISION_RECORD: record})
-    except (OSError, ValueError):
-        pass  # a read-only run directory: the returned manifest still says it
-    return {**manifest, PRECISION_RECORD: record}
 
 
 TEST_SEAL = "test_seal"

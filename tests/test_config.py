@@ -166,9 +166,12 @@ def test_each_search_default_is_written_once():
         params = inspect.signature(fn).parameters
         for param, option in names.items():
             assert params[param].default == getattr(config, option), (fn.__name__, param)
-    fields = {f.name: f.default for f in Result.__dataclass_fields__.values()}
-    for option in ("strategy", "n_null", "n_boot", "ci_method", "ablation"):
-        assert fields[option] == getattr(config, option), option
+    from cel_lens.selection.result_parts import NullTest, TestOutcome
+
+    for cls, options in ((Result, ("strategy", "n_boot", "ablation")), (NullTest, ("n_null",)), (TestOutcome, ("ci_method",))):
+        fields = {f.name: f.default for f in cls.__dataclass_fields__.values()}
+        for option in options:
+            assert fields[option] == getattr(config, option), (cls.__name__, option)
 
 
 def test_the_manifest_reads_which_options_to_record_from_the_fields():

@@ -15,6 +15,7 @@ from typing import Optional, Sequence
 
 
 from cel_lens.evaluation.batch import MAX_PADDING, Encoded, EncodedBatch, build_batch, length_groups
+from cel_lens.evaluation.precision import ONE_TOKEN_CHOICES
 from cel_lens.evaluation.prefix import can_share_prefix, prefix_sharing_enabled, rows_prefix
 from cel_lens.model.bos import bos_prefix, prompt_ids
 from cel_lens.model.forward import init_kv_cache
@@ -29,6 +30,8 @@ __all__ = [
     "pad_id",
     "split_answer_type",
     "chat_choice",
+    "precision_kind",
+    "PRECISION_PROBE",
     "encode_split",
     "default_max_tokens",
     "cut_batches",
@@ -148,6 +151,28 @@ def split_answer_type(split: Split) -> str:
     if answer_type not in ("exact_match", "multiple_choice", "generation"):
         raise ValueError(f"unknown answer type {answer_type!r}")
     return answer_type
+
+
+PRECISION_PROBE = 8
+"""Examples :func:`precision_kind` encodes to tell one-token choices from longer ones."""
+
+
+def precision_kind(model, split: Split, chat_template: Optional[bool] = None) -> str:
+    """What ``precision="auto"`` decides by (:data:`~cel_lens.evaluation.precision.AUTO_KINDS`): the
+    split's answer type, or :data:`~cel_lens.evaluation.precision.ONE_TOKEN_CHOICES` for a
+    multiple-choice split whose first :data:`PRECISION_PROBE` examples' choices each encode to one
+    token under ``model``. Only the speed depends on it: bf16 returns float32's decisions either way."""
+    answer_type = split_answer_type(split)
+    if answer_type != "multiple_choice" or not len(split):
+        return answer_type
+    chat = chat_choice(split, chat_template)
+    for ex in list(split)[:PRECISION_PROBE]:
+        if "prompt_ids" in ex.meta:
+            return answer_type
+        prompt = format_prompt(model, ex.prompt, chat)
+        if any(len(encode_pair(model, prompt, c)[1]) != 1 for c in ex.choices):
+            return answer_type
+    return ONE_TOKEN_CHOICES
 
 
 def chat_choice(split: Split, chat_template: Optional[bool]) -> bool:

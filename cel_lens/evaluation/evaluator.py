@@ -32,7 +32,7 @@ from torch import Tensor
 
 from cel_lens.evaluation.batch import EncodedBatch, TeacherForced, teacher_forced_rows
 from cel_lens.evaluation.choices import aggregate, decision_margins
-from cel_lens.evaluation.encode import as_split, chat_choice, default_max_tokens, encode_split, split_answer_type
+from cel_lens.evaluation.encode import as_split, chat_choice, default_max_tokens, encode_split, precision_kind, split_answer_type
 from cel_lens.evaluation.generation import evaluate_generation
 from cel_lens.evaluation.prefix import PREFIX_BOUND, prefix_sharing, prefix_sharing_enabled
 from cel_lens.evaluation.precision import (
@@ -109,7 +109,8 @@ def evaluate(
         raise ValueError("evaluate needs at least one head set (pass head_sets=None for the intact model)")
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    prec = resolve_precision(precision if precision is not None else precision_of(model), model, answer_type)
+    prec = resolve_precision(precision if precision is not None else precision_of(model), model,
+                             precision_kind(model, split, chat_template))
     chat = chat_choice(split, chat_template)
     record_test_read(model, split, sets)  # the sealed test split: every D_test read is recorded (by content)
     metric = split.metric or "acc"

@@ -32,7 +32,8 @@ largest change seen.
 :func:`resolve_precision` turns ``"auto"`` (the default) into ``"bf16"`` for a model held in
 bfloat16 (a GPU user's: its float32 re-checks run on a float32 copy) or in float32 on a CPU with
 native bf16 arithmetic (``avx512_bf16`` or AMX) and at least :data:`AUTO_MIN_PARAMS` parameters
-when the split's kind is one bf16 was measured faster on (:data:`AUTO_KINDS`), else ``"float32"``.
+when the split's kind (:func:`~cel_lens.evaluation.encode.precision_kind`) is one bf16 was measured
+faster on (:data:`AUTO_KINDS`), else ``"float32"``.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ __all__ = [
     "pair_check", "Margins", "resolve_precision", "check_precision", "cpu_has_native_bf16",
     "compute_precision", "float32_model", "recompute_mask", "recompute_groups", "use_precision",
     "tally_summary", "restore_precision", "precision_of", "tally_recompute", "recompute_summary",
-    "precision_line", "PRECISION_ENV", "AUTO_MIN_PARAMS", "AUTO_KINDS",
+    "precision_line", "PRECISION_ENV", "AUTO_MIN_PARAMS", "AUTO_KINDS", "ONE_TOKEN_CHOICES",
 ]
 
 
@@ -94,13 +95,17 @@ AUTO_MIN_PARAMS = 20_000_000
 products are too small for bf16 to pay (a 48k-parameter test model ran 2-3 x slower), and its flat
 logits put most decisions within the bound, to be recomputed anyway."""
 
-AUTO_KINDS: tuple[str, ...] = ("exact_match",)
-"""Split kinds ``"auto"`` computes a float32 model in bf16 for, on a CPU: where it was measured
-faster with its recomputes (SmolLM2-135M-Instruct, ``docs/precision.md``: Arithmetic 1.41 x, 9.5 %
-recomputed). MBPP's greedy steps fell within the bound so often that every decision was
-recomputed (0.45 x). BoolQ's one-token choices run 1.30 x faster under :data:`CHOICE_PAIR_BOUND`
-(31 % recomputed), but multi-token choices would recompute nearly all, and the answer type does not
-tell them apart: choice tasks stay float32 unless asked."""
+ONE_TOKEN_CHOICES = "one_token_choices"
+"""What :func:`~cel_lens.evaluation.encode.precision_kind` calls a multiple-choice split whose
+choices are each one token (BoolQ's `` yes``/`` no``): held to :data:`CHOICE_PAIR_BOUND`."""
+
+AUTO_KINDS: tuple[str, ...] = ("exact_match", ONE_TOKEN_CHOICES)
+"""Split kinds (:func:`~cel_lens.evaluation.encode.precision_kind`) ``"auto"`` computes a float32
+model in bf16 for, on a CPU: where it was measured faster with its recomputes
+(SmolLM2-135M-Instruct, ``docs/precision.md``: Arithmetic 1.41 x, 9.5 % recomputed; BoolQ's
+one-token choices 1.30 x, 31 % recomputed). MBPP's greedy steps fell within the bound so often that
+every decision was recomputed (0.45 x), and multi-token choices are held to ``k LOGPROB_BOUND``
+each, which recomputes nearly all: those stay float32 unless asked."""
 
 PRECISION_ENV = "CEL_LENS_PRECISION"
 """Environment variable that replaces ``"auto"`` (e.g. ``float32`` in the test suite, whose tests

@@ -10,8 +10,10 @@ import pytest
 import torch
 
 from cel_lens.evaluation import encode_prompt, evaluate, format_prompt, greedy_generate
+from cel_lens.evaluation.encode import precision_kind
 from cel_lens.evaluation.precision import (
     LOGIT_BOUND,
+    ONE_TOKEN_CHOICES,
     Margins,
     check_precision,
     float32_model,
@@ -78,7 +80,8 @@ def test_precision_option_resolution(tiny_model, monkeypatch):
     assert resolve_precision("auto", tiny_model) == "float32"  # a toy model: bf16 would not pay
     monkeypatch.setattr(module, "AUTO_MIN_PARAMS", 1000)
     assert resolve_precision("auto", tiny_model, "exact_match") == "bf16"
-    assert resolve_precision("auto", tiny_model, "multiple_choice") == "float32"  # not measured faster there
+    assert resolve_precision("auto", tiny_model, "multiple_choice") == "float32"  # multi-token choices: not faster
+    assert resolve_precision("auto", tiny_model, ONE_TOKEN_CHOICES) == "bf16"  # BoolQ's yes/no: measured faster
     assert resolve_precision("bf16", tiny_model, "generation") == "bf16"
     assert resolve_precision("float32", tiny_model) == "float32"
     monkeypatch.setattr(module, "cpu_has_native_bf16", lambda: False)
@@ -236,3 +239,19 @@ def test_searches_in_two_threads_on_one_model_keep_their_own_tally():
         t.join(60)
     assert seen["first"] == ("bf16", {"dist": {"decisions": 5, "recomputed": 1, "share": 0.2}})
     assert seen["second"] == ("float32", {"dist": {"decisions": 2, "recomputed": 2, "share": 1.0}})
+
+
+def test_precision_kind_tells_one_token_choices_from_longer_ones(tiny_checkpoints):
+    """``auto`` decides by it: one-token choices (here ``A``/``B`` in the tiny tokenizer) are
+    :data:`ONE_TOKEN_CHOICES`; a choice of two tokens anywhere in the probed examples makes the split
+    plain multiple choice; other answer types are themselves."""
+    from cel_lens.model import load_model
+
+    model = load_model(str(tiny_checkpoints["llama"]))
+    one = tuple(Example(f"q/{i}", f"cat dog {i}\nAnswer:", choices=("A", "B"), label=0) for i in range(4))
+    assert precision_kind(model, Split("dist", one, task="t", answer_type="multiple_choice")) == ONE_TOKEN_CHOICES
+    longer = one[:3] + (Example("q/x", "cat\nAnswer:", choices=("A", " yes"), label=0),)
+    assert len(model.tokenizer.encode(" yes", add_special_tokens=False)) > 1
+    assert precision_kind(model, Split("dist", longer, task="t", answer_type="multiple_choice")) == "multiple_choice"
+    em = (Example("e/0", "Q: 1+1\nA:", target=" 2"),)
+    assert precision_kind(model, Split("dist", em, task="t", answer_type="exact_match")) == "exact_match"

@@ -19,6 +19,7 @@ import torch
 
 from cel_lens.backends.ray.factory import ModelFactory
 from cel_lens.backends.ray.shards import Shard, plan_shards, shard_split
+from cel_lens.evaluation.encode import precision_kind
 from cel_lens.evaluation.evaluator import evaluate
 from cel_lens.evaluation.precision import check_precision, recompute_summary, resolve_precision, use_precision
 from cel_lens.evaluation.seal import reading_as
@@ -73,9 +74,12 @@ class ShardWorker:
         use_precision(self.model, self.precision)
 
     def precision_record(self, answer_type: Optional[str]) -> dict[str, Any]:
-        """The precision this replica computes a split of ``answer_type`` in, and its tally since
-        :meth:`set_precision` (per split: decisions made in bf16, recomputed, share)."""
-        return {"compute": resolve_precision(self.precision, self.model, answer_type), "recomputed": recompute_summary(self.model)}
+        """The precision this replica computes its task's D_dist in (``answer_type``, the driver's
+        view, is refined here by :func:`~cel_lens.evaluation.encode.precision_kind` with the
+        replica's model), and its tally since :meth:`set_precision` (per split: decisions made in
+        bf16, recomputed, share)."""
+        kind = precision_kind(self.model, self.task.dist) if len(self.task.dist) else answer_type
+        return {"compute": resolve_precision(self.precision, self.model, kind), "recomputed": recompute_summary(self.model)}
 
     def info(self) -> dict[str, Any]:
         """Shape, manifest entry (id, weights hash, dtype), process and build time of the replica."""
