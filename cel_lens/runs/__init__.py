@@ -6,7 +6,8 @@
 * :mod:`~cel_lens.runs.manifest`: the manifest of a run and its default directory;
 * :mod:`~cel_lens.runs.reader`: :func:`load_run`; :mod:`~cel_lens.runs.evaluation_record`: one evaluation;
 * :mod:`~cel_lens.runs.lock`: one writer per directory; :mod:`~cel_lens.runs.journal_io`: checksummed
-  lines, atomic files, write errors that name their file.
+  lines, atomic files, write errors that name their file;
+* :mod:`~cel_lens.runs.run_precision`: a search's compute precision, set, said, restored and recorded.
 """
 
 from cel_lens.runs.run_dir import (
