@@ -13,7 +13,8 @@ import pytest
 from cel_lens.config import ABLATION_KINDS, BACKENDS, SCORERS
 from cel_lens.model.sources import MODEL_SOURCES
 from cel_lens.registry import Registry, UnknownEntry, resolve_target, split_target
-from cel_lens.tasks.registry import BUILTIN_TASKS, LM_EVAL_TASKS, TASK_INFO
+from cel_lens.tasks.base import TaskSpec
+from cel_lens.tasks.registry import BUILTIN_TASKS, LM_EVAL_TASKS, available_tasks, register_task, task_info, task_spec
 
 VALUE = 42
 """What ``f"{__name__}:VALUE"`` resolves to."""
@@ -23,9 +24,8 @@ BUILT_IN = {
     "ABLATION_KINDS": (ABLATION_KINDS, {"zero", "mean", "resample"}),
     "BACKENDS": (BACKENDS, {"local", "ray"}),
     "BUILTIN_TASKS": (BUILTIN_TASKS, {"arithmetic", "boolq", "hellaswag", "mbpp", "organism_a", "organism_b"}),
-    "TASK_INFO": (TASK_INFO, {"arithmetic", "boolq", "hellaswag", "mbpp", "organism_a", "organism_b"}),
     "MODEL_SOURCES": (MODEL_SOURCES, {"builtin", "gguf", "directory", "hub"}),
-    "LM_EVAL_TASKS": (LM_EVAL_TASKS, {"loader", "info"}),
+    "LM_EVAL_TASKS": (LM_EVAL_TASKS, {"lm_eval"}),
 }
 
 
@@ -38,9 +38,34 @@ def test_every_table_is_a_registry_holding_its_built_in_entries(table):
         assert registry.resolve(name) is not None, (table, name)
 
 
-def test_task_loaders_and_infos_name_the_same_tasks():
-    assert set(BUILTIN_TASKS) == set(TASK_INFO)
-    assert all(isinstance(TASK_INFO.resolve(n), dict) and callable(BUILTIN_TASKS.resolve(n)) for n in BUILTIN_TASKS)
+def test_a_task_entry_is_one_spec_holding_its_loader_and_info():
+    """One table: each task's entry names a TaskSpec whose info says how it is scored."""
+    for name in BUILTIN_TASKS:
+        spec = BUILTIN_TASKS.resolve(name)
+        assert isinstance(spec, TaskSpec) and callable(spec.loader) and spec is task_spec(name), name
+        assert BUILTIN_TASKS[name].rsplit(":", 1)[1].startswith("SPEC"), name
+        assert task_info(name) == dict(spec.info) and task_info(name)["answer_type"], name
+    assert task_spec("organism_b").loader.__name__ == "load_organism_b"
+
+
+def test_a_registered_task_is_a_spec_too(monkeypatch):
+    from cel_lens.tasks import registry
+
+    monkeypatch.setattr(registry, "_USER_TASKS", dict(registry._USER_TASKS))  # leaves no trace in other tests
+    loader = register_task("toy_registered", lambda **kw: None, info={"answer_type": "exact_match", "metric": "acc"})
+    spec = task_spec("toy_registered")
+    assert isinstance(spec, TaskSpec) and spec.loader is loader and spec.info["metric"] == "acc"
+    assert "toy_registered" in available_tasks() and task_info("toy_registered")["answer_type"] == "exact_match"
+    with pytest.raises(ValueError, match="built-in task"):
+        register_task("arithmetic", loader)
+    with pytest.raises(ValueError, match="unknown task 'nope'; available: .*toy_registered"):
+        task_spec("nope")
+
+
+def test_a_built_in_entry_that_is_not_a_spec_is_refused(monkeypatch):
+    monkeypatch.setitem(BUILTIN_TASKS, "not_a_spec", f"{__name__}:VALUE")
+    with pytest.raises(TypeError, match="not_a_spec.*int, not a TaskSpec"):
+        task_spec("not_a_spec")
 
 
 def test_resolve_imports_lazily_and_names_the_entries_on_an_unknown_name():

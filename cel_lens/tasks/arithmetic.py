@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any, Optional, Sequence
 
 from cel_lens.tasks.avoid import avoid_options, load_avoid
-from cel_lens.tasks.base import Example, Task, sample_disjoint
+from cel_lens.tasks.base import Example, Task, TaskSpec, sample_disjoint
 from cel_lens.tasks.io import (
     PathLike,
     build_examples,
@@ -27,7 +27,7 @@ from cel_lens.tasks.io import (
     resolve_data_dir,
 )
 
-__all__ = ["CONFIGS", "HUB_ID", "INFO", "format_context", "load_arithmetic"]
+__all__ = ["CONFIGS", "HUB_ID", "INFO", "SPEC", "format_context", "load_arithmetic"]
 
 HUB_ID = "EleutherAI/arithmetic"
 
@@ -127,3 +127,7 @@ def load_arithmetic(
             **avoid_options(avoid, pool),
         },
     )
+
+
+SPEC = TaskSpec(load_arithmetic, INFO)
+"""What the task registry names (``"cel_lens.tasks.arithmetic:SPEC"``): the loader and its info."""

@@ -39,6 +39,7 @@ __all__ = [
     "Example",
     "Split",
     "Task",
+    "TaskSpec",
     "AnswerType",
     "SplitOverlapError",
     "check_disjoint",
@@ -274,6 +275,16 @@ class Task:
             + (f"<p><small>{html.escape(details)}</small></p>" if details else "")
             + _examples_html(self.dist)
         )
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """What a task module registers: its loader, ``fn(n_dist, n_test, seed, data_dir, **options) ->
+    Task``, and its ``info`` (answer type, metric, default sizes, sources, files: what listings and
+    option checks read without loading). A task registry entry names one (``"module:SPEC"``)."""
+
+    loader: Callable[..., "Task"]
+    info: Mapping[str, Any] = field(default_factory=dict)
 
 
 class SplitOverlapError(ValueError):

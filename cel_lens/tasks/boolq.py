@@ -28,11 +28,11 @@ from __future__ import annotations
 import warnings
 from typing import Any, Mapping, Optional, Sequence
 
-from cel_lens.tasks.base import Example, Task
+from cel_lens.tasks.base import Example, Task, TaskSpec
 from cel_lens.tasks.heldout import DIST_SOURCES, split_one_file
 from cel_lens.tasks.io import DataNotFoundError, PathLike, reject_options, require, train_val_splits
 
-__all__ = ["HUB_ID", "HUB_CONFIG", "INFO", "CHOICES", "superglue_passage", "make_example", "load_boolq"]
+__all__ = ["HUB_ID", "HUB_CONFIG", "INFO", "SPEC", "CHOICES", "superglue_passage", "make_example", "load_boolq"]
 
 HUB_ID = "aps/super_glue"
 HUB_CONFIG = "boolq"
@@ -156,3 +156,7 @@ def load_boolq(
             "protocol": "lm-evaluation-harness boolq (SuperGLUE passages): zero-shot, log-likelihood of ' no' / ' yes'",
         },
     )
+
+
+SPEC = TaskSpec(load_boolq, INFO)
+"""What the task registry names (``"cel_lens.tasks.boolq:SPEC"``): the loader and its info."""

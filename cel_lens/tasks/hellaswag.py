@@ -19,10 +19,10 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping, Optional, Sequence
 
-from cel_lens.tasks.base import Example, Task
+from cel_lens.tasks.base import Example, Task, TaskSpec
 from cel_lens.tasks.io import PathLike, RowError, reject_options, require, train_val_splits
 
-__all__ = ["HUB_ID", "INFO", "preprocess", "make_example", "load_hellaswag"]
+__all__ = ["HUB_ID", "INFO", "SPEC", "preprocess", "make_example", "load_hellaswag"]
 
 HUB_ID = "Rowan/hellaswag"
 N_DIST, N_TEST = 2000, 10042
@@ -117,3 +117,7 @@ def load_hellaswag(
             "protocol": "lm-evaluation-harness hellaswag: zero-shot, log-likelihood of 4 endings",
         },
     )
+
+
+SPEC = TaskSpec(load_hellaswag, INFO)
+"""What the task registry names (``"cel_lens.tasks.hellaswag:SPEC"``): the loader and its info."""

@@ -32,12 +32,12 @@ import json
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
-from cel_lens.tasks.base import Task, dedup_record, normalise_text
+from cel_lens.tasks.base import Task, TaskSpec, dedup_record, normalise_text
 from cel_lens.tasks.io import check_size, seeded_sample
 from cel_lens.tasks.lm_eval_docs import ANSWER_TYPES, LmEvalJudge, build_examples
 
 __all__ = ["PREFIX", "DECISION_METRICS", "LOCAL_BUILDERS", "task_config", "check_config",
-           "spec_info", "load_lm_eval_task"]
+           "spec_info", "load_lm_eval_task", "lm_eval_spec"]
 
 PREFIX = "lm_eval:"
 DECISION_METRICS: dict[str, tuple[str, ...]] = {
@@ -321,3 +321,10 @@ def _options(spec: str, path: Path, cfg: Mapping[str, Any], task: Any, version: 
     if removed:
         opts["deduplication"] = dedup_record(removed)
     return opts
+
+
+def lm_eval_spec(spec: str) -> TaskSpec:
+    """The task ``spec`` (``"lm_eval:NAME"`` or a task YAML path) in the form the task registry
+    gives every task: its loader (:func:`load_lm_eval_task` with ``spec`` bound) and its info
+    (:func:`spec_info`)."""
+    return TaskSpec(functools.partial(load_lm_eval_task, spec), spec_info(spec))

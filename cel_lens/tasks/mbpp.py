@@ -32,7 +32,7 @@ import re
 from typing import Any, Callable, Mapping, Optional
 
 from cel_lens.sandbox.judge import split_tests
-from cel_lens.tasks.base import Example, Task, dedup_record, drop_same_text
+from cel_lens.tasks.base import Example, Task, TaskSpec, dedup_record, drop_same_text
 from cel_lens.tasks.paraphrase import NEAR_PARAPHRASE_JACCARD, drop_near_paraphrases, paraphrase_record
 from cel_lens.tasks.io import (
     PathLike,
@@ -50,6 +50,7 @@ from cel_lens.tasks.io import (
 __all__ = [
     "HUB_ID",
     "INFO",
+    "SPEC",
     "SPLIT_TASK_IDS",
     "FEWSHOT_TASK_IDS",
     "STOP",
@@ -305,3 +306,7 @@ def load_mbpp(
                if same_text or near else {}),
         },
     )
+
+
+SPEC = TaskSpec(load_mbpp, INFO)
+"""What the task registry names (``"cel_lens.tasks.mbpp:SPEC"``): the loader and its info."""

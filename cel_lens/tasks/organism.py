@@ -27,7 +27,7 @@ from jaxtyping import Int
 from torch import Tensor
 
 from cel_lens.model.registry import ORGANISM_DIR
-from cel_lens.tasks.base import Example, Split, Task
+from cel_lens.tasks.base import Example, Split, Task, TaskSpec
 from cel_lens.tasks.io import reject_options
 
 __all__ = [
@@ -43,6 +43,8 @@ __all__ = [
     "shipped_config",
     "load_organism_a",
     "load_organism_b",
+    "SPEC_A",
+    "SPEC_B",
 ]
 
 ORGANISM_TASK = "organism_a"
@@ -249,6 +251,12 @@ def load_organism_b(
     """Task B of the model organism (see the module docstring); ``data_dir`` is unused."""
     reject_options(SIDE_TASK, kw)
     return organism_task(SIDE_TASK, n_dist, n_test, seed)
+
+
+SPEC_A = TaskSpec(load_organism_a, INFO_A)
+"""What the task registry names for ``organism_a``: the loader and its info."""
+SPEC_B = TaskSpec(load_organism_b, INFO_B)
+"""What the task registry names for ``organism_b``: the loader and its info."""
 
 
 def shipped_config() -> OrganismConfig:

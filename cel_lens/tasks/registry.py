@@ -1,11 +1,12 @@
 """Task names and where their loaders live: a table of strings, imported only when used.
 
 Loading a task imports only that task's module (``load_task("boolq")`` never imports MBPP's or the
-organism's code). Built-in tasks are listed in :data:`BUILTIN_TASKS` (name -> ``"module:loader"``)
-and :data:`TASK_INFO` (name -> ``"module:INFO"``), two :class:`~cel_lens.registry.Registry` tables
-of the one form every cel_lens table has; :func:`register_task` adds your own. Any
-lm-evaluation-harness task loads too, as ``"lm_eval:NAME"`` or ``"path/to/task.yaml"``
-(:data:`LM_EVAL_TASKS`, :mod:`cel_lens.tasks.lm_eval_task`).
+organism's code). Built-in tasks are one table, :data:`BUILTIN_TASKS` (name -> ``"module:SPEC"``),
+a :class:`~cel_lens.registry.Registry` of the one form every cel_lens table has, whose entries
+are :class:`~cel_lens.tasks.base.TaskSpec` objects: a task's loader and its info together.
+:func:`register_task` adds your own. Any lm-evaluation-harness task loads too, as
+``"lm_eval:NAME"`` or ``"path/to/task.yaml"``: :data:`LM_EVAL_TASKS` names the function that makes
+its spec (:func:`cel_lens.tasks.lm_eval_task.lm_eval_spec`).
 
 A loader is ``fn(n_dist, n_test, seed, data_dir, **options) -> Task``; ``info`` describes the task
 for listings (answer type, metric, default sizes, sources, files).
@@ -13,15 +14,17 @@ for listings (answer type, metric, default sizes, sources, files).
 
 from __future__ import annotations
 
-import functools
 import inspect
 from dataclasses import replace
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 from cel_lens.registry import Registry
-from cel_lens.tasks.base import Split, Task, check_disjoint
+from cel_lens.tasks.base import Split, Task, TaskSpec, check_disjoint
 
-__all__ = ["BUILTIN_TASKS", "TASK_INFO", "SPLIT_NAMES", "LM_EVAL_TASKS", "is_lm_eval_spec", "register_task", "load_task", "loader_options", "available_tasks", "task_info", "loaded_splits"]
+__all__ = [
+    "BUILTIN_TASKS", "SPLIT_NAMES", "LM_EVAL_TASKS", "is_lm_eval_spec", "register_task", "task_spec", "load_task",
+    "loader_options", "available_tasks", "task_info", "loaded_splits",
+]
 
 SPLIT_NAMES: tuple[str, ...] = ("dist", "test")
 """The two splits of a task, in the order :func:`load_task` loads them."""
@@ -29,27 +32,17 @@ SPLIT_NAMES: tuple[str, ...] = ("dist", "test")
 Loader = Callable[..., Task]
 
 BUILTIN_TASKS: Registry = Registry("task", {
-    "arithmetic": "cel_lens.tasks.arithmetic:load_arithmetic",
-    "boolq": "cel_lens.tasks.boolq:load_boolq",
-    "hellaswag": "cel_lens.tasks.hellaswag:load_hellaswag",
-    "mbpp": "cel_lens.tasks.mbpp:load_mbpp",
-    "organism_a": "cel_lens.tasks.organism:load_organism_a",
-    "organism_b": "cel_lens.tasks.organism:load_organism_b",
+    "arithmetic": "cel_lens.tasks.arithmetic:SPEC",
+    "boolq": "cel_lens.tasks.boolq:SPEC",
+    "hellaswag": "cel_lens.tasks.hellaswag:SPEC",
+    "mbpp": "cel_lens.tasks.mbpp:SPEC",
+    "organism_a": "cel_lens.tasks.organism:SPEC_A",
+    "organism_b": "cel_lens.tasks.organism:SPEC_B",
 })
-"""Built-in task name -> ``"module:loader"``."""
+"""Built-in task name -> ``"module:SPEC"``, a :class:`~cel_lens.tasks.base.TaskSpec` (loader and
+info). Adding a built-in task is its module (with its ``SPEC``) and one line here."""
 
-TASK_INFO: Registry = Registry("task", {
-    "arithmetic": "cel_lens.tasks.arithmetic:INFO",
-    "boolq": "cel_lens.tasks.boolq:INFO",
-    "hellaswag": "cel_lens.tasks.hellaswag:INFO",
-    "mbpp": "cel_lens.tasks.mbpp:INFO",
-    "organism_a": "cel_lens.tasks.organism:INFO_A",
-    "organism_b": "cel_lens.tasks.organism:INFO_B",
-})
-"""Built-in task name -> ``"module:INFO"``, what the task declares about itself (the same names as
-:data:`BUILTIN_TASKS`; a test holds them equal)."""
-
-_USER_TASKS: dict[str, tuple[Loader, dict[str, Any]]] = {}
+_USER_TASKS: dict[str, TaskSpec] = {}
 
 
 def register_task(
@@ -61,7 +54,7 @@ def register_task(
         raise ValueError(f"{name!r} is a built-in task; register yours under another name")
 
     def deco(fn: Loader) -> Loader:
-        _USER_TASKS[name] = (fn, dict(info or {}))
+        _USER_TASKS[name] = TaskSpec(fn, dict(info or {}))
         return fn
 
     return deco if loader is None else deco(loader)
@@ -72,12 +65,11 @@ def available_tasks() -> list[str]:
     return sorted({*BUILTIN_TASKS, *_USER_TASKS})
 
 
-LM_EVAL_TASKS: Registry = Registry("lm-eval task part", {
-    "loader": "cel_lens.tasks.lm_eval_task:load_lm_eval_task",
-    "info": "cel_lens.tasks.lm_eval_task:spec_info",
+LM_EVAL_TASKS: Registry = Registry("task source", {
+    "lm_eval": "cel_lens.tasks.lm_eval_task:lm_eval_spec",
 })
-"""Where ``"lm_eval:NAME"`` and ``"path/to/task.yaml"`` are loaded: the loader and the info function
-(both take the name first)."""
+"""Where ``"lm_eval:NAME"`` and ``"path/to/task.yaml"`` are loaded: the function that makes such a
+name's :class:`~cel_lens.tasks.base.TaskSpec` (imported only when one is asked for)."""
 
 
 def is_lm_eval_spec(name: str) -> bool:
@@ -85,21 +77,26 @@ def is_lm_eval_spec(name: str) -> bool:
     return isinstance(name, str) and (name.startswith("lm_eval:") or name.lower().endswith((".yaml", ".yml")))
 
 
-def _resolve(name: str) -> tuple[Loader, dict[str, Any]]:
+def task_spec(name: str) -> TaskSpec:
+    """The :class:`~cel_lens.tasks.base.TaskSpec` (loader and info) of task ``name``: a registered
+    one, an lm-eval task, or a built-in one; ``ValueError`` naming the tasks otherwise."""
     if name in _USER_TASKS:
         return _USER_TASKS[name]
     if is_lm_eval_spec(name):
-        return functools.partial(LM_EVAL_TASKS.resolve("loader"), name), LM_EVAL_TASKS.resolve("info")(name)
+        return LM_EVAL_TASKS.resolve("lm_eval")(name)
     if name not in BUILTIN_TASKS:
         raise ValueError(f"unknown task {name!r}; available: {', '.join(available_tasks())}, "
                          "or any lm-eval task as lm_eval:NAME or path/to/task.yaml")
-    return BUILTIN_TASKS.resolve(name), dict(TASK_INFO.resolve(name))
+    spec = BUILTIN_TASKS.resolve(name)
+    if not isinstance(spec, TaskSpec):
+        raise TypeError(f"task {name!r}: {BUILTIN_TASKS[name]} is a {type(spec).__name__}, not a TaskSpec")
+    return spec
 
 
 def task_info(name: str) -> dict[str, Any]:
     """What a task declares about itself (answer type, metric, default sizes, sources, files); an
     info that still says ``"kind"`` (the answer type's former name) is read as ``"answer_type"``."""
-    info = _resolve(name)[1]
+    info = dict(task_spec(name).info)
     if "kind" in info and "answer_type" not in info:
         info["answer_type"] = info.pop("kind")
     return info
@@ -110,7 +107,7 @@ def loader_options(name: str, recorded: Mapping[str, Any]) -> dict[str, Any]:
     such as the protocol) that the task's loader takes as keywords, other than the sizes, the
     data directory and the splits: what loads the same task again (``seed``, ``chat_template``,
     BoolQ's ``dist_from``, MBPP's ``judge`` and ``max_new_tokens``, ...)."""
-    params = inspect.signature(_resolve(name)[0]).parameters.values()
+    params = inspect.signature(task_spec(name).loader).parameters.values()
     takes = {q.name for q in params if q.kind not in (q.VAR_KEYWORD, q.VAR_POSITIONAL)}
     return {k: recorded[k] for k in sorted(takes - {"n_dist", "n_test", "data_dir", "splits"}) if k in recorded}
 
@@ -145,7 +142,7 @@ def load_task(
     D_test never depends on D_dist, and D_dist is drawn with D_test's rows still excluded.
     """
     wanted = _check_splits(splits)
-    loader, _ = _resolve(name)
+    loader = task_spec(name).loader
     partial = wanted != SPLIT_NAMES
     takes_splits = "splits" in inspect.signature(loader).parameters
     extra = {"splits": wanted} if partial and takes_splits else {}
