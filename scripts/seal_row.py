@@ -41,8 +41,11 @@ IDENTITY = ("model", "task", "splits", "options", "examples")
 
 
 def same_row(a: Path, b: Path) -> bool:
-    """Whether two manifests describe the same row (:data:`IDENTITY`)."""
-    x, y = json.loads(a.read_text()), json.loads(b.read_text())
+    """Whether two manifests describe the same row (:data:`IDENTITY`), former key names read as the
+    current ones (a row sealed before a rename still resumes)."""
+    from cel_lens.runs.manifest import upgrade_manifest
+
+    x, y = (upgrade_manifest(json.loads(f.read_text())) for f in (a, b))
     return all(x.get(k) == y.get(k) for k in IDENTITY)
 
 

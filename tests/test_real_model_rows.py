@@ -209,6 +209,22 @@ def test_seal_only_then_resume_commits_the_result_once(tmp_path):
     assert rows.record("row", row)["sealed"].startswith("**unknown** (no seal record); manifest committed")
 
 
+def test_a_row_sealed_before_a_rename_is_the_same_row(tmp_path):
+    """A manifest committed when the task's answer type was called ``kind`` describes the same row as
+    the resumed search's, which writes ``answer_type``; a real difference still tells them apart."""
+    import json
+
+    new = {"model": {"id": "m"}, "task": {"name": "boolq", "answer_type": "multiple_choice", "metric": "acc"},
+           "splits": {"test": {"n": 3}}, "options": {"k": 2}, "examples": {"test": ["a"]}}
+    old = {**new, "task": {"name": "boolq", "kind": "multiple_choice", "metric": "acc"}}
+    a, b, c = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "c.json"
+    a.write_text(json.dumps(old))
+    b.write_text(json.dumps(new))
+    c.write_text(json.dumps({**new, "options": {"k": 3}}))
+    assert seal_row.same_row(a, b) and seal_row.same_row(b, a)
+    assert not seal_row.same_row(a, c)
+
+
 def test_heatmap_from_the_record_alone(tmp_path):
     res = result(25, 25, scores=[[0.01, -0.02, 0.0], [0.03, 0.0, -0.01]], pool=["L1H0", "L0H0"], n_layers=2, n_heads=3,
                  heads="L1H0", subsets=[{"heads": "L1H0", "size": 1, "dist_acc": 0.43, "dist_gain": 0.03},
