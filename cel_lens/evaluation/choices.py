@@ -24,7 +24,7 @@ __all__ = ["aggregate", "decision_margins"]
 
 
 def aggregate(
-    kind: str,
+    answer_type: str,
     metric: str,
     batches: Sequence[EncodedBatch],
     n_examples: int,
@@ -34,7 +34,7 @@ def aggregate(
     """Per-example correct/scores/extra from row scores (rows in batch order)."""
     n_var = lp.shape[0]
     ex = torch.cat([b.example_index[b.row_example] for b in batches]) if batches else torch.zeros(0, dtype=torch.long)
-    if kind == "exact_match":
+    if answer_type == "exact_match":
         correct = torch.zeros(n_var, n_examples, dtype=torch.bool)
         scores = torch.full((n_var, n_examples), float("nan"))
         correct[:, ex] = greedy
@@ -63,7 +63,7 @@ def aggregate(
 
 
 def decision_margins(
-    kind: str,
+    answer_type: str,
     batches: Sequence[EncodedBatch],
     n_examples: int,
     lp: Float[Tensor, "variant row"],
@@ -74,7 +74,7 @@ def decision_margins(
     log-likelihood, tokens and characters (missing choices: ``-inf``, 0 tokens)."""
     n_var = lp.shape[0]
     ex = torch.cat([b.example_index[b.row_example] for b in batches]) if batches else torch.zeros(0, dtype=torch.long)
-    if kind == "exact_match":
+    if answer_type == "exact_match":
         token = torch.full((n_var, n_examples), float("inf"))
         token[:, ex] = row_margin
         return Margins(token=token)

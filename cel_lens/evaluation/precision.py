@@ -205,7 +205,7 @@ def _choice_unsure(
 
 
 def recompute_mask(
-    kind: str, margins: Margins, bound: float = LOGIT_BOUND, logprob_bound: float = LOGPROB_BOUND,
+    answer_type: str, margins: Margins, bound: float = LOGIT_BOUND, logprob_bound: float = LOGPROB_BOUND,
     pair_bound: float = CHOICE_PAIR_BOUND, metric: Optional[str] = None,
 ) -> Bool[Tensor, "variant example"]:
     """Which (variant, example) decisions bf16 may have got wrong, to be recomputed in float32.
@@ -217,11 +217,11 @@ def recompute_mask(
     each, whose sum bounds the one logit difference that decides). ``metric`` (``"acc"`` or
     ``"acc_norm"``) guards only that metric's decision, the one an evaluation's ``correct`` holds;
     ``None`` guards both."""
-    if kind in ("exact_match", "generation"):
+    if answer_type in ("exact_match", "generation"):
         assert margins.token is not None
         return margins.token.abs() <= bound
-    if kind != "multiple_choice":
-        raise ValueError(f"no recompute rule for kind {kind!r}")
+    if answer_type != "multiple_choice":
+        raise ValueError(f"no recompute rule for answer type {answer_type!r}")
     assert margins.choice_ll is not None and margins.choice_tokens is not None and margins.choice_chars is not None
     ll, k, chars = margins.choice_ll, margins.choice_tokens, margins.choice_chars
     one = (k <= 1).all(-1, keepdim=True)
