@@ -28,7 +28,7 @@ def _stage1(rec: dict[str, Any]) -> list[str]:
             why = "precision not in git history at this run: column left to fill" if not r.get("bf16_landed") else "not run"
             out.append(f"| {label} | {r['n_dist']} | {f['cpu_s']:.1f} ({f['wall_s']:.0f}) | {why} | | | | |")
             continue
-        share = "; ".join(f"{k}: {v['share']:.1%} of {v['decisions']:,}" for k, v in (b.get("recompute") or {}).items())
+        share = "; ".join(f"{k}: {v['share']:.1%} of {v['decisions']:,}{_pair_check(v)}" for k, v in (b.get("recompute") or {}).items())
         out.append(f"| {label} | {r['n_dist']} | {f['cpu_s']:.1f} ({f['wall_s']:.0f}) | {b['scan']['cpu_s']:.1f} "
                    f"({b['scan']['wall_s']:.0f}) | {f['cpu_s'] / b['scan']['cpu_s']:.2f}x | {b['decisions']:,} "
                    f"| {b['differing']} | {share or '—'} |")
@@ -110,6 +110,15 @@ def _plans(rec: dict[str, Any]) -> list[str]:
         out.append(f"| {label} | {r['n_dist']} | {_s(r['calibration_cpu_s'])} | {_s(r['share'], 2)} "
                    f"| {r['stage1_cpu_s']:.0f} ({per:.2f}) | {_s(measured, 2)} | {ratio} |")
     return out + [""]
+
+
+def _pair_check(tally: dict[str, Any]) -> str:
+    """The one-token choice bound's check, where the tally has one (``cel_lens.evaluation.precision.pair_check``)."""
+    c = tally.get("pair_check")
+    if not c:
+        return ""
+    return (f" (pair check: {c['observed']:,} recomputed decisions observed, largest change {c['largest_change']:.2f} "
+            f"against the bound {c['bound']}; {c['widened']:,} recomputed because an evaluation could not confirm it)")
 
 
 def _quick_precision(p: Any) -> str:

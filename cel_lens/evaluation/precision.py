@@ -243,6 +243,7 @@ class _PerThread(threading.local):
         self.chosen: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
         self.tally: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
         self.pairs: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+        self.evidence: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 _STATE = _PerThread()
@@ -257,6 +258,7 @@ def use_precision(model, precision: Optional[str]) -> Optional[str]:
     _STATE.chosen[model] = check_precision(precision)
     _STATE.tally[model] = {}
     _STATE.pairs[model] = {}
+    _STATE.evidence[model] = {}
     return previous
 
 
@@ -312,7 +314,8 @@ def pair_check(
     Every recomputed decision between one-token choices has both its bf16 scores (``margins``) and
     float32's (``float32_ll``, after the recompute): the bound is confirmed when at least
     :data:`PAIR_CHECK_MIN` of them moved no choice difference by more than :data:`PAIR_CHECK_SHARE`
-    of it. Otherwise the decisions the wider ``LOGPROB_BOUND`` rule marks, and ``redo`` does not,
+    of it, counting those of earlier evaluations of the same split (task and name) of ``model``
+    since :func:`use_precision` (a stage-1 scan's later chunks use its first chunks' evidence). Otherwise the decisions the wider ``LOGPROB_BOUND`` rule marks, and ``redo`` does not,
     are returned to be recomputed too (none when confirmed or when the bound was not used: no
     one-token choices, or ``metric="acc_norm"``). The check is tallied under ``split``'s name."""
     none = torch.zeros_like(redo)
@@ -324,7 +327,11 @@ def pair_check(
     seen = redo & one[None, :]
     n = int(seen.sum())
     change = float(_row_change(margins.choice_ll[seen], float32_ll[seen]).max()) if n else 0.0
-    confirmed = n >= PAIR_CHECK_MIN and change <= PAIR_CHECK_SHARE * CHOICE_PAIR_BOUND
+    key = (str(getattr(split, "task", "") or ""), str(getattr(split, "name", "") or "examples"))
+    held = _STATE.evidence.setdefault(model, {})
+    seen_n, seen_change = held.get(key, (0, 0.0))
+    held[key] = (seen_n + n, max(seen_change, change))  # this split's evidence so far, this call's included
+    confirmed = held[key][0] >= PAIR_CHECK_MIN and held[key][1] <= PAIR_CHECK_SHARE * CHOICE_PAIR_BOUND
     widen = none if confirmed else recompute_mask(
         "multiple_choice", margins, pair_bound=LOGPROB_BOUND, metric=metric) & ~redo
     acc = _STATE.pairs.setdefault(model, {}).setdefault(str(getattr(split, "name", "") or "examples"), [0, 0, 0.0])

@@ -85,6 +85,24 @@ def test_a_bound_not_confirmed_widens_to_the_logprob_rule(change, n):
     assert not pair_check(model, _Split(), margins, f32, redo, "acc_norm").any()  # the pair bound was not used
 
 
+def test_evidence_adds_up_over_one_splits_evaluations():
+    """Two evaluations of one split, each with fewer recomputes than the check needs: the first
+    widens, the second is confirmed by both together; another split starts from none."""
+    model = torch.nn.Linear(1, 1)
+    use_precision(model, "bf16")
+    half = PAIR_CHECK_MIN // 2 + 1
+    redo, f32, margins = _check(0.0, half)
+    assert pair_check(model, _Split(), margins, f32, redo, "acc").any()
+    assert not pair_check(model, _Split(), margins, f32, redo, "acc").any()
+
+    class Other:
+        name, task = "dist", "another task"
+
+    assert pair_check(model, Other(), margins, f32, redo, "acc").any()
+    use_precision(model, "bf16")  # a new search: its own evidence
+    assert pair_check(model, _Split(), margins, f32, redo, "acc").any()
+
+
 @contextlib.contextmanager
 def _noisy_bf16(spread: float):
     """Within the block, bf16 passes (autocast on) add a fixed noise of up to ``spread`` to every
