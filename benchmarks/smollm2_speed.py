@@ -253,15 +253,14 @@ def prompt_prefix_part(model, n_mbpp: int) -> dict[str, Any]:
     return out
 
 
-def quick_part(model, n: Optional[int]) -> dict[str, Any]:
+def quick_part(model, n: Optional[int], threads: int) -> dict[str, Any]:
     """``cl.plan`` then ``cl.search`` with the ``--quick`` preset on Arithmetic (exact stage 1), on
-    the torch threads ``cel-lens search`` would take here (the cores the machine leaves idle)."""
+    ``threads`` torch threads: what ``cel-lens search`` takes (the cores the machine left idle when
+    this process started, before its own work counted in the load)."""
     from cel_lens.config import QUICK
-    from cel_lens.threads import choose_threads, param_count
 
     options = {**QUICK, **({"n_dist": n, "n_test": n} if n else {})}
     before = torch.get_num_threads()
-    threads = choose_threads(param_count(model), look_at_load=True)  # what `cel-lens search` takes at start
     torch.set_num_threads(threads)
     try:
         rec = _quick_run(model, options)
@@ -328,6 +327,9 @@ def main() -> None:
     import cel_lens as cl
     from benchmarks.smollm2_speed_report import render
 
+    from cel_lens.threads import choose_threads
+
+    quick_threads = choose_threads(look_at_load=True)  # as `cel-lens search` at its start, before any work here
     torch.set_num_threads(1)
     rec = json.loads(args.record.read_text()) if args.record.exists() else {}
     for other in args.merge:
@@ -349,7 +351,7 @@ def main() -> None:
         elif part == "prefix":
             rec[part] = prefix_part(model, args.prefix_n_arith, args.prefix_n_mbpp)
         elif part == "quick":
-            rec[part] = quick_part(model, args.quick_n)
+            rec[part] = quick_part(model, args.quick_n, quick_threads)
         rec[part]["part_s"] = since(t)
         rec[part]["load_average"] = os.getloadavg()[0]
         rec[part]["finished"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())

@@ -218,7 +218,7 @@ def render(rec: dict[str, Any]) -> str:
     ran = [f"{k} ({v.get('finished', '?')}, load average {v.get('load_average', 0):.1f})" for k, v in rec.items()
            if isinstance(v, dict)]
     head = [TITLE, "",
-            "One torch thread per process on a shared 2-core machine; CPU seconds are the measure, wall beside them. "
+            "One torch thread per process on a shared 2-core machine (the --quick part: the threads cel-lens search takes); CPU seconds are the measure, wall beside them. "
             "Parts in this record: " + ("; ".join(ran) or "none") + ".", ""]
     head += _sizes(rec)
     return "\n".join(head + _stage1(rec) + _bound(rec) + _prefix(rec) + _prescreen(rec) + _plans(rec) + _quick(rec)).rstrip() + "\n"
