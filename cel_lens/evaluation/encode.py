@@ -166,7 +166,7 @@ def precision_kind(model, split: Split, chat_template: Optional[bool] = None) ->
     if answer_type != "multiple_choice" or not len(split):
         return answer_type
     chat = chat_choice(split, chat_template)
-    for ex in list(split)[:PRECISION_PROBE]:
+    for ex in (split[i] for i in range(min(len(split), PRECISION_PROBE))):
         if "prompt_ids" in ex.meta:
             return answer_type
         prompt = format_prompt(model, ex.prompt, chat)

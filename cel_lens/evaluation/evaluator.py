@@ -133,7 +133,7 @@ def evaluate(
     with compute_precision(model, prec):
         out = _run(model, split, sets, plan, store, margins=Margins())
     margins = out.pop("margins")
-    redo = recompute_mask(answer_type, margins, metric=metric if answer_type == "multiple_choice" else None)
+    redo = recompute_mask(answer_type, margins, metric=metric)
     _recompute(out, redo, float32_model(model), split, sets, plan)
     if answer_type == "multiple_choice":  # the one-token bound holds only where this run's recomputes confirm it
         wider = pair_check(model, split, margins, out["extra"]["choice_ll"], redo, metric)

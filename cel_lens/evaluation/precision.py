@@ -17,17 +17,13 @@ difference) of flipping. Those are recomputed in float32 (a generation regenerat
 the per-example bits equal the float32 run's; the scorers, the search and the report only ever
 see the bits.
 
-**The bounds.** :data:`LOGIT_BOUND` bounds ``|Δ(l_a - l_b)|``, the change bf16 makes to the
-difference of two logits near the top of one position (what greedy and exact-match decisions
-compare); :data:`LOGPROB_BOUND` the same for any two logits of a position, hence for any token's
-log-probability ``l_t - logsumexp(l)`` (its ``logsumexp`` is a weighted mean of logits), so a
-choice of ``k`` tokens moves by at most ``k LOGPROB_BOUND``. When every choice of an example is
-one token at the same position (BoolQ's `` yes``/`` no``), the difference of two choices is one
-logit difference, bounded by :data:`CHOICE_PAIR_BOUND`, a bound each run checks on its own
-recomputed decisions (:func:`pair_check`): when they do not confirm it, the run falls back to
-``LOGPROB_BOUND``. All are measured on SmolLM2-135M-Instruct (30 layers, the only real model
-reachable here; ``benchmarks/precision.py``, ``docs/precision.md``) and set 2-3 times above the
-largest change seen.
+**The bounds**, each documented where it is defined: :data:`LOGIT_BOUND` for two logits near the
+top of one position (greedy and exact-match decisions), :data:`LOGPROB_BOUND` for any two logits,
+hence any token's log-probability (a choice of ``k`` tokens moves by at most ``k LOGPROB_BOUND``),
+and :data:`CHOICE_PAIR_BOUND` for two one-token choices at one position (BoolQ's `` yes``/`` no``),
+which each run checks on its own recomputes (:func:`pair_check`), else falls back to
+``LOGPROB_BOUND``. All are measured on SmolLM2-135M-Instruct (``benchmarks/precision.py``,
+``docs/precision.md``) and set 2-3 times above the largest change seen.
 
 :func:`resolve_precision` turns ``"auto"`` (the default) into ``"bf16"`` for a model held in
 bfloat16 (a GPU user's: its float32 re-checks run on a float32 copy) or in float32 on a CPU with
@@ -45,7 +41,7 @@ import os
 import threading
 import weakref
 from dataclasses import dataclass
-from typing import Iterator, Mapping, Optional, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
 
 import torch
 from jaxtyping import Bool, Float
@@ -55,7 +51,7 @@ from cel_lens.config import PRECISIONS
 
 __all__ = [
     "PRECISIONS", "LOGIT_BOUND", "LOGPROB_BOUND", "CHOICE_PAIR_BOUND", "PAIR_CHECK_MIN", "PAIR_CHECK_SHARE",
-    "pair_check", "Margins", "resolve_precision", "check_precision", "cpu_has_native_bf16",
+    "pair_check", "merge_pair_checks", "Margins", "resolve_precision", "check_precision", "cpu_has_native_bf16",
     "compute_precision", "float32_model", "recompute_mask", "recompute_groups", "use_precision",
     "tally_summary", "restore_precision", "precision_of", "tally_recompute", "recompute_summary",
     "precision_line", "PRECISION_ENV", "AUTO_MIN_PARAMS", "AUTO_KINDS", "ONE_TOKEN_CHOICES",
@@ -243,7 +239,6 @@ class _PerThread(threading.local):
         self.chosen: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
         self.tally: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
         self.pairs: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-        self.evidence: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 _STATE = _PerThread()
@@ -258,7 +253,6 @@ def use_precision(model, precision: Optional[str]) -> Optional[str]:
     _STATE.chosen[model] = check_precision(precision)
     _STATE.tally[model] = {}
     _STATE.pairs[model] = {}
-    _STATE.evidence[model] = {}
     return previous
 
 
@@ -277,23 +271,38 @@ def precision_of(model) -> str:
     return _STATE.chosen.get(model, "auto")
 
 
+def _split_name(split) -> str:
+    """The name a split's decisions are tallied under (``"examples"`` for an unnamed one)."""
+    return str(getattr(split, "name", "") or "examples")
+
+
 def tally_recompute(model, split, redo: Bool[Tensor, "variant example"]) -> None:
     """Count ``redo``'s decisions, and those recomputed, under ``split``'s name for ``model``."""
-    counts = _STATE.tally.setdefault(model, {}).setdefault(str(getattr(split, "name", "") or "examples"), [0, 0])
+    counts = _STATE.tally.setdefault(model, {}).setdefault(_split_name(split), [0, 0])
     counts[0] += int(redo.sum())
     counts[1] += int(redo.numel())
 
 
 def recompute_summary(model) -> dict:
     """Per split: decisions made in bf16 since :func:`use_precision`, how many were recomputed in
-    float32, and their share (what a run records); where one-token choices were checked
-    (:func:`pair_check`), ``pair_check``: the recomputed decisions observed, the largest change of
-    a choice difference among them, the bound, and the decisions recomputed because a check failed."""
+    float32, and their share (what a run records); where one-token choices were checked, the
+    ``pair_check`` record (:func:`pair_check`, the split name's tasks merged)."""
     out = tally_summary(_STATE.tally.get(model, {}))
-    for name, (seen, widened, change) in _STATE.pairs.get(model, {}).items():
+    for (_, name), record in _STATE.pairs.get(model, {}).items():
         if name in out:
-            out[name]["pair_check"] = {"observed": seen, "largest_change": change, "bound": CHOICE_PAIR_BOUND,
-                                       "widened": widened}
+            out[name]["pair_check"] = merge_pair_checks([out[name].get("pair_check", {}), record])
+    return out
+
+
+def merge_pair_checks(records: Iterable[Mapping[str, Any]]) -> dict:
+    """One ``pair_check`` record of several (the tasks of one split name, a Ray search's replicas):
+    the recomputed decisions observed, the largest change of a choice difference among them, the
+    bound, and the decisions recomputed because a check failed; counts add up, changes take the max."""
+    out = {"observed": 0, "largest_change": 0.0, "bound": CHOICE_PAIR_BOUND, "widened": 0}
+    for r in records:
+        out["observed"] += int(r.get("observed", 0))
+        out["widened"] += int(r.get("widened", 0))
+        out["largest_change"] = max(out["largest_change"], float(r.get("largest_change", 0.0)))
     return out
 
 
@@ -315,9 +324,9 @@ def pair_check(
     float32's (``float32_ll``, after the recompute): the bound is confirmed when at least
     :data:`PAIR_CHECK_MIN` of them moved no choice difference by more than :data:`PAIR_CHECK_SHARE`
     of it, counting those of earlier evaluations of the same split (task and name) of ``model``
-    since :func:`use_precision` (a stage-1 scan's later chunks use its first chunks' evidence). Otherwise the decisions the wider ``LOGPROB_BOUND`` rule marks, and ``redo`` does not,
-    are returned to be recomputed too (none when confirmed or when the bound was not used: no
-    one-token choices, or ``metric="acc_norm"``). The check is tallied under ``split``'s name."""
+    since :func:`use_precision`. Otherwise what the wider ``LOGPROB_BOUND`` rule marks beyond
+    ``redo`` is returned to be recomputed too (none when confirmed, or where the bound was not used:
+    no one-token choices, or ``metric="acc_norm"``). The split's record is kept for the run's tally."""
     none = torch.zeros_like(redo)
     if margins.choice_ll is None or margins.choice_tokens is None or metric == "acc_norm":
         return none
@@ -327,17 +336,13 @@ def pair_check(
     seen = redo & one[None, :]
     n = int(seen.sum())
     change = float(_row_change(margins.choice_ll[seen], float32_ll[seen]).max()) if n else 0.0
-    key = (str(getattr(split, "task", "") or ""), str(getattr(split, "name", "") or "examples"))
-    held = _STATE.evidence.setdefault(model, {})
-    seen_n, seen_change = held.get(key, (0, 0.0))
-    held[key] = (seen_n + n, max(seen_change, change))  # this split's evidence so far, this call's included
-    confirmed = held[key][0] >= PAIR_CHECK_MIN and held[key][1] <= PAIR_CHECK_SHARE * CHOICE_PAIR_BOUND
+    key = (str(getattr(split, "task", "") or ""), _split_name(split))
+    held = merge_pair_checks([_STATE.pairs.setdefault(model, {}).get(key, {}), {"observed": n, "largest_change": change}])
+    confirmed = held["observed"] >= PAIR_CHECK_MIN and held["largest_change"] <= PAIR_CHECK_SHARE * CHOICE_PAIR_BOUND
     widen = none if confirmed else recompute_mask(
         "multiple_choice", margins, pair_bound=LOGPROB_BOUND, metric=metric) & ~redo
-    acc = _STATE.pairs.setdefault(model, {}).setdefault(str(getattr(split, "name", "") or "examples"), [0, 0, 0.0])
-    acc[0] += n
-    acc[1] += int(widen.sum())
-    acc[2] = max(acc[2], change)
+    held["widened"] += int(widen.sum())
+    _STATE.pairs[model][key] = held  # this split's evidence so far, this call's included
     return widen
 
 

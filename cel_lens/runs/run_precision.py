@@ -56,7 +56,7 @@ def record_precision(run_dir: RunDir, manifest: dict[str, Any], oracle: Any, con
     manifest (which a reopened run ignores when it compares manifests)."""
     model = getattr(oracle, "model", None)
     if model is not None:
-        record = {"option": config.precision, "compute": resolve_precision(config.precision, model, precision_kind(model, task.dist)),
+        record = {"option": config.precision, "compute": resolve_precision(config.precision, model, search_precision_kind(oracle, task)),
                   "recomputed": recompute_summary(model)}
     elif hasattr(oracle, "precision_record"):  # a Ray oracle: its replicas' summed tally
         record = {"option": config.precision, **oracle.precision_record(split_answer_type(task.dist))}

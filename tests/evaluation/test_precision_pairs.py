@@ -18,6 +18,7 @@ from cel_lens.evaluation.precision import (
     PAIR_CHECK_MIN,
     PAIR_CHECK_SHARE,
     Margins,
+    merge_pair_checks,
     pair_check,
     recompute_mask,
     recompute_summary,
@@ -148,3 +149,11 @@ def test_an_evaluation_whose_bf16_errs_beyond_the_bound_still_gets_float32s_bits
     with _noisy_bf16(spread=0.9 * LOGPROB_BOUND):
         unchecked = evaluate(model, split, sets, progress=False, precision="bf16")
     assert not torch.equal(unchecked.correct, exact.correct)
+
+
+def test_pair_check_records_merge_by_adding_counts_and_taking_the_largest_change():
+    """How a search's tasks of one split name, and a Ray search's replicas, make one record."""
+    a = {"observed": 70, "largest_change": 0.1, "widened": 0}
+    b = {"observed": 5, "largest_change": 0.3, "widened": 40, "bound": CHOICE_PAIR_BOUND}
+    assert merge_pair_checks([a, b]) == {"observed": 75, "largest_change": 0.3, "bound": CHOICE_PAIR_BOUND, "widened": 40}
+    assert merge_pair_checks([]) == {"observed": 0, "largest_change": 0.0, "bound": CHOICE_PAIR_BOUND, "widened": 0}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from cel_lens.evaluation.precision import tally_summary
+from cel_lens.evaluation.precision import merge_pair_checks, tally_summary
 
 __all__ = ["RayPrecision"]
 
@@ -27,19 +27,16 @@ class RayPrecision:
         records = self._run([(i, i, "precision_record", (answer_type,)) for i in range(self.workers)])
         computes = sorted({r["compute"] for r in records.values()})
         counts: dict[str, list[int]] = {}
-        checks: dict[str, dict[str, Any]] = {}
+        checks: dict[str, list[dict[str, Any]]] = {}
         for r in records.values():
             for split, t in r["recomputed"].items():
                 acc = counts.setdefault(split, [0, 0])
                 acc[0] += int(t["recomputed"])
                 acc[1] += int(t["decisions"])
-                if "pair_check" in t:  # one-token choices: observed and widened add up, the largest change is the max
-                    c = checks.setdefault(split, {**t["pair_check"], "observed": 0, "widened": 0, "largest_change": 0.0})
-                    c["observed"] += t["pair_check"]["observed"]
-                    c["widened"] += t["pair_check"]["widened"]
-                    c["largest_change"] = max(c["largest_change"], t["pair_check"]["largest_change"])
+                if "pair_check" in t:  # one-token choices: the replicas' checks, merged below
+                    checks.setdefault(split, []).append(t["pair_check"])
         summary = tally_summary(counts)
         for split, c in checks.items():
-            summary[split]["pair_check"] = c
+            summary[split]["pair_check"] = merge_pair_checks(c)
         return {"compute": computes[0] if len(computes) == 1 else computes, "recomputed": summary,
                 "replicas": len(records)}
