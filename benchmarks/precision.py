@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -169,7 +170,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         record.setdefault("error", {})
         for name in args.error_tasks.split(","):
             record["error"][name] = logit_error(model, tasks[name].subset(args.n_error), yes_no=name == "boolq", heads=heads)
-        record.setdefault("commands", {})["error"] = "python -m benchmarks.precision " + " ".join(argv if argv is not None else __import__("sys").argv[1:])
+        record.setdefault("commands", {})["error"] = "python -m benchmarks.precision " + " ".join(argv if argv is not None else sys.argv[1:])
         print(json.dumps(record["error"], indent=1), flush=True)
         Path(args.out).write_text(json.dumps(record, indent=1) + "\n")
     if "evaluate" in parts:
