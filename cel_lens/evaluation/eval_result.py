@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
@@ -12,6 +11,7 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from cel_lens.heads import HeadSet, HeadsLike
+from cel_lens.tasks.base import current_names, deprecated_kind
 
 __all__ = ["EvalResult"]
 
@@ -57,9 +57,7 @@ class EvalResult:
     @property
     def kind(self) -> str:
         """Deprecated: :attr:`answer_type` (warns; goes in the next release)."""
-        warnings.warn("EvalResult.kind is deprecated (it means the answer type): use .answer_type",
-                      DeprecationWarning, stacklevel=2)
-        return self.answer_type
+        return deprecated_kind(self)
 
     @property
     def accuracy(self) -> Float[Tensor, " variant"]:
@@ -142,7 +140,7 @@ class EvalResult:
             scores=tensor(data["scores"], torch.float32).reshape(n_var, n_ex),
             extra=extra,
             completions=data.get("completions"),
-            answer_type=data.get("answer_type", data.get("kind", "exact_match")),  # "kind": older files
+            answer_type=current_names(data).get("answer_type", "exact_match"),  # older files say "kind"
             metric=data.get("metric", "acc"),
             task=data.get("task", ""),
             split=data.get("split", ""),

@@ -14,7 +14,7 @@ from typing import Any, Mapping, Optional, Sequence, Union
 import torch
 
 from cel_lens.model.identity import model_manifest
-from cel_lens.tasks.base import Task
+from cel_lens.tasks.base import FORMER_NAMES, Task, current_names
 from cel_lens.tasks.registry import load_task, loaded_splits, loader_options
 from cel_lens.version import __version__
 
@@ -40,21 +40,20 @@ def _version(distribution: str) -> Any:
         return None
 
 
-TASK_RENAMED = {"kind": "answer_type"}
-"""Former key -> current key of a manifest's ``task`` entry. Manifests written before the rename
-say ``kind``: they are read with the current key (:func:`upgrade_manifest`, as a run directory and
-:func:`~cel_lens.runs.load_run` read them), and a run directory's name is still digested from the
-former spelling (:func:`default_run_dir`), so a command maps to the directory it always did."""
+TASK_RENAMED = FORMER_NAMES
+"""Former key -> current key of a manifest's ``task`` entry (:data:`cel_lens.tasks.base.FORMER_NAMES`).
+Manifests written before the rename say ``kind``: they are read with the current key
+(:func:`upgrade_manifest`, as a run directory and :func:`~cel_lens.runs.load_run` read them), and a
+run directory's name is still digested from the former spelling (:func:`default_run_dir`), so a
+command maps to the directory it always did."""
 
 
 def upgrade_manifest(manifest: Mapping[str, Any]) -> dict[str, Any]:
     """``manifest`` with its ``task`` entry's former keys (:data:`TASK_RENAMED`) under their
     current names; a manifest written with the current names comes back equal."""
     out = dict(manifest)
-    task = out.get("task")
-    if isinstance(task, Mapping):
-        renamed = {old: new for old, new in TASK_RENAMED.items() if old in task and new not in task}
-        out["task"] = {renamed.get(k, k): v for k, v in task.items()}  # in place: the key order kept
+    if isinstance(out.get("task"), Mapping):
+        out["task"] = current_names(out["task"])
     return out
 
 

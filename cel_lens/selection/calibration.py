@@ -36,6 +36,7 @@ from cel_lens.selection.paired import DECISION_TEST
 from cel_lens.oracle import DIST_SPLIT, TEST_SPLIT, AnswerKey
 from cel_lens.selection.memo import MemoOracle
 from cel_lens.stats import paired_bootstrap_ci, sign_test_bound, sign_test_p, wilson_interval
+from cel_lens.tasks.base import current_names
 
 __all__ = [
     "fit_choice_bias",
@@ -384,7 +385,7 @@ def calibrated_gain_text(r: Mapping[str, Any], *, unit: str = " pp") -> str:
     if not c:
         return "n/a"
     if not c.get("applies"):
-        return "not recorded" if c.get("answer_type", c.get("kind")) == "multiple_choice" else "no fixed choices"
+        return "not recorded" if current_names(c).get("answer_type") == "multiple_choice" else "no fixed choices"
     text = f"{100 * c['gain_cal']:+.2f}{unit} [{100 * c['ci_low_cal']:+.2f}{unit}, {100 * c['ci_high_cal']:+.2f}{unit}]"
     if _no_change(c):
         text = f"{100 * c['gain_cal']:+.2f}{unit} (same examples right)"

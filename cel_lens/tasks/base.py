@@ -45,6 +45,9 @@ __all__ = [
     "check_disjoint",
     "sample_disjoint",
     "without_avoided",
+    "FORMER_NAMES",
+    "current_names",
+    "deprecated_kind",
     "normalise_text",
     "drop_same_text",
     "dedup_record",
@@ -54,8 +57,22 @@ AnswerType = Literal["exact_match", "multiple_choice", "generation"]
 """How a task is scored: the argmax answer matched exactly, the best-scoring choice, or generated text judged."""
 
 
-def _kind_alias(owner: Any) -> Optional[str]:
-    """``owner.answer_type`` read through the deprecated name ``kind`` (with a warning)."""
+FORMER_NAMES: dict[str, str] = {"kind": "answer_type"}
+"""Former key -> current key in records that describe a task's protocol (a manifest's ``task``
+entry, task infos, evaluation files, calibration records): written before the rename, they say
+``kind``. :func:`current_names` reads them with the current keys."""
+
+
+def current_names(record: Mapping[str, Any]) -> dict[str, Any]:
+    """``record`` with its former keys (:data:`FORMER_NAMES`) under their current names, where the
+    current one is absent (key order kept); a record with the current names comes back equal."""
+    renamed = {old: new for old, new in FORMER_NAMES.items() if old in record and new not in record}
+    return {renamed.get(k, k): v for k, v in record.items()}
+
+
+def deprecated_kind(owner: Any) -> Optional[str]:
+    """``owner.answer_type`` read through the deprecated name ``kind`` (with a warning): what the
+    ``kind`` properties of :class:`Split`, :class:`Task` and ``EvalResult`` return."""
     warnings.warn(
         f"{type(owner).__name__}.kind is deprecated (it means the answer type): use .answer_type",
         DeprecationWarning,
@@ -155,7 +172,7 @@ class Split(Sequence[Example]):
     @property
     def kind(self) -> Optional[str]:
         """Deprecated: :attr:`answer_type` (warns; goes in the next release)."""
-        return _kind_alias(self)
+        return deprecated_kind(self)
 
     @overload
     def __getitem__(self, i: int) -> Example: ...
@@ -245,7 +262,7 @@ class Task:
     @property
     def kind(self) -> str:
         """Deprecated: :attr:`answer_type` (warns; goes in the next release)."""
-        return _kind_alias(self)  # type: ignore[return-value]
+        return deprecated_kind(self)  # type: ignore[return-value]
 
     def split(self, name: str) -> Split:
         """``"dist"`` or ``"test"``, or a subsplit of D_dist (:func:`cel_lens.oracle.subsplit`:

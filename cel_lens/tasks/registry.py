@@ -19,7 +19,7 @@ from dataclasses import replace
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 from cel_lens.registry import Registry
-from cel_lens.tasks.base import Split, Task, TaskSpec, check_disjoint
+from cel_lens.tasks.base import Split, Task, TaskSpec, check_disjoint, current_names
 
 __all__ = [
     "BUILTIN_TASKS", "SPLIT_NAMES", "LM_EVAL_TASKS", "is_lm_eval_spec", "register_task", "task_spec", "load_task",
@@ -96,10 +96,7 @@ def task_spec(name: str) -> TaskSpec:
 def task_info(name: str) -> dict[str, Any]:
     """What a task declares about itself (answer type, metric, default sizes, sources, files); an
     info that still says ``"kind"`` (the answer type's former name) is read as ``"answer_type"``."""
-    info = dict(task_spec(name).info)
-    if "kind" in info and "answer_type" not in info:
-        info["answer_type"] = info.pop("kind")
-    return info
+    return current_names(task_spec(name).info)
 
 
 def loader_options(name: str, recorded: Mapping[str, Any]) -> dict[str, Any]:
