@@ -21,7 +21,16 @@ from torch import Tensor
 from cel_lens.heads import HeadSet, HeadsLike
 from cel_lens.oracle import TEST_SPLIT, AnswerKey, Journal, Oracle, TestSplitError, call_choice_oracle
 
-__all__ = ["MemoOracle"]
+__all__ = ["MemoOracle", "CALL_SECONDS", "FIRST_PIECE"]
+
+CALL_SECONDS = 300.0
+"""With a journal, the wall seconds one call to the wrapped oracle aims at: the most an interrupted
+search loses. A request for many head sets (exact stage 1's 64 at a time) is cut into calls of as
+many as the split's last measured seconds per head set allow; each is journaled when it returns.
+(One BoolQ head over 500 real prompts takes minutes on a CPU: 64 of them, hours.)"""
+
+FIRST_PIECE = 4
+"""Head sets in a journaled split's first call, before its cost per head set is measured."""
 
 
 class MemoOracle:
@@ -35,7 +44,9 @@ class MemoOracle:
     :class:`TestSplitError`. :attr:`selected_before_test` says, from what happened, whether the
     current selection was fixed before any test read (a test read before it, allowed only with
     ``guard_test=False`` or found in a journal, makes it ``False``). Subclasses persist evaluations
-    by overriding :meth:`persist`. ``timer``, when set, is called as ``timer(head_sets, correct,
+    by overriding :meth:`persist`; with a journal a request is cut into calls of about
+    :attr:`call_seconds` (:data:`CALL_SECONDS`; ``None``: one call), each persisted as it returns,
+    so an interrupted search loses at most one such call. ``timer``, when set, is called as ``timer(head_sets, correct,
     seconds)`` after every call that evaluates (not after answers from memory): how a search times
     its first batch (:class:`cel_lens.selection.plan.BatchTimer`).
     """
@@ -56,6 +67,8 @@ class MemoOracle:
         self._test_seen = False
         self.timer: Optional[Callable[[list[HeadSet], Tensor, float], Any]] = None
         self.prior_reads: list[dict[str, Any]] = []
+        self.call_seconds: Optional[float] = CALL_SECONDS
+        self._seconds_per_set: dict[str, float] = {}
         if journal is not None:
             self.note_selection()
 
@@ -139,22 +152,41 @@ class MemoOracle:
         sets = [HeadSet.parse(s) for s in head_sets]
         self._check_test_allowed(split)
         missing = list(dict.fromkeys(s for s in sets if (split, s) not in self._cache))
-        if missing:
-            start = time.perf_counter()
-            correct, choice_scores = call_choice_oracle(self.oracle, split, missing, stage or split)
-            if self.timer is not None:
-                self.timer(missing, correct, time.perf_counter() - start)
-            for i, (s, c) in enumerate(zip(missing, correct)):
-                self.remember(split, s, c, None if choice_scores is None else choice_scores[i])
-            if choice_scores is None:
-                self.persist(split, missing, correct, stage or split)
-            else:
-                self.persist(split, missing, correct, stage or split, choice_scores=choice_scores)
+        done = 0
+        while done < len(missing):
+            piece = missing[done : done + self._piece_size(split, len(missing) - done)]
+            self._evaluate_piece(split, piece, stage or split)
+            done += len(piece)
         self.misses += len(missing)
         self.hits += len(sets) - len(missing)
         if not sets:
             return torch.zeros(0, self._n.get(split, 0), dtype=torch.bool)
         return torch.stack([self._cache[(split, s)] for s in sets])
+
+    def _piece_size(self, split: str, remaining: int) -> int:
+        """How many of ``remaining`` head sets the next oracle call evaluates: all of them in
+        memory; with a journal, as many as fit :attr:`call_seconds` at the split's last measured
+        wall seconds per head set (:data:`FIRST_PIECE` before any was measured)."""
+        if self.journal is None or self.call_seconds is None:
+            return remaining
+        rate = self._seconds_per_set.get(split)
+        fit = FIRST_PIECE if rate is None else int(self.call_seconds / max(rate, 1e-9))
+        return max(1, min(remaining, fit))
+
+    def _evaluate_piece(self, split: str, piece: list[HeadSet], stage: str) -> None:
+        """Evaluate ``piece`` in one call to the wrapped oracle; remember, time and persist it."""
+        start = time.perf_counter()
+        correct, choice_scores = call_choice_oracle(self.oracle, split, piece, stage)
+        seconds = time.perf_counter() - start
+        self._seconds_per_set[split] = seconds / len(piece)
+        if self.timer is not None:
+            self.timer(piece, correct, seconds)
+        for i, (s, c) in enumerate(zip(piece, correct)):
+            self.remember(split, s, c, None if choice_scores is None else choice_scores[i])
+        if choice_scores is None:
+            self.persist(split, piece, correct, stage)
+        else:
+            self.persist(split, piece, correct, stage, choice_scores=choice_scores)
 
     def attribution_scores(self, batch_size: int) -> Tensor:
         """The wrapped oracle's attribution scores on D_dist (gradients need the model; nothing to remember)."""

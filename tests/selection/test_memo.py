@@ -98,3 +98,83 @@ def test_a_selection_recorded_by_another_process_opens_the_test_split():
     memo = MemoOracle(_oracle(), journal=journal)
     journal.record_event("selected", heads="L1H2", selected_before_test=True)
     assert memo.evaluate("test", [HeadSet()]).shape == (1, 40)
+
+
+class TimedOracle:
+    """A synthetic oracle on a fake clock: each head set costs ``seconds`` of it; records each call's
+    size, and raises on call number ``fail_at`` (an interrupted search)."""
+
+    def __init__(self, seconds: float, fail_at: Optional[int] = None) -> None:
+        self.inner, self.seconds, self.fail_at = _oracle(), seconds, fail_at
+        self.n_layers, self.n_heads = self.inner.n_layers, self.inner.n_heads
+        self.now, self.calls = 0.0, []
+
+    def clock(self) -> float:
+        return self.now
+
+    def evaluate(self, split, head_sets, *, stage=""):
+        if self.fail_at is not None and len(self.calls) == self.fail_at:
+            raise KeyboardInterrupt
+        self.calls.append(len(head_sets))
+        self.now += self.seconds * len(head_sets)
+        return self.inner.evaluate(split, head_sets, stage=stage)
+
+
+class PersistingMemo(MemoOracle):
+    def __init__(self, oracle, journal) -> None:
+        super().__init__(oracle, journal=journal)
+        self.persisted: list[list[HeadSet]] = []
+
+    def persist(self, split, head_sets, correct, stage, choice_scores=None) -> None:
+        self.persisted.append(list(head_sets))
+
+
+def _sets() -> list[HeadSet]:
+    """6 single heads, then 9 pairs."""
+    singles = [HeadSet.parse(f"L{l}H{h}") for l in range(2) for h in range(3)]
+    return singles + [HeadSet.parse(f"L0H{h}+L1H{g}") for h in range(3) for g in range(3)]
+
+
+def test_a_journaled_request_is_cut_into_calls_of_about_call_seconds(monkeypatch):
+    """With a journal, a long request is evaluated in calls that each take about CALL_SECONDS (the
+    first FIRST_PIECE sets, then as many as the measured rate allows) and each is persisted as it
+    returns; the answers are those of one call."""
+    from cel_lens.selection import memo as memo_module
+
+    timed = TimedOracle(seconds=40.0)
+    monkeypatch.setattr(memo_module.time, "perf_counter", timed.clock)
+    memo = PersistingMemo(timed, ListJournal())
+    memo.call_seconds = 100.0
+    sets = _sets()
+    out = memo.evaluate("dist", sets, stage="stage1")
+    assert torch.equal(out, _oracle().evaluate("dist", sets))
+    assert timed.calls[0] == memo_module.FIRST_PIECE and set(timed.calls[1:-1]) == {2}  # 100 s // 40 s
+    assert sum(timed.calls) == len(sets) and [len(p) for p in memo.persisted] == timed.calls
+    assert memo.misses == len(sets)
+
+
+def test_an_interrupted_request_keeps_the_calls_that_returned(monkeypatch):
+    from cel_lens.selection import memo as memo_module
+
+    timed = TimedOracle(seconds=60.0, fail_at=2)
+    monkeypatch.setattr(memo_module.time, "perf_counter", timed.clock)
+    memo = PersistingMemo(timed, ListJournal())
+    memo.call_seconds = 120.0
+    sets = _sets()
+    with pytest.raises(KeyboardInterrupt):
+        memo.evaluate("dist", sets)
+    assert timed.calls == [4, 2] and [len(p) for p in memo.persisted] == [4, 2]
+    assert [memo.is_recorded("dist", s) for s in sets] == [True] * 6 + [False] * 9
+
+
+@pytest.mark.parametrize("journal, call_seconds", [(None, 1.0), ("list", None)])
+def test_in_memory_or_unbounded_a_request_is_one_call(monkeypatch, journal, call_seconds):
+    from cel_lens.selection import memo as memo_module
+
+    timed = TimedOracle(seconds=50.0)
+    monkeypatch.setattr(memo_module.time, "perf_counter", timed.clock)
+    memo = MemoOracle(timed, journal=ListJournal() if journal else None)
+    memo.call_seconds = call_seconds
+    sets = [HeadSet.parse(f"L{l}H{h}") for l in range(2) for h in range(3)]
+    memo.evaluate("dist", sets)
+    assert timed.calls == [6]
