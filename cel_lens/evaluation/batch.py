@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Optional, Sequence
 
 import torch
@@ -126,6 +126,28 @@ class EncodedBatch:
         """Scored continuations in the batch."""
         return int(self.row_example.shape[0])
 
+    def select(self, local: Sequence[int], index: Sequence[int]) -> tuple["EncodedBatch", list[Tensor]]:
+        """The batch restricted to its examples ``local`` (positions in this batch, ascending),
+        renumbered ``index`` in their new split, at the same padded widths; and, per part of
+        :meth:`part_shapes`, the indices along its first dimension that the restricted batch keeps
+        (a stored residual stream of this batch, sliced by them, is the restricted batch's). Not
+        for a batch with a shared prefix."""
+        if self.prefix:
+            raise ValueError("a batch with a shared prefix cannot be restricted to some of its examples")
+        ex = torch.as_tensor(list(local), dtype=torch.long)
+        keep = torch.isin(self.row_example, ex).nonzero()[:, 0]
+        renumber = torch.full((self.n_examples,), -1, dtype=torch.long)
+        renumber[ex] = torch.arange(len(ex))
+        sub = replace(
+            self, example_index=torch.as_tensor(list(index), dtype=torch.long), row_example=renumber[self.row_example[keep]],
+            row_choice=self.row_choice[keep], labels=self.labels[ex], choice_chars=self.choice_chars[keep],
+            targets=self.targets[keep], target_mask=self.target_mask[keep], answer=_pick(self.answer, ex),
+            rows=_pick(self.rows, keep), context_tokens=_pick(self.context_tokens, ex),
+            context_mask=_pick(self.context_mask, ex), cont_tokens=_pick(self.cont_tokens, keep),
+            cont_mask=_pick(self.cont_mask, keep),
+        )
+        return sub, [keep] if self.rows is not None else [ex, keep]
+
     def part_shapes(self, d_model: int) -> list[tuple[int, int, int]]:
         """Shapes of the residual-stream tensors one layer of this batch has: ``[rows, pos, d]``
         for the ``"rows"`` layout (a shared prefix's ``[1, prefix, d]`` first, then the rows after it),
@@ -137,6 +159,16 @@ class EncodedBatch:
             return [(*self.rows.tokens.shape, d_model)]
         assert self.context_tokens is not None and self.cont_tokens is not None
         return [(*self.context_tokens.shape, d_model), (*self.cont_tokens.shape, d_model)]
+
+
+def _pick(value, index: Tensor):
+    """``value``'s entries ``index`` along its first dimension (every field of a
+    :class:`TeacherForced`); ``None`` stays ``None``."""
+    if value is None:
+        return None
+    if isinstance(value, TeacherForced):
+        return TeacherForced(*(getattr(value, f.name)[index] for f in fields(value)))
+    return value[index]
 
 
 def length_groups(lengths: Sequence[int]) -> list[list[int]]:

@@ -134,10 +134,10 @@ def evaluate(
         out = _run(model, split, sets, plan, store, margins=Margins())
     margins = out.pop("margins")
     redo = recompute_mask(answer_type, margins, metric=metric)
-    _recompute(out, redo, float32_model(model), split, sets, plan)
+    _recompute(out, redo, float32_model(model), split, sets, plan, store)
     if answer_type == "multiple_choice":  # the one-token bound holds only where this run's recomputes confirm it
         wider = pair_check(model, split, margins, out["extra"]["choice_ll"], redo, metric)
-        _recompute(out, wider, float32_model(model), split, sets, plan)
+        _recompute(out, wider, float32_model(model), split, sets, plan, store)
         redo = redo | wider
     tally_recompute(model, split, redo)
     return EvalResult(**out, **common, precision=prec, recomputed=redo)
@@ -203,15 +203,19 @@ def _run(model, split: Split, sets: list[HeadSet], plan: _Plan, store: Optional[
 
 
 def _recompute(out: dict, redo: Bool[Tensor, "variant example"], model32, split: Split, sets: list[HeadSet],
-               plan: _Plan) -> None:
+               plan: _Plan, store: Optional[ActivationStore] = None) -> None:
     """Replace the results ``redo`` marks with float32 ones: one float32 evaluation per group of
     variants (:func:`~cel_lens.evaluation.precision.recompute_groups`) on the examples any of them
-    marks; every result it returns is float32's, so all are copied."""
+    marks; every result it returns is float32's, so all are copied. With a ``store`` the model
+    itself computes in float32 from (a float32 run resumes from it too), each variant resumes from
+    it at its layer (:meth:`ActivationStore.view`), as the float32 run does; else from the tokens."""
     quiet = replace(plan, progress=False)
+    resume = (store is not None and model32 is store.model and plan.answer_type != "generation"
+              and not any(b.prefix for b in store.batches))
     for group, examples in recompute_groups(redo):  # unshared prompts: the reference path
         sub = replace(split, examples=tuple(split.examples[i] for i in examples))
         with prefix_sharing(False):
-            fixed = _run(model32, sub, [sets[v] for v in group], quiet, None)
+            fixed = _run(model32, sub, [sets[v] for v in group], quiet, store.view(examples) if resume else None)
         rows, cols = torch.tensor(group)[:, None], torch.tensor(examples)[None, :]
         out["correct"][rows, cols] = fixed["correct"]
         out["scores"][rows, cols] = fixed["scores"]

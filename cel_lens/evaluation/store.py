@@ -25,7 +25,7 @@ import os
 import tempfile
 import weakref
 from pathlib import Path
-from typing import Optional, Sequence, Union
+from typing import Any, Optional, Sequence, Union
 
 import torch
 from jaxtyping import Bool, Float
@@ -38,7 +38,7 @@ from cel_lens.model.model_types import model_shape, supports_resume
 from cel_lens.progress import progress_bar
 from cel_lens.tasks.base import Split
 
-__all__ = ["ActivationStore", "select_layers", "store_layers"]
+__all__ = ["ActivationStore", "StoreView", "select_layers", "store_layers"]
 
 
 def select_layers(candidates: Sequence[int], n_fit: int) -> list[int]:
@@ -234,6 +234,11 @@ class ActivationStore:
         return tuple([0] + self._stored)
 
     @property
+    def model(self) -> Any:
+        """The model this store was built for (``None`` once it is gone)."""
+        return self._model_ref()
+
+    @property
     def stored_layers(self) -> tuple[int, ...]:
         """Layers whose residual stream is held in the buffer."""
         return tuple(self._stored)
@@ -286,6 +291,22 @@ class ActivationStore:
                 f"evaluation asks for chat_template={bool(chat_template)}"
             )
 
+    def view(self, examples: Sequence[int]) -> "StoreView":
+        """The store of the split's ``examples`` (indices, ascending) alone, as a split of
+        ``len(examples)`` examples in that order: each batch holding any of them restricted to
+        them at its padded width (:meth:`EncodedBatch.select`), its stored streams sliced to
+        match. A pass resumed from it computes those rows as one resumed from the whole store
+        does; what a float32 re-check of a few decisions resumes from. Not for batches with a
+        shared prefix."""
+        where = {int(e): i for i, e in enumerate(examples)}
+        parts = []
+        for b, batch in enumerate(self.batches):
+            local = [j for j, e in enumerate(batch.example_index.tolist()) if e in where]
+            if local:
+                sub, index = batch.select(local, [where[int(batch.example_index[j])] for j in local])
+                parts.append((b, sub, index))
+        return StoreView(self, parts)
+
     # -- lifetime --------------------------------------------------------------------------------
     def close(self) -> None:
         """Release the buffer and delete its memory-mapped file, if any."""
@@ -307,3 +328,31 @@ class ActivationStore:
             f"ActivationStore({self.task}/{self.split_name}, {self.n_examples} examples, layers {list(self.layers)}, "
             f"{self.bytes_used / 2**20:.1f} MiB in {where})"
         )
+
+
+class StoreView:
+    """Some examples of an :class:`ActivationStore`'s split, read as a store of their own
+    (:meth:`ActivationStore.view`): ``batches``, ``resumable``, ``layers``, :meth:`nearest_layer`,
+    :meth:`sources` and :meth:`intact_rows`, each the whole store's restricted to those examples."""
+
+    def __init__(self, store: ActivationStore, parts: list[tuple[int, EncodedBatch, list[Tensor]]]) -> None:
+        self._store = store
+        self._parts = parts
+        self.batches = [sub for _, sub, _ in parts]
+        self.resumable = store.resumable
+        self.layers = store.layers
+
+    def nearest_layer(self, layer: int) -> int:
+        """The whole store's :meth:`ActivationStore.nearest_layer`."""
+        return self._store.nearest_layer(layer)
+
+    def sources(self, batch: int, layer: int) -> list[Float[Tensor, "row pos d_model"]]:
+        """The stored streams entering ``layer`` of this view's batch ``batch``, its rows only."""
+        b, _, index = self._parts[batch]
+        return [part[i] for part, i in zip(self._store.sources(b, layer), index)]
+
+    def intact_rows(self, batch: int) -> tuple[Float[Tensor, " row"], Bool[Tensor, " row"]]:
+        """The intact results of this view's batch ``batch``'s rows."""
+        b, _, index = self._parts[batch]
+        lp, greedy = self._store.intact_rows(b)
+        return lp[index[-1]], greedy[index[-1]]

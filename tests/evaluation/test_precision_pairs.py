@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+from typing import Optional
 
 import pytest
 import torch
@@ -14,6 +15,7 @@ import cel_lens.evaluation.teacher_forced as tf
 from cel_lens.evaluation import evaluate
 from cel_lens.evaluation.precision import (
     CHOICE_PAIR_BOUND,
+    LOGIT_BOUND,
     LOGPROB_BOUND,
     PAIR_CHECK_MIN,
     PAIR_CHECK_SHARE,
@@ -157,3 +159,50 @@ def test_pair_check_records_merge_by_adding_counts_and_taking_the_largest_change
     b = {"observed": 5, "largest_change": 0.3, "widened": 40, "bound": CHOICE_PAIR_BOUND}
     assert merge_pair_checks([a, b]) == {"observed": 75, "largest_change": 0.3, "bound": CHOICE_PAIR_BOUND, "widened": 40}
     assert merge_pair_checks([]) == {"observed": 0, "largest_change": 0.0, "bound": CHOICE_PAIR_BOUND, "widened": 0}
+
+
+@pytest.mark.parametrize("answer_type", ["multiple_choice", "exact_match"])
+def test_float32_rechecks_resume_from_the_store_and_keep_float32s_bits(tiny_checkpoints, monkeypatch, answer_type):
+    """With an activation store (a search's path) the float32 re-checks resume from it at each
+    variant's layer (:meth:`ActivationStore.view`), and the bits are a float32 run's with the
+    same store, with bf16 erring up to 0.9 x the bound that holds for the task's decisions (the
+    pair bound's check widens choices to LOGPROB_BOUND), so that many decisions are re-checked."""
+    from cel_lens.evaluation import ActivationStore
+    from cel_lens.model import load_model
+
+    model = load_model(str(tiny_checkpoints["llama"]))
+    rng = random.Random(5)
+    words = ["cat", "dog", "sun", "red", "two", "tree", "blue"]
+    prompts = [" ".join(rng.choice(words) for _ in range(rng.randint(3, 9))) for _ in range(30)]
+    if answer_type == "multiple_choice":
+        examples = tuple(Example(f"q/{i}", p + "\nAnswer:", choices=("A", "B"), label=i % 2) for i, p in enumerate(prompts))
+    else:  # the model's own next token as the target: right answers, some by small margins
+        examples = tuple(Example(f"q/{i}", p, target=_greedy_token(model, p) or " cat") for i, p in enumerate(prompts))
+    split = Split("dist", examples, task="t", answer_type=answer_type)
+    sets = ["intact", "L0H1", "L1H2", "L1H0+L1H1"]
+    views = []
+    original = ActivationStore.view
+    monkeypatch.setattr(ActivationStore, "view", lambda self, ex: views.append(list(ex)) or original(self, ex))
+    use_precision(model, "bf16")
+    with ActivationStore.build(model, split, batch_size=8, progress=False) as store:
+        exact = evaluate(model, split, sets, store=store, progress=False, precision="float32")
+        with _noisy_bf16(spread=0.9 * (LOGPROB_BOUND if answer_type == "multiple_choice" else LOGIT_BOUND)):
+            fast = evaluate(model, split, sets, store=store, progress=False, precision="bf16")
+    assert torch.equal(fast.correct, exact.correct)
+    assert views and int(fast.recomputed.sum()) >= (10 if answer_type == "multiple_choice" else 1)
+    assert sorted({e for v in views for e in v}) == sorted(set(fast.recomputed.nonzero()[:, 1].tolist()))
+
+
+def _greedy_token(model, prompt: str) -> Optional[str]:
+    """The text of ``model``'s greedy next token after ``prompt`` (float32), when it encodes back
+    to that token after the prompt; else ``None``."""
+    from cel_lens.evaluation import encode_pair
+
+    ctx, _ = encode_pair(model, prompt, " x")
+    with torch.no_grad():
+        token = int(model(torch.tensor([ctx]))[0, -1].argmax())
+    text = model.tokenizer.decode([token])
+    try:
+        return text if encode_pair(model, prompt, text)[1] == [token] else None
+    except ValueError:
+        return None

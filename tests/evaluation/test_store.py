@@ -205,3 +205,38 @@ def test_store_batches_are_the_encoding(model, em_split):
         ref = encode_split(model, em_split, 5)
         assert [b.example_index.tolist() for b in store.batches] == [b.example_index.tolist() for b in ref]
         assert "arithmetic/dist" in repr(store)
+
+
+@pytest.mark.parametrize("which", ["em", "mc"])
+def test_a_view_resumes_its_examples_as_the_whole_store_does(model, em_split, mc_split, which):
+    """ActivationStore.view: examples spread over several batches (both layouts), scored from the
+    view, get the whole store's decisions of those examples, with heads in every layer, and its
+    scores up to float32 summation order (a product over fewer rows may add in another order)."""
+    from cel_lens.evaluation.choices import aggregate
+    from cel_lens.evaluation.teacher_forced import score_batches
+
+    split = em_split if which == "em" else mc_split
+    sets = [HeadSet.parse(s) for s in _every_layer_sets()]
+    picked = [1, 4, 5, 7]
+
+    def scores(store, n):
+        lp, greedy = score_batches(model, store.batches, sets, store=store, max_tokens=4096, progress=False, desc="")
+        return aggregate(split.answer_type, split.metric, store.batches, n, lp, greedy)
+
+    with ActivationStore.build(model, split, batch_size=3, progress=False) as store:
+        assert len({int(b) for b, batch in enumerate(store.batches) for e in batch.example_index.tolist() if e in picked}) > 1
+        whole, part = scores(store, len(split)), scores(store.view(picked), len(picked))
+    assert torch.equal(part[0], whole[0][:, picked])
+    torch.testing.assert_close(part[1], whole[1][:, picked], atol=1e-5, rtol=1e-6)
+    assert set(part[2]) == set(whole[2])
+    for key, value in part[2].items():
+        torch.testing.assert_close(value, whole[2][key][:, picked], atol=1e-5, rtol=1e-6)
+
+
+def test_a_view_refuses_a_batch_with_a_shared_prefix(model, em_split):
+    from cel_lens.evaluation.prefix import prefix_sharing
+
+    with prefix_sharing(True), ActivationStore.build(model, em_split, batch_size=8, progress=False) as store:
+        assert any(b.prefix for b in store.batches)  # the prompts share "Question: What is"
+        with pytest.raises(ValueError, match="shared prefix"):
+            store.view([0, 1])
