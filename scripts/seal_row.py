@@ -17,14 +17,23 @@ configuration can be committed long before there is time to run it. Run again wi
 command it resumes the search (cel_lens run directories resume) and commits
 nothing twice: a row whose committed manifest equals the run's is not sealed again, a different one is
 refused. ``--finish`` only copies and commits a finished run's ``result.json`` (a search resumed
-elsewhere). The journal and the log are never committed (a pre-screened row's
+elsewhere).
+
+A row can take longer than a machine lasts. ``--park`` commits an unfinished run's manifest and
+journal (gzipped) and this machine's test-split ledger under ``ROW/parked/``; on another machine the
+same search command first restores them (the run directory from the parked files, the ledger's lines
+merged into the local ledger, so the reads made elsewhere still count against the seal) and resumes
+where the parked journal ends. The commit of ``result.json`` removes ``parked/``. The journal is committed only while parked, the log never (a pre-screened row's
 ``prescreen`` event is, as ``prescreen.json``: the first pass's score of every head). ``scripts/real_model_rows.py`` reads the
 row folder and checks the same order from git history and the test-split ledger's verdict.
 """
 
 from __future__ import annotations
 
+import fcntl
+import gzip
 import json
+import os
 import re
 import shutil
 import signal
@@ -69,7 +78,7 @@ def commit(paths: Sequence[Path], message: str) -> str:
     """Add and commit ``paths`` alone (other files of the tree untouched); the new commit's sha."""
     root = Path(git(["rev-parse", "--show-toplevel"], paths[0].parent).strip())
     rel = [str(p.resolve().relative_to(root)) for p in paths]
-    git(["add", "--", *rel], root)
+    git(["add", "-A", "--", *rel], root)  # -A: a removed path (a parked run) is committed as removed
     git(["commit", "-m", message, "--", *rel], root)
     return git(["rev-parse", "HEAD"], root).strip()
 
@@ -129,6 +138,9 @@ def commit_result(row: Path, run_dir: Path, label: str) -> str:
     shutil.copyfile(result, row / "result.json")
     shutil.copyfile(run_dir / "manifest.json", manifest)
     files = [row / "result.json", manifest]
+    if (row / PARKED).exists():
+        shutil.rmtree(row / PARKED)
+        files.append(row / PARKED)
     screen = prescreen_record(run_dir)
     if screen is not None:
         (row / "prescreen.json").write_text(json.dumps(screen, indent=1) + "\n")
@@ -139,12 +151,81 @@ def commit_result(row: Path, run_dir: Path, label: str) -> str:
     return sha
 
 
+PARKED = "parked"
+"""The row folder's subfolder that holds an unfinished run (:func:`park`)."""
+
+
+def _complete_lines(data: bytes) -> bytes:
+    """``data`` up to its last newline (a journal copied while its search appends)."""
+    return data[: data.rfind(b"\n") + 1]
+
+
+def park(row: Path, run_dir: Path, label: str) -> str:
+    """Commit an unfinished run under ``row/parked/``: its manifest, its journal (gzipped, whole lines
+    only) and every file of this machine's test-split ledger, so that another machine resumes it
+    (:func:`restore`) with the reads made here. The search may keep running meanwhile."""
+    from cel_lens.evaluation.seal import ledger_dir
+
+    manifest, journal = run_dir / "manifest.json", run_dir / "evaluations.jsonl"
+    if (run_dir / "result.json").exists():
+        raise RuntimeError(f"{run_dir} has finished: commit its result (--finish) instead of parking it")
+    if not (row / "manifest.json").exists() or not manifest.exists() or not same_row(manifest, row / "manifest.json"):
+        raise RuntimeError(f"{run_dir} is not the run sealed in {row}: nothing parked")
+    target = row / PARKED
+    shutil.rmtree(target, ignore_errors=True)
+    (target / "ledger").mkdir(parents=True)
+    shutil.copyfile(manifest, target / "manifest.json")
+    lines = _complete_lines(journal.read_bytes()) if journal.exists() else b""
+    (target / "evaluations.jsonl.gz").write_bytes(gzip.compress(lines, mtime=0))
+    for f in sorted(ledger_dir().glob("*.jsonl")) if ledger_dir().is_dir() else []:
+        (target / "ledger" / f"{f.name}.gz").write_bytes(gzip.compress(_complete_lines(f.read_bytes()), mtime=0))
+    n = lines.count(b"\n")
+    sha = commit([target], f"Real-model row {label}: parked unfinished ({n} journal lines), so that another machine resumes it")
+    log(f"parked as {sha[:10]}: {n} journal lines")
+    return sha
+
+
+def restore(row: Path, run_dir: Path) -> bool:
+    """Recreate ``run_dir`` from ``row/parked/`` when it does not exist here, and merge the parked
+    ledger's lines into this machine's ledger (lines already present are not added again); whether
+    the run directory was restored."""
+    from cel_lens.evaluation.seal import ledger_dir
+
+    parked = row / PARKED
+    if not parked.is_dir():
+        return False
+    for f in sorted((parked / "ledger").glob("*.jsonl.gz")):
+        local = ledger_dir() / f.name[: -len(".gz")]
+        local.parent.mkdir(parents=True, exist_ok=True)
+        with open(local, "a+b") as out:
+            fcntl.flock(out.fileno(), fcntl.LOCK_EX)  # as the ledger's writers do
+            out.seek(0)
+            old = out.read()
+            have = set(old.splitlines())
+            new = [line for line in gzip.decompress(f.read_bytes()).splitlines() if line and line not in have]
+            if new:  # a cut last line here stays a line of its own, which readers skip
+                out.write((b"\n" if old and not old.endswith(b"\n") else b"") + b"".join(x + b"\n" for x in new))
+                out.flush()
+                os.fsync(out.fileno())
+        if new:
+            log(f"ledger {local.name}: {len(new)} line(s) from the parked run merged")
+    if (run_dir / "manifest.json").exists():
+        log(f"{run_dir} exists here: resumed from it, not from {parked}")
+        return False
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "evaluations.jsonl").write_bytes(gzip.decompress((parked / "evaluations.jsonl.gz").read_bytes()))
+    shutil.copyfile(parked / "manifest.json", run_dir / "manifest.json")
+    log(f"{run_dir} restored from {parked}")
+    return True
+
+
 def run(row: Path, run_dir: Path, command: Sequence[str], poll_s: float = 0.2, seal_only: bool = False) -> int:
     """Start the search, seal its manifest the moment it exists, and commit its result at the end
     (``seal_only``: stop the search once the manifest is committed; the same command resumes it)."""
     label = row.name
     logfile = run_dir.parent / f"{run_dir.name}.log"
     logfile.parent.mkdir(parents=True, exist_ok=True)
+    restore(row, run_dir)
     with open(logfile, "a") as out:
         proc = subprocess.Popen(list(command), stdout=out, stderr=subprocess.STDOUT)
         log(f"search started (pid {proc.pid}), output in {logfile}")
@@ -178,10 +259,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     usage="%(prog)s ROW --run-dir RUN_DIR [--finish | --seal-only] [-- SEARCH COMMAND ...]")
+                                     usage="%(prog)s ROW --run-dir RUN_DIR [--finish | --park | --seal-only] [-- SEARCH COMMAND ...]")
     parser.add_argument("row", type=Path, help="the row folder under results/ (its name labels the commits)")
     parser.add_argument("--run-dir", type=Path, required=True, help="the search's run directory (its --out)")
     parser.add_argument("--finish", action="store_true", help="only commit a finished run's result.json")
+    parser.add_argument("--park", action="store_true",
+                        help="commit the unfinished run (manifest, journal, this machine's ledger) under ROW/parked/")
     parser.add_argument("--seal-only", action="store_true",
                         help="commit the manifest, then stop the search (run the same command later to resume it)")
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -190,6 +273,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args.command = command
     if args.finish:
         commit_result(args.row, args.run_dir, args.row.name)
+        return 0
+    if args.park:
+        park(args.row, args.run_dir, args.row.name)
         return 0
     if not args.command:
         parser.error("give the search command after --")

@@ -209,6 +209,46 @@ def test_seal_only_then_resume_commits_the_result_once(tmp_path):
     assert rows.record("row", row)["sealed"].startswith("**unknown** (no seal record); manifest committed")
 
 
+def test_a_parked_row_resumes_on_another_machine_with_its_ledger(tmp_path, monkeypatch):
+    repo = _git_repo(tmp_path / "repo")
+    (repo / "fake.py").write_text(FAKE_SEARCH)
+    row, here = repo / "results" / "row", repo / "runs" / "row"
+    assert seal_row.main([str(row), "--run-dir", str(here), "--seal-only", "--", sys.executable,
+                          str(repo / "fake.py"), "--out", str(here)]) == 0
+    lines = [json.dumps({"kind": "eval", "split": "dist", "i": i}) for i in range(2)]
+    (here / "evaluations.jsonl").write_text("\n".join(lines) + '\n{"kind": "ev')  # a line cut mid-write
+    monkeypatch.setenv("CEL_LENS_LEDGER", str(tmp_path / "ledger_a"))
+    (tmp_path / "ledger_a").mkdir()
+    (tmp_path / "ledger_a" / "arithmetic.jsonl").write_text('{"kind": "read", "m": "a"}\n{"kind": "read", "m": "both"}\n')
+    assert seal_row.main([str(row), "--run-dir", str(here), "--park"]) == 0
+    tracked = subprocess.run(["git", "ls-files", "results/row/parked"], cwd=repo, capture_output=True, text=True).stdout
+    assert tracked.split() == ["results/row/parked/evaluations.jsonl.gz", "results/row/parked/ledger/arithmetic.jsonl.gz",
+                               "results/row/parked/manifest.json"]
+    # another machine: no run directory, its own ledger (one line shared with the first)
+    monkeypatch.setenv("CEL_LENS_LEDGER", str(tmp_path / "ledger_b"))
+    (tmp_path / "ledger_b").mkdir()
+    (tmp_path / "ledger_b" / "arithmetic.jsonl").write_text('{"kind": "read", "m": "both"}\n{"kind": "read", "m": "b"}')
+    there = repo / "elsewhere" / "row"
+    assert seal_row.main([str(row), "--run-dir", str(there), "--", sys.executable, str(repo / "fake.py"), "--out", str(there)]) == 0
+    assert (there / "evaluations.jsonl").read_text().splitlines()[:2] == lines  # resumed from the parked journal
+    ledger = (tmp_path / "ledger_b" / "arithmetic.jsonl").read_text().splitlines()
+    assert sorted(json.loads(x)["m"] for x in ledger) == ["a", "b", "both"]  # merged once, the local cut line kept apart
+    assert not (row / "parked").exists() and (row / "result.json").exists()
+    tracked = subprocess.run(["git", "ls-files", "results/row"], cwd=repo, capture_output=True, text=True).stdout
+    assert "parked" not in tracked and "results/row/result.json" in tracked
+    status = subprocess.run(["git", "status", "--porcelain", "results"], cwd=repo, capture_output=True, text=True).stdout
+    assert status == ""
+
+
+def test_parking_refuses_a_run_of_another_row(tmp_path):
+    repo = _git_repo(tmp_path / "repo")
+    row = write(repo / "results" / "row", manifest())
+    other = write(repo / "runs" / "other", manifest(n_test=500))
+    with pytest.raises(RuntimeError, match="not the run sealed"):
+        seal_row.park(row, other, "row")
+    assert not (row / "parked").exists()
+
+
 def test_a_row_sealed_before_a_rename_is_the_same_row(tmp_path):
     """A manifest committed when the task's answer type was called ``kind`` describes the same row as
     the resumed search's, which writes ``answer_type``; a real difference still tells them apart."""
