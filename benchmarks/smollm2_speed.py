@@ -79,12 +79,14 @@ def set_precision(model, precision: str) -> Optional[Callable[[], dict]]:
     return lambda: recompute_summary(model)
 
 
-def exact_scan(model, task, precision: str) -> dict[str, Any]:
+def exact_scan(model, task, precision: str, folder: Optional[Path] = None) -> dict[str, Any]:
     """Exact stage 1 (intact and every head alone on D_dist) in ``precision``: seconds, the
-    per-example decisions ``[1 + heads, n]`` and the recompute tally."""
+    per-example decisions ``[1 + heads, n]`` and the recompute tally. With ``folder``, the heads'
+    chunks are saved as they return and a rerun resumes from them (:mod:`benchmarks.scan_chunks`)."""
+    from benchmarks.scan_chunks import scan, sum_tallies, tally_delta
     from cel_lens.backends.local import LocalOracle
     from cel_lens.heads import Head, HeadSet
-    from cel_lens.oracle import evaluate_chunked
+    from cel_lens.oracle import call_oracle
     from cel_lens.selection.memo import MemoOracle
 
     tally = set_precision(model, precision)
@@ -93,10 +95,13 @@ def exact_scan(model, task, precision: str) -> dict[str, Any]:
     t = clocks()
     intact = oracle.evaluate("dist", [HeadSet()], stage="intact")
     intact_s = since(t)
-    t = clocks()
-    singles = evaluate_chunked(oracle, "dist", [HeadSet([Head(l, h)]) for l in range(L) for h in range(H)], "stage1", H * 3)
-    return {"intact": intact_s, "scan": since(t), "bits": torch.cat([intact, singles]),
-            "recompute": tally() if tally is not None else None}
+    intact_tally = tally() if tally is not None else None
+    heads = [HeadSet([Head(l, h)]) for l in range(L) for h in range(H)]
+    out = scan(lambda sets: call_oracle(oracle, "dist", sets, "stage1"), heads, H * 3, folder=folder,
+               key=f"{task.dist.content_hash[:16]}-{precision}", tally=tally)
+    return {"intact": intact_s, "scan": {"cpu_s": out["cpu_s"], "wall_s": out["wall_s"]},
+            "bits": torch.cat([intact, out["bits"]]), "chunks_resumed": out["chunks_resumed"],
+            "recompute": None if tally is None else sum_tallies([tally_delta({}, intact_tally), out["recompute"]])}
 
 
 def recall(exact: torch.Tensor, kept: set, pool: int) -> float:
@@ -168,7 +173,7 @@ def bound_record(model, task, scan_cpu_s: float) -> dict[str, Any]:
     return rec
 
 
-def task_part(model, name: str, n: int) -> dict[str, Any]:
+def task_part(model, name: str, n: int, folder: Optional[Path] = None) -> dict[str, Any]:
     """One task's record: stage 1 in each precision, the pre-screen, the bound (module docstring)."""
     import cel_lens as cl
 
@@ -176,10 +181,10 @@ def task_part(model, name: str, n: int) -> dict[str, Any]:
     task = cl.load_task(name, n_dist=n, n_test=1, seed=0, **options)
     L, H = model.cfg.n_layers, model.cfg.n_heads
     rec: dict[str, Any] = {"task": name, "n_dist": n, "heads": L * H, "bf16_landed": precision_landed()}
-    f32 = exact_scan(model, task, "float32")
+    f32 = exact_scan(model, task, "float32", folder)
     rec["float32"] = {k: v for k, v in f32.items() if k != "bits"}
     if rec["bf16_landed"]:
-        bf = exact_scan(model, task, "bf16")
+        bf = exact_scan(model, task, "bf16", folder)
         rec["bf16"] = {k: v for k, v in bf.items() if k != "bits"}
         rec["bf16"]["decisions"] = int(bf["bits"].numel())
         rec["bf16"]["differing"] = int((bf["bits"] != f32["bits"]).sum())
@@ -322,6 +327,8 @@ def main() -> None:
     p.add_argument("--record", type=Path, default=OUT, help="the JSON record parts merge into (default: %(default)s)")
     p.add_argument("--merge", type=Path, nargs="*", default=[],
                    help="records of parts run apart (e.g. in parallel processes) merged into --record first")
+    p.add_argument("--resume-dir", type=Path, default=None,
+                   help="save the exact scans' chunks here as they return; a rerun resumes from them")
     p.add_argument("--no-write", action="store_true", help="print the section; write neither the JSON nor RESULTS.md")
     args = p.parse_args()
     import cel_lens as cl
@@ -341,7 +348,8 @@ def main() -> None:
     for part in parts:
         t = clocks()
         if part in ("arith", "boolq"):
-            rec[part] = task_part(model, "arithmetic" if part == "arith" else "boolq", args.n_arith if part == "arith" else args.n_boolq)
+            rec[part] = task_part(model, "arithmetic" if part == "arith" else "boolq",
+                                  args.n_arith if part == "arith" else args.n_boolq, args.resume_dir)
         elif part == "plans":
             rec[part] = plans_part(model, args.plan_n_arith, args.plan_n_boolq)
         elif part == "prompt_prefix":
