@@ -156,10 +156,27 @@ def sealed(result: dict[str, Any], history: Optional[dict[str, str]], folder: Pa
     return True, f"yes (ledger: no earlier read of D_test); {order}"
 
 
+def parked_progress(folder: Path) -> Optional[dict[str, Any]]:
+    """An unfinished row's progress from its parked journal (``scripts/seal_row.py --park``)."""
+    import gzip
+
+    path = folder / "parked" / "evaluations.jsonl.gz"
+    lines = [json.loads(x) for x in gzip.decompress(path.read_bytes()).splitlines()] if path.exists() else None
+    if lines is None:
+        return None
+    start = next((x for x in lines if x.get("event") == "search_started"), {})
+    evals = [x for x in lines if x.get("type") == "eval" and x.get("split") == "dist"]
+    return {"stage1": sum(x.get("stage") == "stage1" for x in evals), "heads": start.get("n_heads", 0) * start.get("n_layers", 0),
+            "dist_acc_intact": next((x["acc"] for x in evals if x.get("stage") == "intact"), None)}
+
+
 def conclusion(rec: dict[str, Any]) -> str:
     """The row's conclusion, computed from its seal, decision, power and controls."""
     if rec["status"] != "finished":
-        return "not run yet: the manifest is sealed, the search has not finished"
+        park = rec.get("parked")
+        return ("not run yet: the manifest is sealed, the search has not finished" if park is None else
+                f"not finished: parked with {park['stage1']} of {park['heads']} stage-1 heads journaled "
+                f"(intact D_dist accuracy {pct(park['dist_acc_intact'])})")
     pw, alpha = rec["power"], rec["power"]["alpha"]
     prefix = "" if rec["evidence"] else "NOT SEALED, not counted as evidence: "
     if pw["p_one_sided"] is not None and pw["p_one_sided"] <= alpha:
@@ -256,7 +273,8 @@ def record(label: str, folder: Path) -> dict[str, Any]:
     if result is None:
         opts = (manifest or {}).get("options") or {}
         rec.update(evidence=False, sealed=_history_order(history, folder)[0],
-                   scorer=f"{opts.get('scorer', '?')}, {opts.get('k', '?')}, {opts.get('pool_size', '?')} (planned)")
+                   scorer=f"{opts.get('scorer', '?')}, {opts.get('k', '?')}, {opts.get('pool_size', '?')} (planned)",
+                   parked=parked_progress(folder))
         rec["conclusion"] = conclusion(rec)
         return rec
     recall = _read(folder / "prescreen_recall.json")

@@ -240,6 +240,20 @@ def test_a_parked_row_resumes_on_another_machine_with_its_ledger(tmp_path, monke
     assert status == ""
 
 
+def test_a_parked_row_reports_its_progress(tmp_path):
+    import gzip
+
+    row = write(tmp_path / "row", manifest())
+    journal = [{"type": "event", "event": "search_started", "n_heads": 3, "n_layers": 2},
+               {"type": "eval", "split": "dist", "stage": "intact", "acc": 0.25},
+               *({"type": "eval", "split": "dist", "stage": "stage1", "acc": 0.5} for _ in range(4))]
+    (row / "parked").mkdir()
+    (row / "parked" / "evaluations.jsonl.gz").write_bytes(gzip.compress("".join(json.dumps(x) + "\n" for x in journal).encode()))
+    rec = rows.record("row", row)
+    assert rec["conclusion"] == "not finished: parked with 4 of 6 stage-1 heads journaled (intact D_dist accuracy 25.0 %)"
+    assert not rec["evidence"]
+
+
 def test_parking_refuses_a_run_of_another_row(tmp_path):
     repo = _git_repo(tmp_path / "repo")
     row = write(repo / "results" / "row", manifest())
