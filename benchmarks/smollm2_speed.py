@@ -27,7 +27,9 @@ so parts run apart render one section):
   both splits), on the threads ``cel-lens search`` takes (the idle cores).
 
 One torch thread per process (but the quick part); CPU seconds are the measure (the machine is
-shared), wall beside them.
+shared), wall beside them. ``--resume-dir DIR`` saves the exact scans' chunks as they return, so a
+BoolQ part of several CPU hours survives an interrupted process (or, with DIR committed, a change
+of machine); each chunk's seconds are the ones measured when it ran (:mod:`benchmarks.scan_chunks`).
 """
 
 from __future__ import annotations
