@@ -184,6 +184,8 @@ INTEGRATION_TESTS: dict[str, str] = {
     "test_real_model_rows.py::test_folder_of_rows_markdown_and_json": "a script in a subprocess",
     "test_real_model_rows.py::test_git_order_seals_or_contradicts": "git repositories",
     "test_real_model_rows.py::test_seal_": "git repositories and a search in a subprocess",
+    "test_real_model_rows.py::test_a_parked_row_resumes": "git repositories and a search in a subprocess",
+    "test_real_model_rows.py::test_parking_refuses": "a git repository",
     "test_tiers.py::test_the_whole_suite_collects_into_two_tiers": "collects the whole suite in a subprocess",
 }
 
