@@ -23,9 +23,11 @@ A row can take longer than a machine lasts. ``--park`` commits an unfinished run
 journal (gzipped) and this machine's test-split ledger under ``ROW/parked/``; on another machine the
 same search command first restores them (the run directory from the parked files, the ledger's lines
 merged into the local ledger, so the reads made elsewhere still count against the seal) and resumes
-where the parked journal ends. The commit of ``result.json`` removes ``parked/``. The journal is committed only while parked, the log never (a pre-screened row's
-``prescreen`` event is, as ``prescreen.json``: the first pass's score of every head). ``scripts/real_model_rows.py`` reads the
-row folder and checks the same order from git history and the test-split ledger's verdict.
+where the parked journal ends. The commit of ``result.json`` removes ``parked/``.
+
+The journal is committed only while parked, the log never (a pre-screened row's ``prescreen``
+event is, as ``prescreen.json``: the first pass's score of every head). ``scripts/real_model_rows.py``
+reads the row folder and checks the same order from git history and the test-split ledger's verdict.
 """
 
 from __future__ import annotations
