@@ -12,7 +12,6 @@ and its heads, so a folder cannot lend one scan's decisions to another.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
@@ -58,10 +57,6 @@ def sum_tallies(parts: Sequence[dict]) -> dict:
     return out
 
 
-def _clocks() -> tuple[float, float]:
-    return time.process_time(), time.perf_counter()
-
-
 def scan(
     evaluate: Callable[[list], torch.Tensor], head_sets: Sequence[Any], chunk: int, *,
     folder: Optional[Path] = None, key: str = "", tally: Optional[Callable[[], dict]] = None,
@@ -71,6 +66,8 @@ def scan(
     is saved as ``<key>-<first head>-<n>.pt`` when it returns and loaded instead of evaluated when
     present (``key``: what the decisions depend on: the split's content hash, the precision).
     ``tally``: the re-check tally reader (cumulative in this process), recorded per chunk."""
+    from cel_lens.selection.plan import cpu_and_wall
+
     if chunk < 1:
         raise ValueError(f"chunk must be >= 1, got {chunk}")
     if folder is not None:
@@ -86,9 +83,9 @@ def scan(
             resumed += 1
         else:
             before = tally() if tally is not None else {}
-            t = _clocks()
+            t = cpu_and_wall()
             bits = evaluate(sets)
-            c, w = _clocks()
+            c, w = cpu_and_wall()
             saved = {"heads": [str(h) for h in sets], "bits": bits.cpu(), "cpu_s": c - t[0], "wall_s": w - t[1],
                      "tally": tally_delta(before, tally()) if tally is not None else {}}
             if path is not None:
