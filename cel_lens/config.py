@@ -109,12 +109,12 @@ D_dist; ``"resample"`` a seeded D_dist example's. The one table every part of ce
 :class:`~cel_lens.model.ablation.Ablation` (whose attributes say what export and fitting do) and one line here."""
 
 LOADERS: tuple[str, ...] = ("auto", "hooked", "bridge")
+"""How a model given by name is loaded (:func:`cel_lens.load_model`)."""
 PRECISIONS: tuple[str, ...] = ("auto", "float32", "bf16")
 """Compute precision of the evaluations (:mod:`cel_lens.evaluation.precision`): ``"bf16"`` computes
 in bfloat16 and recomputes in float32 every decision within the bf16 error bound, so the bits equal
 ``"float32"``'s; ``"auto"``: bf16 for a model in bfloat16, or for an exact-match task of a float32
 model with 20M+ parameters on a CPU with native bf16 (where bf16 was measured faster)."""
-"""How a model given by name is loaded (:func:`cel_lens.load_model`)."""
 
 BOS_RULES: tuple[str, ...] = ("tokenizer", "always", "never")
 """How prompts start (:mod:`cel_lens.model.bos`): ``"tokenizer"``: BOS where the checkpoint's
@@ -286,7 +286,7 @@ class SearchConfig:
         "min": 0})
     precision: str = field(default="auto", metadata={"manifest": "if_set", 
         "help": "compute precision: bf16 (decisions within its error bound recomputed in float32: the same bits), "
-        "float32, or auto (bf16 for a bfloat16 model, or on exact-match and one-token choice tasks for a float32 one of 20M+ parameters on a "
+        "float32, or auto (bf16 for a bfloat16 model, or on exact-match tasks for a float32 one of 20M+ parameters on a "
         "CPU with native bf16)",
         "choices": PRECISIONS})
     prescreen_pass: str = field(default="attribution", metadata={

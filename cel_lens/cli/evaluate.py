@@ -22,7 +22,7 @@ def add(sub: argparse._SubParsersAction) -> None:
                    "model on this task reports that D_test was read before its selection; explore on dist)")
     p.add_argument("--precision", choices=("auto", "float32", "bf16"), default="auto",
                    help="compute precision: bf16 recomputes in float32 every decision within its error bound (the same "
-                   "bits); auto: bf16 for a bfloat16 model, or on exact-match and one-token choice tasks for a float32 one of 20M+ parameters on a "
+                   "bits); auto: bf16 for a bfloat16 model, or on exact-match tasks for a float32 one of 20M+ parameters on a "
                    "CPU with native bf16")
     p.add_argument("--json", action="store_true", help="print JSON")
 

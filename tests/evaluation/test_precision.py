@@ -17,6 +17,7 @@ from cel_lens.evaluation.precision import (
     Margins,
     check_precision,
     float32_model,
+    precision_line,
     precision_of,
     recompute_groups,
     recompute_mask,
@@ -81,7 +82,8 @@ def test_precision_option_resolution(tiny_model, monkeypatch):
     monkeypatch.setattr(module, "AUTO_MIN_PARAMS", 1000)
     assert resolve_precision("auto", tiny_model, "exact_match") == "bf16"
     assert resolve_precision("auto", tiny_model, "multiple_choice") == "float32"  # multi-token choices: not faster
-    assert resolve_precision("auto", tiny_model, ONE_TOKEN_CHOICES) == "bf16"  # BoolQ's yes/no: measured faster
+    assert resolve_precision("auto", tiny_model, ONE_TOKEN_CHOICES) == "float32"  # BoolQ's yes/no: measured 2 x slower
+    assert resolve_precision("bf16", tiny_model, ONE_TOKEN_CHOICES) == "bf16"
     assert resolve_precision("bf16", tiny_model, "generation") == "bf16"
     assert resolve_precision("float32", tiny_model) == "float32"
     monkeypatch.setattr(module, "cpu_has_native_bf16", lambda: False)
@@ -89,6 +91,24 @@ def test_precision_option_resolution(tiny_model, monkeypatch):
     monkeypatch.setenv("CEL_LENS_PRECISION", "bf16")
     assert resolve_precision("auto", tiny_model) == "bf16"
     assert float32_model(tiny_model) is tiny_model
+
+
+def test_precision_line_says_what_auto_chose_and_why(tiny_model, monkeypatch):
+    """The search's first line names the precision ``auto`` took and its reason: bf16 on exact
+    match, float32 on BoolQ's one-token choices (measured 2 x slower there), and nothing about auto
+    when the option was explicit."""
+    from cel_lens.evaluation import precision as module
+
+    monkeypatch.delenv("CEL_LENS_PRECISION", raising=False)
+    monkeypatch.setattr(module, "cpu_has_native_bf16", lambda: True)
+    monkeypatch.setattr(module, "AUTO_MIN_PARAMS", 1000)
+    assert precision_line(tiny_model, "auto", "exact_match").startswith("precision: bf16 compute (auto: this CPU has native bf16)")
+    line = precision_line(tiny_model, "auto", ONE_TOKEN_CHOICES)
+    assert line.startswith("precision: float32 (auto: bf16 was not always measured faster on one-token choice tasks")
+    assert "--precision bf16 gives the same results" in line
+    assert precision_line(tiny_model, "float32", "exact_match") == "precision: float32"
+    monkeypatch.setattr(module, "AUTO_MIN_PARAMS", 10**12)
+    assert "a model too small for bf16 to pay" in precision_line(tiny_model, None, "exact_match")
 
 
 def _splits(model) -> dict[str, Split]:
