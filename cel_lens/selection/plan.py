@@ -331,7 +331,8 @@ def calibrate(
     """``plan`` timed on ``oracle`` (opened on a sample of D_dist: its first examples): the intact
     model, then every head of a few whole layers (:func:`calibration_layers`), fewer when the
     intact pass's CPU time says they would pass ``budget_s``. What it will run is printed before it
-    runs (with ``show``), and the plan records the CPU seconds it took and the CPU share measured.
+    runs (with ``show``), and the plan records the CPU seconds it took and the CPU share measured
+    over the heads' evaluation: the work a search repeats, without the intact pass's one-off setup.
     The rate is scaled by D_dist's mean prompt length over the sample's (cost grows with tokens;
     a few BoolQ passages are no average), when the oracle's model has a tokenizer. ``dist``: the
     whole D_dist's examples, ``sample``: the ones the oracle evaluates."""
@@ -344,7 +345,8 @@ def calibrate(
         print(f"plan: calibrating on the first D_dist examples: the intact model, then at most {len(layers) * H} single "
               f"heads (layers {layers}), capped at {budget_s:.0f} CPU s", file=info_stream(), flush=True)
     memo.evaluate(DIST_SPLIT, [HeadSet()], stage="intact")
-    intact_cpu = cpu_and_wall()[0] - clock0[0]
+    clock_heads = cpu_and_wall()
+    intact_cpu = clock_heads[0] - clock0[0]
     planned = layers
     while len(layers) > 1 and intact_cpu * (1 + sum(H * (L - l) / L for l in layers)) > budget_s:
         fewer = len(layers) - 1  # fewer whole layers, still spread over depth (one: the middle one)
@@ -357,7 +359,8 @@ def calibrate(
     model = getattr(oracle, "model", None)
     full, part = mean_prompt_tokens(model, list(dist)), mean_prompt_tokens(model, list(sample))
     scale = full / part if full and part else 1.0
-    cpu_s, wall_s = clock1[0] - clock0[0], clock1[1] - clock0[1]
-    share = cpu_s / wall_s if wall_s > 0 else None
+    cpu_s = clock1[0] - clock0[0]
+    heads_cpu, heads_wall = clock1[0] - clock_heads[0], clock1[1] - clock_heads[1]
+    share = heads_cpu / heads_wall if heads_wall > 0 else None  # the heads' window: what a scan's batches get
     timed = plan.timed(float(timer.seconds_per_unit) * scale, share)
     return replace(timed, calibration_cpu_s=cpu_s)

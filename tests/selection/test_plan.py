@@ -153,3 +153,29 @@ def test_plan_rate_is_scaled_to_d_dist_mean_prompt_length(tiny_model):
     long = short + [Example("c", "one two " * 20)]
     assert mean_prompt_tokens(tiny_model, long) > 2 * mean_prompt_tokens(tiny_model, short)
     assert mean_prompt_tokens(None, long) is None
+
+
+def test_plan_calibration_measures_the_cpu_share_over_the_heads_it_times(monkeypatch):
+    """The intact pass (with a search's one-off setup) may run at another CPU share than the heads'
+    passes a search repeats: the plan's share is the heads' window's."""
+    from cel_lens.selection import plan as module
+
+    phase = {"now": (0.0, 0.0)}
+    clock = {"cpu": 0.0, "wall": 0.0}
+
+    def fake_clock() -> tuple[float, float]:
+        d_cpu, d_wall = phase["now"]
+        clock["cpu"] += d_cpu
+        clock["wall"] += d_wall
+        return clock["cpu"], clock["wall"]
+
+    class Phased(SyntheticOracle):
+        def evaluate(self, split, head_sets, *, stage=""):
+            phase["now"] = (1.0, 1.0) if all(not hs for hs in map(HeadSet.parse, head_sets)) else (2.0, 1.0)
+            return super().evaluate(split, head_sets, stage=stage)
+
+    monkeypatch.setattr(module, "cpu_and_wall", fake_clock)
+    oracle = Phased(3, 4, n_dist=8, n_test=8)
+    plan = module.calibrate(plan_search(3, 4, 8, 8, k=1, pool_size=3, n_null=4), oracle, [], [], budget_s=1e9, show=False)
+    assert plan.cpu_share == pytest.approx(2.0)  # the whole calibration ran at 1.5 CPU s per wall s
+    assert plan.calibration_cpu_s == pytest.approx(clock["cpu"])
