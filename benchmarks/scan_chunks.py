@@ -7,17 +7,41 @@ returns: its per-example decisions, the CPU and wall seconds it took, and its bf
 A rerun with the same folder loads the chunks saved and evaluates only the rest; the scan's seconds
 are the sum over chunks, each as measured when it ran (so a resumed scan reports what the work
 cost, not what the last process did). A chunk file names the split's content hash, the precision
-and its heads, so a folder cannot lend one scan's decisions to another.
+and its heads, so a folder cannot lend one scan's decisions to another, and the machine's CPU
+(:func:`machine_id`), so a scan resumed on another kind of CPU re-runs the chunks measured elsewhere:
+their seconds are not comparable (a float32 scan on one CPU against a bf16 one on another, with
+AMX, would report a ratio of CPUs, not of precisions).
 """
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 import torch
 
-__all__ = ["scan", "tally_delta", "sum_tallies"]
+__all__ = ["scan", "tally_delta", "sum_tallies", "cpu_description", "machine_id"]
+
+SPEED_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
+"""The CPU flags a scan's speed depends on (float32 and bf16 matmul kernels)."""
+
+
+def cpu_description(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """The CPU's model name and the :data:`SPEED_FLAGS` it has (``"unknown"`` without ``cpuinfo``)."""
+    try:
+        text = Path(cpuinfo).read_text()
+    except OSError:
+        return "unknown"
+    name = next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")), "unknown")
+    flags = set(next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), []))
+    return f"{name} ({', '.join(f for f in SPEED_FLAGS if f in flags) or 'none of ' + '/'.join(SPEED_FLAGS)})"
+
+
+def machine_id(description: Optional[str] = None) -> str:
+    """A short name of :func:`cpu_description` for chunk files: chunks measured on one kind of CPU
+    are resumed only on that kind."""
+    return hashlib.sha256((description or cpu_description()).encode()).hexdigest()[:8]
 
 
 def tally_delta(before: dict, after: dict) -> dict:
@@ -60,11 +84,13 @@ def sum_tallies(parts: Sequence[dict]) -> dict:
 def scan(
     evaluate: Callable[[list], torch.Tensor], head_sets: Sequence[Any], chunk: int, *,
     folder: Optional[Path] = None, key: str = "", tally: Optional[Callable[[], dict]] = None,
+    machine: Optional[str] = None,
 ) -> dict[str, Any]:
     """``evaluate`` (head sets -> decisions ``[sets, examples]``) over ``head_sets``, ``chunk`` at a
     time: ``{"bits", "cpu_s", "wall_s", "recompute", "chunks_resumed"}``. With ``folder``, each chunk
-    is saved as ``<key>-<first head>-<n>.pt`` when it returns and loaded instead of evaluated when
-    present (``key``: what the decisions depend on: the split's content hash, the precision).
+    is saved as ``<key>-<machine>-<first head>-<n>.pt`` when it returns and loaded instead of
+    evaluated when present (``key``: what the decisions depend on: the split's content hash, the
+    precision; ``machine``: where its seconds were measured, :func:`machine_id` by default).
     ``tally``: the re-check tally reader (cumulative in this process), recorded per chunk."""
     from cel_lens.selection.plan import cpu_and_wall
 
@@ -72,10 +98,11 @@ def scan(
         raise ValueError(f"chunk must be >= 1, got {chunk}")
     if folder is not None:
         folder.mkdir(parents=True, exist_ok=True)
+    machine = machine or machine_id()
     parts, cpu, wall, tallies, resumed = [], 0.0, 0.0, [], 0
     for start in range(0, len(head_sets), chunk):
         sets = list(head_sets[start : start + chunk])
-        path = None if folder is None else folder / f"{key}-{sets[0]}-{len(sets)}.pt"
+        path = None if folder is None else folder / f"{key}-{machine}-{sets[0]}-{len(sets)}.pt"
         if path is not None and path.exists():
             saved = torch.load(path)
             if saved["heads"] != [str(h) for h in sets]:
@@ -97,4 +124,4 @@ def scan(
         tallies.append(saved["tally"])
     bits = torch.cat(parts) if parts else torch.zeros(0, 0, dtype=torch.bool)
     return {"bits": bits, "cpu_s": cpu, "wall_s": wall, "recompute": sum_tallies(tallies) if tally else None,
-            "chunks_resumed": resumed}
+            "chunks_resumed": resumed, "machine": machine}

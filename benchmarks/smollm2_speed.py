@@ -45,6 +45,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from benchmarks.paths import MODEL, checkpoint_dir
+from benchmarks.scan_chunks import cpu_description
 
 OUT = Path(__file__).with_name("smollm2_speed.json")
 KEEP = (0.1, 0.25, 0.5)
@@ -364,6 +365,7 @@ def main() -> None:
             rec[part] = quick_part(model, args.quick_n, quick_threads)
         rec[part]["part_s"] = since(t)
         rec[part]["load_average"] = os.getloadavg()[0]
+        rec[part]["cpu"] = cpu_description()
         rec[part]["finished"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         if not args.no_write:
             args.record.write_text(json.dumps(rec, indent=1, default=str) + "\n")

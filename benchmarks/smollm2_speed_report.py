@@ -215,8 +215,8 @@ def _sizes(rec: dict[str, Any]) -> list[str]:
 
 def render(rec: dict[str, Any]) -> str:
     """The section from the merged record of every part that ran."""
-    ran = [f"{k} ({v.get('finished', '?')}, load average {v.get('load_average', 0):.1f})" for k, v in rec.items()
-           if isinstance(v, dict)]
+    ran = [f"{k} ({v.get('finished', '?')}, load average {v.get('load_average', 0):.1f}, CPU {v.get('cpu', 'not recorded')})"
+           for k, v in rec.items() if isinstance(v, dict)]
     head = [TITLE, "",
             "One torch thread per process on a shared 2-core machine (the --quick part: the threads cel-lens search takes); CPU seconds are the measure, wall beside them. "
             "Parts in this record: " + ("; ".join(ran) or "none") + ".", ""]
