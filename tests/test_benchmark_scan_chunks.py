@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from benchmarks.scan_chunks import scan, sum_tallies, tally_delta
+from benchmarks.scan_chunks import cpu_description, machine_id, scan, sum_tallies, tally_delta
 
 
 SETS = [f"L{i // 3}H{i % 3}" for i in range(8)]
@@ -47,9 +47,31 @@ def test_another_key_does_not_borrow_saved_decisions(tmp_path):
     assert len(other.calls) == 3
 
 
+def test_chunks_measured_on_another_cpu_are_not_resumed(tmp_path):
+    """Seconds from two kinds of CPU do not add up to one scan's (nor divide into a precision's
+    ratio): a scan on another CPU re-runs every chunk, and keeps the other CPU's files."""
+    scan(Flaky(), SETS, 3, folder=tmp_path, key="abc-bf16", machine="aaaa0000")
+    here = Flaky()
+    out = scan(here, SETS, 3, folder=tmp_path, key="abc-bf16", machine="bbbb1111")
+    assert len(here.calls) == 3 and out["chunks_resumed"] == 0 and out["machine"] == "bbbb1111"
+    assert len(list(tmp_path.glob("abc-bf16-aaaa0000-*.pt"))) == 3 and len(list(tmp_path.glob("*.pt"))) == 6
+    again = Flaky()
+    assert scan(again, SETS, 3, folder=tmp_path, key="abc-bf16", machine="bbbb1111")["chunks_resumed"] == 3 and not again.calls
+
+
+def test_the_machine_id_names_the_cpu_model_and_its_speed_flags(tmp_path):
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: fpu avx2 avx512f avx512_bf16\n")
+    assert cpu_description(str(info)) == "Some CPU (avx2, avx512f, avx512_bf16)"
+    amx = tmp_path / "cpuinfo_amx"
+    amx.write_text("model name\t: Some CPU\nflags\t\t: fpu avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n")
+    assert machine_id(cpu_description(str(info))) != machine_id(cpu_description(str(amx)))
+    assert cpu_description(str(tmp_path / "absent")) == "unknown"
+
+
 def test_a_chunk_file_of_other_heads_is_refused(tmp_path):
     scan(Flaky(), SETS, 3, folder=tmp_path, key="k")
-    path = next(tmp_path.glob(f"k-{SETS[0]}-3.pt"))
+    path = next(tmp_path.glob(f"k-*-{SETS[0]}-3.pt"))
     saved = torch.load(path)
     saved["heads"] = ["L9H9", *saved["heads"][1:]]
     torch.save(saved, path)
