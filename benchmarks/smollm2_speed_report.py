@@ -96,7 +96,8 @@ def _plans(rec: dict[str, Any]) -> list[str]:
     out = ["### `cl.plan` at issue 35's sizes (float32, exact stage 1)", "",
            "Its calibration (the intact model and every head of two layers on 8 D_dist examples) and its stage-1 "
            "estimate per D_dist example, against the measured float32 scan's per example (its D_dist is the first "
-           "examples of the same seeded split, so their prompt lengths differ somewhat).", "",
+           "examples of the same seeded split, so their prompt lengths differ somewhat). The ratio is given only where "
+           "the plan and the scan ran on the same CPU (a part's CPU is in the list above; not recorded: unknown).", "",
            "| task | plan's D_dist | calibration, CPU s | CPU share measured | stage 1 estimate, CPU s (per example) "
            "| measured scan per example, CPU s | estimate / measured |", "|---|---|---|---|---|---|---|"]
     for key, label in (("arith", "Arithmetic"), ("boolq", "BoolQ (validation)")):
@@ -106,7 +107,8 @@ def _plans(rec: dict[str, Any]) -> list[str]:
         per = r["stage1_cpu_s"] / r["n_dist"]
         m = rec.get(key)
         measured = m["float32"]["scan"]["cpu_s"] / m["n_dist"] if m else None
-        ratio = f"{per / measured:.2f}" if measured else "—"
+        same_cpu = m is not None and m.get("cpu") is not None and m.get("cpu") == p.get("cpu")
+        ratio = f"{per / measured:.2f}" if measured and same_cpu else ("—" if not measured else "— (another CPU)")
         out.append(f"| {label} | {r['n_dist']} | {_s(r['calibration_cpu_s'])} | {_s(r['share'], 2)} "
                    f"| {r['stage1_cpu_s']:.0f} ({per:.2f}) | {_s(measured, 2)} | {ratio} |")
     return out + [""]

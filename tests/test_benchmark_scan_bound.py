@@ -48,6 +48,20 @@ def test_the_section_says_what_did_not_run():
     assert "Not run in this record" in text
 
 
+def test_a_plan_is_set_against_a_scan_only_on_the_same_cpu():
+    """A plan timed on one CPU against a scan measured on another is a ratio of CPUs: not shown."""
+    scan = {"n_dist": 4, "heads": 6, "bf16_landed": False, "float32": {"scan": {"cpu_s": 8.0, "wall_s": 9.0}},
+            "prescreen": [], "finished": "now", "load_average": 1.0}
+    plans = {"arith": {"n_dist": 4, "calibration_cpu_s": 1.0, "share": 1.0, "stage1_cpu_s": 10.0},
+             "finished": "now", "load_average": 1.0}
+    same = render({"arith": {**scan, "cpu": "A"}, "plans": {**plans, "cpu": "A"}})
+    assert "| 10 (2.50) | 2.00 | 1.25 |" in same and "CPU A" in same
+    other = render({"arith": {**scan, "cpu": "A"}, "plans": {**plans, "cpu": "B"}})
+    assert "| 10 (2.50) | 2.00 | — (another CPU) |" in other
+    unknown = render({"arith": scan, "plans": {**plans, "cpu": "A"}})
+    assert "— (another CPU)" in unknown and "CPU not recorded" in unknown
+
+
 def test_the_suite_s_cases_carry_the_bound_at_both_peaks():
     from types import SimpleNamespace
 

@@ -95,9 +95,9 @@ choices are each one token (BoolQ's `` yes``/`` no``): held to :data:`CHOICE_PAI
 AUTO_KINDS: tuple[str, ...] = ("exact_match",)
 """Split kinds (:func:`~cel_lens.evaluation.encode.precision_kind`) ``"auto"`` computes a float32
 model in bf16 for, on a CPU: where bf16 with its recomputes was faster in every measurement
-(``docs/precision.md``; SmolLM2 Arithmetic 1.41-2.45 x). BoolQ's one-token choices are not: over
-all heads of layers 0-5, 92.8 % of decisions were within :data:`CHOICE_PAIR_BOUND` and bf16 took
-2.0 x float32's time (smaller runs: 1.30 x and 1.11 x faster). MBPP recomputed every decision
+(``docs/precision.md``; SmolLM2 Arithmetic 1.41-2.45 x). BoolQ's one-token choices are not: a
+whole exact stage 1 ran 1.04 x faster on a CPU with AMX and 0.49 x (layers 0-5) on one without,
+where the pair check held many decisions to ``LOGPROB_BOUND``. MBPP recomputed every decision
 (0.45 x); multi-token choices, held to ``k LOGPROB_BOUND``, recompute nearly all."""
 
 
