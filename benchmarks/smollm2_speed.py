@@ -345,6 +345,7 @@ def main() -> None:
     for other in args.merge:
         rec.update(json.loads(other.read_text()))
     parts = [x for x in args.parts.split(",") if x]
+    run = f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}, pid {os.getpid()}"  # this command's identity
     model = cl.load_model(args.model) if set(parts) - {"planted"} else None
     if not args.no_write and args.merge:
         args.record.write_text(json.dumps(rec, indent=1, default=str) + "\n")
@@ -366,6 +367,7 @@ def main() -> None:
         rec[part]["part_s"] = since(t)
         rec[part]["load_average"] = os.getloadavg()[0]
         rec[part]["cpu"] = cpu_description()
+        rec[part]["run"] = run
         rec[part]["finished"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         if not args.no_write:
             args.record.write_text(json.dumps(rec, indent=1, default=str) + "\n")

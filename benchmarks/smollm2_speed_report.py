@@ -215,6 +215,20 @@ def _sizes(rec: dict[str, Any]) -> list[str]:
     return out
 
 
+def _provenance(rec: dict[str, Any]) -> list[str]:
+    """Whether the record's parts came from one run of the command on one CPU, computed from what each part
+    recorded (a part without a run or a CPU counts as one of its own: it cannot be shown to share them)."""
+    parts = {k: v for k, v in rec.items() if isinstance(v, dict)}
+    if not parts:
+        return []
+    runs = {v.get("run") or f"unrecorded {k}" for k, v in parts.items()}
+    cpus = {v.get("cpu") or f"unrecorded {k}" for k, v in parts.items()}
+    if len(runs) == 1 and len(cpus) == 1:
+        return [f"Every part comes from one run of the command (started {next(iter(runs))}) on one CPU.", ""]
+    return [f"The parts come from {len(runs)} runs of the command on {len(cpus)} CPUs (a part that did not record "
+            "its run or CPU counts as its own): their ratios across parts compare runs, not only methods.", ""]
+
+
 def render(rec: dict[str, Any]) -> str:
     """The section from the merged record of every part that ran."""
     ran = [f"{k} ({v.get('finished', '?')}, load average {v.get('load_average', 0):.1f}, CPU {v.get('cpu', 'not recorded')})"
@@ -222,5 +236,5 @@ def render(rec: dict[str, Any]) -> str:
     head = [TITLE, "",
             "One torch thread per process on a shared 2-core machine (the --quick part: the threads cel-lens search takes); CPU seconds are the measure, wall beside them. "
             "Parts in this record: " + ("; ".join(ran) or "none") + ".", ""]
-    head += _sizes(rec)
+    head += _provenance(rec) + _sizes(rec)
     return "\n".join(head + _stage1(rec) + _bound(rec) + _prefix(rec) + _prescreen(rec) + _plans(rec) + _quick(rec)).rstrip() + "\n"

@@ -62,6 +62,20 @@ def test_a_plan_is_set_against_a_scan_only_on_the_same_cpu():
     assert "— (another CPU)" in unknown and "CPU not recorded" in unknown
 
 
+def test_the_section_says_whether_its_parts_share_one_run_and_one_cpu():
+    """"One run on one CPU" is computed from the parts' records; a part that recorded neither breaks it."""
+    part = {"n_dist": 4, "heads": 6, "bf16_landed": False, "float32": {"scan": {"cpu_s": 8.0, "wall_s": 9.0}},
+            "prescreen": [], "finished": "now", "load_average": 1.0}
+    plans = {"arith": {"n_dist": 4, "calibration_cpu_s": 1.0, "share": 1.0, "stage1_cpu_s": 10.0},
+             "finished": "now", "load_average": 1.0}
+    one = render({"arith": {**part, "cpu": "A", "run": "r1"}, "plans": {**plans, "cpu": "A", "run": "r1"}})
+    assert "Every part comes from one run of the command (started r1) on one CPU." in one
+    two_runs = render({"arith": {**part, "cpu": "A", "run": "r1"}, "plans": {**plans, "cpu": "A", "run": "r2"}})
+    assert "from 2 runs of the command on 1 CPUs" in two_runs and "Every part" not in two_runs
+    unrecorded = render({"arith": {**part, "cpu": "A", "run": "r1"}, "plans": plans})
+    assert "from 2 runs of the command on 2 CPUs" in unrecorded
+
+
 def test_the_suite_s_cases_carry_the_bound_at_both_peaks():
     from types import SimpleNamespace
 
