@@ -223,10 +223,14 @@ def _provenance(rec: dict[str, Any]) -> list[str]:
         return []
     runs = {v.get("run") or f"unrecorded {k}" for k, v in parts.items()}
     cpus = {v.get("cpu") or f"unrecorded {k}" for k, v in parts.items()}
+    resumed = [f"{k} {p}: {v[p]['chunks_resumed']}" for k, v in parts.items() for p in ("float32", "bf16")
+               if isinstance(v.get(p), dict) and v[p].get("chunks_resumed")]
+    chunks = (" Chunks of the exact scans resumed from earlier processes on this CPU (each with the seconds measured "
+              "when it ran): " + ", ".join(resumed) + ".") if resumed else ""
     if len(runs) == 1 and len(cpus) == 1:
-        return [f"Every part comes from one run of the command (started {next(iter(runs))}) on one CPU.", ""]
+        return [f"Every part comes from one run of the command (started {next(iter(runs))}) on one CPU.{chunks}", ""]
     return [f"The parts come from {len(runs)} runs of the command on {len(cpus)} CPUs (a part that did not record "
-            "its run or CPU counts as its own): their ratios across parts compare runs, not only methods.", ""]
+            f"its run or CPU counts as its own): their ratios across parts compare runs, not only methods.{chunks}", ""]
 
 
 def render(rec: dict[str, Any]) -> str:

@@ -72,6 +72,9 @@ def test_the_section_says_whether_its_parts_share_one_run_and_one_cpu():
     assert "Every part comes from one run of the command (started r1) on one CPU." in one
     two_runs = render({"arith": {**part, "cpu": "A", "run": "r1"}, "plans": {**plans, "cpu": "A", "run": "r2"}})
     assert "from 2 runs of the command on 1 CPUs" in two_runs and "Every part" not in two_runs
+    resumed = {**part, "cpu": "A", "run": "r1", "float32": {**part["float32"], "chunks_resumed": 4}}
+    assert "resumed from earlier processes on this CPU (each with the seconds measured when it ran): " \
+           "arith float32: 4." in render({"arith": resumed})
     unrecorded = render({"arith": {**part, "cpu": "A", "run": "r1"}, "plans": plans})
     assert "from 2 runs of the command on 2 CPUs" in unrecorded
 
