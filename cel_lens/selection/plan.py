@@ -26,23 +26,22 @@ from typing import Any, Callable, Optional, Sequence, Union
 
 from torch import Tensor
 
-from cel_lens.evaluation.encode import encode_prompt
-from cel_lens.heads import Head, HeadSet
-from cel_lens.oracle import DIST_SPLIT
-from cel_lens.selection.memo import MemoOracle
-from cel_lens.progress import info_stream
+from cel_lens.heads import HeadSet
 from cel_lens.scoring.attribution import ATTRIBUTION_UNITS
 from cel_lens.config import ABLATION_KINDS, SearchConfig
 from cel_lens.scoring.registry import Scorer, get_scorer, scorer_from_config
 
-__all__ = ["StagePlan", "SearchPlan", "plan_search", "stage2_sets", "BatchTimer", "cpu_and_wall", "ATTRIBUTION_UNITS",
-           "calibration_layers", "calibrate", "CALIBRATION_BUDGET_S", "mean_prompt_tokens"]
+__all__ = ["StagePlan", "SearchPlan", "plan_search", "stage2_sets", "BatchTimer", "cpu_and_wall", "ATTRIBUTION_UNITS"]
 
 
 
 @dataclass(frozen=True)
 class StagePlan:
-    """One step: ``head_sets`` evaluated on ``examples`` examples of ``split`` (``bound``: at most)."""
+    """One step: ``head_sets`` evaluated on ``examples`` examples of ``split`` (``bound``: at most);
+    ``full`` of them run the whole model (the intact model, which also stores the split's residual
+    stream, or a pass that fits an ablation kind) where an ablated pass resumes at its first layer;
+    ``layered``: its head sets are single heads evaluated a layer at a time (exact stage 1's scan),
+    where other steps evaluate sets at scattered layers apart."""
 
     name: str
     split: str
@@ -50,6 +49,8 @@ class StagePlan:
     examples: int
     bound: bool = False
     note: str = ""
+    full: int = 0
+    layered: bool = False
 
     @property
     def units(self) -> int:
@@ -71,24 +72,38 @@ class SearchPlan:
     seconds_per_unit: Optional[float] = None
     cpu_share: Optional[float] = None
     calibration_cpu_s: Optional[float] = None
+    full_seconds_per_example: Optional[float] = None
+    apart_seconds_per_unit: Optional[float] = None
 
     @property
     def units(self) -> int:
         """Every step's units together (an upper bound where a step's count is)."""
         return sum(s.units for s in self.stages)
 
-    def timed(self, seconds_per_unit: float, cpu_share: Optional[float] = None) -> "SearchPlan":
+    def timed(self, seconds_per_unit: float, cpu_share: Optional[float] = None,
+              full_seconds_per_example: Optional[float] = None, apart_seconds_per_unit: Optional[float] = None,
+              ) -> "SearchPlan":
         """This plan with a measured cost per unit (CPU seconds) and the CPU share it was measured
-        at (CPU seconds per wall second; ``None``: unknown, wall time taken equal to CPU time)."""
+        at (CPU seconds per wall second; ``None``: unknown, wall time taken equal to CPU time), and
+        where they were timed (``None``: a unit's cost): what a whole-model pass costs per example,
+        and a unit of head sets evaluated apart (:mod:`~cel_lens.selection.plan_calibration`)."""
         share = None if cpu_share is None or not cpu_share > 0 else float(cpu_share)
-        return replace(self, seconds_per_unit=float(seconds_per_unit), cpu_share=share)
+        full = None if full_seconds_per_example is None else float(full_seconds_per_example)
+        apart = None if apart_seconds_per_unit is None else float(apart_seconds_per_unit)
+        return replace(self, seconds_per_unit=float(seconds_per_unit), cpu_share=share, full_seconds_per_example=full,
+                       apart_seconds_per_unit=apart)
 
     def seconds(self, stage: Optional[StagePlan] = None) -> Optional[float]:
-        """Estimated CPU seconds of ``stage`` (all of what is left to compute when ``None``)."""
+        """Estimated CPU seconds of ``stage`` (all of what is left to compute when ``None``): its
+        ablated passes at the unit's rate, its whole-model passes at theirs."""
         if self.seconds_per_unit is None:
             return None
-        units = stage.units if stage is not None else max(self.units - self.recorded, 0)
-        return units * self.seconds_per_unit
+        if stage is None:
+            return max(sum(self.seconds(s) for s in self.stages) - self.recorded * self.seconds_per_unit, 0.0)
+        rate = self.seconds_per_unit
+        full = self.full_seconds_per_example if self.full_seconds_per_example is not None else rate
+        ablated = rate if stage.layered or self.apart_seconds_per_unit is None else self.apart_seconds_per_unit
+        return (stage.units - stage.full * stage.examples) * ablated + stage.full * stage.examples * full
 
     def wall_seconds(self, stage: Optional[StagePlan] = None) -> Optional[float]:
         """Estimated wall seconds of ``stage`` (or of all that is left): the CPU estimate at the
@@ -217,24 +232,25 @@ def plan_search(
     null = min(n_null, max(math.comb(n_total, j) - 1 for j in range(1, k + 1)))
     most = min(k, m)
     stages = [
-        StagePlan("intact", "dist", 1, n_dist),
-        StagePlan(f"stage 1 ({scorer.name})", "dist", cost.head_sets, n_dist, cost.bound, cost.note),
+        StagePlan("intact", "dist", 1, n_dist, full=1),
+        StagePlan(f"stage 1 ({scorer.name})", "dist", cost.head_sets, n_dist, cost.bound, cost.note, layered=True),
         StagePlan("stage 2", "dist", new, n_dist, bound, f"{sets:,} subsets of a pool of {m}, up to {most} head{'s' * (most != 1)}"),
     ]
     if n_specificity:
         stages.append(StagePlan("specificity", "dist", n_specificity * sets, n_dist, True, f"{n_specificity} random pools"))
     loo = k if k > 1 else 0  # S-hat without each of its heads (a one-head S-hat's is the intact model)
     stages.append(StagePlan("test", "test", 2 + null + loo, n_test, True,
-                            f"intact, S-hat, S-hat without each head and a null of up to {null} sets"))
+                            f"intact, S-hat, S-hat without each head and a null of up to {null} sets", full=1))
     if posthoc:
         stages.append(StagePlan("post-hoc", "test", max(sets - 1, 0), n_test, False, "every subset (exploratory)"))
     if n_specificity:
         stages.append(StagePlan("specificity (test)", "test", n_specificity, n_test, True))
     if controls:
         others = len(ABLATION_KINDS) - 1
-        stages.append(StagePlan("controls (fit)", "dist", others, n_dist, True, "one intact pass per learnt kind"))
+        stages.append(StagePlan("controls (fit)", "dist", others, n_dist, True, "one intact pass per learnt kind",
+                                full=others))
         stages.append(StagePlan("controls", "test", 2 * others, n_test, True,
-                                "intact and S-hat under each other ablation kind"))
+                                "intact and S-hat under each other ablation kind", full=others))
     notes.append("selection stability resamples recorded D_dist answers: no forward pass")
     return SearchPlan(tuple(stages), n_layers, n_heads, tuple(notes))
 
@@ -301,66 +317,3 @@ class BatchTimer:
         L, c = int(self.n_layers), self.fixed_layers
         layers = sum(L - (hs.first_layer or 0) + c for hs in head_sets)  # the intact model (None) runs them all
         return seconds / (layers * n_examples) * ((L + 1) / 2 + c)
-
-
-CALIBRATION_BUDGET_S = 45.0
-"""CPU seconds a plan's calibration may spend (:func:`calibrate`): under one CPU minute on
-SmolLM2-135M's BoolQ, whose prompts are among the longest a choice task has."""
-
-
-def calibration_layers(n_layers: int, n_heads: int, heads: int = 32) -> list[int]:
-    """Whole layers the plan times, about ``heads`` heads in all: a head's cost falls with its layer
-    (an ablation resumes there), and a scan evaluates a layer's heads together (they share its
-    forwards), so the layers are whole and placed symmetrically over depth, their mean layer the
-    mean of all (``(L-1)/2``, up to rounding)."""
-    m = min(n_layers, max(2, round(heads / max(1, n_heads))))
-    return sorted({round((n_layers - 1) * (2 * j + 1) / (2 * m)) for j in range(m)})
-
-
-def mean_prompt_tokens(model: Any, examples: Sequence[Any]) -> Optional[float]:
-    """Mean prompt length in tokens (``None`` without a tokenizer to ask)."""
-    if model is None or getattr(model, "tokenizer", None) is None or not examples:
-        return None
-    return sum(len(encode_prompt(model, ex.prompt)) for ex in examples) / len(examples)
-
-
-def calibrate(
-    plan: SearchPlan, oracle: Any, dist: Sequence[Any], sample: Sequence[Any], *, heads: int = 18,
-    budget_s: float = CALIBRATION_BUDGET_S, show: bool = True,
-) -> SearchPlan:
-    """``plan`` timed on ``oracle`` (opened on a sample of D_dist: its first examples): the intact
-    model, then every head of a few whole layers (:func:`calibration_layers`), fewer when the
-    intact pass's CPU time says they would pass ``budget_s``. What it will run is printed before it
-    runs (with ``show``), and the plan records the CPU seconds it took and the CPU share measured
-    over the heads' evaluation: the work a search repeats, without the intact pass's one-off setup.
-    The rate is scaled by D_dist's mean prompt length over the sample's (cost grows with tokens;
-    a few BoolQ passages are no average), when the oracle's model has a tokenizer. ``dist``: the
-    whole D_dist's examples, ``sample``: the ones the oracle evaluates."""
-    L, H = oracle.n_layers, oracle.n_heads
-    clock0 = cpu_and_wall()
-    memo, timer = MemoOracle(oracle), BatchTimer(n_layers=L)
-    memo.timer = timer
-    layers = calibration_layers(L, H, heads)
-    if show:
-        print(f"plan: calibrating on the first D_dist examples: the intact model, then at most {len(layers) * H} single "
-              f"heads (layers {layers}), capped at {budget_s:.0f} CPU s", file=info_stream(), flush=True)
-    memo.evaluate(DIST_SPLIT, [HeadSet()], stage="intact")
-    clock_heads = cpu_and_wall()
-    intact_cpu = clock_heads[0] - clock0[0]
-    planned = layers
-    while len(layers) > 1 and intact_cpu * (1 + sum(H * (L - l) / L for l in layers)) > budget_s:
-        fewer = len(layers) - 1  # fewer whole layers, still spread over depth (one: the middle one)
-        layers = calibration_layers(L, H, fewer * H) if fewer >= 2 else [(L - 1) // 2]
-    if show and layers != planned:
-        print(f"plan: the intact pass took {intact_cpu:.1f} CPU s; timing {len(layers) * H} heads (layers {layers}) "
-              f"to stay within {budget_s:.0f} CPU s", file=info_stream(), flush=True)
-    memo.evaluate(DIST_SPLIT, [HeadSet([Head(l, h)]) for l in layers for h in range(H)], stage="stage1")
-    clock1 = cpu_and_wall()
-    model = getattr(oracle, "model", None)
-    full, part = mean_prompt_tokens(model, list(dist)), mean_prompt_tokens(model, list(sample))
-    scale = full / part if full and part else 1.0
-    cpu_s = clock1[0] - clock0[0]
-    heads_cpu, heads_wall = clock1[0] - clock_heads[0], clock1[1] - clock_heads[1]
-    share = heads_cpu / heads_wall if heads_wall > 0 else None  # the heads' window: what a scan's batches get
-    timed = plan.timed(float(timer.seconds_per_unit) * scale, share)
-    return replace(timed, calibration_cpu_s=cpu_s)
