@@ -102,3 +102,13 @@ def test_the_benchmark_scan_resumed_equals_one_run(tmp_path):
     resumed = exact_scan(model, task, "bf16", tmp_path)
     assert resumed["chunks_resumed"] == 1 and torch.equal(resumed["bits"], whole["bits"])
     assert resumed["recompute"]["dist"]["decisions"] == whole["recompute"]["dist"]["decisions"] == 9 * 12
+
+
+def test_the_quick_part_runs_last_whatever_its_place():
+    """Its extra torch threads outlive it and would be counted in the parts after it."""
+    from benchmarks.smollm2_speed import ordered_parts
+
+    assert ordered_parts("quick,arith,boolq") == ["arith", "boolq", "quick"]
+    assert ordered_parts("plans") == ["plans"]
+    with pytest.raises(SystemExit, match="unknown part"):
+        ordered_parts("arith,quik")
