@@ -337,6 +337,8 @@ def main() -> None:
     p.add_argument("--prefix-n-mbpp", type=int, default=4, help="MBPP prompts of the prefix part")
     p.add_argument("--plan-n-arith", type=int, default=200, help="Arithmetic D_dist of the plans part (issue 35: 200)")
     p.add_argument("--plan-n-boolq", type=int, default=100, help="BoolQ D_dist of the plans part (issue 35: 100)")
+    p.add_argument("--quick-threads", type=int, default=None,
+                   help="torch threads of the quick part (default: what cel-lens search would take now)")
     p.add_argument("--parts", default=",".join(PARTS), help="comma-separated parts to run (default: all)")
     p.add_argument("--record", type=Path, default=OUT, help="the JSON record parts merge into (default: %(default)s)")
     p.add_argument("--merge", type=Path, nargs="*", default=[],
@@ -348,10 +350,12 @@ def main() -> None:
     import cel_lens as cl
     from benchmarks.smollm2_speed_report import render
 
-    from cel_lens.threads import choose_threads
+    from cel_lens.threads import ENV as THREADS_ENV, choose_threads
 
-    quick_threads = choose_threads(look_at_load=True)  # as `cel-lens search` at its start, before any work here
-    torch.set_num_threads(1)
+    # as `cel-lens search` at its start, before any work here (CEL_LENS_THREADS pins it), unless given
+    quick_threads = args.quick_threads or choose_threads(look_at_load=True)
+    os.environ.pop(THREADS_ENV, None)  # cl.evaluate re-applies a pinned count at each call: the other parts
+    torch.set_num_threads(1)            # would run on it, where they are measured on one thread
     rec = json.loads(args.record.read_text()) if args.record.exists() else {}
     for other in args.merge:
         rec.update(json.loads(other.read_text()))
