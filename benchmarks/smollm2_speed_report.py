@@ -94,7 +94,8 @@ def _plans(rec: dict[str, Any]) -> list[str]:
     if p is None:
         return []
     out = ["### `cl.plan` at issue 35's sizes (float32, exact stage 1)", "",
-           "Its calibration (the intact model and every head of two layers on 8 D_dist examples) and its stage-1 "
+           "Its calibration (`cl.plan`'s default: the intact model, every head of two layers and three heads apart, "
+           "on the first 32 D_dist examples; fewer heads where its 45 CPU s budget says so, as on BoolQ) and its stage-1 "
            "estimate per D_dist example, against the measured float32 scan's per example (its D_dist is the first "
            "examples of the same seeded split, so their prompt lengths differ somewhat). The ratio is given only where "
            "the plan and the scan ran on the same CPU (a part's CPU is in the list above; not recorded: unknown).", "",
