@@ -26,7 +26,8 @@ so parts run apart render one section):
   Arithmetic in the default precision, CPU and wall seconds against the plan (``--quick-n`` cuts
   both splits), on the threads ``cel-lens search`` takes (the idle cores).
 
-One torch thread per process (but the quick part); CPU seconds are the measure (the machine is
+One torch thread per process (but the quick part, which runs last whatever ``--parts`` says: its
+extra threads outlive it); CPU seconds are the measure (the machine is
 shared), wall beside them. ``--resume-dir DIR`` saves the exact scans' chunks as they return, so a
 BoolQ part of several CPU hours survives an interrupted process (or, with DIR committed, a change
 of machine); each chunk's seconds are the ones measured when it ran (:mod:`benchmarks.scan_chunks`).

@@ -115,7 +115,8 @@ class SearchPlan:
         """A JSON-ready dict: every step with its units and estimated seconds, and the totals."""
         return {
             "n_layers": self.n_layers, "n_heads": self.n_heads, "units": self.units, "recorded": self.recorded,
-            "seconds_per_unit": self.seconds_per_unit, "seconds": self.seconds(), "cpu_share": self.cpu_share,
+            "seconds_per_unit": self.seconds_per_unit, "apart_seconds_per_unit": self.apart_seconds_per_unit,
+            "full_seconds_per_example": self.full_seconds_per_example, "seconds": self.seconds(), "cpu_share": self.cpu_share,
             "wall_seconds": self.wall_seconds(), "calibration_cpu_s": self.calibration_cpu_s, "notes": list(self.notes),
             "stages": [dict(name=s.name, split=s.split, head_sets=s.head_sets, examples=s.examples, bound=s.bound,
                             units=s.units, seconds=self.seconds(s), wall_seconds=self.wall_seconds(s), note=s.note)
