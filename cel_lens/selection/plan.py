@@ -131,7 +131,22 @@ class SearchPlan:
         rate = f"{1e6 * self.seconds_per_unit:.3g} CPU µs per head set per example"
         share = f"{self.cpu_share:.2f}" if self.cpu_share is not None else "unmeasured (taken as 1)"
         return (f"estimate from the first timed batch ({rate}), CPU time: {parts}; {_duration(self.seconds())} CPU left in all, "
-                f"{_duration(self.wall_seconds())} wall at the CPU share measured with it ({share} CPU s per wall s)")
+                f"{_duration(self.wall_seconds())} wall at the CPU share measured with it ({share} CPU s per wall s)"
+                f"{self._untimed_caveat()}")
+
+    def _untimed_caveat(self) -> str:
+        """What the estimate counts at the batch's rate without having timed it: head sets evaluated
+        apart and whole-model passes, which cost more per unit than a layered scan's heads (on
+        SmolLM2, :mod:`~cel_lens.selection.plan_calibration`); empty when every rate was measured."""
+        apart = sum(s.units - s.full * s.examples for s in self.stages if not s.layered)
+        full = sum(s.full * s.examples for s in self.stages)
+        untimed = [f"{apart:,} units of head sets evaluated apart" if apart and self.apart_seconds_per_unit is None else "",
+                   f"{full:,} whole-model passes" if full and self.full_seconds_per_example is None else ""]
+        untimed = [u for u in untimed if u]
+        if not untimed:
+            return ""
+        return (f"; {' and '.join(untimed)} are counted at this rate, untimed: the estimate is low where they "
+                "cost more (cel-lens search --plan / cl.plan time them)")
 
     def rows(self) -> list[tuple[str, str, str]]:
         """``(step, evaluations, estimate)`` rows: what :meth:`__str__` and the HTML table show."""

@@ -99,6 +99,9 @@ def test_batch_timer_rates_cpu_time_and_measures_the_cpu_share():
     plan = plan_search(2, 3, 100, 50, k=2, pool_size=3, n_null=4).timed(timer.seconds_per_unit, timer.cpu_share)
     assert plan.wall_seconds() == pytest.approx(4 * plan.seconds())
     assert "0.25 CPU s per wall s" in plan.estimate_line() and "wall" in str(plan)
+    line = plan.estimate_line()  # one rate: it says what it counts at that rate
+    assert "units of head sets evaluated apart" in line and "whole-model passes are counted at this rate, untimed" in line
+    assert "untimed" not in plan.timed(0.1, 0.25, 0.5, 0.2).estimate_line()  # every rate measured
     assert plan.to_dict()["wall_seconds"] == pytest.approx(plan.wall_seconds())
 
 
