@@ -157,16 +157,21 @@ def sealed(result: dict[str, Any], history: Optional[dict[str, str]], folder: Pa
 
 
 def parked_progress(folder: Path) -> Optional[dict[str, Any]]:
-    """An unfinished row's progress from its parked journal (``scripts/seal_row.py --park``)."""
+    """An unfinished row's progress from its parked journal (``scripts/seal_row.py --park``): the
+    stage-1 heads journaled and their share of the scan's layer passes (a head of layer l runs the
+    ``n_layers - l`` layers from l on)."""
     import gzip
 
     path = folder / "parked" / "evaluations.jsonl.gz"
-    lines = [json.loads(x) for x in gzip.decompress(path.read_bytes()).splitlines()] if path.exists() else None
-    if lines is None:
+    if not path.exists():
         return None
+    lines = [json.loads(x) for x in gzip.decompress(path.read_bytes()).splitlines()]
     start = next((x for x in lines if x.get("event") == "search_started"), {})
     evals = [x for x in lines if x.get("type") == "eval" and x.get("split") == "dist"]
-    return {"stage1": sum(x.get("stage") == "stage1" for x in evals), "heads": start.get("n_heads", 0) * start.get("n_layers", 0),
+    L, H = start.get("n_layers", 0), start.get("n_heads", 0)
+    done = {x.get("heads") for x in evals if x.get("stage") == "stage1"}
+    passes = sum(L - int(h[1:h.index("H")]) for h in done if h and h.startswith("L") and "H" in h)
+    return {"stage1": len(done), "heads": H * L, "layer_share": passes / (H * L * (L + 1) // 2) if H * L else None,
             "dist_acc_intact": next((x["acc"] for x in evals if x.get("stage") == "intact"), None)}
 
 
@@ -176,7 +181,8 @@ def conclusion(rec: dict[str, Any]) -> str:
         park = rec.get("parked")
         return ("not run yet: the manifest is sealed, the search has not finished" if park is None else
                 f"not finished: parked with {park['stage1']} of {park['heads']} stage-1 heads journaled "
-                f"(intact D_dist accuracy {pct(park['dist_acc_intact'])})")
+                f"({pct(park.get('layer_share'))} of stage 1's layer passes; intact D_dist accuracy "
+                f"{pct(park['dist_acc_intact'])})")
     pw, alpha = rec["power"], rec["power"]["alpha"]
     prefix = "" if rec["evidence"] else "NOT SEALED, not counted as evidence: "
     if pw["p_one_sided"] is not None and pw["p_one_sided"] <= alpha:
@@ -369,8 +375,7 @@ def rows_of(items: Iterable[str]) -> list[tuple[str, Path]]:
 
 
 def figures(items: list[str], out: Path, formats: Iterable[str] = ("png", "html")) -> list[Path]:
-    """Each finished row's gain heatmap (stage-1 scores, pool and Ŝ marked, the ranked stage-2 subsets,
-    Ŝ's test gain against the null), drawn from its ``result.json`` alone: ``out/<row>.<fmt>``."""
+    """Each finished row's gain heatmap, drawn from its ``result.json`` alone: ``out/<row>.<fmt>``."""
     from cel_lens.report import plot_gain_heatmap
     from cel_lens.report.save import save_figure
 
