@@ -27,6 +27,7 @@ import subprocess
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
+from cel_lens.heads import Head
 from cel_lens.stats.decision import minimum_detectable_effect, sign_test_p, sign_test_upper
 
 POWER = 0.8
@@ -170,7 +171,7 @@ def parked_progress(folder: Path) -> Optional[dict[str, Any]]:
     evals = [x for x in lines if x.get("type") == "eval" and x.get("split") == "dist"]
     L, H = start.get("n_layers", 0), start.get("n_heads", 0)
     done = {x.get("heads") for x in evals if x.get("stage") == "stage1"}
-    passes = sum(L - int(h[1:h.index("H")]) for h in done if h and h.startswith("L") and "H" in h)
+    passes = sum(L - Head.parse(h).layer for h in done)
     return {"stage1": len(done), "heads": H * L, "layer_share": passes / (H * L * (L + 1) // 2) if H * L else None,
             "dist_acc_intact": next((x["acc"] for x in evals if x.get("stage") == "intact"), None)}
 

@@ -35,7 +35,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np  # noqa: E402
 
-from cel_lens.stats.decision import sign_test_p  # noqa: E402
+from cel_lens.stats import mcnemar_exact  # noqa: E402
 
 
 def load_rows(folders: Sequence[Path]) -> list[dict[str, Any]]:
@@ -61,7 +61,7 @@ def cell(intact: np.ndarray, ablated: np.ndarray) -> dict[str, Any]:
     wins, losses = int((ablated & ~intact).sum()), int((intact & ~ablated).sum())
     return {"n": int(intact.size), "acc_intact": float(intact.mean()), "acc_ablated": float(ablated.mean()),
             "gain": float(ablated.mean() - intact.mean()), "wins": wins, "losses": losses,
-            "p_two_sided": min(1.0, 2 * sign_test_p(max(wins, losses), min(wins, losses)))}
+            "p_two_sided": mcnemar_exact(intact, ablated)}
 
 
 def check_own(row: dict[str, Any], own: dict[str, Any]) -> None:
@@ -82,7 +82,9 @@ def measure(rows: list[dict[str, Any]], model: Any, data_dir: Optional[str], bat
     from cel_lens.evaluation.seal import reading_as
     from cel_lens.heads import HeadSet
     from cel_lens.model.identity import weights_hash
+    from cel_lens.runs.export import run_task
     from cel_lens.runs.manifest import rebuild_task
+    from cel_lens.runs.reader import RunRecord
 
     weights = weights_hash(model)
     for r in rows:
@@ -92,10 +94,8 @@ def measure(rows: list[dict[str, Any]], model: Any, data_dir: Optional[str], bat
     cells: list[list[Optional[dict[str, Any]]]] = [[None] * len(rows) for _ in rows]
     cpu, wall = time.process_time(), time.perf_counter()
     for j, target in enumerate(rows):
-        task = rebuild_task(target["manifest"], data_dir, splits=("test",))
-        want = target["manifest"]["splits"]["test"].get("content_sha256")
-        if want is not None and task.test.content_hash != want:
-            raise SystemExit(f"{target['label']}: the rebuilt D_test's content hash differs from its manifest's")
+        test_only = rebuild_task(target["manifest"], data_dir, splits=("test",))
+        task = run_task(RunRecord(Path(target["label"]), target["manifest"], [], [], None), test_only)  # hash checked
         precision = (target["manifest"].get("options") or {}).get("precision") or "float32"
         with reading_as("side-effect grid (scripts/real_model_side_effects.py)"):
             res = evaluate(model, task.test, [HeadSet(), *selections], batch_size=batch_size, progress=False,

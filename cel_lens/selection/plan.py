@@ -57,6 +57,16 @@ class StagePlan:
         """Head-set x example evaluations: what the step costs."""
         return self.head_sets * self.examples
 
+    @property
+    def full_units(self) -> int:
+        """The units that run the whole model (``full`` head sets x the examples)."""
+        return self.full * self.examples
+
+    @property
+    def ablated_units(self) -> int:
+        """The units whose ablated passes resume at their first ablated layer."""
+        return self.units - self.full_units
+
 
 @dataclass(frozen=True)
 class SearchPlan:
@@ -103,7 +113,7 @@ class SearchPlan:
         rate = self.seconds_per_unit
         full = self.full_seconds_per_example if self.full_seconds_per_example is not None else rate
         ablated = rate if stage.layered or self.apart_seconds_per_unit is None else self.apart_seconds_per_unit
-        return (stage.units - stage.full * stage.examples) * ablated + stage.full * stage.examples * full
+        return stage.ablated_units * ablated + stage.full_units * full
 
     def wall_seconds(self, stage: Optional[StagePlan] = None) -> Optional[float]:
         """Estimated wall seconds of ``stage`` (or of all that is left): the CPU estimate at the
@@ -138,8 +148,8 @@ class SearchPlan:
         """What the estimate counts at the batch's rate without having timed it: head sets evaluated
         apart and whole-model passes, which cost more per unit than a layered scan's heads (on
         SmolLM2, :mod:`~cel_lens.selection.plan_calibration`); empty when every rate was measured."""
-        apart = sum(s.units - s.full * s.examples for s in self.stages if not s.layered)
-        full = sum(s.full * s.examples for s in self.stages)
+        apart = sum(s.ablated_units for s in self.stages if not s.layered)
+        full = sum(s.full_units for s in self.stages)
         untimed = [f"{apart:,} units of head sets evaluated apart" if apart and self.apart_seconds_per_unit is None else "",
                    f"{full:,} whole-model passes" if full and self.full_seconds_per_example is None else ""]
         untimed = [u for u in untimed if u]
