@@ -159,8 +159,8 @@ def sealed(result: dict[str, Any], history: Optional[dict[str, str]], folder: Pa
 
 def parked_progress(folder: Path) -> Optional[dict[str, Any]]:
     """An unfinished row's progress from its parked journal (``scripts/seal_row.py --park``): the
-    stage-1 heads journaled and their share of the scan's layer passes (a head of layer l runs the
-    ``n_layers - l`` layers from l on)."""
+    stage-1 heads journaled, their share of the scan's layer passes (a head of layer l runs the
+    ``n_layers - l`` layers from l on) and the head leading stage 1 so far (D_dist only)."""
     import gzip
 
     path = folder / "parked" / "evaluations.jsonl.gz"
@@ -170,20 +170,24 @@ def parked_progress(folder: Path) -> Optional[dict[str, Any]]:
     start = next((x for x in lines if x.get("event") == "search_started"), {})
     evals = [x for x in lines if x.get("type") == "eval" and x.get("split") == "dist"]
     L, H = start.get("n_layers", 0), start.get("n_heads", 0)
-    done = {x.get("heads") for x in evals if x.get("stage") == "stage1"}
-    passes = sum(L - Head.parse(h).layer for h in done)
-    return {"stage1": len(done), "heads": H * L, "layer_share": passes / (H * L * (L + 1) // 2) if H * L else None,
-            "dist_acc_intact": next((x["acc"] for x in evals if x.get("stage") == "intact"), None)}
+    stage1 = {x.get("heads"): x["acc"] for x in evals if x.get("stage") == "stage1"}
+    passes = sum(L - Head.parse(h).layer for h in stage1)
+    lead = max(stage1, key=lambda h: (stage1[h], -Head.parse(h).layer, -Head.parse(h).head), default=None)
+    return {"stage1": len(stage1), "heads": H * L, "layer_share": passes / (H * L * (L + 1) // 2) if H * L else None,
+            "dist_acc_intact": next((x["acc"] for x in evals if x.get("stage") == "intact"), None),
+            "leader": lead, "leader_dist_acc": stage1.get(lead)}
 
 
 def conclusion(rec: dict[str, Any]) -> str:
     """The row's conclusion, computed from its seal, decision, power and controls."""
     if rec["status"] != "finished":
         park = rec.get("parked")
-        return ("not run yet: the manifest is sealed, the search has not finished" if park is None else
-                f"not finished: parked with {park['stage1']} of {park['heads']} stage-1 heads journaled "
+        if park is None:
+            return "not run yet: the manifest is sealed, the search has not finished"
+        lead = "" if park.get("leader") is None else f"; leading so far: {park['leader']}, {pct(park['leader_dist_acc'])}"
+        return (f"not finished: parked with {park['stage1']} of {park['heads']} stage-1 heads journaled "
                 f"({pct(park.get('layer_share'))} of stage 1's layer passes; intact D_dist accuracy "
-                f"{pct(park['dist_acc_intact'])})")
+                f"{pct(park['dist_acc_intact'])}{lead})")
     pw, alpha = rec["power"], rec["power"]["alpha"]
     prefix = "" if rec["evidence"] else "NOT SEALED, not counted as evidence: "
     if pw["p_one_sided"] is not None and pw["p_one_sided"] <= alpha:

@@ -246,14 +246,15 @@ def test_a_parked_row_reports_its_progress(tmp_path):
     row = write(tmp_path / "row", manifest())
     journal = [{"type": "event", "event": "search_started", "n_heads": 3, "n_layers": 2},
                {"type": "eval", "split": "dist", "stage": "intact", "acc": 0.25},
-               *({"type": "eval", "split": "dist", "heads": h, "stage": "stage1", "acc": 0.5}
-                 for h in ("L0H0", "L0H1", "L0H2", "L1H0", "L1H0"))]  # a head journaled twice counts once
+               *({"type": "eval", "split": "dist", "heads": h, "stage": "stage1", "acc": a}
+                 for h, a in (("L0H0", 0.5), ("L0H1", 0.25), ("L1H0", 0.75), ("L0H2", 0.75), ("L1H0", 0.75)))]
+    # a head journaled twice counts once; of two heads tied at the top the earlier layer leads
     (row / "parked").mkdir()
     (row / "parked" / "evaluations.jsonl.gz").write_bytes(gzip.compress("".join(json.dumps(x) + "\n" for x in journal).encode()))
     rec = rows.record("row", row)
     # passes: layer 0's heads run 2 layers, layer 1's 1 layer: (3 x 2 + 1) of (3 x 2 + 3 x 1) = 7 / 9
     assert rec["conclusion"] == ("not finished: parked with 4 of 6 stage-1 heads journaled (77.8 % of stage 1's layer "
-                                 "passes; intact D_dist accuracy 25.0 %)")
+                                 "passes; intact D_dist accuracy 25.0 %; leading so far: L0H2, 75.0 %)")
     assert not rec["evidence"]
 
 
