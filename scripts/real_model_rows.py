@@ -269,6 +269,14 @@ def _loo(result: dict[str, Any]) -> str:
     return f"supports {', '.join(loo.get('supported') or []) or 'none'} ({parts})"
 
 
+def search_minutes(timings: dict[str, Any]) -> dict[str, Any]:
+    """The search's stage seconds in minutes: those of its last process, which did not time the
+    evaluations it resumed from its run directory (``resumed_sets``, counted beside them)."""
+    return {"minutes": sum(float(v) for k, v in timings.items() if k.endswith("_s")) / 60,
+            "minutes_cover": "the last process" if timings.get("resumed_sets") else "the whole search",
+            "resumed_sets": int(timings.get("resumed_sets") or 0)}
+
+
 def record(label: str, folder: Path) -> dict[str, Any]:
     """Everything a row shows, computed from its folder's records (JSON-ready)."""
     manifest, result = _read(folder / "manifest.json"), _read(folder / "result.json")
@@ -304,7 +312,7 @@ def record(label: str, folder: Path) -> dict[str, Any]:
         null_min_p=result.get("null_min_p"), stability=stab.get("selected_frequency"),
         controls={k: v.get("gain") for k, v in (result.get("ablation_controls") or {}).items()},
         leave_one_out=_loo(result), evidence=evidence, sealed=seal_text, power=power(result),
-        minutes=sum(float(v) for v in (result.get("timings") or {}).values()) / 60,
+        **search_minutes(result.get("timings") or {}),
     )
     rec["conclusion"] = conclusion(rec)
     return rec

@@ -6,7 +6,9 @@ The row's ``result.json`` holds the exact single-head D_dist gain of every head 
 rebuilds the row's D_dist from its manifest (the same examples, content hash checked; D_test is not
 loaded), scores every head by attribution and by compressed sensing on it, and compares each with
 exact: Spearman's rho over all heads, recall of exact's pool (top 6 and 12), and cost in CPU seconds
-against exact stage 1's seconds (the row's own timing of one thread on an otherwise quiet core). Writes ``agreement.json`` beside the row's records.
+against exact stage 1's seconds (the row's own timing of one thread on an otherwise quiet core; a
+row resumed across processes timed only its last one, so its ratio needs ``--exact-s`` measured
+elsewhere, with ``--exact-source``). Writes ``agreement.json`` beside the row's records.
 One torch thread; CPU seconds are this process's.
 """
 
@@ -17,7 +19,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -81,6 +83,20 @@ def approx_scores(a: argparse.Namespace, manifest: dict) -> dict:
     return saved
 
 
+def exact_seconds(timings: dict[str, Any], given: Optional[float], source: Optional[str]) -> tuple[float, str]:
+    """Exact stage 1's seconds to compare costs with, and where they come from: the row's own timing
+    when one process ran its whole search; for a resumed row (whose ``stage1_s`` is its last
+    process's) only a figure measured elsewhere, given with its source, else 0 (no ratio)."""
+    if given is not None:
+        if not source:
+            raise SystemExit("--exact-s needs --exact-source: where the figure was measured")
+        return float(given), source
+    if timings.get("resumed_sets"):
+        return 0.0, (f"not timed: the row's search resumed {int(timings['resumed_sets'])} evaluations, so its "
+                     "stage1_s is its last process's only (give --exact-s with --exact-source)")
+    return float(timings.get("stage1_s") or 0.0), "the row's own stage1_s (wall seconds, one thread, one process)"
+
+
 def main(argv: Any = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("row", type=Path)
@@ -88,6 +104,8 @@ def main(argv: Any = None) -> int:
     p.add_argument("--model", default="smollm2-135m")
     p.add_argument("--n-masks", type=int, default=120, help="compressed sensing's masks (each one D_dist pass)")
     p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--exact-s", type=float, help="exact stage 1's seconds measured elsewhere (for a resumed row)")
+    p.add_argument("--exact-source", help="where --exact-s was measured (recorded beside it)")
     a = p.parse_args(argv)
     torch.set_num_threads(1)
     manifest = json.loads((a.row / "manifest.json").read_text())
@@ -99,9 +117,10 @@ def main(argv: Any = None) -> int:
     if result.get("scorer") != "exact" or result.get("scores_split") != "dist":
         raise SystemExit(f"{a.row}: stage 1 was {result.get('scorer')!r}, not exact on D_dist")
     exact = torch.tensor(result["scores"], dtype=torch.float64)
-    exact_s = float((result.get("timings") or {}).get("stage1_s") or 0)  # the row's wall seconds, one thread
+    exact_s, source = exact_seconds(result.get("timings") or {}, a.exact_s, a.exact_source)
     out = {
         "row": str(a.row), "n_dist": approx["n_dist"], "heads": int(exact.numel()), "exact_stage1_s": exact_s,
+        "exact_stage1_source": source,
         "exact_ties_at_zero": int((exact == 0).sum()), "tops": list(TOPS),
         "scorers": [compare(name, torch.tensor(rec["scores"], dtype=torch.float64), exact, rec["cpu_s"], rec["wall_s"],
                             exact_s) for name, rec in approx["scorers"].items()],

@@ -347,3 +347,21 @@ def test_scorer_agreement_compares_over_every_head():
     assert same["spearman"] == pytest.approx(1.0) and same["recall@6"] == 1.0 and same["cost_vs_exact"] == 0.1
     flipped = agree.compare("flipped", -exact, exact, cpu=1.0, wall=1.0, exact_s=0.0)
     assert flipped["spearman"] < 0 and flipped["cost_vs_exact"] is None
+
+
+def test_minutes_say_whether_they_cover_the_whole_search():
+    whole = rows.search_minutes({"stage1_s": 60.0, "stage2_s": 30.0, "test_s": 30.0})
+    assert whole == {"minutes": 2.0, "minutes_cover": "the whole search", "resumed_sets": 0}
+    # a resumed search timed only its last process; the count of resumed evaluations is not seconds
+    last = rows.search_minutes({"resumed_sets": 200.0, "stage1_s": 60.0, "stage2_s": 60.0, "test_s": 0.0})
+    assert last == {"minutes": 2.0, "minutes_cover": "the last process", "resumed_sets": 200}
+
+
+def test_scorer_agreement_takes_no_resumed_rows_seconds_for_exacts_cost():
+    agree = _script("scorer_agreement")
+    assert agree.exact_seconds({"stage1_s": 5880.0}, None, None)[0] == 5880.0
+    seconds, source = agree.exact_seconds({"stage1_s": 600.0, "resumed_sets": 120.0}, None, None)
+    assert seconds == 0.0 and source.startswith("not timed: the row's search resumed 120 evaluations")
+    assert agree.exact_seconds({"resumed_sets": 1.0}, 21190.0, "a scan") == (21190.0, "a scan")
+    with pytest.raises(SystemExit, match="needs --exact-source"):
+        agree.exact_seconds({}, 10.0, None)

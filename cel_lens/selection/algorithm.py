@@ -66,7 +66,7 @@ from cel_lens.selection.stability import DEFAULT_N_STABILITY, selection_stabilit
 from cel_lens.selection.subsets import DEFAULT_K, Strategy, SubsetScore, evaluate_subsets, select_best
 from cel_lens.stats import mcnemar_exact, random_subset_null
 
-__all__ = ["stage1", "stage2", "fix_selection", "test_statistics", "HeldOut", "run_search"]
+__all__ = ["stage1", "stage2", "fix_selection", "test_statistics", "HeldOut", "run_search", "RESUMED_SETS"]
 
 
 def stage1(
@@ -209,6 +209,12 @@ def test_statistics(
     )
 
 
+RESUMED_SETS = "resumed_sets"
+"""The ``timings`` key (present only when non-zero) counting the head-set evaluations a search found
+already answered when it started (a resumed run directory's): their time is not in its stage
+seconds, which count this process's work only."""
+
+
 @contextmanager
 def _timed(timings: dict[str, float], name: str) -> Iterator[None]:
     t0 = time.perf_counter()
@@ -309,6 +315,8 @@ def run_search(
     config = _config(config, options).validate()
     memo = oracle if isinstance(oracle, MemoOracle) else MemoOracle(oracle)
     journal, timings = memo.journal, {}
+    if memo.held_sets():  # the seconds below are this process's: say what it did not evaluate itself
+        timings[RESUMED_SETS] = float(memo.held_sets())
     given = None if scores is None else discovery_scores(scores, memo.n_layers, memo.n_heads)
     name = given.scorer if given is not None and not named else config.scorer
     _record_start(memo, config, name, alpha)

@@ -98,6 +98,10 @@ class MemoOracle:
         if choice_scores is not None:
             self._choices[(split, heads)] = choice_scores
 
+    def held_sets(self) -> int:
+        """Head sets answered so far, over all splits (a run directory's, when resumed)."""
+        return len(self._cache)
+
     def answered(self) -> int:
         """Head-set x example evaluations held in memory (a run directory's, when resumed)."""
         return sum(int(c.shape[0]) for c in self._cache.values())

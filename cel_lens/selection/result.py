@@ -124,7 +124,9 @@ class Result:
     ``calibration`` the answer-prior control (:mod:`~cel_lens.selection.calibration`; ``None`` for
     oracles without an answer key). The rest is the run's identity: the options (``scorer``, ``k``,
     ``pool_size``, ``strategy``, ``beam_width``, ``seed``, ``n_boot``, ``alpha``, ``ablation``), the
-    split sizes, the model's head layout and the ``timings`` of each stage.
+    split sizes, the model's head layout and the ``timings`` of each stage: the wall seconds of this
+    process, so a resumed search adds ``resumed_sets``, the evaluations it read from its run
+    directory instead (:data:`~cel_lens.selection.algorithm.RESUMED_SETS`).
 
     Every key of ``result.json`` also reads as a flat attribute (``result.gain`` is
     ``result.test.gain``, ``result.dist_gain`` is ``result.discovery.gain``; :data:`FLAT_KEYS`): a

@@ -153,8 +153,11 @@ def test_search_run_records_everything_and_resumes_without_reevaluating(tmp_path
     assert run.events("stage1_scores")[0]["scores"] == result.scores
     # the same command again: no evaluation at all, same result, still one selection
     second = SyntheticOracle(**ORACLE)
-    assert run_search(RecordingOracle(second, RunDir.open(run.path, MANIFEST)), **SEARCH) == result
+    again = run_search(RecordingOracle(second, RunDir.open(run.path, MANIFEST)), **SEARCH)
+    assert again == result
     assert second.calls == []
+    # its seconds are this process's: it says how many evaluations it read instead of timing them
+    assert "resumed_sets" not in result.timings and again.timings["resumed_sets"] == len(keys)
     assert len(RunDir(run.path).events("selected")) == 1
     # a rerun that would select differently after the test split was read is refused
     bad_scores = torch.zeros(4, 4)
