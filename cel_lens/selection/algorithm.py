@@ -211,7 +211,7 @@ def test_statistics(
 
 RESUMED_SETS = "resumed_sets"
 """The ``timings`` key (present only when non-zero) counting the head-set evaluations a search found
-already answered when it started (a resumed run directory's): their time is not in its stage
+already answered when it started (a resumed run directory's, say): their time is not in its stage
 seconds, which count this process's work only."""
 
 
