@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from cel_lens.heads import Head
+from cel_lens.selection.algorithm import RESUMED_SETS
 from cel_lens.stats.decision import minimum_detectable_effect, sign_test_p, sign_test_upper
 
 POWER = 0.8
@@ -271,10 +272,10 @@ def _loo(result: dict[str, Any]) -> str:
 
 def search_minutes(timings: dict[str, Any]) -> dict[str, Any]:
     """The search's stage seconds in minutes: those of its last process, which did not time the
-    evaluations it resumed from its run directory (``resumed_sets``, counted beside them)."""
+    evaluations it resumed from its run directory (:data:`RESUMED_SETS`, counted beside them)."""
+    resumed = int(timings.get(RESUMED_SETS) or 0)
     return {"minutes": sum(float(v) for k, v in timings.items() if k.endswith("_s")) / 60,
-            "minutes_cover": "the last process" if timings.get("resumed_sets") else "the whole search",
-            "resumed_sets": int(timings.get("resumed_sets") or 0)}
+            "minutes_cover": "the last process" if resumed else "the whole search", "resumed_sets": resumed}
 
 
 def record(label: str, folder: Path) -> dict[str, Any]:

@@ -29,6 +29,7 @@ import cel_lens as cl  # noqa: E402
 from cel_lens.backends.local import LocalOracle  # noqa: E402
 from cel_lens.runs.manifest import rebuild_task  # noqa: E402
 from cel_lens.scoring import rank_agreement, score_heads  # noqa: E402
+from cel_lens.selection.algorithm import RESUMED_SETS  # noqa: E402
 
 TOPS = (6, 12)
 
@@ -83,16 +84,24 @@ def approx_scores(a: argparse.Namespace, manifest: dict) -> dict:
     return saved
 
 
+def check_exact_options(given: Optional[float], source: Optional[str]) -> None:
+    """Refuse ``--exact-s`` without its source, or a source without seconds (checked before the
+    model is loaded)."""
+    if given is not None and not source:
+        raise SystemExit("--exact-s needs --exact-source: where the figure was measured")
+    if source and given is None:
+        raise SystemExit("--exact-source needs --exact-s: the seconds it measured")
+
+
 def exact_seconds(timings: dict[str, Any], given: Optional[float], source: Optional[str]) -> tuple[float, str]:
     """Exact stage 1's seconds to compare costs with, and where they come from: the row's own timing
     when one process ran its whole search; for a resumed row (whose ``stage1_s`` is its last
     process's) only a figure measured elsewhere, given with its source, else 0 (no ratio)."""
+    check_exact_options(given, source)
     if given is not None:
-        if not source:
-            raise SystemExit("--exact-s needs --exact-source: where the figure was measured")
-        return float(given), source
-    if timings.get("resumed_sets"):
-        return 0.0, (f"not timed: the row's search resumed {int(timings['resumed_sets'])} evaluations, so its "
+        return float(given), str(source)
+    if timings.get(RESUMED_SETS):
+        return 0.0, (f"not timed: the row's search resumed {int(timings[RESUMED_SETS])} evaluations, so its "
                      "stage1_s is its last process's only (give --exact-s with --exact-source)")
     return float(timings.get("stage1_s") or 0.0), "the row's own stage1_s (wall seconds, one thread, one process)"
 
@@ -107,6 +116,7 @@ def main(argv: Any = None) -> int:
     p.add_argument("--exact-s", type=float, help="exact stage 1's seconds measured elsewhere (for a resumed row)")
     p.add_argument("--exact-source", help="where --exact-s was measured (recorded beside it)")
     a = p.parse_args(argv)
+    check_exact_options(a.exact_s, a.exact_source)
     torch.set_num_threads(1)
     manifest = json.loads((a.row / "manifest.json").read_text())
     approx = approx_scores(a, manifest)

@@ -365,3 +365,11 @@ def test_scorer_agreement_takes_no_resumed_rows_seconds_for_exacts_cost():
     assert agree.exact_seconds({"resumed_sets": 1.0}, 21190.0, "a scan") == (21190.0, "a scan")
     with pytest.raises(SystemExit, match="needs --exact-source"):
         agree.exact_seconds({}, 10.0, None)
+    with pytest.raises(SystemExit, match="needs --exact-s"):
+        agree.exact_seconds({}, None, "a scan")
+
+
+def test_scorer_agreement_refuses_half_an_exact_figure_before_loading_anything(tmp_path):
+    agree = _script("scorer_agreement")
+    with pytest.raises(SystemExit, match="needs --exact-source"):  # no manifest here: it stops before reading one
+        agree.main([str(tmp_path / "no-row"), "--exact-s", "100"])

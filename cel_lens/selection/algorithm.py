@@ -315,8 +315,8 @@ def run_search(
     config = _config(config, options).validate()
     memo = oracle if isinstance(oracle, MemoOracle) else MemoOracle(oracle)
     journal, timings = memo.journal, {}
-    if memo.held_sets():  # the seconds below are this process's: say what it did not evaluate itself
-        timings[RESUMED_SETS] = float(memo.held_sets())
+    if held := memo.held_sets():  # the seconds below are this process's: say what it did not evaluate itself
+        timings[RESUMED_SETS] = float(held)
     given = None if scores is None else discovery_scores(scores, memo.n_layers, memo.n_heads)
     name = given.scorer if given is not None and not named else config.scorer
     _record_start(memo, config, name, alpha)
