@@ -310,13 +310,26 @@ def record(label: str, folder: Path) -> dict[str, Any]:
         ci=[result.get("ci_low"), result.get("ci_high")], ci_method=result.get("ci_method"),
         p_two_sided=result.get("p_value"), adjusted_p=(result.get("adjusted") or {}).get("p_value"),
         calibration=result.get("calibration"), calibrated=_calibrated(result), null=null_text, null_p=null_p,
-        null_min_p=result.get("null_min_p"), stability=stab.get("selected_frequency"),
+        null_min_p=result.get("null_min_p"),
+        stability={k: stab[k] for k in ("selected_frequency", "upper", "unknown", "n_resamples") if k in stab} or None,
         controls={k: v.get("gain") for k, v in (result.get("ablation_controls") or {}).items()},
         leave_one_out=_loo(result), evidence=evidence, sealed=seal_text, power=power(result),
         **search_minutes(result.get("timings") or {}),
     )
     rec["conclusion"] = conclusion(rec)
     return rec
+
+
+def stability_text(stab: Optional[dict[str, Any]]) -> str:
+    """How often redoing the selection on bootstrap resamples of D_dist picks Ŝ: a range when some
+    resamples needed a subset never evaluated (their winner is not known), as the result states it."""
+    if not stab or stab.get("selected_frequency") is None:
+        return "n/a"
+    low = f"{100 * float(stab['selected_frequency']):.0f} %"
+    if not stab.get("unknown"):
+        return low
+    return (f"between {low} and {100 * float(stab['upper']):.0f} % ({stab['unknown']} of {stab['n_resamples']} "
+            "resamples needed a subset never evaluated)")
 
 
 COLUMNS = ("row", "n_dist / n_test", "scorer, k, pool", "Ŝ", "D_dist acc, intact → ablated",
@@ -341,7 +354,7 @@ def markdown_row(rec: dict[str, Any]) -> str:
         f"{pct(rec['dist_acc'][0])} → {pct(rec['dist_acc'][1])}", f"{pct(rec['test_acc'][0])} → {pct(rec['test_acc'][1])}",
         f"{pp(rec['gain'])} [{pp(rec['ci'][0])}, {pp(rec['ci'][1])}] ({rec['ci_method']})",
         f"{fmt_p(pw['p_one_sided'])} / {fmt_p(rec['p_two_sided'])}", fmt_p(rec["adjusted_p"]), rec["calibrated"],
-        rec["null"], "n/a" if rec["stability"] is None else f"{100 * float(rec['stability']):.0f} %",
+        rec["null"], stability_text(rec["stability"]),
         "; ".join(f"{k} {pp(v)}" for k, v in rec["controls"].items()) or "n/a", rec["leave_one_out"],
         rec["sealed"], mde, rec["conclusion"],
     ]

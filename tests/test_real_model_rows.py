@@ -373,3 +373,17 @@ def test_scorer_agreement_refuses_half_an_exact_figure_before_loading_anything(t
     agree = _script("scorer_agreement")
     with pytest.raises(SystemExit, match="needs --exact-source"):  # no manifest here: it stops before reading one
         agree.main([str(tmp_path / "no-row"), "--exact-s", "100"])
+
+
+def test_stability_is_a_range_when_resamples_needed_unevaluated_subsets(tmp_path):
+    """A re-selecting stability whose resamples needed pairs never evaluated is a bound, not a rate:
+    the table says "between" (the sealed BoolQ row: 5.9 % certain, up to 66.4 %)."""
+    stab = {"method": "reselect", "selected_frequency": 0.059, "upper": 0.664, "unknown": 605, "n_resamples": 1000,
+            "wins": []}
+    write(tmp_path / "rows" / "a", manifest(), result(60, 20, selection_stability=stab))
+    write(tmp_path / "rows" / "b", manifest(), result(60, 20))
+    table = rows.main([str(tmp_path / "rows")])
+    assert "| between 6 % and 66 % (605 of 1000 resamples needed a subset never evaluated) |" in table
+    assert "| 60 % |" in table
+    data = json.loads(rows.main([str(tmp_path / "rows")], as_json=True))
+    assert data[0]["stability"] == {"selected_frequency": 0.059, "upper": 0.664, "unknown": 605, "n_resamples": 1000}

@@ -103,8 +103,12 @@ def reselecting_stability(
 def split_half_agreement(reselector: Reselector, *, n_splits: int = 100, seed: int = 0) -> SplitHalf:
     """Select on a random half of D_dist and again on the other half, ``n_splits`` times:
     ``{"n_splits", "agree", "agree_upper", "unknown"}`` (``agree``: the fraction of splits whose two
-    halves certainly chose the same subset; ``agree_upper`` also counts agreements where a half
-    needed an unevaluated subset; ``unknown``: the fraction of such splits)."""
+    halves certainly chose the same subset; ``unknown``: the fraction of splits where a half needed an
+    unevaluated subset; ``agree_upper``: the fraction that may agree, a bound: the certain
+    agreements, the uncertain splits whose best evaluated choices match, and those where both halves
+    are uncertain, since both may have picked the same unevaluated subset. When only one half is
+    uncertain and the choices differ, they cannot agree: the sure half's winner was evaluated, so
+    it lost to the other half's choice or was outside its pool)."""
     n = reselector.single_d.shape[1]
     rng = np.random.default_rng([seed, 0x4A1F])
     agree = maybe = unknown = 0
@@ -115,7 +119,7 @@ def split_half_agreement(reselector: Reselector, *, n_splits: int = 100, seed: i
         unknown += not (sure_a and sure_b)
         same = a is not None and a == b
         agree += same and sure_a and sure_b
-        maybe += same
+        maybe += same or not (sure_a or sure_b)
     return {"n_splits": int(n_splits), "agree": agree / n_splits, "agree_upper": maybe / n_splits,
             "unknown": unknown / n_splits}
 

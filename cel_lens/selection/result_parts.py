@@ -45,7 +45,7 @@ from cel_lens.stats import null_min_p, null_p_value
 
 __all__ = [
     "Discovery", "TestOutcome", "NullTest", "Stability", "Controls", "Row", "CI_NAMES", "pp", "format_p",
-    "nonpositive_gain_warning", "decision_text",
+    "nonpositive_gain_warning", "decision_text", "split_half_text",
 ]
 
 Row = tuple[str, str]
@@ -259,6 +259,16 @@ class NullTest:
         return [("random-subset null", text)]
 
 
+def split_half_text(half: SplitHalf) -> str:
+    """The split-half agreement as a clause. Where a half needed a subset never evaluated, whether its
+    two halves agree is not known, so only the certain agreements are stated, as a lower bound."""
+    text = f"; selections on two halves of D_dist agree in {half['agree']:.1%} of {half['n_splits']} splits"
+    if not half.get("unknown"):
+        return text
+    return (f"; selections on two halves of D_dist agree in at least {half['agree']:.1%} of {half['n_splits']} splits "
+            f"({half['unknown']:.1%} of them needed a subset never evaluated, so whether they agree is not known)")
+
+
 @dataclass
 class Stability:
     """How firmly the data pick S-hat: ``selection`` how often the selection picks each subset on
@@ -301,9 +311,8 @@ class Stability:
                     f"picks {heads} {bound}{ties}")
         else:
             text = f"{heads} wins {st['selected_frequency']:.1%} of {st['n_resamples']} bootstrap resamples of D_dist{ties} (pool fixed)"
-        half = self.split_half
-        if half:
-            text += f"; selections on two halves of D_dist agree in {half['agree']:.1%} of {half['n_splits']} splits"
+        if self.split_half:
+            text += split_half_text(self.split_half)
         return f"{text} (other winners: {rest})"
 
     @staticmethod

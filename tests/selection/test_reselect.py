@@ -77,3 +77,23 @@ def test_reselection_breaks_ties_as_the_selection_does(rule):
         resampled = [SubsetScore(s.heads, int(c.sum()), s.n_dist, 0.0, s.score_sum) for s, c in zip(subsets, rb)]
         picked, sure = rs.select(w)
         assert sure and picked == select_parsimonious(resampled, rb, rule, stand_ins=4)[0].heads
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_split_half_bounds_hold_the_agreement_the_missing_subset_would_give(seed):
+    """Drop the winning pair from stage 2's records: every half then needs it, so neither half is
+    sure, and the agreement the full records give must lie within the reported bounds (both halves
+    may pick the same unevaluated subset, so such splits count toward the upper bound)."""
+    oracle = SyntheticOracle(2, 2, n_dist=200, effects={"L0H0": 0.1, "L1H1": 0.1}, noise=0.05, seed=seed)
+    memo = MemoOracle(oracle)
+    intact, scores = stage1(memo)
+    subsets, _ = stage2(memo, candidate_pool(scores.values, 4), scores, intact, k=2)
+    bits = memo.evaluate("dist", [s.heads for s in subsets])
+    singles = singles_from(*memo.recorded("dist"), 2, 2)
+    full = Reselector(singles, subsets, bits, intact, pool_size=4, k=2, rule="best")
+    winner, sure = full.select(np.ones(200))
+    keep = [i for i, s in enumerate(subsets) if s.heads != winner]
+    part = Reselector(singles, [subsets[i] for i in keep], bits[keep], intact, pool_size=4, k=2, rule="best")
+    truth, bound = split_half_agreement(full, n_splits=50), split_half_agreement(part, n_splits=50)
+    assert sure and len(winner) == 2 and truth["unknown"] == 0.0 and bound["unknown"] == 1.0
+    assert bound["agree"] <= truth["agree"] <= bound["agree_upper"]
