@@ -124,7 +124,8 @@ def _add_ranked_subsets(
             hovertemplate=(
                 "%{customdata[0]}<br>discovery acc: %{x:.1%}<br>discovery gain: %{customdata[1]:+.1%} "
                 "(selection-biased)<br>test gain (post hoc): %{customdata[2]:+.1%}"
-                + ("<br>selected on %{customdata[3]:.0%} of bootstrap resamples of D_dist" if wins is not None else "")
+                + (f"<br>selected on {_at_least(r)}%{{customdata[3]:.0%}} of bootstrap resamples of D_dist"
+                   if wins is not None else "")
                 + "<extra></extra>"
             ),
             name="subsets (discovery)",
@@ -259,6 +260,11 @@ def heatmap_title(r: Mapping[str, Any], selected: HeadSet) -> str:
     return "<br>".join([line, *(f"<sup>{note}</sup>" for note in _title_notes(r))])
 
 
+def _at_least(r: Mapping[str, Any]) -> str:
+    """``"at least "`` when some resamples' winners are not known (each share is then a lower bound)."""
+    return "at least " if (r.get("selection_stability") or {}).get("incomplete") else ""
+
+
 def _count(n: int, noun: str) -> str:
     """``1 layer``, ``3 layers``."""
     return f"{n} {noun}{'' if n == 1 else 's'}"
@@ -268,6 +274,9 @@ def _subset_heading(r: Mapping[str, Any], shown: int, total: int) -> str:
     """The subset panel's heading: what is ranked, that it is selection-biased, what the % are."""
     st = r.get("selection_stability")
     wins = f"; % = selected on {st['n_resamples']} resamples of D_dist" if st else ""
+    if st and st.get("incomplete"):  # those resamples' winners are not known: each % is a lower bound
+        unsure = round(st["incomplete"] * st["n_resamples"])
+        wins = f"; % = selected on at least, of {st['n_resamples']} resamples ({unsure} unknown)"
     return f"subsets by discovery accuracy (top {shown} of {total})<br><sup>selection-biased{wins}</sup>"
 
 

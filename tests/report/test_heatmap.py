@@ -175,3 +175,20 @@ def test_the_title_carries_the_warnings_and_one_layer_is_singular(hand):
     one_layer = dict(r, scores=[hand.scores[0]], n_layers=1, heads="L0H1", pool=["L0H1"], subsets=[subset])
     texts = [a.text for a in plot_gain_heatmap(one_layer).layout.annotations]
     assert any("(1 layer x 3 heads)" in t for t in texts) and not any("1 layers" in t for t in texts)
+
+
+def test_stability_shares_are_lower_bounds_when_resamples_needed_unevaluated_subsets(hand):
+    """The sealed BoolQ row: 906 of 1,000 resamples needed a pair never evaluated, so "0%" beside a
+    pair is what was certain, not how often it wins: the heading and the hover say "at least"."""
+    stability = {"method": "reselect", "n_resamples": 1000, "selected": "L1H0+L2H1", "selected_frequency": 0.059,
+                 "upper": 0.664, "unknown": 605, "incomplete": 0.906,
+                 "wins": [{"heads": "L1H0+L2H1", "frequency": 0.059}]}
+    fig = plot_gain_heatmap(dict(hand.make(), selection_stability=stability))
+    panel = [t for t in fig.data if t.type == "scatter" and t.xaxis == "x2"][0]
+    assert "selected on at least %{customdata[3]:.0%} of bootstrap resamples" in panel.hovertemplate
+    headings = [a.text for a in fig.layout.annotations if "subsets by discovery accuracy" in (a.text or "")]
+    assert "% = selected on at least, of 1000 resamples (906 unknown)" in headings[0]
+    sure = dict(stability, incomplete=0.0, unknown=0, upper=0.059)
+    panel = [t for t in plot_gain_heatmap(dict(hand.make(), selection_stability=sure)).data
+             if t.type == "scatter" and t.xaxis == "x2"][0]
+    assert "selected on %{customdata[3]:.0%}" in panel.hovertemplate
