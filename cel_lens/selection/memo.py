@@ -26,8 +26,12 @@ __all__ = ["MemoOracle", "CALL_SECONDS", "FIRST_PIECE"]
 CALL_SECONDS = 300.0
 """With a journal, the wall seconds one call to the wrapped oracle aims at: the most an interrupted
 search loses. A request for many head sets (exact stage 1's 64 at a time) is cut into calls of as
-many as the split's last measured seconds per head set allow; each is journaled when it returns.
-(One BoolQ head over 500 real prompts takes minutes on a CPU: 64 of them, hours.)"""
+many as the split's last measured seconds per layer pass allow; each is journaled when it returns.
+(One BoolQ head over 500 real prompts takes minutes on a CPU: 64 of them, hours.) A head set costs
+the layers from its first ablated one up (the ones below come from the cached residual stream), so
+a rate measured on deep heads does not pack a call with shallow ones (measured per head set, the
+null's first call, one head of layer 26 of 30, sized the next call of BoolQ null sets at many
+times this, with no journal line for over 13 minutes)."""
 
 FIRST_PIECE = 4
 """Head sets in a journaled split's first call, before its cost per head set is measured."""
@@ -68,7 +72,7 @@ class MemoOracle:
         self.timer: Optional[Callable[[list[HeadSet], Tensor, float], Any]] = None
         self.prior_reads: list[dict[str, Any]] = []
         self.call_seconds: Optional[float] = CALL_SECONDS
-        self._seconds_per_set: dict[str, float] = {}
+        self._seconds_per_pass: dict[str, float] = {}
         if journal is not None:
             self.note_selection()
 
@@ -158,7 +162,7 @@ class MemoOracle:
         missing = list(dict.fromkeys(s for s in sets if (split, s) not in self._cache))
         done = 0
         while done < len(missing):
-            piece = missing[done : done + self._piece_size(split, len(missing) - done)]
+            piece = missing[done : done + self._piece_size(split, missing[done:])]
             self._evaluate_piece(split, piece, stage or split)
             done += len(piece)
         self.misses += len(missing)
@@ -167,22 +171,33 @@ class MemoOracle:
             return torch.zeros(0, self._n.get(split, 0), dtype=torch.bool)
         return torch.stack([self._cache[(split, s)] for s in sets])
 
-    def _piece_size(self, split: str, remaining: int) -> int:
-        """How many of ``remaining`` head sets the next oracle call evaluates: all of them in
-        memory; with a journal, as many as fit :attr:`call_seconds` at the split's last measured
-        wall seconds per head set (:data:`FIRST_PIECE` before any was measured)."""
+    def layer_passes(self, heads: HeadSet) -> int:
+        """What one head set costs an evaluation, in layer passes: the layers from its first ablated
+        one up (all of them for the intact model)."""
+        first = heads.first_layer
+        return self.n_layers - (0 if first is None else first)
+
+    def _piece_size(self, split: str, remaining: Sequence[HeadSet]) -> int:
+        """How many of the ``remaining`` head sets (in order) the next oracle call evaluates: all of
+        them in memory; with a journal, as many as fit :attr:`call_seconds` at the split's last
+        measured wall seconds per layer pass (:data:`FIRST_PIECE` before any was measured); at least one."""
         if self.journal is None or self.call_seconds is None:
-            return remaining
-        rate = self._seconds_per_set.get(split)
-        fit = FIRST_PIECE if rate is None else int(self.call_seconds / max(rate, 1e-9))
-        return max(1, min(remaining, fit))
+            return len(remaining)
+        rate = self._seconds_per_pass.get(split)
+        if rate is None:
+            return max(1, min(len(remaining), FIRST_PIECE))
+        budget, n = self.call_seconds / max(rate, 1e-12), 0
+        while n < len(remaining) and budget >= self.layer_passes(remaining[n]):
+            budget -= self.layer_passes(remaining[n])
+            n += 1
+        return max(1, n)
 
     def _evaluate_piece(self, split: str, piece: list[HeadSet], stage: str) -> None:
         """Evaluate ``piece`` in one call to the wrapped oracle; remember, time and persist it."""
         start = time.perf_counter()
         correct, choice_scores = call_choice_oracle(self.oracle, split, piece, stage)
         seconds = time.perf_counter() - start
-        self._seconds_per_set[split] = seconds / len(piece)
+        self._seconds_per_pass[split] = seconds / sum(self.layer_passes(s) for s in piece)
         if self.timer is not None:
             self.timer(piece, correct, seconds)
         for i, (s, c) in enumerate(zip(piece, correct)):

@@ -101,13 +101,14 @@ def test_a_selection_recorded_by_another_process_opens_the_test_split():
 
 
 class TimedOracle:
-    """A synthetic oracle on a fake clock: each head set costs ``seconds`` of it; records each call's
-    size, and raises on call number ``fail_at`` (an interrupted search)."""
+    """A synthetic oracle on a fake clock: each head set costs ``seconds`` per layer from its first
+    ablated one up (as an evaluation from the cached residual stream does); records each call's size
+    and seconds, and raises on call number ``fail_at`` (an interrupted search)."""
 
     def __init__(self, seconds: float, fail_at: Optional[int] = None) -> None:
         self.inner, self.seconds, self.fail_at = _oracle(), seconds, fail_at
         self.n_layers, self.n_heads = self.inner.n_layers, self.inner.n_heads
-        self.now, self.calls = 0.0, []
+        self.now, self.calls, self.call_seconds = 0.0, [], []
 
     def clock(self) -> float:
         return self.now
@@ -116,7 +117,9 @@ class TimedOracle:
         if self.fail_at is not None and len(self.calls) == self.fail_at:
             raise KeyboardInterrupt
         self.calls.append(len(head_sets))
-        self.now += self.seconds * len(head_sets)
+        passes = sum(self.n_layers - (HeadSet.parse(h).first_layer or 0) for h in head_sets)
+        self.call_seconds.append(self.seconds * passes)
+        self.now += self.seconds * passes
         return self.inner.evaluate(split, head_sets, stage=stage)
 
 
@@ -148,9 +151,29 @@ def test_a_journaled_request_is_cut_into_calls_of_about_call_seconds(monkeypatch
     sets = _sets()
     out = memo.evaluate("dist", sets, stage="stage1")
     assert torch.equal(out, _oracle().evaluate("dist", sets))
-    assert timed.calls[0] == memo_module.FIRST_PIECE and set(timed.calls[1:-1]) == {2}  # 100 s // 40 s
+    # 4 sets first (7 layer passes, 280 s), then what 100 s allow at 40 s a pass: two last-layer
+    # heads (1 pass each), then one pair (2 passes) per call
+    assert timed.calls == [memo_module.FIRST_PIECE, 2] + [1] * 9
     assert sum(timed.calls) == len(sets) and [len(p) for p in memo.persisted] == timed.calls
     assert memo.misses == len(sets)
+
+
+def test_a_rate_measured_on_deep_heads_does_not_pack_a_call_with_shallow_ones(monkeypatch):
+    """The first call holds only last-layer heads (1 layer pass each, cheap); the calls after it,
+    of first-layer heads and pairs (2 passes each), still stay within call_seconds. Sized per head
+    set instead, each would have held ten sets at twice the time."""
+    from cel_lens.selection import memo as memo_module
+
+    timed = TimedOracle(seconds=10.0)
+    monkeypatch.setattr(memo_module.time, "perf_counter", timed.clock)
+    monkeypatch.setattr(memo_module, "FIRST_PIECE", 3)
+    memo = PersistingMemo(timed, ListJournal())
+    memo.call_seconds = 100.0
+    deep_first = sorted(_sets(), key=lambda s: -(s.first_layer or 0))
+    memo.evaluate("dist", deep_first, stage="stage1")
+    assert timed.calls[0] == 3 and timed.call_seconds[0] == 30.0
+    assert max(timed.call_seconds[1:]) <= memo.call_seconds and timed.calls[1:] == [5, 5, 2]
+    assert sum(timed.calls) == len(deep_first)
 
 
 def test_an_interrupted_request_keeps_the_calls_that_returned(monkeypatch):
