@@ -127,3 +127,10 @@ def test_masks_batch_round_trip():
     assert masks_from_head_sets([], 3, 4).shape == (0, 3, 4)
     with pytest.raises(ValueError, match=r"\[variant, layer, head\]"):
         head_sets_from_masks(masks[0])
+
+
+def test_layers_run_counts_from_the_first_ablated_layer():
+    """A resumed pass runs the layers from the set's first ablated one up; the intact model all."""
+    assert HeadSet.parse("L5H1+L2H0").layers_run(30) == 28
+    assert HeadSet.parse("L29H8").layers_run(30) == 1
+    assert HeadSet().layers_run(30) == 30

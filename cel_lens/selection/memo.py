@@ -171,24 +171,21 @@ class MemoOracle:
             return torch.zeros(0, self._n.get(split, 0), dtype=torch.bool)
         return torch.stack([self._cache[(split, s)] for s in sets])
 
-    def layer_passes(self, heads: HeadSet) -> int:
-        """What one head set costs an evaluation, in layer passes: the layers from its first ablated
-        one up (all of them for the intact model)."""
-        first = heads.first_layer
-        return self.n_layers - (0 if first is None else first)
-
     def _piece_size(self, split: str, remaining: Sequence[HeadSet]) -> int:
         """How many of the ``remaining`` head sets (in order) the next oracle call evaluates: all of
         them in memory; with a journal, as many as fit :attr:`call_seconds` at the split's last
-        measured wall seconds per layer pass (:data:`FIRST_PIECE` before any was measured); at least one."""
+        measured wall seconds per layer run (:meth:`~cel_lens.heads.HeadSet.layers_run`;
+        :data:`FIRST_PIECE` before any was measured); at least one."""
         if self.journal is None or self.call_seconds is None:
             return len(remaining)
         rate = self._seconds_per_pass.get(split)
         if rate is None:
             return max(1, min(len(remaining), FIRST_PIECE))
         budget, n = self.call_seconds / max(rate, 1e-12), 0
-        while n < len(remaining) and budget >= self.layer_passes(remaining[n]):
-            budget -= self.layer_passes(remaining[n])
+        for heads in remaining:
+            budget -= heads.layers_run(self.n_layers)
+            if budget < 0:
+                break
             n += 1
         return max(1, n)
 
@@ -197,7 +194,7 @@ class MemoOracle:
         start = time.perf_counter()
         correct, choice_scores = call_choice_oracle(self.oracle, split, piece, stage)
         seconds = time.perf_counter() - start
-        self._seconds_per_pass[split] = seconds / sum(self.layer_passes(s) for s in piece)
+        self._seconds_per_pass[split] = seconds / sum(s.layers_run(self.n_layers) for s in piece)
         if self.timer is not None:
             self.timer(piece, correct, seconds)
         for i, (s, c) in enumerate(zip(piece, correct)):

@@ -341,5 +341,5 @@ class BatchTimer:
         if self.n_layers is None:
             return seconds / (len(head_sets) * n_examples)
         L, c = int(self.n_layers), self.fixed_layers
-        layers = sum(L - (hs.first_layer or 0) + c for hs in head_sets)  # the intact model (None) runs them all
+        layers = sum(hs.layers_run(L) + c for hs in head_sets)
         return seconds / (layers * n_examples) * ((L + 1) / 2 + c)

@@ -98,7 +98,7 @@ def calibrate(
               file=info_stream(), flush=True)
     memo.evaluate(DIST_SPLIT, [HeadSet()], stage="intact")
     intact_cpu = cpu_and_wall()[0] - clock0[0]
-    sets = calibration_sets(L, H, layers, intact_cpu, budget_s, sum((L - hs.first_layer) / L for hs in apart))
+    sets = calibration_sets(L, H, layers, intact_cpu, budget_s, sum(hs.layers_run(L) / L for hs in apart))
     apart = [hs for hs in apart if hs not in sets]
     if show and len(sets) != len(layers) * H:
         timed = sorted({hs.first_layer for hs in sets})
