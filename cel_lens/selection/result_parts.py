@@ -262,11 +262,12 @@ class NullTest:
 def split_half_text(half: SplitHalf) -> str:
     """The split-half agreement as a clause. Where a half needed a subset never evaluated, whether its
     two halves agree is not known, so only the certain agreements are stated, as a lower bound."""
-    text = f"; selections on two halves of D_dist agree in {half['agree']:.1%} of {half['n_splits']} splits"
-    if not half.get("unknown"):
-        return text
-    return (f"; selections on two halves of D_dist agree in at least {half['agree']:.1%} of {half['n_splits']} splits "
-            f"({half['unknown']:.1%} of them needed a subset never evaluated, so whether they agree is not known)")
+    unknown = half.get("unknown")
+    text = (f"; selections on two halves of D_dist agree in {'at least ' if unknown else ''}{half['agree']:.1%} "
+            f"of {half['n_splits']} splits")
+    if unknown:
+        text += f" ({unknown:.1%} of them needed a subset never evaluated, so whether they agree is not known)"
+    return text
 
 
 @dataclass
