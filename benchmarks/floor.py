@@ -57,13 +57,16 @@ def buckets(lengths: Sequence[int], max_tokens: int, max_padding: Optional[float
 
 
 def encode_for_floor(model, split) -> list[tuple[list[int], list[list[int]]]]:
-    """(context ids, continuation ids per choice or target) of every example, as cel_lens encodes them."""
-    from cel_lens.evaluation import encode_pair
+    """(context ids, continuation ids per choice or target) of every example, as cel_lens encodes them
+    (in the split's chat template when its task asks for one)."""
+    from cel_lens.evaluation.encode import chat_choice, encode_pair, format_prompt
 
+    chat = chat_choice(split, None)
     out = []
     for ex in split:
         options = list(ex.choices) if ex.choices else [ex.target]
-        pairs = [encode_pair(model, ex.prompt, o) for o in options]
+        prompt = format_prompt(model, ex.prompt, chat)
+        pairs = [encode_pair(model, prompt, o) for o in options]
         out.append((pairs[0][0], [c for _, c in pairs]))
     return out
 

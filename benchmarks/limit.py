@@ -67,6 +67,13 @@ class Shape:
                    int(cfg.get("head_dim") or d // heads), int(cfg["intermediate_size"]), int(cfg["vocab_size"]),
                    cfg.get("hidden_act", "silu") in ("silu", "swiglu"))
 
+    @classmethod
+    def from_hooked_config(cls, cfg: Any) -> "Shape":
+        """From a HookedTransformer's ``model.cfg``."""
+        heads = int(cfg.n_heads)
+        return cls(int(cfg.n_layers), heads, int(getattr(cfg, "n_key_value_heads", None) or heads), int(cfg.d_model),
+                   int(cfg.d_head), int(cfg.d_mlp), int(cfg.d_vocab), bool(getattr(cfg, "gated_mlp", False)))
+
     @property
     def qkv(self) -> int:
         """Q/K/V projection FLOPs per token."""

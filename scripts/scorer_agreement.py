@@ -8,7 +8,8 @@ loaded), scores every head by attribution and by compressed sensing on it, and c
 exact: Spearman's rho over all heads, recall of exact's pool (top 6 and 12), and cost in CPU seconds
 against exact stage 1's seconds (the row's own timing of one thread on an otherwise quiet core; a
 row resumed across processes timed only its last one, so its ratio needs ``--exact-s`` measured
-elsewhere, with ``--exact-source``). Writes ``agreement.json`` beside the row's records.
+elsewhere, or ``--exact-scaled CPU_S GFLOP``, a scan measured elsewhere scaled to this D_dist by the
+benchmarks' FLOP count; either with ``--exact-source``). Writes ``agreement.json`` beside the row's records.
 One torch thread; CPU seconds are this process's.
 """
 
@@ -54,6 +55,16 @@ APPROX = "approx_scores.json"
 the row's search: D_dist reads do not touch the test-split ledger)."""
 
 
+def dist_task(a: argparse.Namespace, manifest: dict) -> Any:
+    """The row's task with its D_dist rebuilt from the manifest (D_test not loaded), its content hash
+    checked against the manifest's."""
+    want = (manifest.get("splits") or {}).get("dist", {}).get("content_sha256")
+    task = rebuild_task(manifest, a.data_dir, splits=("dist",))
+    if want and task.dist.content_hash != want:
+        raise SystemExit(f"{a.row}: the rebuilt D_dist's content hash differs from the manifest's")
+    return task
+
+
 def approx_scores(a: argparse.Namespace, manifest: dict) -> dict:
     """Attribution and compressed-sensing scores of every head on the row's D_dist, with their CPU
     and wall seconds: read from :data:`APPROX` when it holds this D_dist's, else computed and saved."""
@@ -63,9 +74,7 @@ def approx_scores(a: argparse.Namespace, manifest: dict) -> dict:
         saved = json.loads(path.read_text())
         if saved.get("dist_sha256") == want and saved.get("n_masks") == a.n_masks:
             return saved
-    task = rebuild_task(manifest, a.data_dir, splits=("dist",))
-    if want and task.dist.content_hash != want:
-        raise SystemExit(f"{a.row}: the rebuilt D_dist's content hash differs from the manifest's")
+    task = dist_task(a, manifest)
     model = cl.load_model(a.model)
     attr, attr_cpu, attr_wall = timed(lambda: score_heads("attribution", model=model, split=task.dist,
                                                           batch_size=a.batch_size, progress=False))
@@ -84,13 +93,44 @@ def approx_scores(a: argparse.Namespace, manifest: dict) -> dict:
     return saved
 
 
-def check_exact_options(given: Optional[float], source: Optional[str]) -> None:
-    """Refuse ``--exact-s`` without its source, or a source without seconds (checked before the
-    model is loaded)."""
-    if given is not None and not source:
-        raise SystemExit("--exact-s needs --exact-source: where the figure was measured")
-    if source and given is None:
-        raise SystemExit("--exact-source needs --exact-s: the seconds it measured")
+def check_exact_options(given: Optional[float], source: Optional[str], scaled: Optional[list[float]] = None) -> None:
+    """Refuse ``--exact-s`` or ``--exact-scaled`` without its source, both at once, or a source
+    without either (checked before the model is loaded)."""
+    if given is not None and scaled is not None:
+        raise SystemExit("give --exact-s or --exact-scaled, not both")
+    flag = "--exact-s" if given is not None else "--exact-scaled" if scaled is not None else None
+    if flag and not source:
+        raise SystemExit(f"{flag} needs --exact-source: where the figure was measured")
+    if source and flag is None:
+        raise SystemExit("--exact-source needs --exact-s or --exact-scaled: the seconds it measured")
+    if scaled is not None and not (scaled[0] > 0 and scaled[1] > 0):
+        raise SystemExit("--exact-scaled needs positive CPU seconds and GFLOP")
+
+
+def scan_gflop(model: Any, split: Any) -> float:
+    """An exact stage-1 scan's FLOPs over ``split``, in GFLOP, by the benchmarks' count
+    (``benchmarks/limit.py``: the intact pass and every head resumed at its layer), its prompts
+    encoded as the evaluator encodes them (the task's chat template included)."""
+    import sys
+
+    repo = str(Path(__file__).resolve().parents[1])
+    if repo not in sys.path:
+        sys.path.insert(0, repo)
+    from benchmarks.floor import encode_for_floor
+    from benchmarks.limit import Shape, pieces, scan_count_flops
+
+    return scan_count_flops(Shape.from_hooked_config(model.cfg), pieces(encode_for_floor(model, split))) / 1e9
+
+
+def scaled_exact(a: argparse.Namespace, manifest: dict) -> tuple[float, str, float]:
+    """``--exact-scaled CPU_S GFLOP``: a scan measured elsewhere, scaled by this row's D_dist count
+    (:func:`scan_gflop`); returns the seconds, their source and the row's GFLOP."""
+    cpu_s, gflop = a.exact_scaled
+    task = dist_task(a, manifest)
+    row = scan_gflop(cl.load_model(a.model), task.dist)
+    source = (f"{a.exact_source}, scaled by this D_dist's scan count ({row:,.0f} GFLOP against {gflop:,.0f}, "
+              "benchmarks/limit.py): an extrapolation")
+    return cpu_s * row / gflop, source, row
 
 
 def exact_seconds(timings: dict[str, Any], given: Optional[float], source: Optional[str]) -> tuple[float, str]:
@@ -114,9 +154,12 @@ def main(argv: Any = None) -> int:
     p.add_argument("--n-masks", type=int, default=120, help="compressed sensing's masks (each one D_dist pass)")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--exact-s", type=float, help="exact stage 1's seconds measured elsewhere (for a resumed row)")
-    p.add_argument("--exact-source", help="where --exact-s was measured (recorded beside it)")
+    p.add_argument("--exact-scaled", type=float, nargs=2, metavar=("CPU_S", "GFLOP"),
+                   help="a float32 exact scan measured elsewhere (its CPU seconds and benchmarks/limit.py's GFLOP "
+                        "count), scaled to this row's D_dist by the same count")
+    p.add_argument("--exact-source", help="where --exact-s or --exact-scaled was measured (recorded beside it)")
     a = p.parse_args(argv)
-    check_exact_options(a.exact_s, a.exact_source)
+    check_exact_options(a.exact_s, a.exact_source, a.exact_scaled)
     torch.set_num_threads(1)
     manifest = json.loads((a.row / "manifest.json").read_text())
     approx = approx_scores(a, manifest)
@@ -127,10 +170,14 @@ def main(argv: Any = None) -> int:
     if result.get("scorer") != "exact" or result.get("scores_split") != "dist":
         raise SystemExit(f"{a.row}: stage 1 was {result.get('scorer')!r}, not exact on D_dist")
     exact = torch.tensor(result["scores"], dtype=torch.float64)
-    exact_s, source = exact_seconds(result.get("timings") or {}, a.exact_s, a.exact_source)
+    row_gflop = None
+    if a.exact_scaled is not None:
+        exact_s, source, row_gflop = scaled_exact(a, manifest)
+    else:
+        exact_s, source = exact_seconds(result.get("timings") or {}, a.exact_s, a.exact_source)
     out = {
         "row": str(a.row), "n_dist": approx["n_dist"], "heads": int(exact.numel()), "exact_stage1_s": exact_s,
-        "exact_stage1_source": source,
+        "exact_stage1_source": source, "exact_scan_gflop": row_gflop,
         "exact_ties_at_zero": int((exact == 0).sum()), "tops": list(TOPS),
         "scorers": [compare(name, torch.tensor(rec["scores"], dtype=torch.float64), exact, rec["cpu_s"], rec["wall_s"],
                             exact_s) for name, rec in approx["scorers"].items()],

@@ -37,6 +37,18 @@ def test_intact_flops_match_torch_flop_counter_on_a_llama_forward():
     assert counter.get_total_flops() == intact_flops(shape, T, T) - causal_attention + full_attention
 
 
+def test_a_hooked_models_shape_is_its_checkpoints(tiny_checkpoints):
+    """The shape read from a HookedTransformer's config is the one read from its checkpoint's
+    ``config.json`` (grouped key/value heads and the gated MLP included)."""
+    import json
+
+    import cel_lens as cl
+
+    for arch, path in tiny_checkpoints.items():
+        hooked = Shape.from_hooked_config(cl.load_model(str(path)).cfg)
+        assert hooked == Shape.from_hf_config(json.loads((path / "config.json").read_text())), arch
+
+
 def test_head_costs_by_hand():
     s = Shape(n_layers=3, n_heads=2, n_kv_heads=1, d_model=4, d_head=2, d_mlp=6, d_vocab=10, gated=True)
     assert (s.qkv, s.out, s.mlp, s.unembed) == (2 * 4 * 4 * 2, 2 * 2 * 2 * 4, 2 * 4 * 6 * 3, 80)

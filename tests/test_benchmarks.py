@@ -200,6 +200,28 @@ def test_floor_pass_and_lm_eval_task(model, tmp_path):
     assert "output_type: loglikelihood" in yaml and "metric: acc" in yaml
 
 
+def test_floor_encoding_follows_the_splits_chat_template(model):
+    """A split whose task asks for the chat template is encoded in it, as the evaluator encodes it
+    (the scaled cost of a chat row counts the template's tokens); a plain split is not."""
+    from benchmarks.floor import encode_for_floor
+    from cel_lens.evaluation import encode_pair
+
+    task, _ = _arithmetic(model, 4)
+    chat = Split("dist", task.dist.examples, task="arithmetic", answer_type="exact_match",
+                 options={"chat_template": True})
+    tok = model.tokenizer
+    old = getattr(tok, "chat_template", None)
+    tok.chat_template = "{% for m in messages %}User: {{ m['content'] }}\n{% endfor %}Assistant:"
+    try:
+        ex = task.dist[0]
+        ctx, cont = encode_pair(model, f"User: {ex.prompt}\nAssistant:", ex.target)
+        assert encode_for_floor(model, chat)[0] == (ctx, [cont])
+        plain_ctx, plain_cont = encode_pair(model, ex.prompt, ex.target)
+        assert encode_for_floor(model, task.dist)[0] == (plain_ctx, [plain_cont]) and len(plain_ctx) < len(ctx)
+    finally:
+        tok.chat_template = old
+
+
 def test_floor_layouts_score_as_one_by_one_transformers(tiny_checkpoints):
     """Every layout and budget of the floor (rows or shared contexts, several batches) gives each
     choice the log-likelihood of a plain one-example ``transformers`` forward."""

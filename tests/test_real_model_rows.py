@@ -365,8 +365,15 @@ def test_scorer_agreement_takes_no_resumed_rows_seconds_for_exacts_cost():
     assert agree.exact_seconds({"resumed_sets": 1.0}, 21190.0, "a scan") == (21190.0, "a scan")
     with pytest.raises(SystemExit, match="needs --exact-source"):
         agree.exact_seconds({}, 10.0, None)
-    with pytest.raises(SystemExit, match="needs --exact-s"):
+    with pytest.raises(SystemExit, match="needs --exact-s or --exact-scaled"):
         agree.exact_seconds({}, None, "a scan")
+    with pytest.raises(SystemExit, match="not both"):
+        agree.check_exact_options(10.0, "a scan", [4238.3, 412631.0])
+    with pytest.raises(SystemExit, match="--exact-scaled needs --exact-source"):
+        agree.check_exact_options(None, None, [4238.3, 412631.0])
+    with pytest.raises(SystemExit, match="positive"):
+        agree.check_exact_options(None, "a scan", [4238.3, 0.0])
+    agree.check_exact_options(None, "a scan", [4238.3, 412631.0])
 
 
 def test_scorer_agreement_refuses_half_an_exact_figure_before_loading_anything(tmp_path):
@@ -387,3 +394,20 @@ def test_stability_is_a_range_when_resamples_needed_unevaluated_subsets(tmp_path
     assert "| 60 % |" in table
     data = json.loads(rows.main([str(tmp_path / "rows")], as_json=True))
     assert data[0]["stability"] == {"selected_frequency": 0.059, "upper": 0.664, "unknown": 605, "n_resamples": 1000}
+
+
+def test_scan_count_of_a_split_by_hand(tiny_model):
+    """The count that scales a measured scan to a row is the intact pass plus every head resumed at
+    its layer, over the prompts as the evaluator encodes them: for a one-example split of T tokens
+    with one target token, the benchmarks' per-piece costs summed by hand."""
+    from benchmarks.limit import Shape, head_flops, intact_flops
+    from cel_lens.evaluation import encode_pair
+    from cel_lens.tasks import Example, Split
+
+    agree = _script("scorer_agreement")
+    split = Split("dist", (Example("a/0", "12 + 30 =", target=" 42"),), task="arithmetic", answer_type="exact_match")
+    ctx, cont = encode_pair(tiny_model, "12 + 30 =", " 42")
+    shape, T, scored = Shape.from_hooked_config(tiny_model.cfg), len(ctx) + len(cont) - 1, len(cont)
+    by_hand = intact_flops(shape, T, scored) + shape.n_heads * sum(head_flops(shape, layer, T, scored)
+                                                                   for layer in range(shape.n_layers))
+    assert agree.scan_gflop(tiny_model, split) == pytest.approx(by_hand / 1e9)
