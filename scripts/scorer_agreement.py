@@ -82,7 +82,7 @@ def approx_scores(a: argparse.Namespace, manifest: dict) -> dict:
     comp, comp_cpu, comp_wall = timed(lambda: score_heads("compressed", oracle, n_masks=a.n_masks,
                                                           batch_size=a.batch_size, progress=False))
     saved = {
-        "dist_sha256": want, "n_dist": len(task.dist), "n_masks": a.n_masks,
+        "dist_sha256": want, "n_dist": len(task.dist), "n_masks": a.n_masks, "batch_size": a.batch_size,
         "measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "scorers": {
             "attribution": {"scores": attr.values.tolist(), "cpu_s": attr_cpu, "wall_s": attr_wall},
@@ -181,7 +181,7 @@ def main(argv: Any = None) -> int:
         "exact_ties_at_zero": int((exact == 0).sum()), "tops": list(TOPS),
         "scorers": [compare(name, torch.tensor(rec["scores"], dtype=torch.float64), exact, rec["cpu_s"], rec["wall_s"],
                             exact_s) for name, rec in approx["scorers"].items()],
-        "measured": approx["measured"],
+        "measured": approx["measured"], "batch_size": approx.get("batch_size"),
     }
     (a.row / "agreement.json").write_text(json.dumps(out, indent=1) + "\n")
     print(json.dumps(out, indent=1))
