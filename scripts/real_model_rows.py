@@ -361,19 +361,35 @@ def markdown_row(rec: dict[str, Any]) -> str:
     return "| " + " | ".join(str(c) for c in cells) + " |"
 
 
+def exact_cost_text(agree: dict[str, Any]) -> str:
+    """Exact stage 1's seconds that an agreement's cost ratios divide by, and where they come from:
+    the row's own timing, a scan measured elsewhere scaled by FLOP count (an extrapolation), or a
+    figure given by hand (its source in ``agreement.json``)."""
+    seconds = float(agree.get("exact_stage1_s") or 0)
+    if not seconds:
+        return "not timed (no ratio)"
+    source = str(agree.get("exact_stage1_source") or "")
+    if agree.get("exact_scan_gflop"):
+        return f"{seconds:,.0f}, extrapolated: a scan measured elsewhere, scaled by FLOP count"
+    if source.startswith("the row's own"):
+        return f"{seconds:,.0f}, the row's own timing"
+    return f"{seconds:,.0f}, given: {source}"
+
+
 def agreement_table(records: list[dict[str, Any]]) -> str:
     """Approximate scorers against an exact row's stage 1 on its own D_dist (``agreement.json``):
     Spearman over every head, recall of exact's top 6 and 12, and CPU cost; empty when no row has one."""
     lines = []
     for rec in records:
-        for s in (rec.get("scorer_agreement") or {}).get("scorers", []):
+        agree = rec.get("scorer_agreement") or {}
+        for s in agree.get("scorers", []):
             cost = "n/a" if s.get("cost_vs_exact") is None else f"{s['cost_vs_exact']:.2f}"
             lines.append(f"| {rec['row']} | {s['scorer']} | {s['spearman']:.2f} | {s.get('recall@6', float('nan')):.2f} | "
-                         f"{s.get('recall@12', float('nan')):.2f} | {s['cpu_s']:.0f} | {cost} |")
+                         f"{s.get('recall@12', float('nan')):.2f} | {s['cpu_s']:.0f} | {cost} | {exact_cost_text(agree)} |")
     if not lines:
         return ""
     head = ("| row | scorer | Spearman with exact (every head) | recall of exact's top 6 | of its top 12 | CPU s | "
-            "÷ exact stage 1's seconds |\n|---|---|---|---|---|---|---|")
+            "÷ exact stage 1's seconds | exact stage 1's seconds, from |\n|---|---|---|---|---|---|---|---|")
     return "\n\n" + "\n".join([head, *lines])
 
 

@@ -332,10 +332,21 @@ def test_scorer_agreement_table_follows_the_rows(tmp_path):
     folder = write(tmp_path / "rows" / "exact-row", manifest(), result(25, 25))
     assert "Spearman with exact" not in rows.main([str(tmp_path / "rows")])  # no agreement.json: no table
     agreement = {"scorers": [{"scorer": "attribution", "spearman": 0.31, "recall@6": 0.5, "recall@12": 0.25,
-                              "cpu_s": 145.3, "cost_vs_exact": 0.04}]}
+                              "cpu_s": 145.3, "cost_vs_exact": 0.04}], "exact_stage1_s": 3632.5,
+                 "exact_stage1_source": "the row's own stage1_s (wall seconds, one thread, one process)"}
     (folder / "agreement.json").write_text(json.dumps(agreement))
     table = rows.main([str(tmp_path / "rows")])
-    assert table.splitlines()[-1] == "| exact-row | attribution | 0.31 | 0.50 | 0.25 | 145 | 0.04 |"
+    assert table.splitlines()[-1] == ("| exact-row | attribution | 0.31 | 0.50 | 0.25 | 145 | 0.04 | "
+                                      "3,632, the row's own timing |")
+    # a resumed row's ratio divides by a scan measured elsewhere and scaled: the table says so
+    agreement.update(exact_stage1_s=22653.4, exact_scan_gflop=2205425.0, exact_stage1_source="RESULTS.md, scaled")
+    (folder / "agreement.json").write_text(json.dumps(agreement))
+    assert rows.main([str(tmp_path / "rows")]).splitlines()[-1].endswith(
+        "| 22,653, extrapolated: a scan measured elsewhere, scaled by FLOP count |")
+    agreement.update(exact_stage1_s=0.0, exact_scan_gflop=None)
+    agreement["scorers"][0]["cost_vs_exact"] = None
+    (folder / "agreement.json").write_text(json.dumps(agreement))
+    assert rows.main([str(tmp_path / "rows")]).splitlines()[-1].endswith("| n/a | not timed (no ratio) |")
 
 
 def test_scorer_agreement_compares_over_every_head():
