@@ -126,7 +126,7 @@ class HeadSet:
     def layers_run(self, n_layers: int) -> int:
         """Layers a pass runs when it resumes at the first ablated layer from a stored residual stream
         (all ``n_layers`` for the empty set, the intact model): what an evaluation of this set costs."""
-        return n_layers - (self._heads[0].layer if self._heads else 0)
+        return n_layers - (self.first_layer or 0)
 
     def to_mask(self, n_layers: int, n_heads: int) -> Bool[Tensor, "layer head"]:
         """Boolean ``[layer, head]`` mask, ``True`` for ablated heads."""
