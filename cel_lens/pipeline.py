@@ -16,7 +16,6 @@ directory behind to refuse the corrected rerun.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -26,16 +25,15 @@ import torch
 
 from cel_lens.backends.base import backend_class, get_backend
 from cel_lens.config import ExecutionSettings, OptionError, SearchConfig, check_split_sizes
-from cel_lens.evaluation.seal import reading_as, recorded_reads
+from cel_lens.evaluation.context import EvalContext
+from cel_lens.evaluation.seal import SealReader, recorded_reads
 from cel_lens.model.load import resolve_dtype
 from cel_lens.oracle import DIST_SPLIT, Stage1Scores
-from cel_lens.model.ablation import ablation_kind, using_ablation
+from cel_lens.model.ablation import ablation_kind
 from cel_lens.progress import info_stream, progress_session
 from cel_lens.runs.ablation_record import ablation_controls, learn_ablation
 from cel_lens.runs.run_dir import RunDir
-from cel_lens.runs.run_precision import (
-    PRECISION_RECORD, record_precision, restore_search_precision, search_precision_kind, use_search_precision,
-)
+from cel_lens.runs.run_precision import PRECISION_RECORD, record_precision, show_search_precision
 from cel_lens.runs.journal_io import write_json_atomic
 from cel_lens.runs.manifest import EXAMPLES, build_manifest, default_run_dir
 from cel_lens.runs.recording_oracle import RecordingOracle
@@ -198,14 +196,15 @@ def _search_with_controls(
     S-hat's D_test gain under the other kinds (:func:`~cel_lens.runs.ablation_record.ablation_controls`;
     only where the oracle evaluates a model in this process). ``test_reads``: the earlier D_test
     reads the selection is checked against (:mod:`cel_lens.evaluation.seal`)."""
-    model = getattr(oracle, "model", None)
-    ablation = learn_ablation(model, task.dist, config.ablation, config.seed, run_dir) if model is not None else None
-    with using_ablation(model, ablation) if model is not None else contextlib.nullcontext():
-        t0 = time.perf_counter()
-        scores = _stage1_scores(config, recording, run_dir, settings)
-        if scores is not None:  # a scorer that runs before the search (attribution, compressed): stage 1's time
-            scores = replace(scores, seconds=time.perf_counter() - t0)
-        result = run_search(recording, config=config, scores=scores, progress=settings.progress, test_reads=test_reads)
+    model = oracle.local_model()
+    if model is not None:  # the search's ablation kind, learnt on D_dist first when it learns
+        oracle.use_context(oracle.context.with_(ablation=learn_ablation(model, task.dist, config.ablation, config.seed,
+                                                                        run_dir)))
+    t0 = time.perf_counter()
+    scores = _stage1_scores(config, recording, run_dir, settings)
+    if scores is not None:  # a scorer that runs before the search (attribution, compressed): stage 1's time
+        scores = replace(scores, seconds=time.perf_counter() - t0)
+    result = run_search(recording, config=config, scores=scores, progress=settings.progress, test_reads=test_reads)
     if model is None:
         return result
     stored = run_dir.read_result()  # written by the search; a resumed run's may lack the parts below
@@ -268,15 +267,14 @@ def plan(
     task = resolve_task(task, config, task_options)
     n = max(1, min(calibration_examples, len(task.dist)))
     sample = replace(task, dist=task.dist.subset(n), test=task.test.subset(1)) if calibrate else task
-    oracle = get_backend(settings.backend).open(model, sample, replace(settings, progress=False))
-    previous = use_search_precision(oracle, config, show=False)
+    context = EvalContext.from_environment(config.precision, reader=SealReader("plan"))
+    oracle = get_backend(settings.backend).open(model, sample, replace(settings, progress=False), context=context)
     try:
-        result = _plan_for(config, oracle.n_layers, oracle.n_heads, task, hasattr(oracle, "model"))
+        result = _plan_for(config, oracle.n_layers, oracle.n_heads, task, oracle.local_model() is not None)
         if calibrate:
             result = calibrate_plan(result, oracle, task.dist.examples, sample.dist.examples, heads=calibration_heads,
                                     budget_s=calibration_budget_s, show=settings.progress)
     finally:
-        restore_search_precision(oracle, previous)
         oracle.close()
     return result
 
@@ -311,11 +309,14 @@ def search(
     backend = get_backend(settings.backend)
     task = resolve_task(task, config, task_options)
     store_dtype = None if config.store_dtype is None else resolve_dtype(config.store_dtype)
-    oracle = backend.open(model, task, settings, store_dtype=store_dtype)
-    previous = use_search_precision(oracle, config, show=settings.progress, kind=search_precision_kind(oracle, task))
+    context = EvalContext.from_environment(config.precision)  # the search's settings, passed down (no model state)
+    oracle = backend.open(model, task, settings, store_dtype=store_dtype, context=context)
+    if settings.progress:
+        show_search_precision(oracle, task)
     run_dir: Optional[RunDir] = None
     try:
-        report = _PlanReport(_plan_for(config, oracle.n_layers, oracle.n_heads, task, hasattr(oracle, "model")), settings.progress)
+        local = oracle.local_model()
+        report = _PlanReport(_plan_for(config, oracle.n_layers, oracle.n_heads, task, local is not None), settings.progress)
         manifest = build_manifest(oracle.model_manifest, task, config.manifest_options(settings.use_store), examples=True)
         path = Path(out) if out is not None else default_run_dir(manifest)
         run_dir = RunDir.open(path, manifest, ignore=("versions", "cel_lens", TEST_SEAL, EXAMPLES, PRECISION_RECORD))
@@ -325,10 +326,11 @@ def search(
         recording.timer = timer
         report.start(recording.answered(), run_dir.finished)
         key = default_run_dir(manifest, root="").name  # the configuration's identity, whatever the directory
-        with progress_session(settings.progress, desc=f"search {task.name}"), reading_as(f"search {path}", key=key):
+        oracle.use_context(context.with_(reader=SealReader(f"search {path}", key=key)))
+        with progress_session(settings.progress, desc=f"search {task.name}"):
             result = _search_with_controls(
                 config, settings, oracle, recording, run_dir, task,
-                test_reads=lambda: recorded_reads(oracle.model if hasattr(oracle, "model") else str(manifest["model"]["id"]),
+                test_reads=lambda: recorded_reads(local if local is not None else str(manifest["model"]["id"]),
                                                   task.test, exclude_key=key),  # weights too, not only the name
             )
         manifest = record_seal(run_dir, manifest, result)
@@ -336,7 +338,6 @@ def search(
     finally:
         if run_dir is not None:
             run_dir.close()
-        restore_search_precision(oracle, previous)
         oracle.close()
     return Run(path=path, result=result, manifest=manifest, oracle=recording, plan=report.plan)
 

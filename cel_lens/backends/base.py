@@ -18,6 +18,7 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from cel_lens.config import BACKENDS, ExecutionSettings, OptionError
+from cel_lens.evaluation.context import EvalContext
 from cel_lens.heads import HeadSet
 from cel_lens.tasks.base import Task
 
@@ -58,9 +59,12 @@ class Backend(Protocol):
     their own copies (a model name travels to them as a name)."""
 
     def open(
-        self, model: Any, task: Task, settings: ExecutionSettings, *, store_dtype: Optional[torch.dtype] = None
+        self, model: Any, task: Task, settings: ExecutionSettings, *, store_dtype: Optional[torch.dtype] = None,
+        context: Optional[EvalContext] = None,
     ) -> BackendOracle:
-        """An oracle over ``model`` (an object, or a name the backend loads) and ``task``."""
+        """An oracle over ``model`` (an object, or a name the backend loads) and ``task``, whose
+        evaluations run with ``context``'s settings (:class:`~cel_lens.evaluation.context.EvalContext`;
+        default: from the environment)."""
         ...
 
 

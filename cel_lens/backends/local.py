@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
@@ -11,8 +12,11 @@ from torch import Tensor
 
 from cel_lens.backends.base import ExecutionSettings
 from cel_lens.evaluation.answers import answer_key
+from cel_lens.evaluation.context import EvalContext
 from cel_lens.evaluation.evaluator import evaluate
-from cel_lens.evaluation.seal import recorded_reads
+from cel_lens.evaluation.precision import recompute_summary, resolve_precision
+from cel_lens.evaluation.prefix import can_share_prefix
+from cel_lens.evaluation.seal import SealReader, recorded_reads
 from cel_lens.evaluation.store import ActivationStore
 from cel_lens.heads import HeadSet
 from cel_lens.model.identity import model_id, model_manifest
@@ -30,7 +34,9 @@ class LocalOracle:
 
     The intact model runs once per split (when its activation store is built, lazily, at the first
     request for that split: the test split is not touched until the search asks for it); ablated
-    variants resume from the stored residual stream at their first ablated layer.
+    variants resume from the stored residual stream at their first ablated layer. ``context``
+    (:class:`~cel_lens.evaluation.context.EvalContext`): the settings of every evaluation it runs
+    (default: from the environment, zero ablation, its D_test reads claimed as an in-memory search's).
     """
 
     def __init__(
@@ -44,8 +50,10 @@ class LocalOracle:
         store_dtype: Optional[torch.dtype] = None,
         store_path: Optional[Union[str, Path]] = None,
         progress: bool = True,
+        context: Optional[EvalContext] = None,
     ) -> None:
         self.model = model
+        self.context = context if context is not None else EvalContext.from_environment(reader=SealReader("search (in memory)"))
         self.task = task
         self.n_layers, self.n_heads = model_shape(model)
         self.batch_size = batch_size
@@ -57,6 +65,27 @@ class LocalOracle:
         # in-RAM stores live with the model (no host-device copies per resumed pass)
         self.store_device = next(model.parameters()).device if self.store_path is None else "cpu"
         self._stores: dict[str, Any] = {}
+
+    def use_context(self, context: EvalContext) -> None:
+        """Evaluate with ``context`` from now on (a search sets its own: precision, reader, tally)."""
+        self.context = context
+
+    def with_context(self, context: EvalContext) -> "LocalOracle":
+        """This oracle evaluating with ``context`` instead (the same model and activation stores:
+        the intact residual stream does not depend on the ablation kind)."""
+        view = copy.copy(self)
+        view.context = context
+        return view
+
+    def local_model(self) -> Any:
+        """The model this oracle evaluates, in this process."""
+        return self.model
+
+    def precision_record(self, kind: Optional[str]) -> dict[str, Any]:
+        """The precision a split of ``kind`` computes in here, and the context's recompute tally (per
+        split: decisions made in bf16, recomputed in float32, share)."""
+        return {"compute": resolve_precision(self.context.precision, self.model, kind),
+                "recomputed": recompute_summary(self.context.tally)}
 
     @property
     def model_manifest(self) -> dict[str, Any]:
@@ -77,6 +106,7 @@ class LocalOracle:
                 batch_size=self.batch_size,
                 progress=self.progress,
                 device=self.store_device,
+                share_prefix=self.context.share_prefix and can_share_prefix(self.model),
             )
         return self._stores[split]
 
@@ -99,6 +129,7 @@ class LocalOracle:
             batch_size=self.batch_size,
             store=self.store(split),
             progress=self.progress,
+            context=self.context,
         )
         return result.correct, result.extra.get("choice_score")
 
@@ -113,7 +144,8 @@ class LocalOracle:
     def attribution_scores(self, batch_size: int) -> Float[Tensor, "layer head"]:
         """Attribution scores of every head on the discovery split
         (:func:`cel_lens.scoring.attribution_scores`)."""
-        return attribution_scores(self.model, self.task.dist, batch_size=batch_size, progress=self.progress)
+        return attribution_scores(self.model, self.task.dist, batch_size=batch_size, progress=self.progress,
+                                  ablation=self.context.ablation)
 
     def close(self) -> None:
         """Release the activation stores."""
@@ -133,7 +165,8 @@ class LocalBackend:
     in_process = True
 
     def open(
-        self, model: Any, task: Task, settings: ExecutionSettings, *, store_dtype: Optional[torch.dtype] = None
+        self, model: Any, task: Task, settings: ExecutionSettings, *, store_dtype: Optional[torch.dtype] = None,
+        context: Optional[EvalContext] = None,
     ) -> LocalOracle:
         """A :class:`LocalOracle` over ``model`` (loaded first when it is a name or path; a model
         object takes the settings' BOS rule when one is set)."""
@@ -143,5 +176,5 @@ class LocalBackend:
             model = load_model(model, bos=settings.bos)
         return LocalOracle(
             model, task, batch_size=settings.batch_size, use_store=settings.use_store,
-            store_budget=settings.store_budget, store_dtype=store_dtype, progress=settings.progress,
+            store_budget=settings.store_budget, store_dtype=store_dtype, progress=settings.progress, context=context,
         )

@@ -30,7 +30,8 @@ def add(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the subcommand; returns the exit code."""
     from cel_lens.evaluation import evaluate
-    from cel_lens.evaluation.seal import SEAL_WARNING, reading_as
+    from cel_lens.evaluation.context import EvalContext
+    from cel_lens.evaluation.seal import SEAL_WARNING, SealReader
     from cel_lens.heads import HeadSet
     from cel_lens.model.identity import model_id
     from cel_lens.stats import accuracy_interval, mcnemar_exact, paired_bootstrap_ci
@@ -40,9 +41,8 @@ def run(args: argparse.Namespace) -> int:
     sets = [HeadSet()] + ([heads] if heads else [])
     if args.split == "test":  # one line, not a Python warning with its source line
         print("note: " + SEAL_WARNING.format(task=task.name, model=model_id(model)), file=sys.stderr)
-    with reading_as("cel-lens evaluate"):
-        res = evaluate(model, task.split(args.split), sets, batch_size=args.batch_size, progress=args.progress,
-                       precision=args.precision)
+    context = EvalContext.from_environment(args.precision, reader=SealReader("cel-lens evaluate"))
+    res = evaluate(model, task.split(args.split), sets, batch_size=args.batch_size, progress=args.progress, context=context)
     out: dict = {"task": task.name, "split": args.split, "n": len(res.ids), "metric": task.metric,
                  "chat_template": bool(res.chat_template), "precision": res.precision,
                  "recomputed_share": res.recomputed_share}

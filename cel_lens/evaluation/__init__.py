@@ -1,6 +1,7 @@
 """Running a model on a split, intact and under many head ablations at once, per example.
 
 * :func:`evaluate` (:mod:`~cel_lens.evaluation.evaluator`): the entry point, ``EvalResult`` out;
+* :class:`EvalContext` (:mod:`~cel_lens.evaluation.context`): an evaluation's settings, one argument;
 * :mod:`~cel_lens.evaluation.encode` / :mod:`~cel_lens.evaluation.batch`: lm-eval's encoding;
 * :mod:`~cel_lens.evaluation.teacher_forced`: batched variant passes that resume at the first
   ablated layer; :mod:`~cel_lens.evaluation.choices`: per-example decisions;
@@ -12,6 +13,7 @@
 
 from cel_lens.evaluation.answers import MAX_CLOSED_ANSWERS, answer_key
 from cel_lens.evaluation.batch import EncodedBatch, TeacherForced
+from cel_lens.evaluation.context import EvalContext, RecomputeTally
 from cel_lens.evaluation.encode import as_split, encode_pair, encode_prompt, encode_split, format_prompt
 from cel_lens.evaluation.evaluator import evaluate, logprob_metric
 from cel_lens.evaluation.generation import greedy_generate
@@ -20,6 +22,8 @@ from cel_lens.evaluation.store import ActivationStore, select_layers, store_laye
 
 __all__ = [
     "evaluate",
+    "EvalContext",
+    "RecomputeTally",
     "EvalResult",
     "ActivationStore",
     "select_layers",

@@ -16,7 +16,7 @@ from typing import Optional, Sequence
 
 from cel_lens.evaluation.batch import MAX_PADDING, Encoded, EncodedBatch, build_batch, length_groups
 from cel_lens.evaluation.precision import ONE_TOKEN_CHOICES
-from cel_lens.evaluation.prefix import can_share_prefix, prefix_sharing_enabled, rows_prefix
+from cel_lens.evaluation.prefix import can_share_prefix, rows_prefix
 from cel_lens.model.bos import bos_prefix, prompt_ids
 from cel_lens.model.forward import init_kv_cache
 from cel_lens.tasks.base import Example, Split, Task
@@ -298,8 +298,7 @@ def encode_split(
     ``share_context`` picks the ``"shared"`` layout for multiple choice: each prompt runs once for
     all its choices (default: when the model has a key/value cache, or every choice is one token).
     ``share_prefix`` (``"rows"`` layout, a model with a stack cache): the tokens every row of a batch
-    begins with are computed once per variant (:mod:`~cel_lens.evaluation.prefix`; default: as
-    :func:`~cel_lens.evaluation.prefix.prefix_sharing` says, off). The batches are cut the same
+    begins with are computed once per variant (:mod:`~cel_lens.evaluation.prefix`; default off). The batches are cut the same
     way either way.
     """
     if batch_size < 1:
@@ -325,7 +324,7 @@ def encode_split(
         key = lambda i: -(len(encoded[i][0]) + max(map(len, encoded[i][1])))  # noqa: E731
     order = sorted(range(len(encoded)), key=key)
     pad = pad_id(model)
-    want = prefix_sharing_enabled() if share_prefix is None else bool(share_prefix)
+    want = bool(share_prefix)
     prefix = want and not shared and can_share_prefix(model)
     if want and share_prefix and not prefix and not shared:
         raise ValueError("share_prefix=True needs a model with the fused-attention stack's key/value cache")

@@ -34,16 +34,18 @@ from cel_lens.evaluation.batch import EncodedBatch, TeacherForced, teacher_force
 from cel_lens.evaluation.choices import aggregate, decision_margins
 from cel_lens.evaluation.encode import as_split, chat_choice, default_max_tokens, encode_split, precision_kind, split_answer_type
 from cel_lens.evaluation.generation import evaluate_generation
-from cel_lens.evaluation.prefix import PREFIX_BOUND, prefix_sharing, prefix_sharing_enabled
+from cel_lens.evaluation.context import EvalContext
+from cel_lens.evaluation.prefix import PREFIX_BOUND, can_share_prefix
 from cel_lens.evaluation.precision import (
-    Margins, compute_precision, float32_model, pair_check, precision_of, recompute_groups, recompute_mask,
-    resolve_precision, tally_recompute,
+    Margins, check_precision, compute_precision, float32_model, pair_check, recompute_groups, recompute_mask,
+    resolve_precision, split_key,
 )
 from cel_lens.evaluation.eval_result import EvalResult
 from cel_lens.evaluation.seal import record_test_read
 from cel_lens.evaluation.store import ActivationStore
 from cel_lens.evaluation.teacher_forced import score_batches
 from cel_lens.heads import Head, HeadSet, HeadsLike
+from cel_lens.model.ablation import ZERO, Ablation
 from cel_lens.model.forward import forward_resid, param_device, unembed
 from cel_lens.model.model_types import model_name, model_shape
 from cel_lens.model.processing import warn_if_processed
@@ -74,6 +76,7 @@ def evaluate(
     max_rows: Optional[int] = None,
     max_tokens: Optional[int] = None,
     precision: Optional[str] = None,
+    context: Optional[EvalContext] = None,
 ) -> EvalResult:
     """Evaluate ``model`` on ``split`` intact (``head_sets=None``) or under each head set.
 
@@ -89,11 +92,13 @@ def evaluate(
     :func:`default_max_rows`). ``chat_template`` wraps each prompt in the tokenizer's chat
     template (default: the split's ``options["chat_template"]`` if it has one, else off).
     ``max_new_tokens`` (generation) defaults to the task's own budget
-    (:attr:`~cel_lens.tasks.Split.max_new_tokens`). ``precision``: ``"float32"`` (the model as it
-    is), ``"bf16"`` (bfloat16 compute, every decision within the bf16 error bound recomputed in
-    float32, so the bits equal float32's: :mod:`~cel_lens.evaluation.precision`) or ``"auto"``
-    (default: the model's :func:`~cel_lens.evaluation.precision.use_precision`, else bf16 where
-    the hardware computes it natively). A single head set (``"L0H0+L1H2"``, a
+    (:attr:`~cel_lens.tasks.Split.max_new_tokens`). ``context``: the evaluation's settings
+    (:class:`~cel_lens.evaluation.context.EvalContext`: precision, ablation kind, prefix sharing,
+    who reads D_test, the recompute tally; default: built here from the environment, with zero
+    ablation). ``precision`` (replaces the context's): ``"float32"`` (the model as it is),
+    ``"bf16"`` (bfloat16 compute, every decision within the bf16 error bound recomputed in float32,
+    so the bits equal float32's: :mod:`~cel_lens.evaluation.precision`) or ``"auto"`` (bf16 where
+    the hardware computes it natively and it was measured to pay). A single head set (``"L0H0+L1H2"``, a
     :class:`~cel_lens.heads.Head` or :class:`~cel_lens.heads.HeadSet`) counts as a list of one.
     """
     if isinstance(head_sets, (str, Head, HeadSet)):
@@ -109,26 +114,29 @@ def evaluate(
         raise ValueError("evaluate needs at least one head set (pass head_sets=None for the intact model)")
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    prec = resolve_precision(precision if precision is not None else precision_of(model), model,
-                             precision_kind(model, split, chat_template))
+    ctx = context if context is not None else EvalContext.from_environment(precision)
+    if precision is not None and context is not None:
+        ctx = ctx.with_(precision=check_precision(precision))
+    prec = resolve_precision(ctx.precision, model, precision_kind(model, split, chat_template))
     chat = chat_choice(split, chat_template)
-    record_test_read(model, split, sets)  # the sealed test split: every D_test read is recorded (by content)
+    record_test_read(model, split, sets, reader=ctx.reader)  # the sealed test split: every D_test read is recorded (by content)
     metric = split.metric or "acc"
     budget = _generation_budget(split, answer_type, max_new_tokens)
     if answer_type == "multiple_choice" and metric not in ("acc", "acc_norm"):
         raise ValueError(f"multiple-choice metric must be 'acc' or 'acc_norm', got {metric!r}")
     if store is not None and answer_type != "generation":
         store.check(model, split, chat)
-    plan = _Plan(answer_type, metric, chat, batch_size, max_rows, max_tokens, budget, progress)
+    share = ctx.share_prefix and can_share_prefix(model)
+    plan = _Plan(answer_type, metric, chat, batch_size, max_rows, max_tokens, budget, progress, ctx.ablation, share)
     common = dict(head_sets=list(sets), ids=split.ids, answer_type=answer_type, metric=metric, task=split.task, split=split.name, chat_template=chat)
     if prec == "float32":
-        if prefix_sharing_enabled():  # a shared prefix: the decisions within its bound are recomputed unshared
+        if share:  # a shared prefix: the decisions within its bound are recomputed unshared
             out = _run(model, split, sets, plan, store, margins=Margins())
             near = recompute_mask(answer_type, out.pop("margins"), PREFIX_BOUND, PREFIX_BOUND, pair_bound=PREFIX_BOUND)
             _recompute(out, near, model, split, sets, plan)
         else:
             out = _run(model, split, sets, plan, store)
-        tally_recompute(model, split, torch.zeros_like(out["correct"]))
+        ctx.tally.add(split_key(split), torch.zeros_like(out["correct"]))
         return EvalResult(**out, **common)
     with compute_precision(model, prec):
         out = _run(model, split, sets, plan, store, margins=Margins())
@@ -136,10 +144,10 @@ def evaluate(
     redo = recompute_mask(answer_type, margins, metric=metric)
     _recompute(out, redo, float32_model(model), split, sets, plan, store)
     if answer_type == "multiple_choice":  # the one-token bound holds only where this run's recomputes confirm it
-        wider = pair_check(model, split, margins, out["extra"]["choice_ll"], redo, metric)
+        wider = pair_check(ctx.tally, split, margins, out["extra"]["choice_ll"], redo, metric)
         _recompute(out, wider, float32_model(model), split, sets, plan, store)
         redo = redo | wider
-    tally_recompute(model, split, redo)
+    ctx.tally.add(split_key(split), redo)
     return EvalResult(**out, **common, precision=prec, recomputed=redo)
 
 
@@ -155,6 +163,8 @@ class _Plan:
     max_tokens: Optional[int]
     max_new_tokens: Optional[int]
     progress: bool
+    ablation: Ablation = ZERO
+    share_prefix: bool = False
 
 
 def _generation_budget(split: Split, answer_type: str, max_new_tokens: Optional[int]) -> Optional[int]:
@@ -182,18 +192,20 @@ def _run(model, split: Split, sets: list[HeadSet], plan: _Plan, store: Optional[
         correct, scores, completions = evaluate_generation(
             model, split, sets, batch_size=plan.batch_size, max_rows=rows_budget,
             max_new_tokens=plan.max_new_tokens, chat=plan.chat, progress=plan.progress, gaps=gaps,
+            ablation=plan.ablation, share_prefix=plan.share_prefix,
         )
         out = dict(correct=correct, scores=scores, completions=completions)
         if margins is not None:
             out["margins"] = Margins(token=gaps)
         return out
     batches = store.batches if store is not None else encode_split(
-        model, split, plan.batch_size, chat_template=plan.chat, max_tokens=tokens_budget)
+        model, split, plan.batch_size, chat_template=plan.chat, max_tokens=tokens_budget,
+        share_prefix=plan.share_prefix or None)
     row_margin = None if margins is None else torch.full((n_var, sum(b.n_rows for b in batches)), float("inf"))
     with torch.inference_mode():
         lp, greedy = score_batches(
             model, batches, sets, store=store, max_tokens=tokens_budget, max_rows=plan.max_rows, progress=plan.progress,
-            desc=f"evaluate {split.task}/{split.name} x{n_var}", margin=row_margin,
+            desc=f"evaluate {split.task}/{split.name} x{n_var}", margin=row_margin, ablation=plan.ablation,
         )
     correct, scores, extra = aggregate(plan.answer_type, plan.metric, batches, len(split), lp, greedy)
     out = dict(correct=correct, scores=scores, extra=extra)
@@ -209,13 +221,12 @@ def _recompute(out: dict, redo: Bool[Tensor, "variant example"], model32, split:
     marks; every result it returns is float32's, so all are copied. With a ``store`` the model
     itself computes in float32 from (a float32 run resumes from it too), each variant resumes from
     it at its layer (:meth:`ActivationStore.view`), as the float32 run does; else from the tokens."""
-    quiet = replace(plan, progress=False)
+    quiet = replace(plan, progress=False, share_prefix=False)  # unshared prompts: the reference path
     resume = (store is not None and model32 is store.model and plan.answer_type != "generation"
               and not any(b.prefix for b in store.batches))
-    for group, examples in recompute_groups(redo):  # unshared prompts: the reference path
+    for group, examples in recompute_groups(redo):
         sub = replace(split, examples=tuple(split.examples[i] for i in examples))
-        with prefix_sharing(False):
-            fixed = _run(model32, sub, [sets[v] for v in group], quiet, store.view(examples) if resume else None)
+        fixed = _run(model32, sub, [sets[v] for v in group], quiet, store.view(examples) if resume else None)
         rows, cols = torch.tensor(group)[:, None], torch.tensor(examples)[None, :]
         out["correct"][rows, cols] = fixed["correct"]
         out["scores"][rows, cols] = fixed["scores"]

@@ -29,10 +29,10 @@ from torch import Tensor
 
 from cel_lens.evaluation.batch import length_groups, right_pad
 from cel_lens.evaluation.encode import _tokenizer, encode_prompt, format_prompt, pad_id
-from cel_lens.evaluation.prefix import intact_prompts_shared, prefix_sharing_enabled, resumed_prompts_shared, shared_prefix
+from cel_lens.evaluation.prefix import intact_prompts_shared, resumed_prompts_shared, shared_prefix
 from cel_lens.evaluation.teacher_forced import chunks
 from cel_lens.heads import HeadSet, masks_from_head_sets
-from cel_lens.model.ablation import ablation_of
+from cel_lens.model.ablation import ZERO, Ablation
 from cel_lens.model.forward import forward_resid, forward_resid_cached, init_kv_cache, param_device, select_kv_cache, unembed
 from cel_lens.model.model_types import model_shape
 from cel_lens.model.stack import StackCache
@@ -89,13 +89,14 @@ def greedy_generate(
     stop: Sequence[Sequence[str]] | Sequence[str] = (),
     stop_at_eos: bool = True,
     gaps: Optional[Float[Tensor, " row"]] = None,
+    ablation: Ablation = ZERO,
 ) -> list[list[int]]:
     """Greedy continuations (token ids, without the EOS) of token-id ``prompts`` in one batch.
 
     Prompts are right padded with the matching attention mask (see the module docstring) and
     decoded with a key/value cache (full recomputation for models without one). ``masks``
-    (``[row, layer, head]``, ``True`` = ablated) zero ``hook_z`` of each row on every token, prompt
-    and generated. A row stops at EOS or once its decoded text contains one of its stop sequences
+    (``[row, layer, head]``, ``True`` = ablated) replace ``hook_z`` of each row on every token, prompt
+    and generated, as ``ablation`` says (zero by default). A row stops at EOS or once its decoded text contains one of its stop sequences
     (``stop``: one list for all rows, or one list per row); finished rows leave the batch.
     ``gaps`` (one entry per row, given ``inf``) receives each row's smallest top-1 minus top-2
     logit gap over the steps it generated (:mod:`~cel_lens.evaluation.precision`).
@@ -110,14 +111,14 @@ def greedy_generate(
         raise ValueError(f"masks has {masks.shape[0]} rows for {n} prompts")
     tokens, attn, last = _right_padded(prompts, pad_id(model), param_device(model))
     cache = init_kv_cache(model, n, spare=max_new_tokens)
-    per_row = dict(variants=masks, ablation=ablation_of(model), repeated=True)  # one mask per row
+    per_row = dict(variants=masks, ablation=ablation, repeated=True)  # one mask per row
     with torch.inference_mode():
         if cache is not None:
             resid = forward_resid_cached(model, tokens, cache, attention_mask=attn, keep=last, **per_row)
         else:
             resid = forward_resid(model, tokens, attention_mask=attn, keep=last, **per_row)
         return _decode(model, resid[:, 0], cache, tokens, attn, masks, _per_row_stops(stop, n), stop_at_eos, max_new_tokens,
-                       gaps)
+                       gaps, ablation)
 
 
 def _decode(
@@ -131,6 +132,7 @@ def _decode(
     stop_at_eos: bool,
     max_new_tokens: int,
     gaps: Optional[Float[Tensor, " row"]] = None,
+    ablation: Ablation = ZERO,
 ) -> list[list[int]]:
     """The greedy loop after the prompt pass (``last``: each row's residual stream at its last
     prompt position; ``seq`` is only used without a cache, to recompute the whole sequence;
@@ -142,7 +144,7 @@ def _decode(
     active = torch.arange(n)  # original row of each row still in the batch
     finished = [False] * n
     out: list[list[int]] = [[] for _ in range(n)]
-    per_row = dict(variants=masks, ablation=ablation_of(model), repeated=True)  # one mask per row still in the batch
+    per_row = dict(variants=masks, ablation=ablation, repeated=True)  # one mask per row still in the batch
     for step in range(max_new_tokens):
         if step:
             if cache is not None:
@@ -197,6 +199,8 @@ def generate_variants(
     max_rows: Optional[int] = None,
     stop_at_eos: bool = True,
     gaps: Optional[Float[Tensor, "variant prompt"]] = None,
+    ablation: Ablation = ZERO,
+    share_prefix: bool = False,
 ) -> list[list[list[int]]]:
     """Greedy continuations of every prompt under every variant: ``[variant][prompt]`` token ids,
     equal to :func:`greedy_generate` of each (prompt, mask) alone.
@@ -205,7 +209,9 @@ def generate_variants(
     the prompts' intact pass runs once and each chunk of variants, all with the same first ablated
     layer, resumes it there (see the module docstring); otherwise each chunk runs
     :func:`greedy_generate`. ``stop``: one list of stop strings per prompt; ``gaps`` (given ``inf``)
-    receives each (variant, prompt)'s smallest greedy gap (:func:`greedy_generate`)."""
+    receives each (variant, prompt)'s smallest greedy gap (:func:`greedy_generate`). ``ablation``: what
+    replaces an ablated head's ``z``; ``share_prefix``: the prompts' common start runs once per
+    variant (:mod:`~cel_lens.evaluation.prefix`)."""
     n_var, n = masks.shape[0], len(prompts)
     n_layers = masks.shape[1]
     out: list[list[list[int]]] = [[[] for _ in range(n)] for _ in range(n_var)]
@@ -220,7 +226,7 @@ def generate_variants(
     groups: dict[int, list[int]] = {}
     for v in sorted(range(n_var), key=lambda v: first[v]):
         groups.setdefault(first[v] if shared else 0, []).append(v)
-    head = shared_prefix(prompts, min(map(len, prompts)) - 1) if shared and prefix_sharing_enabled() else 0
+    head = shared_prefix(prompts, min(map(len, prompts)) - 1) if shared and share_prefix else 0
     with torch.inference_mode():
         prefix = _intact_prompts(model, cache, tokens, attn, last, sorted(groups)) if shared and not head else None
         if head:  # the prompts' shared start once per variant (:mod:`~cel_lens.evaluation.prefix`)
@@ -232,11 +238,11 @@ def generate_variants(
             if prefix is None:
                 outs = greedy_generate(
                     model, [p for _ in chunk for p in prompts], max_new_tokens=max_new_tokens, masks=row_masks,
-                    stop=row_stops, stop_at_eos=stop_at_eos, gaps=row_gaps,
+                    stop=row_stops, stop_at_eos=stop_at_eos, gaps=row_gaps, ablation=ablation,
                 )
             else:
                 outs = _resumed_generate(model, prefix, chunk, first, row_masks, row_stops, stop_at_eos, max_new_tokens,
-                                         row_gaps)
+                                         row_gaps, ablation)
             if gaps is not None:
                 gaps[chunk] = row_gaps.view(len(chunk), n)
             for k, v in enumerate(chunk):
@@ -260,7 +266,7 @@ def _intact_prompts(model, cache: StackCache, tokens: Tensor, attn: Tensor, last
 
 def _resumed_generate(
     model, prefix: dict, chunk: list[int], first: list[int], row_masks: Tensor, row_stops, stop_at_eos: bool,
-    max_new_tokens: int, gaps: Optional[Tensor] = None,
+    max_new_tokens: int, gaps: Optional[Tensor] = None, ablation: Ablation = ZERO,
 ) -> list[list[int]]:
     """Generation for one chunk of variants (rows variant-major) from the intact prompt pass: the
     cache of the layers below the chunk's first ablated layer is indexed, not recomputed."""
@@ -274,14 +280,16 @@ def _resumed_generate(
     if start >= n_layers:
         last = prefix["final"][index]
     elif prefix.get("prefix"):
-        last = resumed_prompts_shared(model, prefix, start, row_masks[::n], cache)
+        last = resumed_prompts_shared(model, prefix, start, row_masks[::n], cache, ablation=ablation)
     else:
-        last = _resumed_prompts(model, prefix, start, v, row_masks, cache)
-    return _decode(model, last, cache, tokens[index], rep_attn, row_masks, row_stops, stop_at_eos, max_new_tokens, gaps)
+        last = _resumed_prompts(model, prefix, start, v, row_masks, cache, ablation)
+    return _decode(model, last, cache, tokens[index], rep_attn, row_masks, row_stops, stop_at_eos, max_new_tokens, gaps,
+                   ablation)
 
 
 def _resumed_prompts(
-    model, prefix: dict, start: int, v: int, row_masks: Bool[Tensor, "row layer head"], cache: StackCache
+    model, prefix: dict, start: int, v: int, row_masks: Bool[Tensor, "row layer head"], cache: StackCache,
+    ablation: Ablation,
 ) -> Float[Tensor, "row d_model"]:
     """The prompt pass of ``v`` variants (rows variant-major) resumed at ``start``, into ``cache``:
     one pass per group of prompts of like length (:func:`~cel_lens.evaluation.batch.length_groups`),
@@ -301,7 +309,7 @@ def _resumed_prompts(
         out = forward_resid_cached(
             model, einops.repeat(x, "b ... -> (v b) ...", v=v), part, attention_mask=attn[g_t, :w].repeat(v, 1),
             start_at_layer=start, keep=prompt_last[g_t].repeat(v, 1), variants=row_masks[rows],
-            ablation=ablation_of(model), repeated=True,
+            ablation=ablation, repeated=True,
         )[:, 0]
         if len(groups) == 1:
             return out
@@ -338,11 +346,14 @@ def evaluate_generation(
     chat: bool,
     progress: bool,
     gaps: Optional[Float[Tensor, "variant example"]] = None,
+    ablation: Ablation = ZERO,
+    share_prefix: bool = False,
 ) -> tuple[Bool[Tensor, "variant example"], Float[Tensor, "variant example"], list[list[str]]]:
     """Generate for every example under every head set (``batch_size`` prompts by as many variants
     as fit in ``max_rows`` rows per batch, :func:`generate_variants`) and judge each distinct
     completion once: per-example correctness, its float copy as the score, and the completions
-    ``[variant][example]``. ``gaps`` (given ``inf``) receives each one's smallest greedy gap."""
+    ``[variant][example]``. ``gaps`` (given ``inf``) receives each one's smallest greedy gap;
+    ``ablation`` and ``share_prefix`` as in :func:`generate_variants`."""
     if split.judge is None:
         raise ValueError(f"generation split {split.task}/{split.name} has no judge to score completions")
     tok = _tokenizer(model)
@@ -360,7 +371,7 @@ def evaluate_generation(
         part = None if gaps is None else torch.full((n_var, len(idx)), float("inf"))
         outs = generate_variants(
             model, [prompts[i] for i in idx], masks, max_new_tokens=max_new_tokens, stop=[stops[i] for i in idx],
-            max_rows=per_chunk * len(idx), gaps=part,
+            max_rows=per_chunk * len(idx), gaps=part, ablation=ablation, share_prefix=share_prefix,
         )
         if gaps is not None:
             gaps[:, idx] = part

@@ -35,8 +35,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
-import os
-import threading
 import weakref
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
@@ -50,9 +48,8 @@ from cel_lens.config import PRECISIONS
 __all__ = [
     "PRECISIONS", "LOGIT_BOUND", "LOGPROB_BOUND", "CHOICE_PAIR_BOUND", "PAIR_CHECK_MIN", "PAIR_CHECK_SHARE",
     "pair_check", "merge_pair_checks", "Margins", "resolve_precision", "check_precision", "cpu_has_native_bf16",
-    "compute_precision", "float32_model", "recompute_mask", "recompute_groups", "use_precision",
-    "tally_summary", "restore_precision", "precision_of", "tally_recompute", "recompute_summary",
-    "precision_line", "PRECISION_ENV", "AUTO_MIN_PARAMS", "AUTO_KINDS", "ONE_TOKEN_CHOICES",
+    "compute_precision", "float32_model", "recompute_mask", "recompute_groups", "split_key",
+    "tally_summary", "recompute_summary", "precision_line", "AUTO_MIN_PARAMS", "AUTO_KINDS", "ONE_TOKEN_CHOICES",
 ]
 
 
@@ -101,11 +98,6 @@ where the pair check held many decisions to ``LOGPROB_BOUND``. MBPP recomputed e
 (0.45 x); multi-token choices, held to ``k LOGPROB_BOUND``, recompute nearly all."""
 
 
-PRECISION_ENV = "CEL_LENS_PRECISION"
-"""Environment variable that replaces ``"auto"`` (e.g. ``float32`` in the test suite, whose tests
-compare floats across paths)."""
-
-
 def check_precision(precision: Optional[str]) -> str:
     """``precision``'s canonical name (``None`` is ``"auto"``); ``ValueError`` naming the choices."""
     name = "auto" if precision is None else str(precision).lower()
@@ -128,10 +120,9 @@ def cpu_has_native_bf16() -> bool:
 
 def resolve_precision(precision: Optional[str], model, kind: Optional[str] = None) -> str:
     """``"float32"`` or ``"bf16"``: ``precision`` itself, or for ``"auto"`` (``None``) the rule of
-    the module docstring (after :data:`PRECISION_ENV`, when set) for a split of ``kind``."""
+    the module docstring for a split of ``kind`` (the environment is read at the edge:
+    :meth:`~cel_lens.evaluation.context.EvalContext.from_environment`)."""
     name = check_precision(precision)
-    if name == "auto":
-        name = check_precision(os.environ.get(PRECISION_ENV) or "auto")
     if name != "auto":
         return name
     p = next(model.parameters())
@@ -228,65 +219,18 @@ def recompute_mask(
     return norm_unsure if metric == "acc_norm" else unsure | norm_unsure
 
 
-class _PerThread(threading.local):
-    """Each thread's chosen precision and tally per model: searches running at once in threads on
-    one model (a grid's parallel pairs) keep their own, so one's start does not reset the other's
-    tally and each run records only its own decisions."""
-
-    def __init__(self) -> None:
-        self.chosen: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-        self.tally: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-        self.pairs: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
-
-_STATE = _PerThread()
-
-
-def use_precision(model, precision: Optional[str]) -> Optional[str]:
-    """Make ``precision`` what :func:`~cel_lens.evaluation.evaluate` uses for ``model`` when it is
-    given none (a search sets its ``SearchConfig.precision`` so), and start a fresh tally; both hold
-    for the calling thread (a search evaluates in the thread that runs it). Returns the choice it
-    replaced, for :func:`restore_precision`."""
-    previous = _STATE.chosen.get(model)
-    _STATE.chosen[model] = check_precision(precision)
-    _STATE.tally[model] = {}
-    _STATE.pairs[model] = {}
-    return previous
-
-
-def restore_precision(model, previous: Optional[str]) -> None:
-    """Undo :func:`use_precision`: ``model``'s choice goes back to ``previous`` (what it returned;
-    ``None``: none, so ``"auto"``), as a search does when it ends, so that a later
-    :func:`~cel_lens.evaluation.evaluate` of the same model is not run in the search's precision."""
-    if previous is None:
-        _STATE.chosen.pop(model, None)
-    else:
-        _STATE.chosen[model] = previous
-
-
-def precision_of(model) -> str:
-    """The precision set by :func:`use_precision` for ``model`` (``"auto"`` if none)."""
-    return _STATE.chosen.get(model, "auto")
-
-
-def _split_name(split) -> str:
+def split_key(split) -> str:
     """The name a split's decisions are tallied under (``"examples"`` for an unnamed one)."""
     return str(getattr(split, "name", "") or "examples")
 
 
-def tally_recompute(model, split, redo: Bool[Tensor, "variant example"]) -> None:
-    """Count ``redo``'s decisions, and those recomputed, under ``split``'s name for ``model``."""
-    counts = _STATE.tally.setdefault(model, {}).setdefault(_split_name(split), [0, 0])
-    counts[0] += int(redo.sum())
-    counts[1] += int(redo.numel())
-
-
-def recompute_summary(model) -> dict:
-    """Per split: decisions made in bf16 since :func:`use_precision`, how many were recomputed in
-    float32, and their share (what a run records); where one-token choices were checked, the
-    ``pair_check`` record (:func:`pair_check`, the split name's tasks merged)."""
-    out = tally_summary(_STATE.tally.get(model, {}))
-    for (_, name), record in _STATE.pairs.get(model, {}).items():
+def recompute_summary(tally: Any) -> dict:
+    """Per split of a :class:`~cel_lens.evaluation.context.RecomputeTally`: decisions made in bf16,
+    how many were recomputed in float32, and their share (what a run records); where one-token
+    choices were checked, the ``pair_check`` record (:func:`pair_check`, the split name's tasks merged)."""
+    counts, pairs = tally.snapshot()
+    out = tally_summary({name: (done, total) for name, (done, total) in counts.items()})
+    for (_, name), record in pairs.items():
         if name in out:
             out[name]["pair_check"] = merge_pair_checks([out[name].get("pair_check", {}), record])
     return out
@@ -313,7 +257,7 @@ def _row_change(bf16_ll: Float[Tensor, "row choice"], float32_ll: Float[Tensor, 
 
 
 def pair_check(
-    model, split, margins: Margins, float32_ll: Float[Tensor, "variant example choice"],
+    tally: Any, split, margins: Margins, float32_ll: Float[Tensor, "variant example choice"],
     redo: Bool[Tensor, "variant example"], metric: Optional[str] = None,
 ) -> Bool[Tensor, "variant example"]:
     """Check :data:`CHOICE_PAIR_BOUND` on an evaluation's own recomputes, and say what else to recompute.
@@ -321,8 +265,8 @@ def pair_check(
     Every recomputed decision between one-token choices has both its bf16 scores (``margins``) and
     float32's (``float32_ll``, after the recompute): the bound is confirmed when at least
     :data:`PAIR_CHECK_MIN` of them moved no choice difference by more than :data:`PAIR_CHECK_SHARE`
-    of it, counting those of earlier evaluations of the same split (task and name) of ``model``
-    since :func:`use_precision`. Otherwise what the wider ``LOGPROB_BOUND`` rule marks beyond
+    of it, counting those of earlier evaluations of the same split (task and name) in ``tally`` (a
+    :class:`~cel_lens.evaluation.context.RecomputeTally`: one search's). Otherwise what the wider ``LOGPROB_BOUND`` rule marks beyond
     ``redo`` is returned to be recomputed too (none when confirmed, or where the bound was not used:
     no one-token choices, or ``metric="acc_norm"``). The split's record is kept for the run's tally."""
     none = torch.zeros_like(redo)
@@ -334,13 +278,13 @@ def pair_check(
     seen = redo & one[None, :]
     n = int(seen.sum())
     change = float(_row_change(margins.choice_ll[seen], float32_ll[seen]).max()) if n else 0.0
-    key = (str(getattr(split, "task", "") or ""), _split_name(split))
-    held = merge_pair_checks([_STATE.pairs.setdefault(model, {}).get(key, {}), {"observed": n, "largest_change": change}])
+    key = (str(getattr(split, "task", "") or ""), split_key(split))
+    held = merge_pair_checks([tally.pair_record(key), {"observed": n, "largest_change": change}])
     confirmed = held["observed"] >= PAIR_CHECK_MIN and held["largest_change"] <= PAIR_CHECK_SHARE * CHOICE_PAIR_BOUND
     widen = none if confirmed else recompute_mask(
         "multiple_choice", margins, pair_bound=LOGPROB_BOUND, metric=metric) & ~redo
     held["widened"] += int(widen.sum())
-    _STATE.pairs[model][key] = held  # this split's evidence so far, this call's included
+    tally.set_pair_record(key, held)  # this split's evidence so far, this call's included
     return widen
 
 
@@ -384,7 +328,7 @@ def precision_line(model, precision: Optional[str], kind: Optional[str] = None) 
     name = check_precision(precision)
     resolved = resolve_precision(name, model, kind)
     if resolved == "float32":
-        if name != "auto" or check_precision(os.environ.get(PRECISION_ENV) or "auto") != "auto":
+        if name != "auto":
             return "precision: float32"
         small = sum(q.numel() for q in model.parameters()) < AUTO_MIN_PARAMS
         words = "one-token choice" if kind == ONE_TOKEN_CHOICES else str(kind).replace("_", "-")

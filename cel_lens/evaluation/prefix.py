@@ -20,8 +20,9 @@ than of the row's width), and BLAS and the attention kernel pick their blocking 
 2.13 on this CPU: a linear layer's rows differ in the last bit when the product has 1-3, 5-7 or 9-11
 rows). The rows' own positions, given the same prefix keys and values, are bit for bit the unshared
 pass. So sharing is off unless asked for (``share_prefix=True`` in
-:func:`~cel_lens.evaluation.encode.encode_split`, :func:`prefix_sharing` around a call, or
-``CEL_LENS_SHARE_PREFIX=1`` in the environment). When it is on,
+:func:`~cel_lens.evaluation.encode.encode_split`, an
+:class:`~cel_lens.evaluation.context.EvalContext` with ``share_prefix=True``, or
+``CEL_LENS_SHARE_PREFIX=1`` in the environment, read at the edge). When it is on,
 :func:`~cel_lens.evaluation.evaluate` recomputes without sharing every decision within
 :data:`PREFIX_BOUND` of flipping (the same rule bf16's decisions get, with a bound about 24 x the
 largest difference measured, ``benchmarks/prefix.py``), so its decisions are the unshared path's.
@@ -29,10 +30,7 @@ largest difference measured, ``benchmarks/prefix.py``), so its decisions are the
 
 from __future__ import annotations
 
-import contextlib
-import os
-import threading
-from typing import Iterable, Iterator, Optional, Sequence
+from typing import Iterable, Optional, Sequence
 
 import einops
 import torch
@@ -40,19 +38,16 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from cel_lens.evaluation.batch import TeacherForced, length_groups
-from cel_lens.model.ablation import ablation_of
+from cel_lens.model.ablation import ZERO, Ablation
 from cel_lens.model.forward import forward_resid_cached, init_kv_cache, param_device, select_kv_cache
 from cel_lens.model.model_types import model_shape
 from cel_lens.model.stack import StackCache
 
 __all__ = [
-    "prefix_sharing",
-    "prefix_sharing_enabled",
     "can_share_prefix",
     "common_prefix",
     "shared_prefix",
     "MIN_PREFIX",
-    "PREFIX_ENV",
     "PREFIX_BOUND",
     "rows_prefix",
     "prefix_rows_vectors",
@@ -61,38 +56,12 @@ __all__ = [
     "resumed_prompts_shared",
 ]
 
-PREFIX_ENV = "CEL_LENS_SHARE_PREFIX"
 PREFIX_BOUND = 1e-3
 """Largest change a shared prefix may make to a decision's margin (logit or log-probability units):
 about 24 x the largest measured (4.2e-5 on SmolLM2-135M-Instruct's Arithmetic and MBPP prompts,
 ``benchmarks/prefix.py``). A decision within it of flipping is recomputed without sharing."""
-"""Environment variable that turns sharing on (``1``) for every process that inherits it (a Ray
-worker too), unless :func:`prefix_sharing` says otherwise."""
-_ENABLED = threading.local()  # each thread's choice (a block in one thread leaves the others' alone)
 MIN_PREFIX = 2
 """Shortest prefix worth a pass of its own (a lone BOS token is not)."""
-
-
-@contextlib.contextmanager
-def prefix_sharing(enabled: bool) -> Iterator[None]:
-    """Within the block, encode batches with (``True``) or without (``False``) their shared prefix
-    computed once (what ``share_prefix=None`` means in
-    :func:`~cel_lens.evaluation.encode.encode_split` and in generation), in the calling thread.
-    Outside any block: :data:`PREFIX_ENV`, else off."""
-    before = getattr(_ENABLED, "value", None)
-    _ENABLED.value = bool(enabled)
-    try:
-        yield
-    finally:
-        _ENABLED.value = before
-
-
-def prefix_sharing_enabled() -> bool:
-    """Whether batches share their prefix by default (see :func:`prefix_sharing`)."""
-    chosen = getattr(_ENABLED, "value", None)
-    if chosen is None:
-        return os.environ.get(PREFIX_ENV, "").strip().lower() in ("1", "true", "yes", "on")
-    return bool(chosen)
 
 
 def can_share_prefix(model) -> bool:
@@ -147,10 +116,13 @@ def prefix_cache(
     masks: Bool[Tensor, "variant layer head"],
     spare: int,
     hooks: Sequence = (),
+    *,
+    ablation: Ablation,
 ) -> StackCache:
     """Keys and values of one prefix row ``x`` (tokens ``[1, P]`` at ``start == 0``, else the
     residual stream entering ``start``, ``[1, P, d]``) under each variant of ``masks``: a cache of
-    ``V`` rows (layers ``>= start``) with room for ``spare`` positions after the prefix."""
+    ``V`` rows (layers ``>= start``) with room for ``spare`` positions after the prefix (``ablation``:
+what the masks' heads are replaced by)."""
     n_var, width = int(masks.shape[0]), int(x.shape[1])
     device = param_device(model)
     cache = init_kv_cache(model, n_var, spare=spare)
@@ -159,7 +131,7 @@ def prefix_cache(
     forward_resid_cached(
         model, x, cache, attention_mask=torch.ones(1, width, dtype=torch.long, device=device), start_at_layer=start,
         fwd_hooks=list(hooks), keep=torch.full((1, 1), width - 1, dtype=torch.long, device=device), variants=masks,
-        ablation=ablation_of(model),
+        ablation=ablation,
     )
     return cache
 
@@ -173,6 +145,8 @@ def prefix_rows_vectors(
     sources: Optional[Sequence[Optional[Tensor]]],
     capture: Sequence[int] = (),
     sink: Optional[dict] = None,
+    *,
+    ablation: Ablation,
 ) -> Float[Tensor, "variant row k d_model"]:
     """Residual vectors at each row's scored positions (as the ``"rows"`` layout's pass), with the
     rows' first ``prefix`` tokens computed once per variant: part 0 is the prefix (``sources[0]``,
@@ -189,13 +163,13 @@ def prefix_rows_vectors(
     else:
         assert sources is not None and sources[0] is not None and sources[1] is not None
         head, tail = (s.to(device=device, dtype=dtype) for s in sources[:2])
-    cache = prefix_cache(model, head, start, masks, width - prefix, _capture_hooks(capture, sink, 0))
+    cache = prefix_cache(model, head, start, masks, width - prefix, _capture_hooks(capture, sink, 0), ablation=ablation)
     cache = select_kv_cache(cache, torch.arange(n_var, device=device).repeat_interleave(n_rows))
     mask = rows.attention_mask.to(device).clone()
     mask[:, :prefix] = 1
     resid = forward_resid_cached(
         model, tail, cache, attention_mask=mask, start_at_layer=start, fwd_hooks=_capture_hooks(capture, sink, 1),
-        keep=(rows.positions.to(device) - prefix).clamp_min(0), variants=masks, ablation=ablation_of(model),
+        keep=(rows.positions.to(device) - prefix).clamp_min(0), variants=masks, ablation=ablation,
     )
     return einops.rearrange(resid, "(v r) k d -> v r k d", v=n_var)
 
@@ -219,7 +193,8 @@ def intact_prompts_shared(
     sink: dict = {}
     layers = [l for l in starts if 0 < l < n_layers]
     intact = torch.zeros(1, n_layers, n_heads, dtype=torch.bool)
-    head = prefix_cache(model, tokens[:1, :prefix], 0, intact, width - prefix + spare, _capture_hooks(layers, sink, 0))
+    head = prefix_cache(model, tokens[:1, :prefix], 0, intact, width - prefix + spare, _capture_hooks(layers, sink, 0),
+                        ablation=ZERO)  # intact: nothing is ablated
     cache = select_kv_cache(head, torch.zeros(n, dtype=torch.long, device=tokens.device))
     cache.spare = spare  # later copies of this cache need room for the new tokens only
     final = forward_resid_cached(
@@ -232,7 +207,8 @@ def intact_prompts_shared(
 
 
 def resumed_prompts_shared(
-    model, state: dict, start: int, variant_masks: Bool[Tensor, "variant layer head"], cache: StackCache
+    model, state: dict, start: int, variant_masks: Bool[Tensor, "variant layer head"], cache: StackCache, *,
+    ablation: Ablation,
 ) -> Float[Tensor, "row d_model"]:
     """The prompt pass of each variant of ``variant_masks`` resumed at ``start`` from
     :func:`intact_prompts_shared`'s ``state``: the prefix once per variant, then every prompt's
@@ -244,7 +220,7 @@ def resumed_prompts_shared(
     v = int(variant_masks.shape[0])
     device = tokens.device
     head_x = tokens[:1, :prefix] if start == 0 else state["head_resid"][start]
-    head = prefix_cache(model, head_x, start, variant_masks, width - prefix)
+    head = prefix_cache(model, head_x, start, variant_masks, width - prefix, ablation=ablation)
     out: Optional[Tensor] = None
     for group in length_groups((last[:, 0] + 1).tolist()):
         g = torch.tensor(sorted(group), device=device)
@@ -254,7 +230,7 @@ def resumed_prompts_shared(
         x = tokens[g, prefix:w] if start == 0 else state["resid"][start][g, : w - prefix]
         resid = forward_resid_cached(
             model, x, part, attention_mask=attn[g, :w], start_at_layer=start, keep=last[g] - prefix,
-            variants=variant_masks, ablation=ablation_of(model),
+            variants=variant_masks, ablation=ablation,
         )[:, 0]
         out = resid.new_empty(v * n, resid.shape[-1]) if out is None else out
         out[rows] = resid

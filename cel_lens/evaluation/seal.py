@@ -5,7 +5,7 @@ Every evaluation of a split named ``"test"`` goes through :func:`cel_lens.evalua
 Ray backends, ``MemoOracle(guard_test=False)`` over a model...), and that one choke point appends
 a line to the ledger: which model, which test examples (by the split's content hash, with the
 example ids written once per hash), which head sets, when, and by which entry point
-(:func:`reading_as`; ``"evaluate"`` when no caller said). A search asks :func:`recorded_reads` when it
+(its :class:`SealReader`; ``"evaluate"`` when no caller said). A search asks :func:`recorded_reads` when it
 fixes its selection: any read of one of its D_test examples by the same model before that moment
 makes ``selected_before_test`` false, with the reads as the reason.
 
@@ -25,7 +25,6 @@ line that it breaks the seal (:data:`SEAL_WARNING`).
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import datetime as dt
 import fcntl
 import json
@@ -33,6 +32,7 @@ import os
 import re
 import socket
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
@@ -40,7 +40,7 @@ from cel_lens.heads import HeadSet
 from cel_lens.model.identity import model_id, weights_hash
 from cel_lens.tasks.base import Split
 
-__all__ = ["TEST_SPLIT_NAME", "DIST_SPLIT_NAME", "SEAL_WARNING", "ledger_dir", "ledger_file", "reading_as",
+__all__ = ["TEST_SPLIT_NAME", "DIST_SPLIT_NAME", "SEAL_WARNING", "ledger_dir", "ledger_file", "SealReader",
            "record_test_read", "recorded_reads", "read_example_ids", "summarize_read", "describe_reads", "weights_key"]
 
 TEST_SPLIT_NAME = "test"
@@ -53,9 +53,19 @@ SEAL_WARNING = (
 )
 """The one line a read of D_test outside a search prints (as a :class:`UserWarning`)."""
 
-_ENTRY: contextvars.ContextVar[Optional[tuple[str, Optional[str]]]] = contextvars.ContextVar(
-    "cel_lens_test_read_entry", default=None
-)
+
+
+@dataclass(frozen=True)
+class SealReader:
+    """Who reads D_test, as the ledger records it: ``entry`` (``"search <run>"``, ``"cel-lens
+    evaluate"``, ...) and ``key``, which names a search configuration: its own reads after its
+    selection do not mark a later search of the same configuration, whose selection, a function of
+    D_dist alone, they cannot have changed (:func:`recorded_reads` ``exclude_key``). A read with a
+    reader prints no seal warning (the caller owns it). It travels in the evaluation's context
+    (:class:`~cel_lens.evaluation.context.EvalContext`)."""
+
+    entry: str
+    key: Optional[str] = None
 
 
 _KNOWN: set[tuple[str, str]] = set()  # (ledger file, split hash) whose ids this process knows are written
@@ -74,21 +84,6 @@ def ledger_file(task: str) -> Path:
     """The ledger file of ``task`` (its name made safe for a file name)."""
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", task or "unnamed") or "unnamed"
     return ledger_dir() / f"{safe}.jsonl"
-
-
-@contextlib.contextmanager
-def reading_as(entry: str, key: Optional[str] = None) -> Iterator[None]:
-    """Test reads inside this block are recorded as made by ``entry`` (``"search <run>"``, ...);
-    a read inside it prints no seal warning (the caller owns the read). ``key`` (inherited from an
-    enclosing block when not given) names a search configuration: its own reads after its
-    selection do not mark a later search of the same configuration, whose selection, a function
-    of D_dist alone, they cannot have changed (:func:`recorded_reads` ``exclude_key``)."""
-    outer = _ENTRY.get()
-    token = _ENTRY.set((entry, key if key is not None else (outer[1] if outer else None)))
-    try:
-        yield
-    finally:
-        _ENTRY.reset(token)
 
 
 @contextlib.contextmanager
@@ -153,26 +148,26 @@ def _identity(model: Any, weights: Optional[str] = None) -> tuple[str, Optional[
     return model_id(model), weights_key(model)
 
 
-def record_test_read(model: Any, split: Split, head_sets: Sequence[HeadSet], *, entry: Optional[str] = None,
+def record_test_read(model: Any, split: Split, head_sets: Sequence[HeadSet], *, reader: Optional[SealReader] = None,
                      weights: Optional[str] = None) -> None:
     """Append a read of ``split`` by ``model`` (the model, or its id) with ``head_sets`` to the ledger,
     keyed on content: the weights' fingerprint (:func:`weights_key`) and each example's content
     hash, whatever the model, split or task is called. Every split but one named ``"dist"`` is
     recorded (a renamed copy of D_test, examples passed as a list, a split without a task); a read of
-    a split named ``"test"`` that no caller claimed (:func:`reading_as`) warns (:data:`SEAL_WARNING`).
+    a split named ``"test"`` that no caller claimed (no ``reader``) warns (:data:`SEAL_WARNING`).
     ``weights``: the weights hash when ``model`` is given by name (an export's verify records its
     reads as the source model's, with the hash its run manifest holds)."""
     if split.name == DIST_SPLIT_NAME:
         return
-    owner, key = _ENTRY.get() or (None, None)
+    owner, key = (reader.entry, reader.key) if reader is not None else (None, None)
     mid, weights = _identity(model, weights)
-    if split.name == TEST_SPLIT_NAME and owner is None and entry is None:
+    if split.name == TEST_SPLIT_NAME and owner is None:
         warnings.warn(SEAL_WARNING.format(task=split.task or "this task", model=mid), UserWarning, stacklevel=3)
     digest = split.content_hash
     now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="microseconds")
     read = {"kind": "read", "time": now, "model": mid, "weights": weights, "task": split.task, "split_name": split.name,
             "split": digest, "n": len(split), "head_sets": [str(h) for h in head_sets],
-            "entry": entry or owner or "evaluate", "key": key, "pid": os.getpid(), "host": socket.gethostname()}
+            "entry": owner or "evaluate", "key": key, "pid": os.getpid(), "host": socket.gethostname()}
     path = ledger_file(split.task)
     with _locked(path, exclusive=True) as fh:
         # the split's ids and content hashes are written once; a process reads the ledger for that once
@@ -205,7 +200,7 @@ def recorded_reads(model: Any, split: Split, *, exclude_key: Optional[str] = Non
     """Recorded reads by ``model`` (the model, matched on its weights' fingerprint and on its id;
     or an id) of any example of ``split`` (matched on content hashes; on ids for lines written
     before hashes were), in any ledger file, oldest first; reads made under ``exclude_key`` (the
-    same search configuration, :func:`reading_as`) left out."""
+    same search configuration, :class:`SealReader`) left out."""
     mid, weights = _identity(model)
     entries = _all_entries()
     hashes = {e.content_hash for e in split.examples}

@@ -34,6 +34,7 @@ from torch import Tensor
 from cel_lens.evaluation.batch import EncodedBatch
 from cel_lens.evaluation.encode import as_split, chat_choice, encode_split
 from cel_lens.evaluation.teacher_forced import batch_pass, intact_mask
+from cel_lens.model.ablation import ZERO
 from cel_lens.model.model_types import model_shape, supports_resume
 from cel_lens.progress import progress_bar
 from cel_lens.tasks.base import Split
@@ -177,6 +178,7 @@ class ActivationStore:
         chat_template: Optional[bool] = None,
         device: Union[str, torch.device] = "cpu",
         max_tokens: Optional[int] = None,
+        share_prefix: bool = False,
     ) -> "ActivationStore":
         """Run the intact model once over ``split`` and keep its residual stream.
 
@@ -185,7 +187,7 @@ class ActivationStore:
         when they do not all fit); ``dtype``: storage dtype (default: the model's); ``path``: a
         directory in which to memory-map the buffer instead of holding it in RAM; ``device``: where
         an in-RAM buffer lives (``"cuda"`` avoids host-device copies when memory allows);
-        ``batch_size``/``max_tokens``: the batching (:func:`~cel_lens.evaluation.encode_split`).
+        ``batch_size``/``max_tokens``/``share_prefix``: the batching (:func:`~cel_lens.evaluation.encode_split`).
         """
         split = as_split(split)
         n_layers, _ = model_shape(model)
@@ -193,7 +195,7 @@ class ActivationStore:
         if budget_bytes is not None and budget_bytes < 0:
             raise ValueError(f"budget_bytes must be >= 0, got {budget_bytes}")
         chat = chat_choice(split, chat_template)
-        batches = encode_split(model, split, batch_size, chat_template=chat, max_tokens=max_tokens)
+        batches = encode_split(model, split, batch_size, chat_template=chat, max_tokens=max_tokens, share_prefix=share_prefix)
         resumable = supports_resume(model)
         candidates = _candidate_layers(layers, n_layers) if resumable else []
         itemsize = torch.empty((), dtype=dtype).element_size()
@@ -218,7 +220,7 @@ class ActivationStore:
             with torch.inference_mode():
                 for b, batch in enumerate(self.batches):
                     sink: dict = {}
-                    lp, greedy = batch_pass(model, batch, intact_mask(n_layers, n_heads), 0, None, self._stored, sink)
+                    lp, greedy = batch_pass(model, batch, intact_mask(n_layers, n_heads), 0, None, self._stored, sink, ablation=ZERO)
                     self._intact_lp.append(lp[0])
                     self._intact_greedy.append(greedy[0])
                     for layer in self._stored:

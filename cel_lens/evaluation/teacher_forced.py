@@ -21,7 +21,7 @@ from torch import Tensor
 from cel_lens.evaluation.batch import EncodedBatch, TeacherForced, length_groups
 from cel_lens.evaluation.prefix import _capture_hooks, prefix_rows_vectors
 from cel_lens.heads import HeadSet, masks_from_head_sets
-from cel_lens.model.ablation import ablation_of
+from cel_lens.model.ablation import ZERO, Ablation
 from cel_lens.model.forward import forward_resid, forward_resid_cached, init_kv_cache, param_device, select_kv_cache, unembed
 from cel_lens.model.model_types import model_shape, supports_resume
 from cel_lens.progress import progress_bar
@@ -50,6 +50,8 @@ def _rows_vectors(
     sources: Optional[Sequence[Optional[Tensor]]],
     capture: Sequence[int] = (),
     sink: Optional[dict] = None,
+    *,
+    ablation: Ablation,
 ) -> Float[Tensor, "variant row k d_model"]:
     """Residual vectors at each row's scored positions. Rows are right padded, so causal attention
     alone keeps every pad out of every real position: no attention mask is needed."""
@@ -57,7 +59,7 @@ def _rows_vectors(
     x = _input(model, rows.tokens, sources[0] if sources else None, start)
     hooks = _capture_hooks(capture, sink if sink is not None else {}, 0)
     resid = forward_resid(model, x, start_at_layer=start, fwd_hooks=hooks, keep=rows.positions, variants=masks,
-                          ablation=ablation_of(model))
+                          ablation=ablation)
     return einops.rearrange(resid, "(v r) k d -> v r k d", v=n_var)
 
 
@@ -69,6 +71,8 @@ def _shared_vectors(
     sources: Optional[Sequence[Optional[Tensor]]],
     capture: Sequence[int] = (),
     sink: Optional[dict] = None,
+    *,
+    ablation: Ablation,
 ) -> Float[Tensor, "variant row k d_model"]:
     """Residual vectors at each row's scored positions: every prompt once (right padded), then
     each choice's continuation after its prompt's key/value cache (an index of the prompt's rows,
@@ -92,17 +96,17 @@ def _shared_vectors(
         fwd_hooks=_capture_hooks(capture, sink, 0),
         keep=batch.context_last[:, None].to(device),
         variants=masks,
-        ablation=ablation_of(model),
+        ablation=ablation,
     )
     row_example = batch.row_example.to(device)
     last = einops.rearrange(last[:, 0], "(v b) d -> v b d", v=n_var)[:, row_example]  # [v, row, d]
     if width == 0:
         return last[:, :, None]
-    cont = _continuations(model, batch, masks, start, sources, capture, sink, cache, ctx_mask)
+    cont = _continuations(model, batch, masks, start, sources, capture, sink, cache, ctx_mask, ablation)
     return torch.cat([last[:, :, None], cont], dim=2)
 
 
-def _continuations(model, batch, masks, start, sources, capture, sink, cache, ctx_mask) -> Tensor:
+def _continuations(model, batch, masks, start, sources, capture, sink, cache, ctx_mask, ablation) -> Tensor:
     """Every choice's continuation after its prompt's cache, ``[variant, row, width, d_model]``:
     rows in groups of like length (:func:`~cel_lens.evaluation.batch.length_groups`), one pass per group."""
     n_var, n_ex, n_rows = masks.shape[0], batch.n_examples, batch.n_rows
@@ -126,7 +130,7 @@ def _continuations(model, batch, masks, start, sources, capture, sink, cache, ct
             start_at_layer=start,
             fwd_hooks=_capture_hooks(capture, part, 1),
             variants=masks,
-            ablation=ablation_of(model),
+            ablation=ablation,
             repeated=True,
         )
         out[:, g, :w] = einops.rearrange(resid, "(v r) p d -> v r p d", v=n_var)
@@ -189,17 +193,21 @@ def batch_pass(
     capture: Sequence[int] = (),
     sink: Optional[dict] = None,
     margins: Optional[list] = None,
+    *,
+    ablation: Ablation,
 ) -> tuple[Float[Tensor, "variant row"], Bool[Tensor, "variant row"]]:
-    """Row scores of ``batch`` under ``masks``, starting at layer ``start`` (from tokens when 0,
+    """Row scores of ``batch`` under ``masks`` (each ablated head replaced as ``ablation`` says),
+    starting at layer ``start`` (from tokens when 0,
     else from ``sources``: the intact residual streams entering ``start``), capturing the intact
     residual stream entering each layer in ``capture`` into ``sink[(part, layer)]`` (``margins``:
     see :func:`_row_scores`)."""
     if batch.rows is not None and batch.prefix:
-        vectors = prefix_rows_vectors(model, batch.rows, batch.prefix, masks, start, sources, capture, sink)
+        vectors = prefix_rows_vectors(model, batch.rows, batch.prefix, masks, start, sources, capture, sink,
+                                      ablation=ablation)
         return _row_scores(model, batch, vectors, margins)
     fn = _rows_vectors if batch.layout == "rows" else _shared_vectors
     rows_or_batch = batch.rows if batch.layout == "rows" else batch
-    vectors = fn(model, rows_or_batch, masks, start, sources, capture, sink)  # type: ignore[arg-type]
+    vectors = fn(model, rows_or_batch, masks, start, sources, capture, sink, ablation=ablation)  # type: ignore[arg-type]
     return _row_scores(model, batch, vectors, margins)
 
 
@@ -255,8 +263,10 @@ def score_batches(
     progress: bool,
     desc: str,
     margin: Optional[Tensor] = None,
+    ablation: Ablation = ZERO,
 ) -> tuple[Float[Tensor, "variant row"], Bool[Tensor, "variant row"]]:
-    """Row scores of every batch under every head set (rows in batch order). ``margin``
+    """Row scores of every batch under every head set (rows in batch order; ``ablation``: what an
+    ablated head's ``z`` is replaced by, zero by default). ``margin``
     (``[variant, row]``, given filled with ``inf``) receives each computed row's smallest target
     margin (rows read from ``store``, computed in float32, keep theirs)."""
     n_layers, n_heads = model_shape(model)
@@ -283,7 +293,8 @@ def score_batches(
             capture = [s for s in groups if s > 0]
             if intact or capture:
                 got: list = []
-                i_lp, i_greedy = batch_pass(model, batch, intact_mask(n_layers, n_heads), 0, None, capture, sink, got)
+                i_lp, i_greedy = batch_pass(model, batch, intact_mask(n_layers, n_heads), 0, None, capture, sink, got,
+                                             ablation=ZERO)
                 if margin is not None and intact:
                     margin[intact, rows] = got[0]
                 lp[intact, rows] = i_lp
@@ -298,7 +309,7 @@ def score_batches(
                 sources = _batch_sources(sink, start, n_parts)
             for chunk in chunks(members, per_chunk):
                 got = []
-                c_lp, c_greedy = batch_pass(model, batch, masks[chunk], start, sources, margins=got)
+                c_lp, c_greedy = batch_pass(model, batch, masks[chunk], start, sources, margins=got, ablation=ablation)
                 if margin is not None:
                     margin[chunk, rows] = got[0]
                 lp[chunk, rows] = c_lp

@@ -19,7 +19,8 @@ from cel_lens.backends.base import get_backend
 from cel_lens.grids.grid_plan import SIDE_EFFECTS_DIR, GridPlan, Pair
 from cel_lens.grids.resources import ModelSession, TaskCache, describe_error
 from cel_lens.grids.state import GridState
-from cel_lens.evaluation.seal import reading_as
+from cel_lens.evaluation.context import EvalContext
+from cel_lens.evaluation.seal import SealReader
 from cel_lens.heads import HeadSet
 from cel_lens.model.load import resolve_dtype
 from cel_lens.runs.run_dir import RunDir
@@ -67,12 +68,13 @@ def _evaluate(plan: GridPlan, handle: Any, tasks: TaskCache, model: str, target:
     task = tasks.get(target)
     settings = plan.settings
     store_dtype = None if plan.config.store_dtype is None else resolve_dtype(plan.config.store_dtype)
-    oracle = get_backend(settings.backend).open(handle, task, settings, store_dtype=store_dtype)
+    owner = SealReader(f"grid side effects on {target}")  # recorded in the seal's ledger, owned by the grid
+    context = EvalContext.from_environment(plan.config.precision, reader=owner)
+    oracle = get_backend(settings.backend).open(handle, task, settings, store_dtype=store_dtype, context=context)
     try:
         manifest = build_manifest(oracle.model_manifest, task, {"purpose": SIDE_EFFECTS_DIR, "seed": plan.config.seed})
         run = RunDir.open(plan.side_effect_dir(model, target), manifest, ignore=("versions", "cel_lens"))
-        with reading_as(f"grid side effects on {target}"):  # recorded in the seal's ledger, owned by the grid
-            RecordingOracle(oracle, run, guard_test=False).evaluate("test", sets, stage=STAGE)
+        RecordingOracle(oracle, run, guard_test=False).evaluate("test", sets, stage=STAGE)
     finally:
         oracle.close()
 

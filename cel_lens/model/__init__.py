@@ -23,12 +23,9 @@ from cel_lens.model.ablation import (
     ablate,
     ablation_hooks,
     ablation_kind,
-    ablation_of,
     fit_ablation,
     hook_z_name,
     run_variants,
-    set_ablation,
-    using_ablation,
     variant_hooks,
 )
 from cel_lens.model.bos import BOS_RULES, bos_rule, set_bos_rule
@@ -54,10 +51,7 @@ __all__ = [
     "Ablation",
     "ABLATION_KINDS",
     "ablation_kind",
-    "ablation_of",
     "fit_ablation",
-    "set_ablation",
-    "using_ablation",
     "hook_z_name",
     "variant_hooks",
     "run_variants",

@@ -19,8 +19,8 @@ A kind is a small class (:class:`Ablation`): ``values(z, layer)`` says what repl
 :data:`~cel_lens.config.ABLATION_KINDS` (name -> ``"module:Class"``); :func:`ablate`, :func:`run_variants`, the fused stack
 (:mod:`~cel_lens.model.stack`, :meth:`Ablation.replace`), the resumed passes
 (:mod:`~cel_lens.model.forward`, :meth:`Ablation.variant_hooks`), evaluation, search and export
-(:meth:`Ablation.constant`) all ask it. A model carries its kind (:func:`set_ablation`,
-:func:`ablation_of`; zero unless set), so every evaluation of that model uses it.
+(:meth:`Ablation.constant`) all ask it. A model carries no kind: an evaluation is handed its kind
+in its context (:class:`~cel_lens.evaluation.context.EvalContext`; zero unless given).
 
 Two ways to run ablations:
 
@@ -51,12 +51,9 @@ from cel_lens.model.processing import warn_if_processed
 
 __all__ = [
     "hook_z_name", "Ablation", "ZeroAblation", "ABLATION_KINDS", "ZERO",
-    "ablation_kind", "fit_ablation", "ablation_from_state", "set_ablation", "ablation_of", "using_ablation",
+    "ablation_kind", "fit_ablation", "ablation_from_state",
     "ablation_hooks", "ablate", "variant_hooks", "prompt_tokens", "run_variants",
 ]
-
-_ATTR = "_cel_lens_ablation"
-
 
 def hook_z_name(layer: int) -> str:
     """TransformerLens name of the per-head attention output of ``layer``."""
@@ -188,35 +185,11 @@ def ablation_from_state(state: dict[str, Any]) -> Ablation:
     return cls(torch.tensor(state["table"], dtype=torch.float32), **info)  # type: ignore[call-arg]
 
 
-def set_ablation(model: Any, ablation: Optional[Ablation]) -> Any:
-    """Make ``ablation`` the kind every ablation of ``model`` uses (``None``: zero); returns ``model``."""
-    if ablation is not None and not isinstance(ablation, Ablation):
-        raise TypeError(f"expected an Ablation, got {type(ablation).__name__}")
-    setattr(model, _ATTR, ablation)
-    return model
-
-
-def ablation_of(model: Any) -> Ablation:
-    """The ablation kind ``model`` uses (zero unless :func:`set_ablation` chose another)."""
-    return getattr(model, _ATTR, None) or ZERO
-
-
-@contextmanager
-def using_ablation(model: Any, ablation: Ablation) -> Iterator[Any]:
-    """Context manager: ``model`` uses ``ablation`` inside, its former kind again on exit."""
-    before = getattr(model, _ATTR, None)
-    set_ablation(model, ablation)
-    try:
-        yield model
-    finally:
-        set_ablation(model, before)
-
-
 def ablation_hooks(
     heads: HeadsLike, n_heads: Optional[int] = None, *, model: Any = None, kind: Optional[Ablation] = None
 ) -> list[Hook]:
     """TransformerLens ``fwd_hooks`` that ablate ``hook_z`` of every head in ``heads`` (``kind``:
-    default ``model``'s kind, else zero).
+    default zero).
 
     With ``model`` the heads are checked against it first ("out of range ... layers 0..L-1, heads
     0..H-1", as :func:`ablate` says); without it a head beyond the layer's heads is named when the
@@ -227,14 +200,13 @@ def ablation_hooks(
     if model is not None:
         n_layers, n_heads = model_shape(model)
         head_set.validate(n_layers, n_heads, model_name(model))
-        kind = kind or ablation_of(model)
     return (kind or ZERO).head_hooks(head_set, n_heads)
 
 
 @contextmanager
 def ablate(model: Any, heads: HeadsLike, kind: Optional[Ablation] = None) -> Iterator:
     """Context manager: inside it, every forward pass of ``model`` runs with ``heads`` ablated
-    (``kind``: default the model's, :func:`ablation_of`; zero unless set).
+    (``kind``: default zero).
 
     >>> with ablate(model, "L3H1+L12H7"):
     ...     logits = model(tokens)
@@ -295,7 +267,7 @@ def run_variants(
     V times; from there it is :func:`~cel_lens.model.forward.forward_resid` with ``variants``,
     the one ablated forward every evaluation takes. ``tokens`` may be a prompt string or a list of
     them (:func:`prompt_tokens`: as ``model("text")`` reads it; a list is right padded). A single
-    head set (``"L0H1+L2H0"``) counts as a list of one. ``kind``: the ablation (default the model's).
+    head set (``"L0H1+L2H0"``) counts as a list of one. ``kind``: the ablation (default zero).
     """
     if isinstance(head_sets, (str, HeadSet)):
         head_sets = [head_sets]
@@ -317,7 +289,7 @@ def run_variants(
         x = tokens if first == 0 else forward_resid(model, tokens, stop_at_layer=first, attention_mask=attention_mask)
         resid = forward_resid(
             model, x, start_at_layer=first, attention_mask=attention_mask, variants=masks,
-            ablation=kind or ablation_of(model),
+            ablation=kind or ZERO,
         )
     return _unembed_variants(model, resid, len(sets), positions)
 

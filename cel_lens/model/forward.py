@@ -20,7 +20,7 @@ TransformerLens's for other HookedTransformers.
 
 from __future__ import annotations
 
-import contextlib
+import threading
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 import einops
@@ -28,6 +28,7 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
+from cel_lens.model.hook_scope import owned, scoped_hooks
 from cel_lens.model.model_types import is_bridge, model_name
 from cel_lens.model.stack import StackCache
 from cel_lens.model.stack_build import stack_for
@@ -103,7 +104,7 @@ def forward_resid(
         hooks, variants = hooks + _repeated_hooks(x, variants, ablation), None
     stack = _stack(model, hooks)
     if stack is not None:
-        with _local_hooks(model, hooks):
+        with scoped_hooks(model, hooks):
             return stack.run(
                 x, start_at_layer, stop, attention_mask, keep=_on(keep, x), variants=variants, ablation=ablation
             )
@@ -117,7 +118,7 @@ def forward_resid(
         kwargs["attention_mask"] = attention_mask
     if x.is_floating_point():
         kwargs["start_at_layer"] = start_at_layer
-    with model.hooks(fwd_hooks=hooks):
+    with scoped_hooks(model, hooks):
         return _kept(model(x, **kwargs), keep)
 
 
@@ -130,7 +131,7 @@ def _split_variants(x, attention_mask, keep, hooks: list[Hook], variants: Option
     if variants is None:
         return x, attention_mask, keep, hooks
     if ablation is None:
-        raise ValueError("variants need the ablation that applies them (ablation=ablation_of(model))")
+        raise ValueError("variants need the ablation that applies them (an Ablation, e.g. cel_lens.model.ablation.ZERO)")
     n_var, batch = int(variants.shape[0]), x.shape[0]
 
     def rep(t: Optional[Tensor]) -> Optional[Tensor]:
@@ -145,33 +146,11 @@ def _repeated_hooks(x: Tensor, variants: Optional[Tensor], ablation: Any) -> lis
     if variants is None:
         raise ValueError("repeated=True needs the variants the rows were repeated for")
     if ablation is None:
-        raise ValueError("variants need the ablation that applies them (ablation=ablation_of(model))")
+        raise ValueError("variants need the ablation that applies them (an Ablation, e.g. cel_lens.model.ablation.ZERO)")
     n_var = int(variants.shape[0])
     if n_var == 0 or x.shape[0] % n_var:
         raise ValueError(f"{x.shape[0]} rows are not {n_var} variants x a batch")
     return ablation.variant_hooks(variants, x.shape[0] // n_var)
-
-
-@contextlib.contextmanager
-def _local_hooks(model, hooks: Sequence[Hook]) -> Iterator[None]:
-    """``model.hooks(fwd_hooks=hooks)`` without its sweep over every hook point on exit: only the
-    points given get their hooks of this level removed."""
-    if not hooks:
-        yield
-        return
-    model.context_level += 1
-    level = model.context_level
-    points = []
-    try:
-        for name, fn in hooks:
-            point = model.hook_dict[name]
-            point.add_hook(fn, dir="fwd", level=level)
-            points.append(point)
-        yield
-    finally:
-        for point in points:
-            point.remove_hooks("fwd", level=level)
-        model.context_level -= 1
 
 
 def _kept(resid: Tensor, keep: Optional[Tensor]) -> Tensor:
@@ -202,6 +181,8 @@ def _bridge_forward_resid(
     ``stop`` (or of the final norm), so neither later blocks nor the unembedding run."""
     from transformer_lens.model_bridge.exceptions import StopAtLayerException
 
+    me = threading.get_ident()  # the bridge adds hooks its own way; they act in this thread only
+    hooks = [(name, owned(fn, me)) for name, fn in hooks]
     if x.is_floating_point():
         with model.hooks(fwd_hooks=hooks):
             return bridge_layers(model, x, start, stop, attention_mask)
@@ -357,11 +338,11 @@ def forward_resid_cached(
                 "this pass has hooks the fused-attention stack does not fire (or fused attention is off): "
                 "its key/value cache cannot serve it"
             )
-        with _local_hooks(model, hooks):
+        with scoped_hooks(model, hooks):
             return stack.run(x, start_at_layer, n_layers, attention_mask, cache, keep=_on(keep, x), variants=variants,
                              ablation=ablation)
     x, attention_mask, keep, hooks = _split_variants(x, attention_mask, keep, hooks, variants, ablation)
-    with model.hooks(fwd_hooks=hooks):
+    with scoped_hooks(model, hooks):
         if x.is_floating_point():
             return _kept(model(
                 x, start_at_layer=start_at_layer, stop_at_layer=n_layers, past_kv_cache=cache,

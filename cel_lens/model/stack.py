@@ -35,6 +35,7 @@ import torch
 import torch.nn.functional as F
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
+from cel_lens.model.hook_scope import foreign_hooks
 
 __all__ = ["Stack", "StackCache"]
 
@@ -182,8 +183,9 @@ class Stack:
         model has a hook registered."""
         if any(id(h) not in self._fired for h in hook_points):
             return False
-        return not any(
-            h._forward_hooks or h._forward_pre_hooks or h._backward_hooks or h._backward_pre_hooks for h in self._others
+        return not any(  # hooks other threads hold act only in their passes (hook_scope)
+            len(h._forward_hooks) > foreign_hooks(h) or h._forward_pre_hooks or h._backward_hooks or h._backward_pre_hooks
+            for h in self._others
         )
 
     def run(
@@ -213,7 +215,7 @@ class Stack:
         ``replace``, the one definition of what ablating does). With a ``cache`` the batch splits
         before the first layer."""
         if variants is not None and ablation is None:
-            raise ValueError("variants need the ablation that applies them (ablation=ablation_of(model))")
+            raise ValueError("variants need the ablation that applies them (an Ablation, e.g. cel_lens.model.ablation.ZERO)")
         resid = self.embed(x) if not x.is_floating_point() else x
         batch, new = resid.shape[:2]
         past = cache.past(start) if cache is not None else 0

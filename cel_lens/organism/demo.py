@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 from cel_lens.evaluation.evaluator import evaluate
-from cel_lens.evaluation.seal import reading_as
+from cel_lens.evaluation.context import EvalContext
+from cel_lens.evaluation.seal import SealReader
 from cel_lens.heads import HeadSet
 from cel_lens.organism.ground_truth import ground_truth_heads
 from cel_lens.organism.model import load_organism
@@ -60,8 +61,8 @@ def run_demo(
     task_b = load_task(SIDE_TASK, n_dist=n_dist, n_test=n_test, seed=seed)
     run = search(model, task_a, out=out, seed=seed, progress=progress)
     res = run.result
-    with reading_as("demo: side effect of Ŝ on task B"):  # recorded in the seal's ledger, after the selection
-        side = evaluate(model, task_b.test, [HeadSet(), res.head_set], progress=progress)
+    owner = EvalContext.from_environment(reader=SealReader("demo: side effect of Ŝ on task B"))  # after the selection
+    side = evaluate(model, task_b.test, [HeadSet(), res.head_set], progress=progress, context=owner)
     b_lo, b_hi = paired_bootstrap_ci(side.correct[0], side.correct[1], seed=seed)
     summary: dict[str, Any] = dict(res.to_dict())
     summary.update(

@@ -20,7 +20,7 @@ from cel_lens.evaluation.batch import right_pad
 from cel_lens.evaluation.encode import encode_prompt
 from cel_lens.heads import HeadSet
 from cel_lens.model.ablation import (
-    Ablation, ablation_from_state, ablation_kind, fit_ablation, using_ablation,
+    Ablation, ablation_from_state, ablation_kind, fit_ablation,
 )
 from cel_lens.oracle import TEST_SPLIT, Journal, Oracle
 from cel_lens.selection.records import ControlGain
@@ -74,7 +74,8 @@ def ablation_controls(
 ) -> Optional[dict[str, ControlGain]]:
     """S-hat's D_test accuracy and gain (paired bootstrap CI) under every ablation kind but
     ``used``: ``{kind: {"acc_ablated", "gain", "ci_low", "ci_high", "record"}}``; ``None`` when S-hat
-    is empty. Read back from ``journal`` when recorded; the oracle must evaluate on ``model``."""
+    is empty. Read back from ``journal`` when recorded; the oracle must evaluate on ``model`` in this
+    process (each kind runs through its ``with_context``, the oracle itself unchanged)."""
     if not len(heads):
         return None
     if journal is not None:
@@ -86,8 +87,8 @@ def ablation_controls(
         if kind == used:
             continue
         ablation = _fit(model, dist, kind, seed)
-        with using_ablation(model, ablation):
-            bits = oracle.evaluate(TEST_SPLIT, [HeadSet(), heads], stage="control").double()
+        kind_oracle = oracle.with_context(oracle.context.with_(ablation=ablation))  # type: ignore[attr-defined]
+        bits = kind_oracle.evaluate(TEST_SPLIT, [HeadSet(), heads], stage="control").double()
         intact, ablated = bits[0].numpy(), bits[1].numpy()
         low, high = paired_bootstrap_ci(intact, ablated, n_boot=n_boot, alpha=alpha, seed=seed)
         controls[kind] = {

@@ -21,7 +21,7 @@ from typing import Any, Optional, Union
 from cel_lens.config import canonical_dtype
 from cel_lens.evaluation.evaluator import evaluate
 from cel_lens.evaluation.hf import evaluate_plain, load_plain_model
-from cel_lens.evaluation.seal import reading_as, record_test_read
+from cel_lens.evaluation.seal import SealReader, record_test_read
 from cel_lens.heads import Head, HeadSet
 from cel_lens.model.ablation import Ablation, ablation_kind
 from cel_lens.model.checkpoint_edit import PROVENANCE_FILE, PROVENANCE_HASH_FILE, check_out_dir, export_checkpoint
@@ -282,8 +282,8 @@ def verify_export(
         result = evaluate_plain(plain, split, batch_size=batch_size, progress=progress)
         mode = f"plain transformers, {dtype}, {plain.device}"
     source = record.manifest.get("model") or {}  # the read is the source model's: its id and weights hash
-    with reading_as(f"export verify ({out})", key=default_run_dir(record.manifest, root="").name):  # the run's own
-        record_test_read(str(source.get("id", "unknown")), split, [heads], weights=source.get("weights_sha256"))
+    reader = SealReader(f"export verify ({out})", key=default_run_dir(record.manifest, root="").name)  # the run's own
+    record_test_read(str(source.get("id", "unknown")), split, [heads], weights=source.get("weights_sha256"), reader=reader)
     mine, theirs = result.correct[0], recorded[-1].correct
     if mine.shape != theirs.shape:
         raise ValueError(f"the run recorded {theirs.shape[0]} D_test decisions, the export made {mine.shape[0]}")

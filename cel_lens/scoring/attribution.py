@@ -4,7 +4,7 @@ The first-order change of a differentiable metric m of what decides correctness 
 log-prob of the target; multiple choice: the log-probability of the correct choice among the
 choices, a smooth version of its margin over the best other one, length-normalised for ``acc_norm``;
 see :func:`cel_lens.evaluation.logprob_metric`) when ``z_h`` goes to its ablated value ``a_h`` (the
-model's ablation kind, :func:`cel_lens.model.ablation.ablation_of`: zero by default, where it is
+ablation kind passed in, :class:`cel_lens.model.ablation.Ablation`: zero by default, where it is
 ``-(z_h . dm/dz_h)``) is ``(a_h - z_h) . dm/dz_h``,
 summed over positions and averaged over examples: one forward and one backward pass per batch for
 all heads at once. Units are nats of the metric, not accuracy; it is a ranking, not an accuracy
@@ -21,7 +21,7 @@ from torch import Tensor
 
 from cel_lens.evaluation.encode import encode_split
 from cel_lens.evaluation.evaluator import logprob_metric
-from cel_lens.model.ablation import ablation_of, hook_z_name
+from cel_lens.model.ablation import ZERO, Ablation, hook_z_name
 from cel_lens.model.model_types import model_shape
 from cel_lens.oracle import DIST_SPLIT, Oracle, Stage1Scores
 from cel_lens.progress import progress_bar
@@ -35,15 +35,17 @@ ATTRIBUTION_UNITS = 3
 head-set evaluations of D_dist: a backward pass costs about two forward passes."""
 
 
-def attribution_scores(model, split: Split, *, batch_size: int = 8, progress: bool = True) -> Float[Tensor, "layer head"]:
-    """Attribution patching at every ``hook_z``, baseline the model's ablation kind (zero:
+def attribution_scores(
+    model, split: Split, *, batch_size: int = 8, progress: bool = True, ablation: Ablation = ZERO
+) -> Float[Tensor, "layer head"]:
+    """Attribution patching at every ``hook_z``, baseline ``ablation``'s value (zero, the default:
     ``-(z * dm/dz)``): ``(ablated(z) - z) . dm/dz`` summed over
     positions and ``d_head``, averaged over the split's examples. ``m`` is the per-example metric of
     :func:`cel_lens.evaluation.logprob_metric` on the split's own scale (``split.metric``)."""
     if getattr(split, "answer_type", None) == "generation":
         raise ValueError("attribution needs a scorable split (exact match or multiple choice); use 'exact' or 'compressed'")
     n_layers, n_heads = model_shape(model)
-    ablation, every_head = ablation_of(model), torch.ones(1, n_heads, dtype=torch.bool)
+    every_head = torch.ones(1, n_heads, dtype=torch.bool)
     total = torch.zeros(n_layers, n_heads, dtype=torch.float64)
     n_examples = 0
     batches = encode_split(model, split, batch_size)

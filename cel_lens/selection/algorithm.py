@@ -38,7 +38,7 @@ import torch
 from jaxtyping import Bool
 from torch import Tensor
 
-from cel_lens.evaluation.seal import describe_reads, reading_as, summarize_read
+from cel_lens.evaluation.seal import describe_reads, summarize_read
 from cel_lens.config import SearchConfig
 from cel_lens.heads import Head, HeadSet
 from cel_lens.oracle import (
@@ -338,8 +338,7 @@ def run_search(
             )
     _warn_nothing_helps(best, adjusted, alpha)
     fix_selection(memo, best, _prior_reads(memo, test_reads))
-    where = getattr(journal, "path", None) if journal is not None else "in memory"
-    with _timed(timings, "test_s"), reading_as(f"search ({where}) after selecting {best.heads}"):
+    with _timed(timings, "test_s"):  # the oracle's context says who reads D_test (the seal's ledger)
         held = test_statistics(memo, best, subsets, config, alpha=alpha, chunk=chunk, progress=progress)
         if config.n_specificity:
             stability.specificity = specificity_statistics(memo, winners, held.test.gain, n_possible, chunk=chunk)

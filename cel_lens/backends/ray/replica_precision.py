@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from cel_lens.evaluation.context import EvalContext
 from cel_lens.evaluation.precision import merge_pair_checks, tally_summary
 
 __all__ = ["RayPrecision"]
@@ -14,11 +15,19 @@ class RayPrecision:
     """What :class:`~cel_lens.backends.ray.ray_oracle.RayOracle` adds so that a search sets its precision
     on the replicas (as it does on a local model) and records their tally in the manifest."""
 
-    def use_precision(self, precision: Optional[str]) -> None:
-        """Evaluate in ``precision`` on every replica (and on any replica started later), with
-        fresh tallies."""
-        self._worker_kwargs["precision"] = precision
-        self._run([(i, i, "set_precision", (precision,)) for i in range(self.workers)])
+    context: EvalContext = EvalContext()
+    """The settings the replicas evaluate with (its precision; a learnt ablation never travels)."""
+
+    def use_context(self, context: EvalContext) -> None:
+        """Evaluate with ``context``'s precision on every replica (and on any replica started later),
+        with fresh tallies."""
+        self.context = context
+        self._worker_kwargs["precision"] = context.precision
+        self._run([(i, i, "set_precision", (context.precision,)) for i in range(self.workers)])
+
+    def local_model(self) -> None:
+        """``None``: the replicas hold their own model copies, none of this process."""
+        return None
 
     def precision_record(self, answer_type: Optional[str]) -> dict[str, Any]:
         """The precision the replicas compute a split of ``answer_type`` in and their summed tally (per

@@ -21,8 +21,9 @@ from cel_lens.backends.ray.factory import ModelFactory
 from cel_lens.backends.ray.shards import Shard, plan_shards, shard_split
 from cel_lens.evaluation.encode import precision_kind
 from cel_lens.evaluation.evaluator import evaluate
-from cel_lens.evaluation.precision import check_precision, recompute_summary, resolve_precision, use_precision
-from cel_lens.evaluation.seal import reading_as
+from cel_lens.evaluation.context import EvalContext
+from cel_lens.evaluation.precision import recompute_summary, resolve_precision
+from cel_lens.evaluation.seal import SealReader
 from cel_lens.evaluation.store import ActivationStore
 from cel_lens.heads import HeadSet, HeadsLike
 from cel_lens.model.identity import model_manifest
@@ -64,14 +65,15 @@ class ShardWorker:
         self.use_store = bool(use_store) and self.task.answer_type != "generation"
         self.store_dtype = store_dtype
         self._stores: dict[tuple[str, tuple[int, ...]], Any] = {}
-        self.precision: Optional[str] = None
+        self.context = EvalContext()
         self.set_precision(precision)
 
     def set_precision(self, precision: Optional[str]) -> None:
         """Evaluate in ``precision`` from now on (:mod:`cel_lens.evaluation.precision`; ``None``:
-        ``"auto"``), with a fresh tally of the decisions recomputed in float32."""
-        self.precision = check_precision(precision)
-        use_precision(self.model, self.precision)
+        ``"auto"``), with a fresh tally of the decisions recomputed in float32. A test read is
+        recorded in the seal's ledger where the worker runs (no warning: the driver owns it)."""
+        reader = SealReader(f"ray worker {socket.gethostname()}:{os.getpid()}")
+        self.context = EvalContext.from_environment(precision, reader=reader)
 
     def precision_record(self, answer_type: Optional[str]) -> dict[str, Any]:
         """The precision this replica computes its task's D_dist in (``answer_type``, the driver's
@@ -79,7 +81,8 @@ class ShardWorker:
         replica's model), and its tally since :meth:`set_precision` (per split: decisions made in
         bf16, recomputed, share)."""
         kind = precision_kind(self.model, self.task.dist) if len(self.task.dist) else answer_type
-        return {"compute": resolve_precision(self.precision, self.model, kind), "recomputed": recompute_summary(self.model)}
+        return {"compute": resolve_precision(self.context.precision, self.model, kind),
+                "recomputed": recompute_summary(self.context.tally)}
 
     def info(self) -> dict[str, Any]:
         """Shape, manifest entry (id, weights hash, dtype), process and build time of the replica."""
@@ -130,11 +133,10 @@ class ShardWorker:
         """:meth:`evaluate`, and for a multiple-choice task each choice's score ``[variant,
         example, choice]`` from the same forward passes (``None`` otherwise)."""
         split = shard_split(self.task.split(shard.split), shard)
-        # a test read is recorded in the seal's ledger where the worker runs (no warning: the driver owns it)
-        with redirect_stdout(sys.stderr), reading_as(f"ray worker {socket.gethostname()}:{os.getpid()}"):
+        with redirect_stdout(sys.stderr):
             result = evaluate(
                 self.model, split, [HeadSet.parse(s) for s in head_sets], batch_size=self.batch_size,
-                store=self._store(shard, split), progress=False, max_rows=shard.max_rows, precision=self.precision,
+                store=self._store(shard, split), progress=False, max_rows=shard.max_rows, context=self.context,
             )
         scores = result.extra.get("choice_score")
         return result.correct.numpy(), None if scores is None else scores.numpy()
