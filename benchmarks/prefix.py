@@ -63,8 +63,7 @@ def _timed(fn) -> tuple[Any, float, float]:
 def measure_scan(model, split, heads: Sequence[str], batch_size: int = 8, reps: int = 1) -> dict[str, Any]:
     """One split scanned (intact + each head) without and with prefix sharing: CPU and wall seconds
     (the fastest of ``reps``), decisions compared, the positions an intact pass computes."""
-    from cel_lens.evaluation import encode_split, evaluate
-    from cel_lens.evaluation.prefix import prefix_sharing
+    from cel_lens.evaluation import EvalContext, encode_split, evaluate
 
     sets = ["intact", *heads]
     out: dict[str, Any] = {"n_examples": len(split), "n_variants": len(sets), "answer_type": split.answer_type}
@@ -72,14 +71,15 @@ def measure_scan(model, split, heads: Sequence[str], batch_size: int = 8, reps: 
     with _float32():
         for name, on in (("unshared", False), ("shared", True)):
             best = None
-            with prefix_sharing(on):
-                for _ in range(reps):
-                    res, cpu, wall = _timed(lambda: evaluate(model, split, sets, batch_size=batch_size, progress=False))
-                    best = (cpu, wall) if best is None or cpu < best[0] else best
-                if split.answer_type != "generation":
-                    batches = encode_split(model, split, batch_size)
-                    out[f"positions_{name}"] = sum(b.computed_tokens for b in batches)
-                    out["prefix_tokens"] = [b.prefix for b in batches] if on else out.get("prefix_tokens")
+            context = EvalContext(precision="float32", share_prefix=on)
+            for _ in range(reps):
+                res, cpu, wall = _timed(lambda: evaluate(model, split, sets, batch_size=batch_size, progress=False,
+                                                         context=context))
+                best = (cpu, wall) if best is None or cpu < best[0] else best
+            if split.answer_type != "generation":
+                batches = encode_split(model, split, batch_size, share_prefix=on or None)
+                out[f"positions_{name}"] = sum(b.computed_tokens for b in batches)
+                out["prefix_tokens"] = [b.prefix for b in batches] if on else out.get("prefix_tokens")
             results[name] = res
             out[f"cpu_s_{name}"], out[f"wall_s_{name}"] = best
     a, b = results["unshared"], results["shared"]

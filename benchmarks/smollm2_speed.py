@@ -73,14 +73,13 @@ def precision_landed() -> bool:
     return out.returncode == 0 and bool(out.stdout.strip())
 
 
-def set_precision(model, precision: str) -> Optional[Callable[[], dict]]:
-    """Make ``precision`` the model's (when the precision module exists); its tally reader."""
-    try:
-        from cel_lens.evaluation.precision import recompute_summary, use_precision
-    except ImportError:
-        return None
-    use_precision(model, precision)
-    return lambda: recompute_summary(model)
+def precision_context(precision: str) -> tuple[Any, Callable[[], dict]]:
+    """An evaluation context computing in ``precision``, and the reader of its recompute tally."""
+    from cel_lens.evaluation.context import EvalContext
+    from cel_lens.evaluation.precision import recompute_summary
+
+    context = EvalContext(precision=precision)
+    return context, lambda: recompute_summary(context.tally)
 
 
 def exact_scan(model, task, precision: str, folder: Optional[Path] = None) -> dict[str, Any]:
@@ -93,8 +92,8 @@ def exact_scan(model, task, precision: str, folder: Optional[Path] = None) -> di
     from cel_lens.oracle import call_oracle
     from cel_lens.selection.memo import MemoOracle
 
-    tally = set_precision(model, precision)
-    oracle = MemoOracle(LocalOracle(model, task, batch_size=8, progress=False))
+    context, tally = precision_context(precision)
+    oracle = MemoOracle(LocalOracle(model, task, batch_size=8, progress=False, context=context))
     L, H = oracle.n_layers, oracle.n_heads
     t = clocks()
     intact = oracle.evaluate("dist", [HeadSet()], stage="intact")
@@ -192,7 +191,6 @@ def task_part(model, name: str, n: int, folder: Optional[Path] = None) -> dict[s
         rec["bf16"] = {k: v for k, v in bf.items() if k != "bits"}
         rec["bf16"]["decisions"] = int(bf["bits"].numel())
         rec["bf16"]["differing"] = int((bf["bits"] != f32["bits"]).sum())
-        set_precision(model, "float32")
     rec["prescreen"] = prescreen_rows(model, task, f32["bits"], f32["scan"]["cpu_s"], L, H)
     rec["bound"] = bound_record(model, task, f32["scan"]["cpu_s"])
     return rec

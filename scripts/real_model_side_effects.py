@@ -79,7 +79,8 @@ def check_own(row: dict[str, Any], own: dict[str, Any]) -> None:
 def measure(rows: list[dict[str, Any]], model: Any, data_dir: Optional[str], batch_size: int) -> dict[str, Any]:
     """The grid: every row's D_test, intact and under every row's Ŝ (see the module docstring)."""
     from cel_lens.evaluation.evaluator import evaluate
-    from cel_lens.evaluation.seal import reading_as
+    from cel_lens.evaluation.context import EvalContext
+    from cel_lens.evaluation.seal import SealReader
     from cel_lens.heads import HeadSet
     from cel_lens.model.identity import weights_hash
     from cel_lens.runs.export import run_task
@@ -97,9 +98,9 @@ def measure(rows: list[dict[str, Any]], model: Any, data_dir: Optional[str], bat
         test_only = rebuild_task(target["manifest"], data_dir, splits=("test",))
         task = run_task(RunRecord(Path(target["label"]), target["manifest"], [], [], None), test_only)  # hash checked
         precision = (target["manifest"].get("options") or {}).get("precision") or "float32"
-        with reading_as("side-effect grid (scripts/real_model_side_effects.py)"):
-            res = evaluate(model, task.test, [HeadSet(), *selections], batch_size=batch_size, progress=False,
-                           precision=precision)
+        owner = SealReader("side-effect grid (scripts/real_model_side_effects.py)")
+        res = evaluate(model, task.test, [HeadSet(), *selections], batch_size=batch_size, progress=False,
+                       context=EvalContext.from_environment(precision, reader=owner))
         correct = res.correct.numpy().astype(bool)
         for i in range(len(rows)):
             cells[i][j] = cell(correct[0], correct[i + 1])

@@ -12,7 +12,8 @@ import pytest
 
 import cel_lens as cl
 from cel_lens.evaluation.evaluator import evaluate
-from cel_lens.evaluation.seal import reading_as
+from cel_lens.evaluation import EvalContext
+from cel_lens.evaluation.seal import SealReader
 from cel_lens.heads import HeadSet
 from cel_lens.model import load_model
 from cel_lens.pipeline import search
@@ -59,8 +60,8 @@ def test_grid_equals_separate_evaluations_and_renders_from_its_record(script, or
         heads = HeadSet.parse(json.loads((source / "result.json").read_text())["heads"])
         for j, name in enumerate(rows):
             test = cl.load_task(name, n_dist=60, n_test=60).test
-            with reading_as("the test's own check"):
-                got = evaluate(organism, test, [HeadSet(), heads], progress=False).correct
+            got = evaluate(organism, test, [HeadSet(), heads], progress=False,
+                           context=EvalContext.from_environment(reader=SealReader("the test's own check"))).correct
             c = record["cells"][i][j]
             assert c["acc_intact"] == pytest.approx(float(got[0].float().mean()))
             assert c["gain"] == pytest.approx(float(got[1].float().mean() - got[0].float().mean()))

@@ -16,7 +16,7 @@ from cel_lens.evaluation.context import EvalContext
 from cel_lens.evaluation.evaluator import evaluate
 from cel_lens.evaluation.precision import recompute_summary, resolve_precision
 from cel_lens.evaluation.prefix import can_share_prefix
-from cel_lens.evaluation.seal import SealReader, recorded_reads
+from cel_lens.evaluation.seal import recorded_reads
 from cel_lens.evaluation.store import ActivationStore
 from cel_lens.heads import HeadSet
 from cel_lens.model.identity import model_id, model_manifest
@@ -36,7 +36,7 @@ class LocalOracle:
     request for that split: the test split is not touched until the search asks for it); ablated
     variants resume from the stored residual stream at their first ablated layer. ``context``
     (:class:`~cel_lens.evaluation.context.EvalContext`): the settings of every evaluation it runs
-    (default: from the environment, zero ablation, its D_test reads claimed as an in-memory search's).
+    (default: from the environment, zero ablation, no reader: a D_test read warns that it breaks the seal).
     """
 
     def __init__(
@@ -53,7 +53,7 @@ class LocalOracle:
         context: Optional[EvalContext] = None,
     ) -> None:
         self.model = model
-        self.context = context if context is not None else EvalContext.from_environment(reader=SealReader("search (in memory)"))
+        self.context = context if context is not None else EvalContext.from_environment()
         self.task = task
         self.n_layers, self.n_heads = model_shape(model)
         self.batch_size = batch_size

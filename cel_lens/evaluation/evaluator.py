@@ -101,17 +101,11 @@ def evaluate(
     the hardware computes it natively and it was measured to pay). A single head set (``"L0H0+L1H2"``, a
     :class:`~cel_lens.heads.Head` or :class:`~cel_lens.heads.HeadSet`) counts as a list of one.
     """
-    if isinstance(head_sets, (str, Head, HeadSet)):
-        head_sets = [head_sets]
     warn_if_processed(model)
     configure_threads(model)  # one thread for a tiny model (cel_lens.threads)
     split = as_split(split)
     answer_type = split_answer_type(split)
-    n_layers, n_heads = model_shape(model)
-    name = model_name(model)
-    sets = [HeadSet()] if head_sets is None else [HeadSet.parse(s).validate(n_layers, n_heads, name) for s in head_sets]
-    if not sets:
-        raise ValueError("evaluate needs at least one head set (pass head_sets=None for the intact model)")
+    sets = _head_sets(model, head_sets)
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     ctx = context if context is not None else EvalContext.from_environment(precision)
@@ -149,6 +143,19 @@ def evaluate(
         redo = redo | wider
     ctx.tally.add(split_key(split), redo)
     return EvalResult(**out, **common, precision=prec, recomputed=redo)
+
+
+def _head_sets(model, head_sets: Optional[Sequence[HeadsLike]] | HeadsLike) -> list[HeadSet]:
+    """The head sets to evaluate, checked against ``model`` (``None``: the intact model; one head
+    set counts as a list of one)."""
+    if isinstance(head_sets, (str, Head, HeadSet)):
+        head_sets = [head_sets]
+    n_layers, n_heads = model_shape(model)
+    name = model_name(model)
+    sets = [HeadSet()] if head_sets is None else [HeadSet.parse(s).validate(n_layers, n_heads, name) for s in head_sets]
+    if not sets:
+        raise ValueError("evaluate needs at least one head set (pass head_sets=None for the intact model)")
+    return sets
 
 
 @dataclass(frozen=True)

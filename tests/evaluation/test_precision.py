@@ -18,13 +18,12 @@ from cel_lens.evaluation.precision import (
     check_precision,
     float32_model,
     precision_line,
-    precision_of,
     recompute_groups,
     recompute_mask,
     recompute_summary,
     resolve_precision,
-    use_precision,
 )
+from cel_lens.evaluation.context import EvalContext, RecomputeTally
 from cel_lens.tasks.base import Example, Split
 
 SETS = ["intact", "L0H1", "L1H2+L2H0", "L2H3"]
@@ -88,8 +87,9 @@ def test_precision_option_resolution(tiny_model, monkeypatch):
     assert resolve_precision("float32", tiny_model) == "float32"
     monkeypatch.setattr(module, "cpu_has_native_bf16", lambda: False)
     assert resolve_precision(None, tiny_model) == "float32"
-    monkeypatch.setenv("CEL_LENS_PRECISION", "bf16")
-    assert resolve_precision("auto", tiny_model) == "bf16"
+    monkeypatch.setenv("CEL_LENS_PRECISION", "bf16")  # read at the edge, by the context, not here
+    assert resolve_precision("auto", tiny_model) == "float32"
+    assert resolve_precision(EvalContext.from_environment("auto").precision, tiny_model) == "bf16"
     assert float32_model(tiny_model) is tiny_model
 
 
@@ -141,10 +141,10 @@ def test_bf16_bits_equal_float32_on_tiny_checkpoints(tiny_checkpoints, loader):
     from cel_lens.model import load_model
 
     model = load_model(str(tiny_checkpoints["llama"]), loader=loader)
-    use_precision(model, "auto")
+    context = EvalContext()  # one tally for every evaluation below
     for name, split in _splits(model).items():
-        exact = evaluate(model, split, SETS, batch_size=4, progress=False, precision="float32")
-        fast = evaluate(model, split, SETS, batch_size=4, progress=False, precision="bf16")
+        exact = evaluate(model, split, SETS, batch_size=4, progress=False, context=context, precision="float32")
+        fast = evaluate(model, split, SETS, batch_size=4, progress=False, context=context, precision="bf16")
         assert exact.precision == "float32" and exact.recomputed is None
         assert fast.precision == "bf16" and fast.recomputed is not None and fast.recomputed.shape == exact.correct.shape
         assert torch.equal(fast.correct, exact.correct), name
@@ -159,7 +159,7 @@ def test_bf16_bits_equal_float32_on_tiny_checkpoints(tiny_checkpoints, loader):
         else:  # recomputed decisions carry float32's scores; the others are within the bound
             redo = fast.recomputed
             torch.testing.assert_close(fast.scores[redo], exact.scores[redo], atol=1e-4, rtol=0)
-    summary = recompute_summary(model)
+    summary = recompute_summary(context.tally)
     # both precisions' decisions are counted, only bf16's recomputed ones as recomputed
     assert summary["dist"]["decisions"] == 2 * sum(len(s) * len(SETS) for s in _splits(model).values())
     assert 0 <= summary["dist"]["share"] <= 1
@@ -221,44 +221,36 @@ def test_search_records_the_precision_and_keeps_the_bits(tiny_model, tmp_path, c
 
     assert bits(tmp_path / "float32") == bits(tmp_path / "bf16")
     assert runs["float32"].result.heads == runs["bf16"].result.heads
-    # a search leaves the model's precision as it found it: a later evaluate is not run in the search's
-    assert precision_of(tiny_model) == "auto"
+    # a search leaves nothing on the model: a later evaluate is not run in the search's precision
+    assert cl.evaluate(tiny_model, task.dist, ["L1H2"], progress=False).precision in (None, "float32")
 
 
-def test_searches_in_two_threads_on_one_model_keep_their_own_tally():
-    """A grid runs pairs at once in threads on one model: the second search's start must not reset the
-    first's tally, nor its choice of precision, and each records only its own decisions."""
+def test_two_tallies_in_two_threads_keep_their_own():
+    """A grid runs pairs at once in threads on one model: each search's context has its own tally,
+    so one's start never resets the other's, and each records only its own decisions."""
     import threading
-    from types import SimpleNamespace
 
-    from cel_lens.evaluation.precision import tally_recompute
-
-    model = torch.nn.Linear(2, 2)
+    first, second = RecomputeTally(), RecomputeTally()
     first_started, second_done = threading.Event(), threading.Event()
-    seen = {}
 
-    def first() -> None:
-        use_precision(model, "bf16")
-        tally_recompute(model, SimpleNamespace(name="dist"), torch.tensor([[True, False, False]]))
+    def one() -> None:
+        first.add("dist", torch.tensor([[True, False, False]]))
         first_started.set()
         second_done.wait(30)
-        tally_recompute(model, SimpleNamespace(name="dist"), torch.tensor([[False, False]]))
-        seen["first"] = (precision_of(model), recompute_summary(model))
+        first.add("dist", torch.tensor([[False, False]]))
 
-    def second() -> None:
+    def two() -> None:
         first_started.wait(30)
-        use_precision(model, "float32")
-        tally_recompute(model, SimpleNamespace(name="dist"), torch.tensor([[True, True]]))
-        seen["second"] = (precision_of(model), recompute_summary(model))
+        second.add("dist", torch.tensor([[True, True]]))
         second_done.set()
 
-    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    threads = [threading.Thread(target=one), threading.Thread(target=two)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(60)
-    assert seen["first"] == ("bf16", {"dist": {"decisions": 5, "recomputed": 1, "share": 0.2}})
-    assert seen["second"] == ("float32", {"dist": {"decisions": 2, "recomputed": 2, "share": 1.0}})
+    assert recompute_summary(first) == {"dist": {"decisions": 5, "recomputed": 1, "share": 0.2}}
+    assert recompute_summary(second) == {"dist": {"decisions": 2, "recomputed": 2, "share": 1.0}}
 
 
 def test_precision_kind_tells_one_token_choices_from_longer_ones(tiny_checkpoints):

@@ -24,8 +24,8 @@ from cel_lens.evaluation.precision import (
     pair_check,
     recompute_mask,
     recompute_summary,
-    use_precision,
 )
+from cel_lens.evaluation.context import EvalContext, RecomputeTally
 from cel_lens.tasks.base import Example, Split
 
 INF = float("inf")
@@ -67,8 +67,7 @@ class _Split:
 
 
 def test_the_check_confirms_a_bound_its_recomputes_respect():
-    model = torch.nn.Linear(1, 1)
-    use_precision(model, "bf16")
+    model = RecomputeTally()  # one search's evidence
     redo, f32, margins = _check(PAIR_CHECK_SHARE * CHOICE_PAIR_BOUND * 0.9, PAIR_CHECK_MIN)
     assert not pair_check(model, _Split(), margins, f32, redo, "acc").any()
     summary = recompute_summary(model)  # only the check was tallied here, not the decisions
@@ -79,8 +78,7 @@ def test_the_check_confirms_a_bound_its_recomputes_respect():
 def test_a_bound_not_confirmed_widens_to_the_logprob_rule(change, n):
     """A change above the check's share of the bound, or too few recomputes to tell: everything the
     wider rule marks is recomputed too (none of it twice)."""
-    model = torch.nn.Linear(1, 1)
-    use_precision(model, "bf16")
+    model = RecomputeTally()  # one search's evidence
     redo, f32, margins = _check(change, n)
     wider = pair_check(model, _Split(), margins, f32, redo, "acc")
     expected = recompute_mask("multiple_choice", margins, pair_bound=LOGPROB_BOUND, metric="acc") & ~redo
@@ -91,8 +89,7 @@ def test_a_bound_not_confirmed_widens_to_the_logprob_rule(change, n):
 def test_evidence_adds_up_over_one_splits_evaluations():
     """Two evaluations of one split, each with fewer recomputes than the check needs: the first
     widens, the second is confirmed by both together; another split starts from none."""
-    model = torch.nn.Linear(1, 1)
-    use_precision(model, "bf16")
+    model = RecomputeTally()  # one search's evidence
     half = PAIR_CHECK_MIN // 2 + 1
     redo, f32, margins = _check(0.0, half)
     assert pair_check(model, _Split(), margins, f32, redo, "acc").any()
@@ -102,7 +99,7 @@ def test_evidence_adds_up_over_one_splits_evaluations():
         name, task = "dist", "another task"
 
     assert pair_check(model, Other(), margins, f32, redo, "acc").any()
-    use_precision(model, "bf16")  # a new search: its own evidence
+    model = RecomputeTally()  # a new search: its own evidence
     assert pair_check(model, _Split(), margins, f32, redo, "acc").any()
 
 
@@ -140,12 +137,12 @@ def test_an_evaluation_whose_bf16_errs_beyond_the_bound_still_gets_float32s_bits
                              choices=("A", "B"), label=i % 2) for i in range(40))  # one token each here
     split = Split("dist", examples, task="yn", answer_type="multiple_choice")
     sets = ["intact", "L0H1", "L1H2", "L0H0+L1H1"]
-    use_precision(model, "bf16")
+    context = EvalContext(precision="bf16")
     exact = evaluate(model, split, sets, progress=False, precision="float32")
     with _noisy_bf16(spread=0.9 * LOGPROB_BOUND):
-        fast = evaluate(model, split, sets, progress=False, precision="bf16")
+        fast = evaluate(model, split, sets, progress=False, context=context)
     assert torch.equal(fast.correct, exact.correct)
-    check = recompute_summary(model)["dist"]["pair_check"]
+    check = recompute_summary(context.tally)["dist"]["pair_check"]
     assert check["largest_change"] > PAIR_CHECK_SHARE * CHOICE_PAIR_BOUND and check["widened"] > 0
     monkeypatch.setattr(evaluator, "pair_check", lambda *a, **k: torch.zeros_like(a[4]))
     with _noisy_bf16(spread=0.9 * LOGPROB_BOUND):
@@ -183,11 +180,10 @@ def test_float32_rechecks_resume_from_the_store_and_keep_float32s_bits(tiny_chec
     views = []
     original = ActivationStore.view
     monkeypatch.setattr(ActivationStore, "view", lambda self, ex: views.append(list(ex)) or original(self, ex))
-    use_precision(model, "bf16")
     with ActivationStore.build(model, split, batch_size=8, progress=False) as store:
         exact = evaluate(model, split, sets, store=store, progress=False, precision="float32")
         with _noisy_bf16(spread=0.9 * (LOGPROB_BOUND if answer_type == "multiple_choice" else LOGIT_BOUND)):
-            fast = evaluate(model, split, sets, store=store, progress=False, precision="bf16")
+            fast = evaluate(model, split, sets, store=store, progress=False, context=EvalContext(precision="bf16"))
     assert torch.equal(fast.correct, exact.correct)
     assert views and int(fast.recomputed.sum()) >= (10 if answer_type == "multiple_choice" else 1)
     assert sorted({e for v in views for e in v}) == sorted(set(fast.recomputed.nonzero()[:, 1].tolist()))

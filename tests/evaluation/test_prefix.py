@@ -17,8 +17,9 @@ import torch
 
 from cel_lens.evaluation import ActivationStore, encode_pair, encode_split, evaluate
 from cel_lens.evaluation.generation import generate_variants
+from cel_lens.evaluation.context import PREFIX_ENV, EvalContext
 from cel_lens.evaluation.prefix import (
-    MIN_PREFIX, PREFIX_ENV, common_prefix, prefix_sharing, prefix_sharing_enabled, rows_prefix, shared_prefix,
+    MIN_PREFIX, common_prefix, rows_prefix, shared_prefix,
 )
 from cel_lens.evaluation.teacher_forced import score_batches
 from cel_lens.heads import HeadSet, masks_from_head_sets
@@ -26,6 +27,8 @@ from cel_lens.model import fused_attention, load_model
 from cel_lens.tasks import Example, Split
 
 SETS = ["intact", "L0H0", "L0H3", "L1H2", "L1H0+L2H1", "L2H3"]  # first ablated layer 0, 1 and 2 (the last)
+SHARED = EvalContext(precision="float32", share_prefix=True)
+"""Evaluations with the shared prompt start computed once (what a search with sharing on hands down)."""
 
 
 @pytest.fixture(autouse=True)
@@ -68,24 +71,22 @@ def test_common_prefix_hand_computed():
 
 def test_sharing_is_off_by_default_and_switchable(models):
     model, split = models["hooked"], _split()
-    assert not prefix_sharing_enabled()
     assert all(b.prefix == 0 for b in encode_split(model, split, 8))
-    with prefix_sharing(True):
-        assert prefix_sharing_enabled()
-        shared = encode_split(model, split, 8)
-    assert not prefix_sharing_enabled()
+    shared = encode_split(model, split, 8, share_prefix=True)
     assert any(b.prefix >= MIN_PREFIX for b in shared)
     with fused_attention(False):  # no stack cache: nothing to continue a prefix from
         with pytest.raises(ValueError, match="stack"):
             encode_split(model, split, 8, share_prefix=True)
 
 
-def test_the_environment_turns_sharing_on_unless_the_switch_says_otherwise(models, monkeypatch):
+def test_the_environment_turns_sharing_on_at_the_edge_only(models, monkeypatch):
+    """``CEL_LENS_SHARE_PREFIX`` is read where a context is built from the environment; an explicit
+    context or encoding ignores it."""
     model, split = models["hooked"], _split()
     monkeypatch.setenv(PREFIX_ENV, "1")
-    assert prefix_sharing_enabled() and any(b.prefix for b in encode_split(model, split, 8))
-    with prefix_sharing(False):
-        assert not prefix_sharing_enabled() and all(b.prefix == 0 for b in encode_split(model, split, 8))
+    assert EvalContext.from_environment().share_prefix
+    assert not EvalContext.from_environment(share_prefix=False).share_prefix
+    assert all(b.prefix == 0 for b in encode_split(model, split, 8))
 
 
 def test_batches_hold_prefix_as_a_part_and_count_it_once(models):
@@ -117,9 +118,8 @@ def test_shared_prefix_equals_the_unshared_evaluation(models, kind):
     rounding; one example per batch (nothing shared) is the unshared path bit for bit."""
     model, split = models[kind], _split()
     ref = evaluate(model, split, SETS, batch_size=8, progress=False)
-    with prefix_sharing(True):
-        got = evaluate(model, split, SETS, batch_size=8, progress=False)
-        alone = evaluate(model, split, SETS, batch_size=1, progress=False)
+    got = evaluate(model, split, SETS, batch_size=8, progress=False, context=SHARED)
+    alone = evaluate(model, split, SETS, batch_size=1, progress=False, context=SHARED)
     assert torch.equal(got.correct, ref.correct)
     torch.testing.assert_close(got.scores, ref.scores, atol=1e-4, rtol=1e-5)
     assert torch.equal(alone.scores, evaluate(model, split, SETS, batch_size=1, progress=False).scores)
@@ -149,13 +149,12 @@ def test_resuming_from_the_store_is_bit_exact_within_the_shared_path(models, kin
     """The store keeps the prefix once (``[1, P, d]``) and the rows after it; ablated variants
     resumed from it equal those resumed within one pass, bit for bit."""
     model, split = models[kind], _split()
-    with prefix_sharing(True):
-        direct = evaluate(model, split, SETS, batch_size=8, progress=False)
-        with ActivationStore.build(model, split, batch_size=8, progress=False) as store:
-            assert any(b.prefix for b in store.batches)
-            b = next(i for i, x in enumerate(store.batches) if x.prefix)
-            assert store.sources(b, 1)[0].shape[:2] == (1, store.batches[b].prefix)
-            stored = evaluate(model, split, SETS, store=store, progress=False)
+    direct = evaluate(model, split, SETS, batch_size=8, progress=False, context=SHARED)
+    with ActivationStore.build(model, split, batch_size=8, progress=False, share_prefix=True) as store:
+        assert any(b.prefix for b in store.batches)
+        b = next(i for i, x in enumerate(store.batches) if x.prefix)
+        assert store.sources(b, 1)[0].shape[:2] == (1, store.batches[b].prefix)
+        stored = evaluate(model, split, SETS, store=store, progress=False, context=SHARED)
     assert torch.equal(stored.scores, direct.scores) and torch.equal(stored.correct, direct.correct)
 
 
@@ -170,8 +169,7 @@ def test_generation_with_a_shared_prefix_generates_the_same_tokens(models, kind)
     prompts = [head + tok(" " + t, add_special_tokens=False)["input_ids"] for t in tails]
     masks = masks_from_head_sets(SETS, 3, 4)
     ref = generate_variants(model, prompts, masks, max_new_tokens=8, max_rows=10)
-    with prefix_sharing(True):
-        got = generate_variants(model, prompts, masks, max_new_tokens=8, max_rows=10)
+    got = generate_variants(model, prompts, masks, max_new_tokens=8, max_rows=10, share_prefix=True)
     assert got == ref
     assert len({len(p) for p in prompts}) >= 3
 
@@ -184,18 +182,7 @@ def test_decisions_near_the_bound_are_recomputed_without_sharing(models, monkeyp
     model, split = models["hooked"], _split()
     ref = evaluate(model, split, SETS, batch_size=8, progress=False)
     monkeypatch.setattr(evaluator, "PREFIX_BOUND", 1e9)
-    with prefix_sharing(True):
-        got = evaluate(model, split, SETS, batch_size=8, progress=False)
+    got = evaluate(model, split, SETS, batch_size=8, progress=False, context=SHARED)
     assert torch.equal(got.correct, ref.correct) and torch.equal(got.scores, ref.scores)
 
 
-def test_the_switch_is_per_thread():
-    import threading
-
-    seen = []
-    with prefix_sharing(True):
-        worker = threading.Thread(target=lambda: seen.append(prefix_sharing_enabled()))
-        worker.start()
-        worker.join()
-        assert prefix_sharing_enabled()
-    assert seen == [prefix_sharing_enabled()]  # the other thread follows the environment, not this block

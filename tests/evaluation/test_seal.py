@@ -12,7 +12,8 @@ import torch
 import cel_lens as cl
 from cel_lens.analysis import flipped_examples
 from cel_lens.backends import LocalOracle
-from cel_lens.evaluation.seal import ledger_file, reading_as, record_test_read, recorded_reads
+from cel_lens.evaluation import EvalContext
+from cel_lens.evaluation.seal import SealReader, ledger_file, record_test_read, recorded_reads
 from cel_lens.heads import HeadSet
 from cel_lens.model.identity import model_id
 from cel_lens.selection.memo import MemoOracle
@@ -47,8 +48,8 @@ def test_evaluate_on_dist_records_nothing(tiny_model, task):
 
 
 def test_a_read_of_a_part_of_the_test_split_counts(tiny_model, task):
-    with reading_as("a notebook"):
-        cl.evaluate(tiny_model, task.test.subset(3), [HeadSet()], progress=False)
+    cl.evaluate(tiny_model, task.test.subset(3), [HeadSet()], progress=False,
+                context=EvalContext(reader=SealReader("a notebook")))
     reads = recorded_reads(model_id(tiny_model), task.test)
     assert [r["entry"] for r in reads] == ["a notebook"]
     assert recorded_reads("another model", task.test) == []
@@ -103,9 +104,8 @@ def test_unguarded_memo_oracle_over_a_model_reads_are_recorded(tiny_model, task)
 
 def test_ledger_is_safe_across_threads(task):
     def write(i: int) -> None:
-        with reading_as(f"thread {i}"):
-            for j in range(20):
-                record_test_read("m", task.test, [HeadSet.parse(f"L0H{j % 4}")])
+        for j in range(20):
+            record_test_read("m", task.test, [HeadSet.parse(f"L0H{j % 4}")], reader=SealReader(f"thread {i}"))
 
     threads = [threading.Thread(target=write, args=(i,)) for i in range(4)]
     for t in threads:
@@ -120,11 +120,11 @@ def test_ledger_is_safe_across_threads(task):
 
 
 def test_a_cut_tail_is_repaired_before_the_next_read_is_appended(task):
-    record_test_read("m", task.test, [HeadSet.parse("L0H0")], entry="first")
+    record_test_read("m", task.test, [HeadSet.parse("L0H0")], reader=SealReader("first"))
     path = ledger_file(task.test.task)
     data = path.read_bytes()
     path.write_bytes(data[:-7])  # a short write: the last line lost its end, no newline
-    record_test_read("m", task.test, [HeadSet.parse("L0H1")], entry="second")
+    record_test_read("m", task.test, [HeadSet.parse("L0H1")], reader=SealReader("second"))
     assert path.read_bytes().endswith(b"\n")
     assert [r["entry"] for r in recorded_reads("m", task.test)] == ["second"]  # before: glued on, lost
 

@@ -234,9 +234,7 @@ def test_a_view_resumes_its_examples_as_the_whole_store_does(model, em_split, mc
 
 
 def test_a_view_refuses_a_batch_with_a_shared_prefix(model, em_split):
-    from cel_lens.evaluation.prefix import prefix_sharing
-
-    with prefix_sharing(True), ActivationStore.build(model, em_split, batch_size=8, progress=False) as store:
+    with ActivationStore.build(model, em_split, batch_size=8, progress=False, share_prefix=True) as store:
         assert any(b.prefix for b in store.batches)  # the prompts share "Question: What is"
         with pytest.raises(ValueError, match="shared prefix"):
             store.view([0, 1])

@@ -12,7 +12,8 @@ from cel_lens.config import ABLATION_KINDS, SearchConfig
 from cel_lens.evaluation.evaluator import evaluate
 from cel_lens.heads import HeadSet, masks_from_head_sets
 from cel_lens.model import ablate, ablation_hooks, forward_resid, fused_attention, load_model, run_variants, unembed
-from cel_lens.model.ablation import Ablation, ablation_from_state, ablation_kind, fit_ablation, using_ablation
+from cel_lens.evaluation import EvalContext
+from cel_lens.model.ablation import Ablation, ablation_from_state, ablation_kind, fit_ablation
 from cel_lens.model.ablation_kinds import MeanAblation, ResampleAblation
 from cel_lens.pipeline import _split_options
 from cel_lens.runs import load_run
@@ -110,8 +111,7 @@ def test_ablate_and_run_variants_equal_a_run_with_hooks_reference(model, toy_kin
         with fused_attention(False):
             variants = run_variants(model, tokens, ["intact", heads], kind=kind)
         torch.testing.assert_close(variants[1], ref, atol=ATOL, rtol=0)
-        with using_ablation(model, kind):  # the model's kind is what run_variants uses by default
-            fused = run_variants(model, tokens, [heads, "intact"])
+        fused = run_variants(model, tokens, [heads, "intact"], kind=kind)
         torch.testing.assert_close(fused[0], ref, atol=ATOL, rtol=0)
         assert kind_name == "zero" or (fused[0] - fused[1]).abs().max() > 1e-4
 
@@ -167,8 +167,8 @@ def test_evaluate_and_search_use_the_kind(tiny_model, toy_kind, kind_name, tmp_p
     kind = _kinds(tiny_model, toy_kind)[kind_name]
     task = planted_task(tiny_model, n=16)
     heads = "L1H2+L2H0"
-    with using_ablation(tiny_model, kind):
-        got = evaluate(tiny_model, task.dist, [HeadSet.parse(heads)], batch_size=4, progress=False).correct
+    got = evaluate(tiny_model, task.dist, [HeadSet.parse(heads)], batch_size=4, progress=False,
+                   context=EvalContext(precision="float32", ablation=kind)).correct
     with tiny_model.hooks(fwd_hooks=_reference_hooks(kind, heads)):
         ref = evaluate(tiny_model, task.dist, [HeadSet()], batch_size=4, progress=False).correct
     assert torch.equal(got, ref)

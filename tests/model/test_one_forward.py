@@ -238,11 +238,11 @@ def test_only_the_model_package_builds_variant_hooks():
 
 def test_the_builder_check_finds_calls_and_imports():
     found = hook_builder_calls(
-        "from cel_lens.model.ablation import ablation_of, variant_hooks\n"
-        "hooks = variant_hooks(masks, 1, ablation_of(model))\n"
-        "more = ablation_of(model).variant_hooks(masks, 2)\n"
+        "from cel_lens.model.ablation import ZERO, variant_hooks\n"
+        "hooks = variant_hooks(masks, 1, ZERO)\n"
+        "more = ZERO.variant_hooks(masks, 2)\n"
         "one = kind.head_hooks(heads)\n"
-        "fine = forward_resid(model, x, variants=masks, ablation=ablation_of(model), repeated=True)\n"
+        "fine = forward_resid(model, x, variants=masks, ablation=ZERO, repeated=True)\n"
         "also_fine = ablation_hooks(heads, n_heads=4)\n",
         "x.py",
     )

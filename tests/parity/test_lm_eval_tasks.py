@@ -23,7 +23,8 @@ import torch
 pytest.importorskip("lm_eval", reason="lm-evaluation-harness is not installed (pip install 'cel_lens[parity]')")
 
 from cel_lens.evaluation import evaluate  # noqa: E402
-from cel_lens.evaluation.seal import reading_as  # noqa: E402
+from cel_lens.evaluation import EvalContext  # noqa: E402
+from cel_lens.evaluation.seal import SealReader  # noqa: E402
 from cel_lens.heads import HeadSet  # noqa: E402
 from cel_lens.model.checkpoint_edit import export_checkpoint  # noqa: E402
 from cel_lens.model.load import load_model  # noqa: E402
@@ -96,8 +97,8 @@ def check_parity(model, checkpoint: Path, heads: HeadSet, name: str, n: int, tmp
     differences (none expected); one row per variant goes to the parity table (``rows``)."""
     with _at_repo_root():
         task = load_task(str(FIXTURES / f"{name}.yaml"), n_dist=2, n_test=n)
-    with reading_as("lm-eval parity"):  # this test owns its D_test reads (no seal warning)
-        res = evaluate(model, task.test, [HeadSet(), heads], batch_size=4, progress=False)
+    owner = EvalContext.from_environment(reader=SealReader("lm-eval parity"))  # this test owns its D_test reads
+    res = evaluate(model, task.test, [HeadSet(), heads], batch_size=4, progress=False, context=owner)
     ablated = tmp / "ablated"  # exported once per model, shared by the tasks
     if not ablated.exists():
         export_checkpoint(checkpoint, heads, ablated)
