@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import inspect
 import warnings
 
 import numpy as np
 import torch
 
+from cel_lens.config import SearchConfig
 from cel_lens.heads import Head, HeadSet
 from cel_lens.scoring import compressed_scores, exact_scores
 from cel_lens.selection import candidate_pool, run_search
@@ -42,14 +42,13 @@ CHOICES = (" yes", " no", " 143", " the river", " 7 times", " water")
 
 def null_calibration(seeds: int) -> dict[str, float]:
     """P(p <= alpha) for alpha in 0.05, 0.1, 0.25 and the Kolmogorov distance to the uniform."""
-    extra = {"n_stability": 0} if "n_stability" in inspect.signature(run_search).parameters else {}
     ps = []
     for seed in range(seeds):
         oracle = SyntheticOracle(28, 24, n_dist=500, n_test=500, noise=0.1, seed=seed)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            r = run_search(oracle, k=1, pool_size=12, n_null=99, n_boot=1, posthoc=False, seed=seed,
-                           progress=False, **extra)
+            r = run_search(oracle, SearchConfig(k=1, pool_size=12, n_null=99, n_boot=1, posthoc=False, seed=seed,
+                                                n_stability=0), progress=False)
         ps.append(r.null.p)
     p = np.sort(np.array(ps, dtype=float))
     out = {f"P(p<={a})": float((p <= a).mean()) for a in (0.05, 0.1, 0.25)}

@@ -23,6 +23,7 @@ __all__ = [
     "DEFAULT_K",
     "DEFAULT_POOL_SIZE",
     "DEFAULT_N_NULL",
+    "DEFAULT_N_STABILITY",
     "SCORERS",
     "STRATEGIES",
     "BACKENDS",
@@ -51,6 +52,8 @@ DEFAULT_K = 3
 DEFAULT_POOL_SIZE = 12
 DEFAULT_N_NULL = 100
 """Random head sets in the null (one test-split evaluation each)."""
+DEFAULT_N_STABILITY = 1000
+"""Bootstrap resamples of D_dist for the selection stability."""
 
 QUICK: dict[str, int] = {"n_dist": 200, "n_test": 200, "k": 2, "pool_size": 6, "n_null": 20, "n_boot": 1000}
 """The ``--quick`` preset, for a first look (``search(model, "arithmetic", **QUICK)``): 200
@@ -240,7 +243,8 @@ class SearchConfig:
     set to it); so is each rule :meth:`validate` checks (:func:`check_fields`).
 
     ``precision``: the evaluations' compute precision (:data:`PRECISIONS`; the decisions are
-    float32's either way).
+    float32's either way). ``alpha``: every test's level; ``n_stability``: the stability check's
+    re-selections (0: off); ``chunk``: head sets per evaluation call (never in the manifest).
     """
 
     k: int = field(default=DEFAULT_K, metadata={"manifest": "always", "help": "largest subset size", "min": 1})
@@ -297,6 +301,10 @@ class SearchConfig:
         "help": "--scorer prescreen: fraction of heads (the first pass's best) the exact scan keeps", "interval": "(0, 1]"})
     prescreen_sample: int = field(default=32, metadata={
         "help": "--scorer prescreen --prescreen-pass subsample: D_dist examples of the first pass", "min": 1})
+    alpha: float = field(default=0.05, metadata={"manifest": "if_set", "help": "level of every test and interval", "interval": "(0, 1)"})
+    n_stability: int = field(default=DEFAULT_N_STABILITY, metadata={"manifest": "if_set", "min": 0,
+        "help": "bootstrap re-selections of the selection-stability check on D_dist (0: off)"})
+    chunk: int = field(default=64, metadata={"min": 1, "help": "head sets per evaluation call (never changes a result)"})
 
     @property
     def task_seed(self) -> int:

@@ -29,6 +29,15 @@ __all__ = [
     "DIST_SPLIT",
     "TEST_SPLIT",
     "Oracle",
+    "OracleBase",
+    "CHOICES",
+    "ANSWER_KEY",
+    "ATTRIBUTION",
+    "TEST_READS",
+    "LOCAL_MODEL",
+    "JOURNAL",
+    "CAPABILITIES",
+    "capabilities",
     "Journal",
     "Stage1Scores",
     "TestSplitError",
@@ -65,6 +74,37 @@ class Oracle(Protocol):
         ...
 
 
+CHOICES = "choices"
+"""``evaluate_choices(split, head_sets, *, stage)``: correctness and each choice's score from the same passes."""
+ANSWER_KEY = "answer_key"
+"""``answer_key(split)``: the split's :class:`AnswerKey` (task data; runs nothing)."""
+ATTRIBUTION = "attribution"
+"""``attribution_scores(batch_size)``: attribution scores of every head on D_dist (needs the model)."""
+TEST_READS = "test_reads"
+"""``test_reads()``: the seal ledger's reads of this task's D_test by this model."""
+LOCAL_MODEL = "local_model"
+"""``local_model()``: the model object the oracle evaluates in this process."""
+JOURNAL = "journal"
+"""``journal``: the :class:`Journal` the oracle records into (``None`` in memory)."""
+CAPABILITIES: frozenset[str] = frozenset({CHOICES, ANSWER_KEY, ATTRIBUTION, TEST_READS, LOCAL_MODEL, JOURNAL})
+"""Every optional part an oracle may declare."""
+
+
+class OracleBase:
+    """What an oracle declares beyond :class:`Oracle`'s ``evaluate``: its :attr:`capabilities`,
+    each the name of a method (or attribute) it then has (:data:`CHOICES`, :data:`ANSWER_KEY`,
+    :data:`ATTRIBUTION`, :data:`TEST_READS`, :data:`LOCAL_MODEL`, :data:`JOURNAL`). The search asks
+    :func:`capabilities`, never the object whether it has a method."""
+
+    capabilities: frozenset[str] = frozenset()
+
+
+def capabilities(oracle: Any) -> frozenset[str]:
+    """What ``oracle`` declared it can do beyond ``evaluate``: an :class:`OracleBase`'s
+    :attr:`~OracleBase.capabilities`; nothing for any other oracle."""
+    return oracle.capabilities if isinstance(oracle, OracleBase) else frozenset()
+
+
 @dataclass(frozen=True)
 class AnswerKey:
     """What an answer prior can act on in a split: the split's ``answer_type``, each example's gold answer as
@@ -81,9 +121,9 @@ def call_choice_oracle(
     oracle: Oracle, split: str, head_sets: Sequence[HeadSet], stage: str
 ) -> tuple[Bool[Tensor, "variant example"], Optional[Float[Tensor, "variant example choice"]]]:
     """:func:`call_oracle`, and the per-choice scores the same forward passes computed when
-    the oracle reports them (an ``evaluate_choices`` method; ``None`` otherwise or for tasks without
+    the oracle reports them (it declares :data:`CHOICES`; ``None`` otherwise or for tasks without
     choices). A choice an example does not have is NaN."""
-    if not hasattr(oracle, "evaluate_choices"):
+    if CHOICES not in capabilities(oracle):
         return call_oracle(oracle, split, head_sets, stage), None
     correct, choice_scores = oracle.evaluate_choices(split, list(head_sets), stage=stage)
     out = torch.as_tensor(correct).bool().cpu()

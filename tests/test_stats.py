@@ -207,7 +207,8 @@ def test_null_p_value_and_its_minimum_hand_computed():
 def test_random_subset_null_gains_exclude_and_exhaustive():
     oracle = SyntheticOracle(3, 3, n_test=500, effects={"L0H0": 0.2, "L1H1": -0.1})
     shat = HeadSet.parse("L0H0")
-    null = random_subset_null(oracle, 3, 3, size=1, R=40, seed=0, exclude=[shat])
+    on_test = lambda sets: oracle.evaluate("test", sets)  # noqa: E731
+    null = random_subset_null(on_test, 3, 3, size=1, R=40, seed=0, exclude=[shat])
     # 9 heads: the 8 singles other than S-hat, every one of them, exactly
     assert null.exhaustive and len(null.head_sets) == 8 and shat not in null.head_sets
     assert null.min_p == pytest.approx(1 / 9)
@@ -218,14 +219,15 @@ def test_random_subset_null_gains_exclude_and_exhaustive():
     gain = float(oracle.evaluate("test", [shat])[0].double().mean() - intact)
     assert null.p_value(gain) == pytest.approx(1 / 9)  # nothing else reaches +20 pp
     # sampled: 6 of the 36 pairs, distinct
-    pairs = random_subset_null(oracle, 3, 3, size=2, R=6, seed=0)
+    pairs = random_subset_null(on_test, 3, 3, size=2, R=6, seed=0)
     assert not pairs.exhaustive and len(set(pairs.head_sets)) == 6
-    # the callable form and a given intact vector give the same null
-    fn = lambda sets: oracle.evaluate("test", sets)  # noqa: E731
+    # a given intact vector gives the same null
     intact = oracle.evaluate("test", [HeadSet()])[0]
-    again = random_subset_null(fn, 3, 3, size=1, R=40, seed=0, exclude=[shat], intact=intact)
+    again = random_subset_null(on_test, 3, 3, size=1, R=40, seed=0, exclude=[shat], intact=intact)
     assert torch.equal(again.gains, null.gains)
-    empty = random_subset_null(oracle, 3, 3, size=1, R=0, seed=0)
+    empty = random_subset_null(on_test, 3, 3, size=1, R=0, seed=0)
+    with pytest.raises(TypeError, match="callable"):
+        random_subset_null(oracle, 3, 3, size=1, R=4, seed=0)  # an oracle object: pass its evaluate
     assert empty.gains.shape == (0,) and empty.p_value(0.1) is None and empty.min_p is None
 
 
@@ -233,7 +235,7 @@ def test_null_on_a_four_head_model_can_say_nothing_at_5_percent():
     """The organism's shape: 4 heads, |S-hat| = 1. Only 3 other sets exist, so the smallest
     achievable p is 1/4, whatever R is asked for."""
     oracle = SyntheticOracle(1, 4, n_test=400, effects={"L0H0": 0.15})
-    null = random_subset_null(oracle, 1, 4, size=1, R=100, seed=0, exclude=["L0H0"])
+    null = random_subset_null(lambda sets: oracle.evaluate("test", sets), 1, 4, size=1, R=100, seed=0, exclude=["L0H0"])
     assert null.exhaustive and len(null.head_sets) == 3
     assert null.min_p == 0.25 and null.p_value(0.15) == 0.25
 
@@ -249,8 +251,11 @@ def test_null_p_values_are_uniform_when_no_head_has_an_effect():
         oracle = SyntheticOracle(28, 24, n_dist=500, n_test=500, noise=0.1, seed=seed)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # no head helps: the selected subset's discovery gain may be <= 0
-            r = run_search(oracle, k=1, pool_size=12, n_null=99, n_boot=1, posthoc=False, n_stability=0,
-                           seed=seed, progress=False)
+            r = run_search(
+                oracle,
+                config=SearchConfig(k=1, pool_size=12, n_null=99, n_boot=1, posthoc=False, n_stability=0, seed=seed),
+                progress=False,
+            )
         ps.append(r.null_p)
     ps = np.sort(np.array(ps))
     n = len(ps)
@@ -306,6 +311,7 @@ from cel_lens.stats import (  # noqa: E402
     sign_test_power,
     sign_test_upper,
 )
+from cel_lens.config import SearchConfig
 
 
 def test_the_exact_bound_and_the_one_sided_test_never_disagree():

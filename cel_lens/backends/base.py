@@ -11,7 +11,7 @@ is imported only when chosen; what callers need to know of one (``in_process``) 
 
 from __future__ import annotations
 
-from typing import Any, Optional, Protocol, Sequence, runtime_checkable
+from typing import Any, ContextManager, Optional, Protocol, Sequence, runtime_checkable
 
 import torch
 from jaxtyping import Bool, Float
@@ -57,6 +57,12 @@ class Backend(Protocol):
     """Whether it evaluates the model object of this process (a model set up here, e.g. with a
     learnt ablation, is what it runs; one model, so one search at a time); ``False``: workers load
     their own copies (a model name travels to them as a name)."""
+
+    @staticmethod
+    def shared_cluster(settings: ExecutionSettings, parallel_pairs: int) -> ContextManager[ExecutionSettings]:
+        """A context manager yielding the settings for ``parallel_pairs`` searches run at once
+        (a cluster shared among them, where the backend has one)."""
+        ...
 
     def open(
         self, model: Any, task: Task, settings: ExecutionSettings, *, store_dtype: Optional[torch.dtype] = None,

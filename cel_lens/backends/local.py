@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from pathlib import Path
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Iterator, Optional, Sequence, Union
 
 import torch
 from jaxtyping import Bool, Float
@@ -22,14 +23,14 @@ from cel_lens.heads import HeadSet
 from cel_lens.model.identity import model_id, model_manifest
 from cel_lens.model.model_types import model_shape
 from cel_lens.model.load import load_model
-from cel_lens.oracle import AnswerKey
+from cel_lens.oracle import ANSWER_KEY, ATTRIBUTION, CHOICES, LOCAL_MODEL, TEST_READS, AnswerKey, OracleBase
 from cel_lens.scoring.attribution import attribution_scores
 from cel_lens.tasks.base import Task
 
 __all__ = ["LocalOracle", "ModelOracle", "LocalBackend"]
 
 
-class LocalOracle:
+class LocalOracle(OracleBase):
     """Evaluation oracle over a model and a task in this process: head sets -> per-example correctness.
 
     The intact model runs once per split (when its activation store is built, lazily, at the first
@@ -86,6 +87,8 @@ class LocalOracle:
         split: decisions made in bf16, recomputed in float32, share)."""
         return {"compute": resolve_precision(self.context.precision, self.model, kind),
                 "recomputed": recompute_summary(self.context.tally)}
+
+    capabilities = frozenset({CHOICES, ANSWER_KEY, ATTRIBUTION, TEST_READS, LOCAL_MODEL})
 
     @property
     def model_manifest(self) -> dict[str, Any]:
@@ -163,6 +166,12 @@ class LocalBackend:
 
     name = "local"
     in_process = True
+
+    @staticmethod
+    @contextlib.contextmanager
+    def shared_cluster(settings: ExecutionSettings, parallel_pairs: int) -> Iterator[ExecutionSettings]:
+        """Pairs run at once share nothing here: the settings as they are."""
+        yield settings
 
     def open(
         self, model: Any, task: Task, settings: ExecutionSettings, *, store_dtype: Optional[torch.dtype] = None,

@@ -11,7 +11,7 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from cel_lens.heads import HeadSet, HeadsLike
-from cel_lens.tasks.base import current_names, deprecated_kind
+from cel_lens.tasks.base import current_names
 
 __all__ = ["EvalResult"]
 
@@ -30,7 +30,7 @@ class EvalResult:
     ``extra`` holds the other metric and per-choice log-likelihoods
     (``"acc"``, ``"acc_norm"``, ``"choice_ll"`` ``[V, n, max_choices]``, NaN-padded, and
     ``"choice_score"``, the same on the scale the metric compares). ``answer_type`` is the split's
-    (:data:`~cel_lens.tasks.base.AnswerType`); ``kind`` its deprecated name (read-only, warns).
+    (:data:`~cel_lens.tasks.base.AnswerType`).
     """
 
     head_sets: list[HeadSet]
@@ -53,11 +53,6 @@ class EvalResult:
         if self.recomputed is None or self.recomputed.numel() == 0:
             return 0.0
         return float(self.recomputed.float().mean())
-
-    @property
-    def kind(self) -> str:
-        """Deprecated: :attr:`answer_type` (warns; goes in the next release)."""
-        return deprecated_kind(self)
 
     @property
     def accuracy(self) -> Float[Tensor, " variant"]:

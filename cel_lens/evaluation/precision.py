@@ -118,9 +118,9 @@ def cpu_has_native_bf16() -> bool:
     return bool(flags & {"avx512_bf16", "amx_bf16"})
 
 
-def resolve_precision(precision: Optional[str], model, kind: Optional[str] = None) -> str:
+def resolve_precision(precision: Optional[str], model, split_kind: Optional[str] = None) -> str:
     """``"float32"`` or ``"bf16"``: ``precision`` itself, or for ``"auto"`` (``None``) the rule of
-    the module docstring for a split of ``kind`` (the environment is read at the edge:
+    the module docstring for a split of ``split_kind`` (:func:`~cel_lens.evaluation.encode.precision_kind`; the environment is read at the edge:
     :meth:`~cel_lens.evaluation.context.EvalContext.from_environment`)."""
     name = check_precision(precision)
     if name != "auto":
@@ -130,7 +130,7 @@ def resolve_precision(precision: Optional[str], model, kind: Optional[str] = Non
         return "bf16"
     if p.dtype == torch.float32 and p.device.type == "cpu" and cpu_has_native_bf16():
         big = sum(q.numel() for q in model.parameters()) >= AUTO_MIN_PARAMS
-        return "bf16" if big and kind in AUTO_KINDS else "float32"
+        return "bf16" if big and split_kind in AUTO_KINDS else "float32"
     return "float32"
 
 
@@ -323,15 +323,15 @@ def recompute_groups(redo: Bool[Tensor, "variant example"], slack: float = 2.0) 
     return groups
 
 
-def precision_line(model, precision: Optional[str], kind: Optional[str] = None) -> str:
-    """One line a search of a ``kind`` task starts with: the precision it computes in, and why."""
+def precision_line(model, precision: Optional[str], split_kind: Optional[str] = None) -> str:
+    """One line a search of a ``split_kind`` task starts with: the precision it computes in, and why."""
     name = check_precision(precision)
-    resolved = resolve_precision(name, model, kind)
+    resolved = resolve_precision(name, model, split_kind)
     if resolved == "float32":
         if name != "auto":
             return "precision: float32"
         small = sum(q.numel() for q in model.parameters()) < AUTO_MIN_PARAMS
-        words = "one-token choice" if kind == ONE_TOKEN_CHOICES else str(kind).replace("_", "-")
+        words = "one-token choice" if split_kind == ONE_TOKEN_CHOICES else str(split_kind).replace("_", "-")
         why = "a model too small for bf16 to pay" if small else (
             f"bf16 was not always measured faster on {words} tasks" if cpu_has_native_bf16() else "no native bf16 here")
         return f"precision: float32 (auto: {why}; --precision bf16 gives the same results)"

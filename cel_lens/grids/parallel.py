@@ -39,15 +39,10 @@ def check_parallel_pairs(plan: GridPlan, parallel_pairs: int) -> None:
 
 @contextlib.contextmanager
 def shared_cluster(settings: ExecutionSettings, parallel_pairs: int) -> Iterator[ExecutionSettings]:
-    """With a backend whose class shares one cluster among searches (its ``shared_cluster``; Ray:
-    started once for all pairs, stopped at the end if started here), the settings it yields
-    (``workers``: the cluster's workers divided among the pairs run at once, unless given). Other
-    backends: the settings as they are."""
-    share = getattr(backend_class(settings.backend), "shared_cluster", None)
-    if share is None:
-        yield settings
-        return
-    with share(settings, parallel_pairs) as shared:
+    """The settings the backend's class yields for pairs run at once (its ``shared_cluster``; Ray:
+    one cluster started once for all pairs, stopped at the end if started here, ``workers`` divided
+    among the pairs unless given; the local backend: the settings as they are)."""
+    with backend_class(settings.backend).shared_cluster(settings, parallel_pairs) as shared:
         yield shared
 
 

@@ -23,7 +23,7 @@ from cel_lens.evaluation.encode import encode_split
 from cel_lens.evaluation.evaluator import logprob_metric
 from cel_lens.model.ablation import ZERO, Ablation, hook_z_name
 from cel_lens.model.model_types import model_shape
-from cel_lens.oracle import DIST_SPLIT, Oracle, Stage1Scores
+from cel_lens.oracle import ATTRIBUTION, DIST_SPLIT, Oracle, Stage1Scores, capabilities
 from cel_lens.progress import progress_bar
 from cel_lens.scoring.registry import Cost, Scorer
 from cel_lens.tasks.base import Split
@@ -99,7 +99,7 @@ class AttributionScorer(Scorer):
         self, oracle: Optional[Oracle], *, batch_size: int = 8, progress: bool = True, model: Any = None,
         split: Optional[Split] = None,
     ) -> Stage1Scores:
-        if model is None and hasattr(oracle, "attribution_scores"):
+        if model is None and ATTRIBUTION in capabilities(oracle):
             return Stage1Scores(oracle.attribution_scores(batch_size), DIST_SPLIT, self.name)  # type: ignore[union-attr]
         if model is None or split is None:
             raise ValueError("the 'attribution' scorer needs model= and split= (or an oracle that computes it)")

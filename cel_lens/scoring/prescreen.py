@@ -33,7 +33,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from cel_lens.heads import Head, HeadSet
-from cel_lens.oracle import DIST_SPLIT, Oracle, Stage1Scores, call_oracle, evaluate_chunked
+from cel_lens.oracle import ATTRIBUTION, DIST_SPLIT, JOURNAL, Oracle, Stage1Scores, call_oracle, capabilities, evaluate_chunked
 from cel_lens.scoring.attribution import ATTRIBUTION_UNITS, attribution_scores
 from cel_lens.scoring.registry import Cost, Scorer
 from cel_lens.splits import subsplit, subsplit_indices
@@ -93,7 +93,7 @@ def _first_pass(
     in head-set x example evaluations."""
     L, H, n = oracle.n_layers, oracle.n_heads, int(intact.shape[0])
     if options.prescreen_pass == "attribution":
-        if model is None and hasattr(oracle, "attribution_scores"):
+        if model is None and ATTRIBUTION in capabilities(oracle):
             values = oracle.attribution_scores(batch_size)  # type: ignore[attr-defined]
         elif model is not None and split is not None:
             values = attribution_scores(model, split, batch_size=batch_size, progress=progress)
@@ -163,7 +163,7 @@ class PrescreenScorer(Scorer):
         if oracle is None:
             raise ValueError("the 'prescreen' scorer needs oracle=...")
         outcome = prescreen_scores(oracle, self.options, model=model, split=split, batch_size=batch_size, progress=progress)
-        journal = getattr(oracle, "journal", None)
+        journal = oracle.journal if JOURNAL in capabilities(oracle) else None
         if journal is not None and not journal.events("prescreen"):
             journal.record_event("prescreen", **outcome.record(self.options))
         return Stage1Scores(outcome.scores, DIST_SPLIT, self.name)

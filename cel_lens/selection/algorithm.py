@@ -62,7 +62,7 @@ from cel_lens.selection.guardrails import nothing_helps_warning, selection_adjus
 from cel_lens.selection.paired import enhancement_decision, leave_one_out, mcnemar_enhancement_p, paired_interval
 from cel_lens.selection.parsimony import select_parsimonious
 from cel_lens.selection.reselect import Reselector, reselecting_stability, singles_from, split_half_agreement
-from cel_lens.selection.stability import DEFAULT_N_STABILITY, selection_stability
+from cel_lens.selection.stability import selection_stability
 from cel_lens.selection.subsets import DEFAULT_K, Strategy, SubsetScore, evaluate_subsets, select_best
 from cel_lens.stats import mcnemar_exact, random_subset_null
 
@@ -127,9 +127,8 @@ def seal_record(memo: MemoOracle) -> SealRecord:
 
 def _prior_reads(memo: MemoOracle, test_reads: Optional[Callable[[], Sequence[dict[str, Any]]]]) -> list[dict[str, Any]]:
     """The ledger's reads of this model's D_test now (``test_reads``, else the wrapped oracle's
-    ``test_reads`` method when it has one; none for oracles without a model and task)."""
-    fn = test_reads if test_reads is not None else getattr(memo.oracle, "test_reads", None)
-    return [summarize_read(r) for r in fn()] if fn is not None else []
+    reads, declared :data:`~cel_lens.oracle.TEST_READS`; none for oracles without a model and task)."""
+    return [summarize_read(r) for r in (test_reads() if test_reads is not None else memo.test_reads())]
 
 
 def _check_fixed(oracle: Oracle, best: SubsetScore) -> MemoOracle:
@@ -272,47 +271,31 @@ def _beam(config: SearchConfig) -> Optional[int]:
     return config.beam_width if config.strategy == "beam" else None
 
 
-def _config(config: Optional[SearchConfig], options: dict[str, Any]) -> SearchConfig:
-    """``config``, or one built from the options given loose (``TypeError`` for both at once, or an
-    option :class:`~cel_lens.config.SearchConfig` does not have)."""
-    if config is not None:
-        if options:
-            raise TypeError(f"run_search() got config= and {', '.join(options)}: give the options in one place")
-        return config
-    unknown = [name for name in options if name not in SearchConfig.__dataclass_fields__]
-    if unknown:
-        raise TypeError(f"run_search() got unknown option(s) {', '.join(unknown)} (a SearchConfig field, or scores, "
-                        "alpha, n_stability, chunk, progress, test_reads)")
-    return SearchConfig(**options)
-
-
 def run_search(
     oracle: Oracle,
     config: Optional[SearchConfig] = None,
     *,
     scores: Optional[Stage1Scores] = None,
-    alpha: float = 0.05,
-    n_stability: int = DEFAULT_N_STABILITY,
-    chunk: int = 64,
-    progress: bool = True,
     test_reads: Optional[Callable[[], Sequence[dict[str, Any]]]] = None,
-    **options: Any,
+    progress: bool = True,
 ) -> Result:
     """Algorithm 1 over ``oracle`` (module docstring) under ``config``, a
-    :class:`~cel_lens.config.SearchConfig` passed whole (or its options given loose, as
-    ``run_search(oracle, k=2, n_null=20)``, which build one; not both), checked by its ``validate``
-    before any evaluation; returns the :class:`Result`. ``scores``:
+    :class:`~cel_lens.config.SearchConfig` passed whole (default: its defaults), checked by its
+    ``validate`` before any evaluation; returns the :class:`Result`. ``scores``:
     :class:`~cel_lens.oracle.Stage1Scores` of another scorer, refused unless computed on D_dist
-    (named by ``config.scorer`` when a config or ``scorer`` is given, else by their own name);
-    default: exact scores. The oracle is wrapped in a :class:`~cel_lens.selection.memo.MemoOracle`
-    (nothing evaluated twice, D_test refused until S-hat is fixed); with a journal
-    (:class:`cel_lens.runs.RecordingOracle`) every step is recorded and a rerun resumes. ``alpha``:
-    the level of every test and interval; ``n_stability``: re-selections of the stability check (0
-    skips); ``chunk``/``progress``: head sets per evaluation call, progress bars. ``test_reads``: the
-    seal ledger's reads of this D_test (:mod:`cel_lens.evaluation.seal`); any before the selection
-    makes ``selected_before_test`` false."""
-    named = config is not None or "scorer" in options
-    config = _config(config, options).validate()
+    (named by ``config.scorer`` when it is not the default, else by their own name); default: exact
+    scores. The oracle is wrapped in a :class:`~cel_lens.selection.memo.MemoOracle` (nothing
+    evaluated twice, D_test refused until S-hat is fixed); with a journal
+    (:class:`cel_lens.runs.RecordingOracle`) every step is recorded and a rerun resumes. The level of
+    every test and interval (``alpha``), the stability check's re-selections (``n_stability``) and the
+    head sets per evaluation call (``chunk``) are the config's. ``test_reads``: the seal ledger's
+    reads of this D_test (:mod:`cel_lens.evaluation.seal`; default: the oracle's, where it declares
+    them); any before the selection makes ``selected_before_test`` false. ``progress``: progress bars."""
+    if config is not None and not isinstance(config, SearchConfig):
+        raise TypeError(f"run_search() config must be a SearchConfig, got {type(config).__name__}")
+    config = (config or SearchConfig()).validate()
+    alpha, n_stability, chunk = config.alpha, config.n_stability, config.chunk
+    named = config.scorer != SearchConfig.scorer
     memo = oracle if isinstance(oracle, MemoOracle) else MemoOracle(oracle)
     journal, timings = memo.journal, {}
     if held := memo.held_sets():  # the seconds below are this process's: say what it did not evaluate itself

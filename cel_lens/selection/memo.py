@@ -19,7 +19,10 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from cel_lens.heads import HeadSet, HeadsLike
-from cel_lens.oracle import TEST_SPLIT, AnswerKey, Journal, Oracle, TestSplitError, call_choice_oracle
+from cel_lens.oracle import (
+    ANSWER_KEY, ATTRIBUTION, JOURNAL, LOCAL_MODEL, TEST_READS, TEST_SPLIT, AnswerKey, Journal, Oracle, OracleBase,
+    TestSplitError, call_choice_oracle, capabilities,
+)
 
 __all__ = ["MemoOracle", "CALL_SECONDS", "FIRST_PIECE"]
 
@@ -37,7 +40,7 @@ FIRST_PIECE = 4
 """Head sets in a journaled split's first call, before its cost per head set is measured."""
 
 
-class MemoOracle:
+class MemoOracle(OracleBase):
     """An oracle that evaluates each head set at most once per split, remembers the answer, and
     guards the test split.
 
@@ -54,6 +57,21 @@ class MemoOracle:
     seconds)`` after every call that evaluates (not after answers from memory): how a search times
     its first batch (:class:`cel_lens.selection.plan.BatchTimer`).
     """
+
+    @property
+    def capabilities(self) -> frozenset[str]:  # type: ignore[override]
+        """What it declares: its journal, and what it passes on from the wrapped oracle (the answer
+        key, attribution scores, the seal ledger's reads, the local model)."""
+        passed = capabilities(self.oracle) & {ANSWER_KEY, ATTRIBUTION, TEST_READS, LOCAL_MODEL}
+        return passed | {JOURNAL, ANSWER_KEY, ATTRIBUTION}
+
+    def test_reads(self) -> list[dict[str, Any]]:
+        """The wrapped oracle's seal-ledger reads of its D_test (none when it declares no :data:`TEST_READS`)."""
+        return self.oracle.test_reads() if TEST_READS in capabilities(self.oracle) else []
+
+    def local_model(self) -> Any:
+        """The wrapped oracle's local model (``None`` when it declares no :data:`LOCAL_MODEL`)."""
+        return self.oracle.local_model() if LOCAL_MODEL in capabilities(self.oracle) else None
 
     def __init__(self, oracle: Oracle, *, journal: Optional[Journal] = None, guard_test: bool = True) -> None:
         self.oracle = oracle
@@ -130,8 +148,7 @@ class MemoOracle:
     def answer_key(self, split: str) -> Optional[AnswerKey]:
         """The wrapped oracle's :class:`AnswerKey` for ``split`` (``None`` if it has none).
         Reading it runs nothing, so it is not a read of D_test's results."""
-        key = getattr(self.oracle, "answer_key", None)
-        return key(split) if callable(key) else None
+        return self.oracle.answer_key(split) if ANSWER_KEY in capabilities(self.oracle) else None
 
     def persist(
         self, split: str, head_sets: list[HeadSet], correct: Tensor, stage: str, choice_scores: Optional[Tensor] = None
@@ -206,7 +223,7 @@ class MemoOracle:
 
     def attribution_scores(self, batch_size: int) -> Tensor:
         """The wrapped oracle's attribution scores on D_dist (gradients need the model; nothing to remember)."""
-        if not hasattr(self.oracle, "attribution_scores"):
+        if ATTRIBUTION not in capabilities(self.oracle):
             raise ValueError(f"{type(self.oracle).__name__} cannot compute attribution scores (it has no model)")
         return self.oracle.attribution_scores(batch_size)
 

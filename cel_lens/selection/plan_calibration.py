@@ -18,7 +18,7 @@ from typing import Any, Optional, Sequence
 
 from cel_lens.evaluation.encode import encode_prompt
 from cel_lens.heads import Head, HeadSet
-from cel_lens.oracle import DIST_SPLIT
+from cel_lens.oracle import DIST_SPLIT, LOCAL_MODEL, capabilities
 from cel_lens.progress import info_stream
 from cel_lens.selection.memo import MemoOracle
 from cel_lens.selection.plan import BatchTimer, SearchPlan, cpu_and_wall
@@ -110,7 +110,7 @@ def calibrate(
     memo.timer = apart_timer
     for hs in apart:  # one call each: sets apart share no batch
         memo.evaluate(DIST_SPLIT, [hs], stage="stage2")
-    model = getattr(oracle, "model", None)
+    model = oracle.local_model() if LOCAL_MODEL in capabilities(oracle) else None
     full, part = mean_prompt_tokens(model, list(dist)), mean_prompt_tokens(model, list(sample))
     scale = full / part if full and part else 1.0
     heads_cpu, heads_wall = clock1[0] - clock_heads[0], clock1[1] - clock_heads[1]

@@ -22,12 +22,10 @@ from torch import Tensor
 
 from cel_lens.selection.parsimony import RuleTable
 from cel_lens.selection.records import StabilityRecord
+from cel_lens.config import DEFAULT_N_STABILITY
 from cel_lens.selection.subsets import SubsetScore
 
 __all__ = ["DEFAULT_N_STABILITY", "selection_stability"]
-
-DEFAULT_N_STABILITY = 1000
-"""Bootstrap resamples of D_dist for the selection stability."""
 
 
 def _resample_weights(rng: np.random.Generator, b: int, n: int) -> np.ndarray:

@@ -286,7 +286,7 @@ def null_fraction(null_gains: Union[ArrayLike, Sequence[float]], observed: float
     return float((g >= observed - 1e-12).mean())
 
 
-OracleOrFn = Union[Any, Callable[[Sequence[HeadSet]], Bool[Tensor, "variant example"]]]
+OracleOrFn = Callable[[Sequence[HeadSet]], Bool[Tensor, "variant example"]]
 
 
 def random_subset_null(
@@ -305,17 +305,14 @@ def random_subset_null(
     """Gains of ``R`` random head sets of ``size`` heads (see :func:`random_head_sets`: distinct,
     none in ``exclude``, every eligible set when at most ``R`` exist) on ``split``.
 
-    ``oracle`` is an evaluation oracle (its ``evaluate(split, head_sets)`` is used) or a callable
-    ``head_sets -> Bool[variant, example]``. ``intact`` is the intact model's correctness on that
+    ``oracle`` is a callable ``head_sets -> Bool[variant, example]`` on that split (an oracle's
+    ``lambda sets: oracle.evaluate(split, sets)``). ``intact`` is the intact model's correctness on that
     split (evaluated when omitted). Sets are evaluated ``chunk`` at a time. The null answers "is the
     gain special to the selected heads, or would ablating any ``size`` heads do as well?".
     """
-    if hasattr(oracle, "evaluate"):
-        fn = lambda sets: oracle.evaluate(split, sets)  # noqa: E731
-    elif callable(oracle):
-        fn = oracle
-    else:
-        raise TypeError("oracle must have .evaluate(split, head_sets) or be callable(head_sets)")
+    if not callable(oracle):
+        raise TypeError("evaluate must be callable(head_sets) -> Bool[variant, example]")
+    fn = oracle
     exclude = list(exclude)
     sets = random_head_sets(n_layers, n_heads, size, R, seed, exclude=exclude)
     exhaustive = len(sets) == count_head_sets(n_layers, n_heads, size, exclude)

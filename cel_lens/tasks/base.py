@@ -18,9 +18,8 @@ worded the same are one problem, whatever their tests or answers), checked whene
 built. Loaders drop D_dist candidates that share a D_test problem's text (:func:`drop_same_text`)
 and record what they removed in ``Task.options["deduplication"]`` (:func:`dedup_record`).
 
-``Split.kind`` and ``Task.kind``, the former name of ``answer_type`` ("kind" also names a model's
-type and an ablation's kind), still read the answer type for one release, with a
-``DeprecationWarning``; splits and tasks are built with ``answer_type=``.
+Splits and tasks are built with ``answer_type=``; records written when it was called ``kind`` load
+through :func:`current_names`, the one reader of former names (no alias lives on a class).
 """
 
 from __future__ import annotations
@@ -29,7 +28,6 @@ import hashlib
 import json
 import random
 import unicodedata
-import warnings
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator, Literal, Mapping, Optional, Sequence, TypeVar, overload
 
@@ -47,7 +45,6 @@ __all__ = [
     "without_avoided",
     "FORMER_NAMES",
     "current_names",
-    "deprecated_kind",
     "normalise_text",
     "drop_same_text",
     "dedup_record",
@@ -68,17 +65,6 @@ def current_names(record: Mapping[str, Any]) -> dict[str, Any]:
     current one is absent (key order kept); a record with the current names comes back equal."""
     renamed = {old: new for old, new in FORMER_NAMES.items() if old in record and new not in record}
     return {renamed.get(k, k): v for k, v in record.items()}
-
-
-def deprecated_kind(owner: Any) -> Optional[str]:
-    """``owner.answer_type`` read through the deprecated name ``kind`` (with a warning): what the
-    ``kind`` properties of :class:`Split`, :class:`Task` and ``EvalResult`` return."""
-    warnings.warn(
-        f"{type(owner).__name__}.kind is deprecated (it means the answer type): use .answer_type",
-        DeprecationWarning,
-        stacklevel=3,
-    )
-    return owner.answer_type
 
 
 def _short(text: Optional[str], width: int = 60) -> str:
@@ -153,8 +139,7 @@ class Split(Sequence[Example]):
     """An ordered, immutable sequence of examples: D_dist (``name="dist"``) or D_test (``"test"``).
 
     ``answer_type``, ``metric`` and ``judge`` are the owning task's protocol (filled in by
-    :class:`Task`), so that a split alone is enough to evaluate. ``kind`` is the deprecated name of
-    ``answer_type`` (read-only, warns).
+    :class:`Task`), so that a split alone is enough to evaluate.
     """
 
     name: str
@@ -168,11 +153,6 @@ class Split(Sequence[Example]):
 
     def __len__(self) -> int:
         return len(self.examples)
-
-    @property
-    def kind(self) -> Optional[str]:
-        """Deprecated: :attr:`answer_type` (warns; goes in the next release)."""
-        return deprecated_kind(self)
 
     @overload
     def __getitem__(self, i: int) -> Example: ...
@@ -238,7 +218,7 @@ class Task:
     ``metric`` names the headline metric (``"acc"``, ``"acc_norm"``, ``"pass@1"``); ``judge`` scores
     a generated completion for ``"generation"`` tasks; ``options`` records how the task was
     loaded (sizes, seed, sources, chat template) for run manifests. ``answer_type`` says how it is
-    scored (:data:`AnswerType`); ``kind`` is its deprecated name (read-only, warns).
+    scored (:data:`AnswerType`).
     """
 
     name: str
@@ -258,11 +238,6 @@ class Task:
                 split, task=self.name, answer_type=self.answer_type, metric=self.metric, judge=self.judge, options=self.options
             )
             object.__setattr__(self, attr, split)
-
-    @property
-    def kind(self) -> str:
-        """Deprecated: :attr:`answer_type` (warns; goes in the next release)."""
-        return deprecated_kind(self)  # type: ignore[return-value]
 
     def split(self, name: str) -> Split:
         """``"dist"`` or ``"test"``, or a subsplit of D_dist (:func:`cel_lens.oracle.subsplit`:

@@ -15,7 +15,7 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from cel_lens.heads import Head, HeadSet, HeadsLike
-from cel_lens.oracle import AnswerKey
+from cel_lens.oracle import ANSWER_KEY, CHOICES, AnswerKey, OracleBase
 from cel_lens.testing.synthetic import _stream_seed
 
 __all__ = ["PlantedChoiceOracle", "CHOICE_NAMES"]
@@ -24,7 +24,7 @@ CHOICE_NAMES = (" no", " yes")
 """The two answers (BoolQ's choices)."""
 
 
-class PlantedChoiceOracle:
+class PlantedChoiceOracle(OracleBase):
     """Two-choice examples (``yes`` with probability ``p_yes``) and choice scores ``[0, d_i]``
     (``no``, ``yes``): ``d_i = signal * (±1) + N(0, 1) - bias``, so the intact model leans to
     ``no``. Ablating a head set S adds, per head, ``N(0, jitter)`` per example (every ablation
@@ -33,6 +33,8 @@ class PlantedChoiceOracle:
     examples confidently right (``d_i = ±3``). Deterministic by ``seed``; the oracle reports its
     choice scores (``evaluate_choices``) and labels (``answer_key``) as a model's oracle does.
     """
+
+    capabilities = frozenset({CHOICES, ANSWER_KEY})
 
     def __init__(
         self,

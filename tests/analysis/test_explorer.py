@@ -14,6 +14,7 @@ from cel_lens.runs import RecordingOracle, RunDir
 from cel_lens.runs.export import run_task
 from cel_lens.selection import run_search
 from cel_lens.testing import SyntheticOracle
+from cel_lens.config import SearchConfig
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +91,11 @@ def _synthetic_killed(path, budget):
     manifest = {"model": {"id": "synthetic-4x3"}, "task": {"name": "synthetic"}, "options": {"k": 2, "pool_size": 3, "scorer": "exact"}}
     with RunDir.open(path, manifest) as rd:
         try:
-            run_search(RecordingOracle(oracle, rd), k=2, pool_size=3, n_null=5, n_boot=100, chunk=4, progress=False)
+            run_search(
+                RecordingOracle(oracle, rd),
+                config=SearchConfig(k=2, pool_size=3, n_null=5, n_boot=100, chunk=4),
+                progress=False,
+            )
         except KeyboardInterrupt:
             pass
 

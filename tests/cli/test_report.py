@@ -17,6 +17,7 @@ from cel_lens.pipeline import search
 from cel_lens.runs import RecordingOracle, RunDir, load_run
 from cel_lens.selection import Result, run_search
 from cel_lens.testing import SyntheticOracle
+from cel_lens.config import SearchConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = dict(n_dist=60, n_test=60, k=2, pool_size=4, n_null=3, n_boot=200, progress=False)
@@ -79,7 +80,11 @@ def _interrupted_run(path: Path, calls: int) -> Path:
     oracle = Stopping(6, 8, n_dist=200, n_test=200, effects={"L2H3": 0.05}, background_sd=0.01, seed=0)
     run = RunDir.open(path, {"model": {"id": "synthetic"}, "options": {"scorer": "exact"}})
     with pytest.raises(KeyboardInterrupt):
-        run_search(RecordingOracle(oracle, run), k=2, pool_size=4, n_null=5, n_boot=100, chunk=8, progress=False)
+        run_search(
+            RecordingOracle(oracle, run),
+            config=SearchConfig(k=2, pool_size=4, n_null=5, n_boot=100, chunk=8),
+            progress=False,
+        )
     run.close()
     return path
 

@@ -38,9 +38,10 @@ class RecordingBackend:
 
     name = "recording"
     in_process = False  # it is given the model's name and loads it, as a worker of its own would
+    shared_cluster = LocalBackend.shared_cluster
 
-    def open(self, model: Any, task: Any, settings: Any, *, store_dtype: Any = None) -> Any:
+    def open(self, model: Any, task: Any, settings: Any, *, store_dtype: Any = None, context: Any = None) -> Any:
         CALLS.append((model, task.name, settings))
         if GATE is not None:
             GATE.pass_through()
-        return LocalBackend().open(model, task, settings, store_dtype=store_dtype)
+        return LocalBackend().open(model, task, settings, store_dtype=store_dtype, context=context)

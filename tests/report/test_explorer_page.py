@@ -14,6 +14,7 @@ from cel_lens.report.explorer_page import PAGE_BUDGET_BYTES, explorer_page_data,
 from cel_lens.runs import RecordingOracle, RunDir, load_run
 from cel_lens.selection import run_search
 from cel_lens.testing import SyntheticOracle
+from cel_lens.config import SearchConfig
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +25,11 @@ def big_run(tmp_path_factory):
                              effects={"L3H1": 0.03, "L12H7": 0.02, "L20H5": -0.04})
     manifest = {"model": {"id": "synthetic-28x24"}, "task": {"name": "synthetic"}, "options": {"k": 3, "pool_size": 12}}
     with RunDir.open(path, manifest) as rd:
-        run_search(RecordingOracle(oracle, rd), k=3, pool_size=12, n_null=20, n_boot=200, chunk=96, progress=False)
+        run_search(
+            RecordingOracle(oracle, rd),
+            config=SearchConfig(k=3, pool_size=12, n_null=20, n_boot=200, chunk=96),
+            progress=False,
+        )
     return load_run(path)
 
 

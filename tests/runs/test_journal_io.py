@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from cel_lens.config import SearchConfig
 from cel_lens.heads import HeadSet
 from cel_lens.runs import RecordingOracle, RunDir, RunRecordError, RunWriteError, load_run
 from cel_lens.runs.journal_io import CHECK, line_checksum
@@ -24,13 +25,13 @@ from cel_lens.testing import SyntheticOracle
 
 MANIFEST = {"model": {"id": "synthetic"}, "task": {"name": "toy"}, "k": 2}
 ORACLE = dict(n_layers=4, n_heads=4, n_dist=120, n_test=120, base_acc=0.5, effects={"L1H2": 0.1}, seed=0)
-SEARCH = dict(k=2, pool_size=4, n_null=6, n_boot=200, chunk=4, progress=False)
+SEARCH = dict(k=2, pool_size=4, n_null=6, n_boot=200, chunk=4)
 
 
 @pytest.fixture
 def finished(tmp_path) -> Path:
     run = RunDir.open(tmp_path / "run", MANIFEST)
-    run_search(RecordingOracle(SyntheticOracle(**ORACLE), run), **SEARCH)
+    run_search(RecordingOracle(SyntheticOracle(**ORACLE), run), SearchConfig(**SEARCH), progress=False)
     run.close()
     return run.path
 
@@ -114,6 +115,7 @@ _FILL_CHILD = textwrap.dedent(
     import json, os, resource, signal, sys
     from pathlib import Path
     from cel_lens.runs import RecordingOracle, RunDir, RunWriteError, load_run
+    from cel_lens.config import SearchConfig
     from cel_lens.selection import run_search
     from cel_lens.testing import SyntheticOracle
     path, limit, oracle_kw, search_kw, manifest = sys.argv[1], int(sys.argv[2]), *map(json.loads, sys.argv[3:6])
@@ -123,7 +125,7 @@ _FILL_CHILD = textwrap.dedent(
     out = {}
     try:
         with RunDir.open(path, manifest) as run:
-            run_search(RecordingOracle(SyntheticOracle(**oracle_kw), run), **search_kw)
+            run_search(RecordingOracle(SyntheticOracle(**oracle_kw), run), SearchConfig(**search_kw), progress=False)
     except RunWriteError as err:
         out = {"error": str(err), "errno": err.errno}
     out["files"] = sorted(p.name for p in Path(path).iterdir())

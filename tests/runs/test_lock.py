@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from cel_lens.config import SearchConfig
 from cel_lens.runs import RunDir, load_run
 from cel_lens.runs.lock import LOCK
 from cel_lens.selection import run_search
@@ -22,7 +23,7 @@ from cel_lens.testing import SyntheticOracle
 
 MANIFEST = {"model": {"id": "synthetic"}, "task": {"name": "toy"}, "k": 2}
 ORACLE = dict(n_layers=4, n_heads=4, n_dist=200, n_test=200, base_acc=0.5, effects={"L1H2": 0.08}, seed=0)
-SEARCH = dict(k=2, pool_size=4, n_null=6, n_boot=200, chunk=2, progress=False)
+SEARCH = dict(k=2, pool_size=4, n_null=6, n_boot=200, chunk=2)
 
 # A search into argv[1] over an oracle that sleeps argv[2] s per call, waiting up to argv[3] s for
 # the directory. Unless argv[7] is "-", it touches argv[7] + ".ready" just before opening the directory and
@@ -33,6 +34,7 @@ _SEARCH_CHILD = textwrap.dedent(
     import json, sys, time
     from pathlib import Path
     from cel_lens.runs import RecordingOracle, RunDir
+    from cel_lens.config import SearchConfig
     from cel_lens.selection import run_search
     from cel_lens.testing import SyntheticOracle
     oracle_kw, search_kw, manifest = (json.loads(a) for a in sys.argv[4:7])
@@ -50,7 +52,7 @@ _SEARCH_CHILD = textwrap.dedent(
         Path(hold + ".ready").touch()
     try:
         with RunDir.open(sys.argv[1], manifest, wait=float(sys.argv[3])) as run:
-            result = run_search(RecordingOracle(oracle, run), **search_kw)
+            result = run_search(RecordingOracle(oracle, run), SearchConfig(**search_kw), progress=False)
     except Exception as err:
         print(json.dumps({"error": str(err), "type": type(err).__name__}))
         sys.exit(2)
@@ -149,7 +151,7 @@ def test_two_searches_into_one_directory_at_once(tmp_path):
     assert code == 0 and rerun["calls"] == 0 and rerun["heads"] == done["heads"] and rerun["gain"] == done["gain"]
     keys = _eval_keys(path)
     assert len(keys) == len(set(keys)) == done["calls"]
-    reference = run_search(SyntheticOracle(**ORACLE), **SEARCH)
+    reference = run_search(SyntheticOracle(**ORACLE), SearchConfig(**SEARCH), progress=False)
     assert (reference.heads, reference.gain) == (done["heads"], done["gain"])
 
 

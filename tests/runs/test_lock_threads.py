@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from cel_lens.config import SearchConfig
 from cel_lens.runs import RecordingOracle, RunBusyError, RunDir, load_run
 from cel_lens.runs.journal_io import tmp_name
 from cel_lens.selection import run_search
@@ -19,7 +20,7 @@ from cel_lens.testing import SyntheticOracle
 
 MANIFEST = {"model": {"id": "synthetic"}, "task": {"name": "toy"}, "k": 2}
 ORACLE = dict(n_layers=4, n_heads=4, n_dist=200, n_test=200, base_acc=0.5, effects={"L1H2": 0.08}, seed=0)
-SEARCH = dict(k=2, pool_size=4, n_null=6, n_boot=200, chunk=2, progress=False)
+SEARCH = dict(k=2, pool_size=4, n_null=6, n_boot=200, chunk=2)
 
 
 def _in_thread(fn, name: str) -> tuple[threading.Thread, dict]:
@@ -83,7 +84,7 @@ def test_two_searches_in_two_threads_into_one_directory(tmp_path: Path) -> None:
         oracle = SyntheticOracle(**ORACLE, delay=0.002)
         barrier.wait()
         with RunDir.open(path, MANIFEST, wait=math.inf) as run:
-            result = run_search(RecordingOracle(oracle, run), **SEARCH)
+            result = run_search(RecordingOracle(oracle, run), SearchConfig(**SEARCH), progress=False)
         return tuple(result.heads), result.gain, len(oracle.calls)
 
     threads = [_in_thread(search, f"search-{i}") for i in range(2)]

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from cel_lens.config import SearchConfig
 from cel_lens.runs import RecordingOracle, RunDir, RunReadOnlyError
 from cel_lens.runs.lock import LOCK
 from cel_lens.selection import run_search
@@ -20,7 +21,7 @@ from cel_lens.testing import SyntheticOracle
 
 MANIFEST = {"model": {"id": "synthetic"}, "task": {"name": "toy"}, "k": 2}
 ORACLE = dict(n_layers=4, n_heads=4, n_dist=100, n_test=100, base_acc=0.5, effects={"L1H2": 0.1}, seed=0)
-SEARCH = dict(k=2, pool_size=4, n_null=6, n_boot=200, chunk=4, progress=False)
+SEARCH = dict(k=2, pool_size=4, n_null=6, n_boot=200, chunk=4)
 
 
 def snapshot(path: Path, skip: tuple[str, ...] = ()) -> dict[str, tuple[bytes, int]]:
@@ -31,12 +32,12 @@ def snapshot(path: Path, skip: tuple[str, ...] = ()) -> dict[str, tuple[bytes, i
 
 def test_rerun_of_a_finished_run_writes_nothing(tmp_path):
     with RunDir.open(tmp_path / "run", MANIFEST) as run:
-        first = run_search(RecordingOracle(SyntheticOracle(**ORACLE), run), **SEARCH)
+        first = run_search(RecordingOracle(SyntheticOracle(**ORACLE), run), SearchConfig(**SEARCH), progress=False)
     before = snapshot(run.path, skip=(LOCK,))  # the lock file names its latest holder
     oracle = SyntheticOracle(**ORACLE)
     with RunDir.open(run.path, MANIFEST) as again:
         assert again.finished and again.writable
-        assert run_search(RecordingOracle(oracle, again), **SEARCH) == first
+        assert run_search(RecordingOracle(oracle, again), SearchConfig(**SEARCH), progress=False) == first
     assert oracle.calls == [] and snapshot(run.path, skip=(LOCK,)) == before
 
 
@@ -44,13 +45,14 @@ def test_rerun_of_a_finished_run_writes_nothing(tmp_path):
 _CHILD = """
 import json, sys
 from cel_lens.runs import RecordingOracle, RunDir
+from cel_lens.config import SearchConfig
 from cel_lens.selection import run_search
 from cel_lens.testing import SyntheticOracle
 oracle_kw, search_kw, manifest = (json.loads(a) for a in sys.argv[2:5])
 oracle = SyntheticOracle(**oracle_kw)
 try:
     with RunDir.open(sys.argv[1], manifest) as run:
-        result = run_search(RecordingOracle(oracle, run), **search_kw)
+        result = run_search(RecordingOracle(oracle, run), SearchConfig(**search_kw), progress=False)
 except Exception as err:
     print(json.dumps({"error": str(err), "type": type(err).__name__}))
     sys.exit(2)
@@ -98,7 +100,7 @@ def test_finished_run_in_a_read_only_directory(ro_root, tmp_path):
     script.write_text(_CHILD)
     run = ro_root / "run"
     with RunDir.open(run, MANIFEST) as rd:
-        first = run_search(RecordingOracle(SyntheticOracle(**ORACLE), rd), **SEARCH)
+        first = run_search(RecordingOracle(SyntheticOracle(**ORACLE), rd), SearchConfig(**SEARCH), progress=False)
     unfinished = ro_root / "unfinished"
     shutil.copytree(run, unfinished)
     (unfinished / "result.json").unlink()

@@ -14,6 +14,7 @@ from collections import Counter
 import pytest
 import torch
 
+from cel_lens.config import SearchConfig
 from cel_lens.heads import HeadSet
 from cel_lens.oracle import Stage1Scores
 from cel_lens.runs import (
@@ -33,7 +34,7 @@ ORACLE = dict(
     n_layers=4, n_heads=4, n_dist=300, n_test=300, base_acc=0.5,
     effects={"L1H2": 0.06, "L2H3": 0.05, "L0H0": -0.1, "L3H1": -0.08}, background_sd=0.01, noise=0.05, seed=0,
 )
-SEARCH = dict(k=3, pool_size=6, n_null=20, n_boot=500, chunk=3, progress=False)
+SEARCH = dict(k=3, pool_size=6, n_null=20, n_boot=500, chunk=3)
 
 
 def _keys(evals) -> list[tuple[str, str]]:
@@ -136,10 +137,10 @@ def test_cached_oracle_answers_from_record(tmp_path):
 
 
 def test_search_run_records_everything_and_resumes_without_reevaluating(tmp_path):
-    reference = run_search(SyntheticOracle(**ORACLE), **SEARCH)
+    reference = run_search(SyntheticOracle(**ORACLE), SearchConfig(**SEARCH), progress=False)
     run = RunDir.open(tmp_path / "run", MANIFEST)
     first = SyntheticOracle(**ORACLE)
-    result = run_search(RecordingOracle(first, run), **SEARCH)
+    result = run_search(RecordingOracle(first, run), SearchConfig(**SEARCH), progress=False)
     assert result == reference
     loaded = load_run(run.path)
     assert loaded.result == result and loaded.manifest == MANIFEST
@@ -153,7 +154,7 @@ def test_search_run_records_everything_and_resumes_without_reevaluating(tmp_path
     assert run.events("stage1_scores")[0]["scores"] == result.scores
     # the same command again: no evaluation at all, same result, still one selection
     second = SyntheticOracle(**ORACLE)
-    again = run_search(RecordingOracle(second, RunDir.open(run.path, MANIFEST)), **SEARCH)
+    again = run_search(RecordingOracle(second, RunDir.open(run.path, MANIFEST)), SearchConfig(**SEARCH), progress=False)
     assert again == result
     assert second.calls == []
     # its seconds are this process's: it says how many evaluations it read instead of timing them
@@ -164,8 +165,8 @@ def test_search_run_records_everything_and_resumes_without_reevaluating(tmp_path
     bad_scores[3, 3] = 1.0
     with pytest.raises(RuntimeError, match="already selected"):
         run_search(
-            RecordingOracle(SyntheticOracle(**ORACLE), run), **{**SEARCH, "pool_size": 1, "k": 1},
-            scores=Stage1Scores(bad_scores, "dist", "given"),
+            RecordingOracle(SyntheticOracle(**ORACLE), run), SearchConfig(**{**SEARCH, "pool_size": 1, "k": 1}),
+            scores=Stage1Scores(bad_scores, "dist", "given"), progress=False,
         )
 
 
@@ -173,11 +174,12 @@ _CHILD = textwrap.dedent(
     """
     import json, sys
     from cel_lens.runs import RecordingOracle, RunDir
+    from cel_lens.config import SearchConfig
     from cel_lens.selection import run_search
     from cel_lens.testing import SyntheticOracle
     oracle_kw, search_kw, manifest = (json.loads(a) for a in sys.argv[2:5])
     oracle = SyntheticOracle(**oracle_kw, delay=float(sys.argv[5]))
-    run_search(RecordingOracle(oracle, RunDir.open(sys.argv[1], manifest)), **search_kw)
+    run_search(RecordingOracle(oracle, RunDir.open(sys.argv[1], manifest)), SearchConfig(**search_kw), progress=False)
     """
 )
 
@@ -216,8 +218,8 @@ def test_resume_after_sigkill_mid_stage_two(tmp_path):
         f.write(b'{"type":"eval","split":"dist","hea')
 
     oracle = SyntheticOracle(**ORACLE)  # same configuration, counts its evaluations
-    result = run_search(RecordingOracle(oracle, RunDir.open(path, MANIFEST)), **SEARCH)
-    assert result == run_search(SyntheticOracle(**ORACLE), **SEARCH)  # same as an uninterrupted search
+    result = run_search(RecordingOracle(oracle, RunDir.open(path, MANIFEST)), SearchConfig(**SEARCH), progress=False)
+    assert result == run_search(SyntheticOracle(**ORACLE), SearchConfig(**SEARCH), progress=False)  # same as an uninterrupted search
     recorded_before = set(_keys(before))
     evaluated_after = [(split, str(hs)) for split, hs in oracle.calls]
     assert not recorded_before & set(evaluated_after)  # nothing recorded is evaluated again

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from cel_lens.config import SearchConfig
 from cel_lens.runs import RecordingOracle, RunDir, load_run
 from cel_lens.runs.lock import held_by
 from cel_lens.selection import run_search
@@ -23,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 MANIFEST = {"model": {"id": "synthetic"}, "options": {"scorer": "exact", "k": 2, "pool_size": 4}}
 ORACLE = dict(n_layers=3, n_heads=4, n_dist=150, n_test=150, effects={"L1H2": 0.08, "L2H0": 0.04},
               background_sd=0.01, seed=1)
-SEARCH = dict(k=2, pool_size=4, n_null=5, n_boot=100, chunk=4, progress=False)
+SEARCH = dict(k=2, pool_size=4, n_null=5, n_boot=100, chunk=4)
 
 
 class Stopping(SyntheticOracle):
@@ -42,7 +43,7 @@ def _stopped(path: Path, calls: int) -> Path:
     oracle = Stopping(**ORACLE)
     oracle.left = calls
     with RunDir.open(path, MANIFEST) as run, pytest.raises(KeyboardInterrupt):
-        run_search(RecordingOracle(oracle, run), **SEARCH)
+        run_search(RecordingOracle(oracle, run), SearchConfig(**SEARCH), progress=False)
     return path
 
 
@@ -55,7 +56,7 @@ def test_a_stopped_run_reads_back_what_it_recorded(tmp_path):
     assert (partial["n_layers"], partial["n_heads"]) == (3, 4) and partial["pool"] == [] and partial["heads"] is None
     # resume to the end: the scores the record had are the finished search's
     with RunDir.open(run, MANIFEST) as again:
-        result = run_search(RecordingOracle(SyntheticOracle(**ORACLE), again), **SEARCH)
+        result = run_search(RecordingOracle(SyntheticOracle(**ORACLE), again), SearchConfig(**SEARCH), progress=False)
     scored = [(l, h) for l in range(3) for h in range(4) if not math.isnan(partial["scores"][l][h])]
     assert scored == [(0, 0), (0, 1), (0, 2), (0, 3)]
     assert all(partial["scores"][l][h] == pytest.approx(result.scores[l][h]) for l, h in scored)
@@ -66,7 +67,7 @@ def test_later_stages_carry_pool_subsets_and_selection(tmp_path):
     record = load_run(_stopped(tmp_path / "run", calls=7))  # stage 1 done, stage 2 evaluated, no test yet
     partial = record.partial()
     with RunDir.open(record.path, MANIFEST) as again:
-        result = run_search(RecordingOracle(SyntheticOracle(**ORACLE), again), **SEARCH)
+        result = run_search(RecordingOracle(SyntheticOracle(**ORACLE), again), SearchConfig(**SEARCH), progress=False)
     assert partial["pool"] == result.pool and partial["heads"] == result.heads
     assert partial["scores"] == result.scores
     done = {s["heads"]: s["dist_acc"] for s in partial["subsets"]}

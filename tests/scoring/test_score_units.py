@@ -105,7 +105,11 @@ def test_the_explorer_page_carries_the_unit_its_script_writes(tmp_path):
     scores = Stage1Scores(torch.tensor([[0.0, 0.01, 0.0], [0.0, 0.0, 0.05]], dtype=torch.float64), DIST_SPLIT, "racing")
     with RunDir.open(tmp_path / "run", manifest) as rd, warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a tiny search's "no evidence" warning is not what is tested
-        run_search(RecordingOracle(oracle, rd), scores=scores, scorer="racing", k=1, pool_size=2, n_null=2, n_boot=20,
-                   progress=False)
+        run_search(
+            RecordingOracle(oracle, rd),
+            config=SearchConfig(scorer="racing", k=1, pool_size=2, n_null=2, n_boot=20),
+            scores=scores,
+            progress=False,
+        )
     data = explorer_page_data(tmp_path / "run")
     assert data["scorer"] == "racing" and data["unit"] == {"symbol": "pp", "scale": 100.0, "decimals": 2}

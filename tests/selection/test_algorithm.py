@@ -114,7 +114,7 @@ def test_default_pool_size_gives_298_subsets():
 @pytest.mark.parametrize("seed", [0, 1])
 def test_search_recovers_planted_subset(seed):
     oracle = planted_oracle(seed)
-    r = run_search(oracle, k=3, pool_size=12, n_null=50, n_boot=2000, progress=False)
+    r = run_search(oracle, config=SearchConfig(k=3, pool_size=12, n_null=50, n_boot=2000), progress=False)
     assert r.heads == PLANTED
     assert set(HeadSet.parse(PLANTED)) <= {Head.parse(h) for h in r.discovery.pool}
     assert not set(HARMFUL) & set(r.discovery.pool)
@@ -139,9 +139,9 @@ def test_interaction_found_when_both_heads_in_pool():
     scores = exact_scores(oracle)
     assert scores[0, 2] == 0 and scores[1, 3] == 0  # invisible to stage 1
     given = Stage1Scores(scores, "dist", "exact")
-    r2 = run_search(oracle, k=2, pool_size=8, scores=given, n_null=20, progress=False)
+    r2 = run_search(oracle, config=SearchConfig(k=2, pool_size=8, n_null=20), scores=given, progress=False)
     assert r2.heads == "L0H2+L1H3" and r2.gain > 0.15
-    r3 = run_search(oracle, k=3, pool_size=8, scores=given, n_null=20, progress=False)
+    r3 = run_search(oracle, config=SearchConfig(k=3, pool_size=8, n_null=20), scores=given, progress=False)
     assert r3.heads == "L0H0+L0H2+L1H3"
 
 
@@ -149,7 +149,7 @@ def test_interaction_missed_when_pool_excludes_one_head():
     """The limit of a pool built from single-head effects: with m = 4 the pool is A plus the first
     neutral heads in canonical order (L0H1, L0H2, L0H3), so C = L1H3 is out and the pair is missed."""
     oracle = _interaction_oracle()
-    r = run_search(oracle, k=2, pool_size=4, n_null=20, progress=False)
+    r = run_search(oracle, config=SearchConfig(k=2, pool_size=4, n_null=20), progress=False)
     assert "L1H3" not in r.discovery.pool and "L0H2" in r.discovery.pool
     assert r.heads == "L0H0"
     assert r.test.gain < oracle.true_gain("L0H2+L1H3") - 0.1
@@ -160,7 +160,7 @@ def test_interaction_missed_when_pool_excludes_one_head():
 
 def test_tie_prefers_fewer_heads():
     oracle = SyntheticOracle(3, 3, n_dist=300, effects={"L1H1": 0.1})  # every superset of {L1H1} ties
-    r = run_search(oracle, k=3, pool_size=9, n_null=5, posthoc=False, progress=False)
+    r = run_search(oracle, config=SearchConfig(k=3, pool_size=9, n_null=5, posthoc=False), progress=False)
     assert r.heads == "L1H1"
     top = [s for s in r.discovery.subsets if s["dist_acc"] == r.discovery.acc_ablated]
     assert len(top) == 1 + 8 + 28  # the tie really is there
@@ -176,8 +176,11 @@ def test_tie_prefers_higher_summed_score_then_canonical_order():
     hi_2[2, 0], hi_2[10, 0] = 0.2, 0.1
     same = base.clone()
     same[2, 0] = same[10, 0] = 0.1
-    pick = lambda s: run_search(  # noqa: E731
-        oracle, k=1, pool_size=3, scores=Stage1Scores(s, "dist", "given"), n_null=1, posthoc=False, progress=False
+    pick = lambda s: run_search(
+        oracle,
+        config=SearchConfig(k=1, pool_size=3, n_null=1, posthoc=False),
+        scores=Stage1Scores(s, "dist", "given"),
+        progress=False,
     ).heads
     assert pick(hi_10) == "L10H0"
     assert pick(hi_2) == "L2H0"
@@ -206,7 +209,11 @@ def test_beam_search():
     wide = evaluate_subsets(oracle, small, 3, strategy="beam", beam_width=100, scores=scores)
     assert {s.heads for s in wide} == {s.heads for s in exhaustive}
     assert select_best(wide) == select_best(exhaustive)
-    r = run_search(oracle, k=3, pool_size=20, strategy="beam", beam_width=4, n_null=10, progress=False)
+    r = run_search(
+        oracle,
+        config=SearchConfig(k=3, pool_size=20, strategy="beam", beam_width=4, n_null=10),
+        progress=False,
+    )
     assert r.heads == PLANTED and r.strategy == "beam" and r.beam_width == 4
 
 
@@ -214,16 +221,28 @@ def test_beam_search():
 
 
 def test_same_seed_same_result():
-    a = run_search(planted_oracle(0, n_dist=400, n_test=400), n_null=30, n_boot=500, seed=7, progress=False)
-    b = run_search(planted_oracle(0, n_dist=400, n_test=400), n_null=30, n_boot=500, seed=7, progress=False)
+    a = run_search(
+        planted_oracle(0, n_dist=400, n_test=400),
+        config=SearchConfig(n_null=30, n_boot=500, seed=7),
+        progress=False,
+    )
+    b = run_search(
+        planted_oracle(0, n_dist=400, n_test=400),
+        config=SearchConfig(n_null=30, n_boot=500, seed=7),
+        progress=False,
+    )
     assert a == b  # timings excluded from equality
-    c = run_search(planted_oracle(0, n_dist=400, n_test=400), n_null=30, n_boot=500, seed=8, progress=False)
+    c = run_search(
+        planted_oracle(0, n_dist=400, n_test=400),
+        config=SearchConfig(n_null=30, n_boot=500, seed=8),
+        progress=False,
+    )
     assert c.heads == a.heads and c.test.gain == a.test.gain and c.null.gains != a.null.gains
 
 
 def test_selection_fixed_before_any_test_evaluation():
     oracle = CountingOracle(planted_oracle(0, n_dist=200, n_test=200))
-    r = run_search(oracle, k=2, pool_size=6, n_null=10, progress=False)
+    r = run_search(oracle, config=SearchConfig(k=2, pool_size=6, n_null=10), progress=False)
     splits = [split for split, _ in oracle.log]
     first_test = splits.index("test")
     assert "test" not in splits[:first_test] and set(splits[first_test:]) == {"test"}
@@ -235,7 +254,7 @@ def test_given_scores_skip_stage_one():
     scores = exact_scores(inner)
     oracle = CountingOracle(inner)
     given = Stage1Scores(scores, "dist", "compressed")
-    r = run_search(oracle, k=2, pool_size=5, scores=given, n_null=1, posthoc=False, progress=False)
+    r = run_search(oracle, config=SearchConfig(k=2, pool_size=5, n_null=1, posthoc=False), scores=given, progress=False)
     dist_sets = [s for split, sets in oracle.log if split == "dist" for s in sets]
     assert len(dist_sets) == 1 + 5 + 10  # intact + stage-2 subsets, no single-head sweep
     assert r.scorer == "compressed" and r.discovery.scores == scores.tolist() and r.discovery.scores_split == "dist"
@@ -244,7 +263,11 @@ def test_given_scores_skip_stage_one():
 
 
 def test_result_dict_roundtrip_and_display():
-    r = run_search(planted_oracle(0, n_dist=200, n_test=200), k=2, pool_size=5, n_null=10, progress=False)
+    r = run_search(
+        planted_oracle(0, n_dist=200, n_test=200),
+        config=SearchConfig(k=2, pool_size=5, n_null=10),
+        progress=False,
+    )
     d = json.loads(json.dumps(r.to_dict()))
     required = {
         "heads", "dist_acc_intact", "dist_acc_ablated", "test_acc_intact", "test_acc_ablated", "gain",
@@ -261,8 +284,11 @@ def test_result_dict_roundtrip_and_display():
     # post-hoc test gains of every subset are not measured or shown by default (choosing by them leaks
     # D_test); asked for, they are labelled exploratory
     assert "post-hoc" not in text and all(s["test_gain_posthoc"] is None for s in d["subsets"])
-    shown = str(run_search(planted_oracle(0, n_dist=200, n_test=200), k=2, pool_size=5, n_null=10, posthoc=True,
-                           progress=False))
+    shown = str(run_search(
+        planted_oracle(0, n_dist=200, n_test=200),
+        config=SearchConfig(k=2, pool_size=5, n_null=10, posthoc=True),
+        progress=False,
+    ))
     assert "exploratory post-hoc" in shown
     assert "<table>" in r._repr_html_()
 
@@ -270,7 +296,7 @@ def test_result_dict_roundtrip_and_display():
 def test_no_head_set_evaluated_twice_without_run_dir():
     """Stage 2 re-uses the stage-1 singles, the test phase re-uses S-hat: an in-memory cache."""
     inner = planted_oracle(0, n_dist=200, n_test=200)
-    r = run_search(inner, k=2, pool_size=6, n_null=30, progress=True)
+    r = run_search(inner, config=SearchConfig(k=2, pool_size=6, n_null=30), progress=True)
     assert len(inner.calls) == len(set(inner.calls))
     assert len([c for c in inner.calls if c[0] == "dist"]) == 1 + 48 + 15  # intact, singles, new pairs
     assert r.heads in {s["heads"] for s in r.discovery.subsets}
@@ -307,11 +333,11 @@ def test_test_statistics_refuse_an_oracle_without_the_selection_fixed():
 
 
 def test_selected_before_test_is_computed_from_what_happened():
-    fresh = run_search(planted_oracle(0, n_dist=200, n_test=200), k=1, n_null=5, progress=False)
+    fresh = run_search(planted_oracle(0, n_dist=200, n_test=200), config=SearchConfig(k=1, n_null=5), progress=False)
     assert fresh.test.selected_before_test is True
     memo = MemoOracle(planted_oracle(0, n_dist=200, n_test=200), guard_test=False)
     memo.evaluate("test", [HeadSet.parse("L1H3")])  # a peek at D_test before the search
-    peeked = run_search(memo, k=1, n_null=5, progress=False)
+    peeked = run_search(memo, config=SearchConfig(k=1, n_null=5), progress=False)
     assert peeked.test.selected_before_test is False
     assert "NOT fixed before D_test was read" in str(peeked)
 
@@ -321,7 +347,7 @@ def test_no_null_writes_no_nan():
     statistics computed without a null, and a result holding none, write no NaN and say so."""
     oracle = CountingOracle(planted_oracle(0, n_dist=200, n_test=200))
     with pytest.raises(ValueError, match="n_null must be >= 1"):
-        run_search(oracle, k=1, n_null=0, progress=False)
+        run_search(oracle, config=SearchConfig(k=1, n_null=0), progress=False)
     assert oracle.log == []
     memo = MemoOracle(planted_oracle(0, n_dist=200, n_test=200))
     intact, scores = stage1(memo)
@@ -329,7 +355,11 @@ def test_no_null_writes_no_nan():
     fix_selection(memo, best)
     stats = held_out_statistics(memo, best, subsets, SearchConfig(k=1, n_null=0, n_boot=100))
     assert stats.null.gains == [] and stats.null.p is None and stats.null.min_p is None
-    r = replace(run_search(planted_oracle(0, n_dist=200, n_test=200), k=1, n_null=1, progress=False),
+    r = replace(run_search(
+        planted_oracle(0, n_dist=200, n_test=200),
+        config=SearchConfig(k=1, n_null=1),
+        progress=False,
+    ),
                 null=NullTest(gains=[], p=None, min_p=None))
     json.dumps(r.to_dict(), allow_nan=False)  # strict JSON: raises on NaN
     assert "not computed" in str(r)
@@ -339,14 +369,18 @@ def test_the_interval_follows_the_config():
     """ci_method is read from the config in one place: each method gives its own interval, the
     bootstrap's depends on n_boot and seed, and an unknown one fails before any evaluation."""
     oracle = planted_oracle(0, n_dist=200, n_test=200)
-    found = {m: run_search(oracle, k=1, pool_size=4, n_null=5, n_boot=200, ci_method=m, progress=False)
+    found = {m: run_search(
+        oracle,
+        config=SearchConfig(k=1, pool_size=4, n_null=5, n_boot=200, ci_method=m),
+        progress=False,
+    )
              for m in ("tango", "newcombe", "bootstrap")}
     assert {m: r.test.ci_method for m, r in found.items()} == {m: m for m in found}
     assert len({(r.test.ci_low, r.test.ci_high) for r in found.values()}) == 3
     assert all(r.test.ci_low <= r.test.gain <= r.test.ci_high for r in found.values())
     counting = CountingOracle(planted_oracle(0, n_dist=200, n_test=200))
     with pytest.raises(ValueError, match="unknown ci_method 'wald'"):
-        run_search(counting, k=1, ci_method="wald", progress=False)
+        run_search(counting, config=SearchConfig(k=1, ci_method="wald"), progress=False)
     assert counting.log == []
 
 
@@ -354,5 +388,5 @@ def test_a_search_whose_best_ablation_hurts_warns():
     harmful = {f"L{layer}H{head}": -0.05 for layer in (0, 1) for head in (0, 1)}
     oracle = SyntheticOracle(2, 2, n_dist=300, n_test=300, effects=harmful)
     with pytest.warns(UserWarning, match="least harmful"):
-        r = run_search(oracle, k=1, n_null=3, progress=False)
+        r = run_search(oracle, config=SearchConfig(k=1, n_null=3), progress=False)
     assert r.discovery.gain < 0 and "least harmful" in str(r)

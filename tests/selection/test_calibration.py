@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from cel_lens.heads import HeadSet
-from cel_lens.oracle import AnswerKey
+from cel_lens.oracle import ANSWER_KEY, CHOICES, AnswerKey, OracleBase
 from cel_lens.selection.memo import MemoOracle
 from cel_lens.selection import run_search
 from cel_lens.selection.calibration import (
@@ -22,6 +22,7 @@ from cel_lens.selection.calibration import (
 )
 from cel_lens.selection.result import format_result
 from cel_lens.testing import PlantedChoiceOracle
+from cel_lens.config import SearchConfig
 
 
 def _accuracy(scores, labels, bias):
@@ -110,8 +111,9 @@ def test_no_calibration_without_recorded_choice_scores():
     ],
 )
 def test_tasks_without_choices_say_how_a_prior_applies(key, words):
-    class Bits:
+    class Bits(OracleBase):
         n_layers, n_heads = 2, 2
+        capabilities = frozenset({ANSWER_KEY})
 
         def evaluate(self, split, head_sets, *, stage=""):
             return torch.ones(len(head_sets), 3, dtype=torch.bool)
@@ -127,7 +129,7 @@ def test_a_search_that_picks_the_prior_head_says_so():
     oracle = PlantedChoiceOracle(seed=0, n_dist=600, n_test=600)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        result = run_search(oracle, k=1, pool_size=3, n_null=5, n_boot=300, progress=False)
+        result = run_search(oracle, config=SearchConfig(k=1, pool_size=3, n_null=5, n_boot=300), progress=False)
     assert result.heads == str(HeadSet.parse(oracle.prior))  # the biggest raw gain
     assert result.test.gain > 0.1 and result.test.ci_low > 0
     assert result.calibration["applies"] and not result.calibration["survives"]
@@ -143,7 +145,7 @@ def test_capability_search_shows_no_prior_warning():
     oracle = PlantedChoiceOracle(seed=0, n_dist=600, n_test=600, prior_shift=0.0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        result = run_search(oracle, k=1, pool_size=3, n_null=5, n_boot=300, progress=False)
+        result = run_search(oracle, config=SearchConfig(k=1, pool_size=3, n_null=5, n_boot=300), progress=False)
     assert result.heads == str(HeadSet.parse(oracle.capability))
     assert result.calibration["survives"] and PRIOR_ONLY_LINE not in str(result)
 
@@ -180,7 +182,8 @@ def test_ties_follow_a_stated_rule_that_moves_with_a_prior_shift_and_their_range
 
 
 def test_a_pure_prior_shift_never_survives_and_the_tie_range_is_in_the_block():
-    class Shifted:
+    class Shifted(OracleBase):
+        capabilities = frozenset({CHOICES, ANSWER_KEY})
         n_layers, n_heads = 2, 2
 
         def __init__(self):

@@ -13,14 +13,18 @@ from cel_lens.testing.synthetic import realistic_oracle
 def test_run_search_takes_the_config_whole():
     config = SearchConfig(k=2, pool_size=4, n_null=5, n_boot=50, seed=3, posthoc=False)
     whole = run_search(realistic_oracle(4, 8, seed=1)[0], config=config, progress=False)
-    loose = run_search(realistic_oracle(4, 8, seed=1)[0], k=2, pool_size=4, n_null=5, n_boot=50, seed=3,
-                       posthoc=False, progress=False)
-    assert whole == loose and whole.k == 2 and whole.pool_size == 4
+    assert whole.k == 2 and whole.pool_size == 4
     assert run_search(realistic_oracle(4, 8, seed=1)[0], config, progress=False) == whole  # positional too
-    with pytest.raises(TypeError, match="got config= and k, seed"):
+    with pytest.raises(TypeError, match="unexpected keyword argument 'k'"):  # options live in the config only
         run_search(realistic_oracle(4, 8, seed=1)[0], config=config, k=1, seed=1)
-    with pytest.raises(TypeError, match="unknown option.s. pool\\b"):
-        run_search(realistic_oracle(4, 8, seed=1)[0], pool=4)
+    with pytest.raises(TypeError, match="config must be a SearchConfig"):
+        run_search(realistic_oracle(4, 8, seed=1)[0], {"k": 2})
+
+
+def test_run_search_has_at_most_five_parameters():
+    import inspect
+
+    assert len(inspect.signature(run_search).parameters) <= 5
 
 
 def test_the_config_is_checked_before_any_evaluation():

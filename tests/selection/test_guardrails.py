@@ -11,6 +11,7 @@ import torch
 
 from cel_lens.selection import run_search, selection_adjusted_test
 from cel_lens.testing import SyntheticOracle
+from cel_lens.config import SearchConfig
 
 
 def test_matches_the_exact_sign_flip_distribution_on_a_small_case():
@@ -45,7 +46,7 @@ def test_a_positive_gain_within_chance_is_not_shown_and_not_called_an_absence():
     oracle = SyntheticOracle(4, 4, n_dist=300, n_test=100, noise=0.05, seed=2)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        r = run_search(oracle, k=2, pool_size=4, n_null=5, progress=False)
+        r = run_search(oracle, config=SearchConfig(k=2, pool_size=4, n_null=5), progress=False)
     assert r.discovery.gain > 0
     assert not r.discovery.adjusted["rejects"] and not r.discovery.adjusted["absence"]
     assert r.discovery.adjusted["upper"] > r.discovery.adjusted["min_effect"] and r.discovery.adjusted["mde"] > 0

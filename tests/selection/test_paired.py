@@ -15,6 +15,7 @@ from cel_lens.selection.paired import (
     holm_enhancement, leave_one_out, mcnemar_enhancement_p, newcombe_paired_ci, tango_paired_ci,
 )
 from cel_lens.stats import holm_adjust, paired_bootstrap_ci
+from cel_lens.config import SearchConfig
 
 
 def _pairs(b: int, c: int, both: int, neither: int) -> tuple[np.ndarray, np.ndarray]:
@@ -117,8 +118,11 @@ def test_a_result_prints_the_decision_row_and_labels_its_interval():
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        r = run_search(SyntheticOracle(4, 4, n_dist=300, n_test=300, effects={"L1H2": 0.08}, noise=0.05, seed=3),
-                       k=2, pool_size=4, n_null=5, progress=False)
+        r = run_search(
+            SyntheticOracle(4, 4, n_dist=300, n_test=300, effects={"L1H2": 0.08}, noise=0.05, seed=3),
+            config=SearchConfig(k=2, pool_size=4, n_null=5),
+            progress=False,
+        )
     text = str(r)
     assert r.test.decision["p"] == r.test.p_enhance and r.test.decision["helps"] == (r.test.p_enhance <= 0.05)
     assert "ablation helps? (D_test)" in text and "(descriptive; the decision is the one-sided exact test)" in text

@@ -9,6 +9,7 @@ from cel_lens.heads import Head, HeadSet
 from cel_lens.selection.memo import MemoOracle
 from cel_lens.selection import candidate_pool, run_search, select_best, select_parsimonious, stage1, stage2
 from cel_lens.testing import SyntheticOracle
+from cel_lens.config import SearchConfig
 
 
 def _stage2(oracle):
@@ -32,16 +33,16 @@ def test_padding_with_null_heads_is_dropped():
 
 def test_the_rule_and_its_choice_are_recorded_in_the_result():
     oracle = SyntheticOracle(4, 4, n_dist=300, n_test=300, effects={"L1H2": 0.08}, noise=0.05, seed=3)
-    r = run_search(oracle, k=3, pool_size=6, n_null=5, parsimony="one_se", progress=False)
+    r = run_search(oracle, config=SearchConfig(k=3, pool_size=6, n_null=5, parsimony="one_se"), progress=False)
     assert r.discovery.parsimony["rule"] == "one_se" and r.discovery.parsimony["chosen"] == r.heads == "L1H2"
     assert "within one standard error" in str(r)
-    default = run_search(oracle, k=3, pool_size=6, n_null=5, progress=False)
+    default = run_search(oracle, config=SearchConfig(k=3, pool_size=6, n_null=5), progress=False)
     assert default.discovery.parsimony["rule"] == "backward" and default.heads == "L1H2"
     assert "dropped from the most accurate" in str(default)
-    raw = run_search(oracle, k=3, pool_size=6, n_null=5, parsimony="best", progress=False)
+    raw = run_search(oracle, config=SearchConfig(k=3, pool_size=6, n_null=5, parsimony="best"), progress=False)
     assert raw.heads == r.discovery.parsimony["best"] and raw.discovery.parsimony["rule"] == "best"
     with pytest.raises(ValueError, match="parsimony"):
-        run_search(oracle, k=3, pool_size=6, parsimony="smallest", progress=False)
+        run_search(oracle, config=SearchConfig(k=3, pool_size=6, parsimony="smallest"), progress=False)
     with pytest.raises(ValueError, match="shape"):
         select_parsimonious([], torch.zeros(1, 3, dtype=torch.bool))
 

@@ -13,6 +13,7 @@ from cel_lens.selection.memo import MemoOracle
 from cel_lens.selection import run_search
 from cel_lens.selection.plan import BatchTimer, plan_search, stage2_sets
 from cel_lens.testing import SyntheticOracle
+from cel_lens.config import SearchConfig
 
 ORACLE = dict(n_dist=120, n_test=80, effects={"L1H2": 0.06, "L2H0": 0.04}, background_sd=0.01, seed=3)
 
@@ -25,8 +26,11 @@ def _calls(oracle: SyntheticOracle, split: str) -> int:
 def test_plan_counts_the_evaluations_the_search_makes(k, pool, strategy):
     oracle = SyntheticOracle(4, 5, **ORACLE)
     plan = plan_search(4, 5, 120, 80, k=k, pool_size=pool, strategy=strategy, beam_width=3, n_null=10, posthoc=True)
-    run_search(oracle, k=k, pool_size=pool, strategy=strategy, beam_width=3, n_null=10, n_boot=100, posthoc=True,
-               progress=False)
+    run_search(
+        oracle,
+        config=SearchConfig(k=k, pool_size=pool, strategy=strategy, beam_width=3, n_null=10, n_boot=100, posthoc=True),
+        progress=False,
+    )
     stages = {s.name: s for s in plan.stages}
     dist = stages["intact"].head_sets + stages["stage 1 (exact)"].head_sets + stages["stage 2"].head_sets
     if strategy == "exhaustive":

@@ -27,6 +27,7 @@ from cel_lens.selection.result import (
     TestOutcome,
 )
 from cel_lens.testing import SyntheticOracle
+from cel_lens.config import SearchConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 CASES = json.loads((Path(__file__).with_name("result_render_cases.json")).read_text(encoding="utf-8"))
@@ -81,7 +82,7 @@ def _written(d: dict) -> str:
 @pytest.fixture(scope="module")
 def searched() -> Result:
     oracle = SyntheticOracle(2, 3, n_dist=200, n_test=200, effects={"L1H1": 0.1, "L0H2": 0.04}, noise=0.03)
-    return run_search(oracle, k=2, pool_size=4, n_null=20, n_specificity=3, progress=False)
+    return run_search(oracle, config=SearchConfig(k=2, pool_size=4, n_null=20, n_specificity=3), progress=False)
 
 
 @pytest.mark.parametrize("case", CASES["records"], ids=[c["name"] for c in CASES["records"]])
@@ -186,7 +187,7 @@ def test_the_test_part_says_when_the_selection_came_after_a_read():
 def test_a_four_head_model_prints_the_minimum_p_and_no_fraction():
     """The organism's shape (4 heads, |S-hat| = 1): 3 other sets, smallest p 1/4 > 0.05."""
     oracle = SyntheticOracle(1, 4, n_dist=500, n_test=500, effects={"L0H0": 0.14, "L0H3": -0.2})
-    r = run_search(oracle, k=3, n_null=100, progress=False)
+    r = run_search(oracle, config=SearchConfig(k=3, n_null=100), progress=False)
     assert r.heads == "L0H0" and r.null.exhaustive and len(r.null.gains) == 3
     assert r.null.p == 0.25 and r.null.min_p == 0.25
     null = _rows(r)["random-subset null"]
@@ -197,14 +198,18 @@ def test_a_four_head_model_prints_the_minimum_p_and_no_fraction():
 
 def test_a_large_model_prints_the_p_value_with_its_minimum():
     oracle = SyntheticOracle(12, 12, n_dist=500, n_test=500, effects={"L2H3": 0.1}, noise=0.02)
-    r = run_search(oracle, k=1, pool_size=4, n_null=99, progress=False)
+    r = run_search(oracle, config=SearchConfig(k=1, pool_size=4, n_null=99), progress=False)
     null = _rows(r)["random-subset null"]
     assert "99 random other 1-head sets" in null and "p = 0.01 (smallest possible 0.01)" in null
     assert r.null.p == 0.01 and not r.null.exhaustive
 
 
 def test_the_discovery_gain_is_labelled_selection_biased():
-    r = run_search(SyntheticOracle(2, 2, n_dist=200, n_test=200, effects={"L1H1": 0.1}), n_null=3, progress=False)
+    r = run_search(
+        SyntheticOracle(2, 2, n_dist=200, n_test=200, effects={"L1H1": 0.1}),
+        config=SearchConfig(n_null=3),
+        progress=False,
+    )
     rows = _rows(r)
     assert "selection-biased" in rows["D_dist (n=200)"] and "selection-biased" not in rows["D_test (n=200)"]
     assert "selection-biased" in rows["top stage-2 subsets"]

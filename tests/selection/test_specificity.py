@@ -8,6 +8,7 @@ import pytest
 from cel_lens.heads import HeadSet
 from cel_lens.selection import run_search
 from cel_lens.testing import SyntheticOracle
+from cel_lens.config import SearchConfig
 
 
 class LoggingOracle:
@@ -23,7 +24,11 @@ class LoggingOracle:
 def test_random_pool_winners_are_found_on_dist_and_compared_on_test():
     effects = {"L1H3": 0.12, "L2H1": -0.1, "L0H2": -0.08}
     oracle = LoggingOracle(SyntheticOracle(4, 4, n_dist=400, n_test=400, effects=effects, noise=0.05, seed=2))
-    r = run_search(oracle, k=2, pool_size=4, n_null=10, n_specificity=9, posthoc=False, progress=False)
+    r = run_search(
+        oracle,
+        config=SearchConfig(k=2, pool_size=4, n_null=10, n_specificity=9, posthoc=False),
+        progress=False,
+    )
     sp = r.stability.specificity
     assert "L1H3" in HeadSet.parse(r.heads)
     assert sp["n_pools"] == 9 == len(sp["winners"]) == len(sp["test_gains"])
@@ -41,12 +46,16 @@ def test_random_pool_winners_are_found_on_dist_and_compared_on_test():
 
 def test_specificity_says_nothing_when_the_pool_is_every_head():
     oracle = SyntheticOracle(1, 4, n_dist=300, n_test=300, effects={"L0H0": 0.15})
-    r = run_search(oracle, k=2, pool_size=12, n_null=10, n_specificity=20, progress=False)
+    r = run_search(oracle, config=SearchConfig(k=2, pool_size=12, n_null=10, n_specificity=20), progress=False)
     assert r.heads == "L0H0" and r.stability.specificity["n_pools"] == 0 and r.stability.specificity["p_value"] is None
     assert "not applicable" in str(r)
 
 
 def test_off_by_default():
-    r = run_search(SyntheticOracle(2, 2, n_dist=100, n_test=100, effects={"L0H0": 0.2}), n_null=2, progress=False)
+    r = run_search(
+        SyntheticOracle(2, 2, n_dist=100, n_test=100, effects={"L0H0": 0.2}),
+        config=SearchConfig(n_null=2),
+        progress=False,
+    )
     assert r.stability.specificity is None and "specificity" not in str(r)
     assert HeadSet.parse(r.heads) == HeadSet.parse("L0H0")

@@ -12,6 +12,7 @@ import torch
 from cel_lens.heads import HeadSet
 from cel_lens.selection import SubsetScore, run_search, select_best, selection_stability
 from cel_lens.testing import SyntheticOracle
+from cel_lens.config import SearchConfig
 
 
 def _subsets(oracle: SyntheticOracle, texts: list[str], scores: dict[str, float] | None = None):
@@ -59,7 +60,11 @@ def test_without_any_effect_the_selection_is_unstable():
     oracle = SyntheticOracle(4, 4, n_dist=300, n_test=300, noise=0.1, seed=1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the best of noise may have a non-positive discovery gain
-        r = run_search(oracle, k=2, pool_size=6, n_null=1, posthoc=False, n_stability=500, progress=False)
+        r = run_search(
+            oracle,
+            config=SearchConfig(k=2, pool_size=6, n_null=1, posthoc=False, n_stability=500),
+            progress=False,
+        )
     st = r.stability.selection
     assert st["method"] == "reselect"  # the pool is redone on every resample, not kept
     assert st["selected"] == r.heads and st["n_resamples"] == 500
@@ -99,8 +104,11 @@ def test_ties_are_said_not_reported_as_a_clear_win():
     assert clear["selected_by_tie_break"] == 0.0 and clear["identical_subsets"] == 0
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        r = run_search(SyntheticOracle(2, 2, n_dist=50, n_test=50, noise=0.0, seed=0), k=1, pool_size=4, n_null=1,
-                       posthoc=False, n_stability=50, progress=False)  # no head changes any answer
+        r = run_search(
+            SyntheticOracle(2, 2, n_dist=50, n_test=50, noise=0.0, seed=0),
+            config=SearchConfig(k=1, pool_size=4, n_null=1, posthoc=False, n_stability=50),
+            progress=False,
+        )  # no head changes any answer
     text = format_result(r)
     assert r.stability.selection["identical_subsets"] == 3 and "only by the tie-break" in text
     assert "3 other subset(s) give the same answer on every D_dist example" in text
@@ -140,7 +148,11 @@ def test_the_text_the_heatmap_and_the_grid_read_one_computation():
     oracle = SyntheticOracle(4, 4, n_dist=300, n_test=100, effects={"L1H2": 0.08}, noise=0.05, seed=3)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        r = run_search(oracle, k=3, pool_size=6, n_null=5, n_stability=200, progress=False).to_dict()
+        r = run_search(
+            oracle,
+            config=SearchConfig(k=3, pool_size=6, n_null=5, n_stability=200),
+            progress=False,
+        ).to_dict()
     st = r["selection_stability"]
     wins = stability_wins(r)
     assert st["selected"] == r["heads"] == "L1H2"

@@ -1,5 +1,5 @@
-"""``answer_type`` (formerly ``kind``): the deprecated alias warns, and records that say ``kind``
-(run manifests, evaluation files, task infos, the committed results) still load."""
+"""``answer_type`` (formerly ``kind``): no alias lives on a class, and records that say ``kind``
+(run manifests, evaluation files, task infos, the committed results) still load, through one reader."""
 
 from __future__ import annotations
 
@@ -25,19 +25,17 @@ def _task() -> Task:
     return Task("toy", "multiple_choice", dist, test)
 
 
-def test_kind_is_a_deprecated_read_only_alias_of_answer_type():
+def test_kind_is_no_alias_of_answer_type():
     task = _task()
     assert task.answer_type == task.dist.answer_type == "multiple_choice"
-    for owner in (task, task.dist, task.test):
-        with pytest.warns(DeprecationWarning, match=r"\.kind is deprecated.*answer_type"):
-            assert owner.kind == "multiple_choice"
-    with pytest.raises(AttributeError):
-        task.kind = "exact_match"  # type: ignore[misc]
+    res = EvalResult([HeadSet()], ["a"], torch.tensor([[True]]), torch.tensor([[0.5]]), answer_type="generation")
+    for owner in (task, task.dist, task.test, res):
+        assert not hasattr(owner, "kind")  # the former name: records only, read by current_names
     with pytest.raises(TypeError):
         Split("dist", (), kind="exact_match")  # type: ignore[call-arg]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert repr(task).startswith("<Task 'toy': multiple_choice,")  # the new name: no warning
+        assert repr(task).startswith("<Task 'toy': multiple_choice,")
 
 
 def test_eval_result_reads_an_old_file_and_writes_answer_type():
@@ -48,8 +46,6 @@ def test_eval_result_reads_an_old_file_and_writes_answer_type():
     old = {k: v for k, v in data.items() if k != "answer_type"} | {"kind": "generation"}
     back = EvalResult.from_dict(json.loads(json.dumps(old)))
     assert back.answer_type == "generation" and torch.equal(back.correct, res.correct)
-    with pytest.warns(DeprecationWarning):
-        assert back.kind == "generation"
 
 
 def test_an_old_manifest_reads_with_answer_type_and_resumes(tmp_path):

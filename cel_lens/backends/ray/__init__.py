@@ -21,6 +21,7 @@ from cel_lens.backends.ray.factory import ModelFactory, to_factory
 from cel_lens.backends.ray.ray_oracle import FORWARDED_ENV, RayOracle
 from cel_lens.backends.ray.shards import Shard, plan_shards, shard_split
 from cel_lens.backends.ray.worker import ShardWorker
+from cel_lens.evaluation.context import EvalContext
 from cel_lens.model.load import load_model
 from cel_lens.tasks.base import Task
 
@@ -72,19 +73,24 @@ class RayBackend:
                 ray.shutdown()
 
     def open(
-        self, model: Any, task: Task, settings: ExecutionSettings, *, store_dtype: Optional[torch.dtype] = None
+        self, model: Any, task: Task, settings: ExecutionSettings, *, store_dtype: Optional[torch.dtype] = None,
+        context: Optional[EvalContext] = None,
     ) -> RayOracle:
         """A :class:`RayOracle` with ``settings.workers`` actors (every replica built before this returns).
         A model given by name is loaded in each actor with the settings' loader and BOS rule; a model
-        object takes the BOS rule here, before it is shipped."""
+        object takes the BOS rule here, before it is shipped. ``context``: its precision is every
+        replica's (a learnt ablation never travels; default: each replica's environment)."""
         if isinstance(model, (str, os.PathLike)) and str(model) != "organism":
             chosen = {k: v for k, v in settings.load_options().items() if k in ("loader", "bos") and v not in (None, "auto")}
             model = ModelFactory.load(model, **chosen)
         elif isinstance(model, torch.nn.Module) and settings.bos is not None:
             model = load_model(model, bos=settings.bos)
-        return RayOracle(
+        oracle = RayOracle(
             model, task, workers=settings.workers, address=settings.ray_address,
             gpus_per_worker=settings.gpus_per_worker, device=settings.device, dtype=settings.dtype,
             batch_size=settings.batch_size, use_store=settings.use_store, store_budget=settings.store_budget,
             store_dtype=store_dtype,
         )
+        if context is not None:
+            oracle.use_context(context)
+        return oracle

@@ -51,7 +51,7 @@ from cel_lens.backends.ray.shards import Shard
 from cel_lens.backends.ray.worker import ShardWorker
 from cel_lens.evaluation.answers import answer_key
 from cel_lens.heads import HeadSet, HeadsLike
-from cel_lens.oracle import AnswerKey
+from cel_lens.oracle import ANSWER_KEY, ATTRIBUTION, CHOICES, AnswerKey, OracleBase
 
 __all__ = ["RayOracle", "FORWARDED_ENV"]
 
@@ -67,7 +67,7 @@ FORWARDED_ENV: tuple[str, ...] = (
 )
 
 
-class RayOracle(RayPrecision):
+class RayOracle(RayPrecision, OracleBase):
     """Evaluation oracle over Ray actors (see the module docstring).
 
     ``model``: a hub id or checkpoint path (loaded by :func:`cel_lens.load_model` in each
@@ -87,6 +87,8 @@ class RayOracle(RayPrecision):
     Counters: ``failures`` (actor failures seen), ``resubmissions``, ``replaced`` (actors replaced),
     ``calls`` (evaluate calls); ``startup_s`` (time to start Ray and build every replica).
     """
+
+    capabilities = frozenset({CHOICES, ANSWER_KEY, ATTRIBUTION})
 
     def __init__(
         self,
