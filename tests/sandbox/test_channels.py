@@ -204,8 +204,9 @@ def f(x):
 def test_five_concurrent_runs_of_one_program_learn_nothing_and_none_passes(mode, tmp_path):
     """The chain: five runs of one program on one problem, started 0.3 s apart, each trying to learn
     an expected value from its failing test's explanation (1) and to hear the others through their
-    cgroups (2) and shared futexes (3). Before, the last run passed all five tests (1 try in 7 to
-    10). Now none learns a value, sees a cgroup, or is woken; none passes."""
+    cgroups (2) and shared futexes (3). Issue 59 reports the last run passing all five tests (1 try
+    in 7 to 10); against that version this test sees every run learn its failing test's value and
+    see the others' cgroups. Now none learns a value, sees a cgroup, or is woken; none passes."""
     values = random.sample(range(10**6, 10**7), 5)
     tests = [f"assert f({k}) == {v}" for k, v in enumerate(values, 1)]
     code = CHAIN.replace("PATTERNS", _run_cgroup_patterns())
