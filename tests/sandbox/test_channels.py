@@ -170,8 +170,10 @@ def test_no_futex_wait_of_one_run_is_woken_by_another(mode, tmp_path):
     on it with every form: the waiter is never woken (before: about 1,000 times in 2 s) and every
     shared form is refused; private futexes (threads of one run) still work."""
     waker = (FUTEX + "print(sorted(wake_all(2.5)))\n", {"timeout": 6.0, "tmp_root": str(tmp_path)})
-    private = ("import threading\nbox = ctypes.c_uint32(0)\nthreading.Timer(0.05, lambda: _sys(202, ctypes.byref(box), 1 | 128, 1)).start()\n"
-               "r, e = _sys(202, ctypes.byref(box), 0 | 128, 0, (ctypes.c_long * 2)(1, 0))\n")
+    private = ("import threading\nbox, done = ctypes.c_uint32(0), []\n"
+               "def _wake_own():\n    while not done:\n        _sys(202, ctypes.byref(box), 1 | 128, 1)\n        time.sleep(0.01)\n"
+               "threading.Thread(target=_wake_own, daemon=True).start()\n"
+               "r, e = _sys(202, ctypes.byref(box), 0 | 128, 0, (ctypes.c_long * 2)(3, 0))\ndone.append(1)\n")
     waiter = (FUTEX + private + "woken, errors = wait_all(2.0)\nprint(repr((woken, sorted(errors), r, e)))\n",
               {"timeout": 6.0, "tmp_root": str(tmp_path)})
     waker_out, waiter_out = _concurrently(waker, waiter, delay=0.2)
