@@ -92,7 +92,9 @@ class Outcome:
     ``status`` is ``passed`` (its tests held; without tests: it ran to its end), ``failed`` (an
     ``AssertionError``: a test did not hold), ``timeout`` (wall clock or CPU limit) or ``error``
     (anything else); ``reason`` says what in a few words. ``stdout``/``stderr`` hold at most
-    ``output_limit`` bytes each (decoded), with a note when cut. ``returncode`` is the program's
+    ``output_limit`` bytes each of the program's output (decoded), with a note when cut; after a
+    failing test, ``stderr`` ends with the supervisor's explanation (the test, the program's values),
+    which came on the verdict pipe, never through the program's stderr. ``returncode`` is the program's
     exit code (negative: killed by that signal; ``None``: killed by the sandbox). ``duration`` is
     wall seconds from start to reaping. ``isolation`` names the layers that applied.
     """
