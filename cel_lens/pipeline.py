@@ -208,10 +208,12 @@ def _search_with_controls(
     if model is None:
         return result
     stored = run_dir.read_result()  # written by the search; a resumed run's may lack the parts below
-    if stored is not None and (stored.get("ablation") != config.ablation
-                               or (stored.get("ablation_controls") is None and len(result.head_set))):
+    complete = stored is not None and stored.get("ablation") == config.ablation and (
+        stored.get("ablation_controls") is not None or not len(result.head_set))
+    if stored is not None and not complete:
         run_dir.reopen()  # killed after the search finished, before these parts were recorded
-    controls = ablation_controls(
+    # a finished run's controls are read back from its result, never measured on D_test again
+    controls = (stored or {}).get("ablation_controls") if complete else ablation_controls(
         model, oracle, result.head_set, config.ablation, task.dist, seed=config.seed, n_boot=config.n_boot,
         journal=run_dir,
     )

@@ -21,12 +21,13 @@ How one run goes
   process** (PID 1 of the new PID namespace), which mounts a private ``/proc``, sets rlimits
   (``RLIMIT_AS`` = ``memory_mb``, CPU, processes, file size, open files, no core), drops every
   capability, sets ``no_new_privs``, restricts itself with Landlock where the kernel has it
-  (writes only under the working directory; the temporary roots and ``/dev/shm`` unreadable, so
-  nothing of a concurrent run is in view; no signal to or ``ptrace`` of processes outside),
+  (writes only under the working directory; the temporary roots, ``/dev/shm`` and the cgroup file
+  systems unreadable, so nothing of a concurrent run is in view; no signal to or ``ptrace`` of processes outside),
   installs a seccomp filter (no socket call of any kind, ``socketpair`` and ``sendto`` included:
   no path to a host Unix-domain socket and no network even without namespaces; no new namespace
   or mount; no io_uring, ``ptrace``, ``process_vm_*``, key rings, ``bpf``; no SysV or POSIX IPC
-  object, file lock, lease or inotify watch (channels between runs); limits, priority and CPU set
+  object, file lock, lease or inotify watch, no futex call without the private flag (channels
+  between runs); limits, priority and CPU set
   of its own process only (``prlimit``, ``setpriority``, ``sched_*`` of another pid refused); without namespaces also
   no chmod/chown/utime/xattr calls; the audit is in ``docs/sandbox.md``), installs the Python guard
   (:mod:`~cel_lens.sandbox.guard`) and runs the program. Both die with their parent
@@ -38,7 +39,8 @@ How one run goes
   that call the program's functions (or name its values) and sends their values as plain data
   (:mod:`~cel_lens.sandbox.codec`); comparisons, built-ins, methods, comprehensions and the
   pass/fail decision are computed by the supervisor, which never runs the program's code, and
-  written on a pipe the program's process never holds, as length-prefixed records
+  written on a pipe the program's process never holds (the explanation of a failing test, which
+  shows the expected value, too: never on the stderr the program shares), as length-prefixed records
   (:mod:`~cel_lens.sandbox.frame`) that nothing the program writes can split; a test of any other
   shape is refused (:class:`CannotJudge`). The program can change only those values: it cannot skip an
   assert, make a wrong value compare equal (a custom ``__eq__`` never reaches the comparison),
@@ -46,7 +48,7 @@ How one run goes
   therefore means the values the program produced satisfy every test.
 * :attr:`Outcome.isolation` names the layers that applied: ``process``, ``rlimits``, ``guard``
   always; ``pids-cgroup``, ``memory-cgroup``, ``userns``, ``pidns``, ``netns``, ``ipcns``,
-  ``fs:read-only``, ``tmpfs``, ``proc:private``, ``caps:dropped``, ``landlock`` (ABI 6+;
+  ``fs:read-only``, ``tmpfs``, ``cgroupfs:hidden``, ``proc:private``, ``caps:dropped``, ``landlock`` (ABI 6+;
   ``landlock:files`` before), ``seccomp`` where they worked; ``net:socket-patched`` without
   namespaces.
 
@@ -64,8 +66,11 @@ What is not contained
   reachable.
 * Values cross as plain data only: a test whose program value is an object of the program's own
   class (not ``int``, ``str``, ``list``...) fails here even where Python's ``==`` would say yes.
-* CPU time, memory bandwidth and the page cache are shared; timing side channels and kernel bugs
-  are out of scope. For code written to escape, use a VM or gVisor.
+* CPU time, memory bandwidth and the page cache are shared, and the machine's counters in
+  ``/proc`` (``loadavg``, ``stat``, ``meminfo``...) are visible: cooperating runs can signal each
+  other through them, carrying only what they have (their own values, whether each of their tests
+  held), never an expected value. Timing side channels and kernel bugs are out of scope. For code
+  written to escape, use a VM or gVisor.
 """
 
 from cel_lens.sandbox.runner import (

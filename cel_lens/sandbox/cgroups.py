@@ -22,7 +22,7 @@ import signal
 import time
 from typing import Iterable, Optional
 
-__all__ = ["PREFIX", "owner_tag", "new_name", "make", "kill", "remove", "find", "sweep"]
+__all__ = ["PREFIX", "owner_tag", "new_name", "make", "kill", "remove", "find", "sweep", "mount_points"]
 
 PREFIX = "cel_lens_sandbox-"
 _ROOT = "/sys/fs/cgroup"
@@ -86,6 +86,23 @@ def _bases(controller: str) -> list[str]:
         except OSError:
             continue
     return bases
+
+
+def mount_points() -> list[str]:
+    """Where the cgroup file systems are mounted (v1 and v2), outermost only, :data:`_ROOT` with
+    them when it holds one: what the program of a run must not see, since every run's cgroup (its
+    ``pids.current``, which the run sets by starting threads) is readable there by every other."""
+    points = {_ROOT} if os.path.isdir(_ROOT) else set()
+    try:
+        with open("/proc/self/mounts") as f:
+            for line in f:
+                fields = line.split()
+                if len(fields) > 2 and fields[2] in ("cgroup", "cgroup2"):
+                    points.add(fields[1].replace("\\040", " "))
+    except OSError:
+        pass
+    points = {os.path.realpath(p) for p in points} - {"/"}
+    return sorted(p for p in points if not any(p.startswith(q + "/") for q in points))
 
 
 def _limit_files(controller: str, base: str) -> list[str]:

@@ -17,8 +17,12 @@ memory.
 Supervisor -> parent, one record each (:mod:`cel_lens.sandbox.frame`: length-prefixed fields,
 never split on anything the program can write): ``ready LAYER...``, ``program EVENT TEXT`` (what
 the program's process said of its own run: ``done``, ``end``, ``raised NAME``, ``exit CODE``; its
-word only, escaped), ``test I STATUS REASON``, ``verdict STATUS REASON``, ``child exit|signal N
-CPU``, ``setup-error TEXT`` and ``refused TEXT`` (no namespaces and the weaker mode not allowed).
+word only, escaped), ``test I STATUS REASON``, ``verdict STATUS REASON``, ``explain LINE...`` (after a
+verdict that is not a pass: the failing test, the program's values, the reason; the caller adds
+it to ``Outcome.stderr``), ``child exit|signal N CPU``, ``setup-error TEXT`` and ``refused TEXT``
+(no namespaces and the weaker mode not allowed). After the fork the supervisor writes nothing on
+stdout or stderr (both are ``/dev/null`` to it): the program's process shares those pipes and can
+reopen them for reading.
 
 Only what the two processes need is imported, all of it before the program starts (so a file
 the program writes can never become the supervisor's code); this file never imports the parent's
@@ -69,6 +73,13 @@ def main(config_fd: int, tests_fd: int) -> None:  # pragma: no cover - runs in t
         except OSError:
             pass
 
+    # where the supervisor's own fds 1 and 2 go after the fork: /dev/null, opened before the mounts
+    # are made nodev; the pipes of stdout and stderr are then the program's alone
+    try:
+        quiet_fd = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+    except OSError:  # no /dev/null: a pipe without a reader (Python ignores SIGPIPE)
+        quiet_fd, reader = os.pipe()[::-1]
+        os.close(reader)
     lib = kernel.libc()
     kernel.die_with_parent(lib)
     if os.getppid() != cfg["parent_pid"]:
@@ -88,6 +99,7 @@ def main(config_fd: int, tests_fd: int) -> None:  # pragma: no cover - runs in t
             os._exit(4)
     else:
         kernel.isolate_files(lib, cfg["workdir"], 4 * cfg["file_size_bytes"], layers)
+        kernel.hide_cgroups(lib, cfg.get("cgroup_mounts", []), layers)
     import time  # noqa: F401 - all the supervisor imports, loaded before the program can plant files
 
     for module in cfg["modules"]:
@@ -97,11 +109,18 @@ def main(config_fd: int, tests_fd: int) -> None:  # pragma: no cover - runs in t
     if pid == 0:
         os.close(tests_fd)
         os.close(verdict_fd)
+        os.close(quiet_fd)
         os.close(requests[1])
         os.close(replies[0])
         _program_process(lib, cfg, namespaces, layers, requests[0], replies[1])
     os.close(requests[0])
     os.close(replies[1])
+    # the program's process can reopen the stderr pipe it shares (``/proc/self/fd/2``) for reading:
+    # from here on the supervisor writes nothing there (warnings, tracebacks included); what it says
+    # of the tests, expected values included, goes on the verdict pipe only (``explain``)
+    for fd in (1, 2):
+        os.dup2(quiet_fd, fd)
+    os.close(quiet_fd)
     kernel.protect_from_oom(os.getpid(), -1000)
     with os.fdopen(tests_fd, "rb") as f:
         checks = marshal.load(f)

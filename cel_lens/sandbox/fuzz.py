@@ -10,7 +10,10 @@ returns a value that is *not* ``2`` under Python's own semantics of the built-in
 replaced by a huge value, or by an exit or an exception whose name carries line separators and a
 forged verdict. Around it the grammar adds *poisons*: patched built-ins and modules the tests use,
 forged verdict lines and framed records written to every descriptor, exit handlers, finalisers,
-gc callbacks, background threads, and exits at every point. So a pass can only be forged.
+gc callbacks, background threads, and exits at every point; and the routes out of a run
+(:data:`ROUTES`: the failing test's explanation read back from the stderr pipe, other runs'
+cgroups, a futex shared between runs), which say on stdout when they got something. So a pass can
+only be forged, and a route that yields anything is counted.
 
 :func:`generate` yields cases from a seed; :func:`fuzz` runs them through
 :func:`cel_lens.sandbox.run` for a time budget and reports how many ran, the statuses, any pass
@@ -28,7 +31,8 @@ from typing import Iterator
 from cel_lens.sandbox import frame
 from cel_lens.sandbox.runner import Program, run_many
 
-__all__ = ["EXPECTED", "TEST_TEMPLATES", "BASES", "POISONS", "Case", "FuzzReport", "generate", "fuzz"]
+__all__ = ["EXPECTED", "TEST_TEMPLATES", "BASES", "POISONS", "ROUTES", "LEAK_MARK", "Case", "FuzzReport", "generate",
+           "fuzz"]
 
 EXPECTED = 2
 """The value every test asks ``f(1)`` for; no generated program's value is it."""
@@ -90,18 +94,21 @@ class Case:
 @dataclass
 class FuzzReport:
     """What a fuzzing run found: ``cases`` run, ``statuses`` counted, ``passed`` (forged verdicts:
-    must be empty) and ``crashes`` (``run`` raised), with the seconds it took."""
+    must be empty), ``crashes`` (``run`` raised) and ``leaks`` (cases in which a route poison,
+    :data:`ROUTES`, got something, by route: must be empty), with the seconds it took."""
 
     cases: int = 0
     statuses: Counter = field(default_factory=Counter)
     passed: list = field(default_factory=list)
     crashes: list = field(default_factory=list)
+    leaks: Counter = field(default_factory=Counter)
     seconds: float = 0.0
 
     def __str__(self) -> str:
         statuses = ", ".join(f"{k} {v}" for k, v in sorted(self.statuses.items()))
+        leaks = ", ".join(f"{k} {v}" for k, v in sorted(self.leaks.items())) or "none"
         return (f"{self.cases} hostile cases in {self.seconds:.1f} s: {statuses}; "
-                f"{len(self.passed)} passed, {len(self.crashes)} crashes")
+                f"{len(self.passed)} passed, {len(self.crashes)} crashes; cases a route yielded to: {leaks}")
 
 
 def _text(rng: random.Random) -> str:
@@ -154,6 +161,35 @@ _FORGE = ("import os as _os\n"
           "def _deep():\n    a = 2\n    for _ in range(200):\n        a = [a]\n    return a\n"
           "def _loop():\n    a = []\n    a.append(a)\n    return a\n")
 
+# The routes between runs (issue 59): each poison tries one and, when it yields something, writes
+# LEAK_MARK and the route's name on stdout, which the fuzzer counts (FuzzReport.leaks). The program's
+# final exit is delayed so that a thread still reading gets its turn.
+_ROUTE_HEAD = ("import os as _o, sys as _s, threading as _t, time as _tm\n"
+               "_real_exit = _o._exit\n_o._exit = lambda c: (_tm.sleep(0.3), _real_exit(c))\n"
+               "def _leak(route):\n    _o.write(1, b'MARK' + route.encode() + b'\\n')\n")
+_ROUTE_STDERR = ("def _reread():\n    fd = _o.open('/proc/self/fd/2', _o.O_RDONLY)\n    while True:\n"
+                 "        data = _o.read(fd, 65536)\n        if not data:\n            return\n"
+                 "        if b'did not hold' in data or b' -> ' in data:\n            _leak('stderr')\n"
+                 "_t.Thread(target=_reread, daemon=True).start()\n")
+_ROUTE_CGROUPS = ("import glob as _g\nfor _p in _g.glob('/sys/fs/cgroup/*/cel_lens_sandbox-*') + "
+                  "_g.glob('/sys/fs/cgroup/*/*/*/cel_lens_sandbox-*') + _g.glob('/sys/fs/cgroup/cel_lens_sandbox-*'):\n"
+                  "    _leak('cgroups')\n    break\n")
+_ROUTE_FUTEX = ("for _n in ('ctypes', '_ctypes'):\n    _s.modules.pop(_n, None)\nimport ctypes as _c, random as _r\n"
+                "_lc = _c.CDLL(None, use_errno=True)\n_lc.syscall.restype = _c.c_long\n"
+                "_a = _c.cast(_lc.printf, _c.c_void_p).value & ~4095\n_mine, _theirs = _r.sample((_a, _a + 64), 2)\n"
+                "_nr = {'x86_64': 202, 'aarch64': 98}.get(_o.uname().machine, 202)\n"
+                "def _wake():\n    for _ in range(3000):\n        _lc.syscall(_nr, _c.c_void_p(_mine), 1, 1 << 20)\n"
+                "        _tm.sleep(0.0002)\n"
+                "def _wait():\n    w = _c.c_uint32.from_address(_theirs)\n    for _ in range(100):\n"
+                "        if _lc.syscall(_nr, _c.c_void_p(_theirs), 0, w.value, (_c.c_long * 2)(0, 5_000_000)) == 0:\n"
+                "            _leak('futex')\n            return\n"
+                "_t.Thread(target=_wake, daemon=True).start()\n_t.Thread(target=_wait, daemon=True).start()\n")
+LEAK_MARK = "cel-leak:"
+"""What a route poison writes on stdout, before the route's name, when the route yielded something."""
+ROUTES = {"route-stderr": _ROUTE_STDERR, "route-cgroups": _ROUTE_CGROUPS, "route-futex": _ROUTE_FUTEX}
+"""Poisons that try a channel out of the sandbox or between runs: the failing test's explanation
+read back through ``/proc/self/fd/2``, other runs' cgroups, wait and wake on a shared futex."""
+
 POISONS = (
     ("import builtins\nbuiltins.abs = lambda x: 0\nbuiltins.sorted = lambda *a, **k: [2]\nbuiltins.all = lambda x: True\n", "patch-builtins"),
     ("import builtins\nbuiltins.len = lambda x: 1\nbuiltins.str = lambda x='': '2'\nbuiltins.repr = lambda x: '2'\n", "patch-str-repr"),
@@ -175,6 +211,7 @@ POISONS = (
     ("raise SystemExit(TEXT)\n", "exit-at-import"),
     ("raise type(TEXT, (Exception,), {})()\n", "raise-forged-class-at-import"),
     ("import sys\nsys.modules['math'] = type(sys)('math')\n", "replace-math-module"),
+    *((_ROUTE_HEAD.replace("MARK", LEAK_MARK) + code, name) for name, code in ROUTES.items()),
 )
 """(code, name): what the grammar adds around ``f``: patched built-ins and modules, forged verdicts
 written to every descriptor (now, at exit, from finalisers, gc callbacks and threads), exits."""
@@ -226,5 +263,7 @@ def fuzz(seed: int = 0, budget: float = 20.0, *, batch: int = 8, timeout: float 
             report.statuses[out.status] += 1
             if out.passed:
                 report.passed.append((case, out))
+            for route in {line[len(LEAK_MARK):] for line in out.stdout.splitlines() if line.startswith(LEAK_MARK)}:
+                report.leaks[route] += 1
     report.seconds = time.monotonic() - start
     return report

@@ -128,6 +128,18 @@ def isolate_files(lib: ctypes.CDLL, workdir: str, tmpfs_bytes: int, layers: list
         layers.append("tmpfs")
 
 
+def hide_cgroups(lib: ctypes.CDLL, mount_points: list[str], layers: list[str]) -> None:
+    """Cover each cgroup file system with an empty read-only tmpfs (in the run's own mount
+    namespace, after it joined its cgroups): no other run's cgroup is there to read, with or
+    without Landlock (which hides them too, in both modes)."""
+    import ctypes
+
+    flags = ctypes.c_ulong(_MS_RDONLY | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+    covered = [p for p in mount_points if lib.mount(b"tmpfs", p.encode(), b"tmpfs", flags, b"size=4k,mode=0555") == 0]
+    if covered and len(covered) == len(mount_points):
+        layers.append("cgroupfs:hidden")
+
+
 def mount_proc(lib: ctypes.CDLL, layers: list[str]) -> None:
     """A private ``/proc`` for PID 1 of a new PID namespace (it shows only the sandbox's processes)."""
     import ctypes

@@ -92,7 +92,9 @@ class Outcome:
     ``status`` is ``passed`` (its tests held; without tests: it ran to its end), ``failed`` (an
     ``AssertionError``: a test did not hold), ``timeout`` (wall clock or CPU limit) or ``error``
     (anything else); ``reason`` says what in a few words. ``stdout``/``stderr`` hold at most
-    ``output_limit`` bytes each (decoded), with a note when cut. ``returncode`` is the program's
+    ``output_limit`` bytes each of the program's output (decoded), with a note when cut; after a
+    failing test, ``stderr`` ends with the supervisor's explanation (the test, the program's values),
+    which came on the verdict pipe, never through the program's stderr. ``returncode`` is the program's
     exit code (negative: killed by that signal; ``None``: killed by the sandbox). ``duration`` is
     wall seconds from start to reaping. ``isolation`` names the layers that applied.
     """
@@ -136,9 +138,9 @@ def check_program(code: str, test_setup_code: str, tests: Sequence[str]) -> str:
 
 def hidden_roots(tmp_root: str) -> list[str]:
     """Directories whose contents the program does not see (where Landlock applies): the run's
-    temporary root and the system's (concurrent runs' directories), and ``/dev/shm`` (POSIX shared
-    memory and semaphores of other processes)."""
-    return sorted({tmp_root, os.path.realpath(tempfile.gettempdir()), "/dev/shm"} - {"/"})
+    temporary root and the system's (concurrent runs' directories), ``/dev/shm`` (POSIX shared
+    memory and semaphores of other processes), and the cgroup file systems (every run's cgroup)."""
+    return sorted({tmp_root, os.path.realpath(tempfile.gettempdir()), "/dev/shm", *cg.mount_points()} - {"/"})
 
 
 def kept_paths() -> list[str]:
@@ -217,7 +219,7 @@ def run(
             "cgroups": [list(g) for g in groups], "memory_bytes": memory_mb << 20,
             "cpu_seconds": cpu_limit, "file_size_bytes": file_size_mb << 20,
             "max_processes": max_processes, "max_open_files": max_open_files, "main": bool(main),
-            "hidden": hidden_roots(root), "keep": kept_paths(),
+            "hidden": hidden_roots(root), "keep": kept_paths(), "cgroup_mounts": cg.mount_points(),
         }
         start = time.monotonic()
         # the supervisor's part (the expected values) never enters the program's process
@@ -244,8 +246,14 @@ def _classify(f: Finished, *, judged: bool, needs_sentinel: bool, cpu_limit: int
         e = first["child"]
         rc, cpu = (-int(e[2]) if e[1] == "signal" else int(e[2])), float(e[3])
 
+    # the supervisor's explanation of a failing test came on the verdict pipe (the program's
+    # process shares the stderr pipe, and the explanation holds the expected value): added here
+    stderr = f.stderr
+    if "explain" in first:
+        stderr += ("\n" if stderr and not stderr.endswith("\n") else "") + "\n".join(first["explain"][1:]) + "\n"
+
     def outcome(status: Status, reason: str, code: Optional[int] = rc) -> Outcome:
-        return Outcome(status, reason, f.stdout, f.stderr, code, duration, isolation)
+        return Outcome(status, reason, f.stdout, stderr, code, duration, isolation)
 
     if "refused" in first:
         raise NamespacesUnavailable(

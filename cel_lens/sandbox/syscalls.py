@@ -87,6 +87,18 @@ _METADATA_SYSCALLS = {
     _AUDIT_ARCH_X86_64: (90, 91, 268, 452, 92, 93, 94, 260, 132, 235, 261, 280, 188, 189, 190, 197, 198, 199, 463, 466),
     _AUDIT_ARCH_AARCH64: (52, 53, 452, 54, 55, 88, 5, 6, 7, 14, 15, 16, 463, 466),
 }
+# futex: a wait or wake without the private flag is keyed on the page, not on the process, and a
+# page of a file every run maps (the C library's text) is one page for every run: FUTEX_WAKE in one
+# run woke FUTEX_WAIT in another. Every futex call must carry the private flag (keyed on its own
+# memory): futex's op (args[1]) FUTEX_PRIVATE_FLAG, futex_wake's and futex_wait's flags (args[3])
+# FUTEX2_PRIVATE; futex_waitv and futex_requeue keep their flags in memory the filter cannot
+# read, so they answer ENOSYS (no C library or Python needs them).
+_FUTEX_PRIVATE = 128  # FUTEX_PRIVATE_FLAG and FUTEX2_PRIVATE
+_FUTEX = {  # (nr, the argument holding the flag): futex, futex_wake, futex_wait
+    _AUDIT_ARCH_X86_64: ((202, 1), (454, 3), (455, 3)),
+    _AUDIT_ARCH_AARCH64: ((98, 1), (454, 3), (455, 3)),
+}
+_FUTEX_UNREADABLE = (449, 456)  # futex_waitv, futex_requeue: the same numbers on both architectures
 _MACHINES = {"x86_64": _AUDIT_ARCH_X86_64, "aarch64": _AUDIT_ARCH_AARCH64}
 _CLONE = {_AUDIT_ARCH_X86_64: (56, 435), _AUDIT_ARCH_AARCH64: (220, 435)}  # clone, clone3
 # CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET: clone may not make a namespace
@@ -105,10 +117,18 @@ def _self_only(nr: int, args: tuple[int, ...]) -> list[tuple[int, int, int, int]
     return block + [(ret, 0, 0, 0x7FFF0000), (ret, 0, 0, 0x00050000 | 1), (ld_abs, 0, 0, 0)]
 
 
+def _flag_required(nr: int, arg: int, flag: int) -> list[tuple[int, int, int, int]]:
+    """Filter instructions: system call ``nr`` is refused (EPERM) unless ``flag`` is set in the low
+    half of ``args[arg]``; any other call falls through with its number reloaded."""
+    ld_abs, jeq, jset, ret = 0x20, 0x15, 0x45, 0x06
+    return [(jeq, 0, 4, nr), (ld_abs, 0, 0, 16 + 8 * arg), (jset, 0, 1, flag),
+            (ret, 0, 0, 0x7FFF0000), (ret, 0, 0, 0x00050000 | 1), (ld_abs, 0, 0, 0)]
+
+
 def seccomp(lib: ctypes.CDLL, layers: list[str], metadata: bool = False) -> None:
     """Install a seccomp filter refusing every socket call, :data:`_DENIED_SYSCALLS`, the
-    cross-process objects (:data:`_IPC_SYSCALLS`, fcntl's lock commands), the :data:`_SELF_ONLY`
-    calls on any process but the caller (and, with ``metadata``, the calls that change file
+    cross-process objects (:data:`_IPC_SYSCALLS`, fcntl's lock commands, a futex call without the
+    private flag: :data:`_FUTEX`), the :data:`_SELF_ONLY` calls on any process but the caller (and, with ``metadata``, the calls that change file
     metadata) with EPERM; needs no_new_privs first.
 
     Any other architecture's system calls (the i386 ABI on x86_64, x32) kill the process, so the
@@ -140,6 +160,8 @@ def seccomp(lib: ctypes.CDLL, layers: list[str], metadata: bool = False) -> None
     prog += [(jeq, locks - i, 0, cmd) for i, cmd in enumerate(_FCNTL_DENIED)]
     prog += [(ret, 0, 0, allow), (ret, 0, 0, deny), (ld_abs, 0, 0, 0)]
     prog += [insn for nr, args in _SELF_ONLY[arch] for insn in _self_only(nr, args)]
+    prog += [insn for nr, arg in _FUTEX[arch] for insn in _flag_required(nr, arg, _FUTEX_PRIVATE)]
+    prog += [insn for nr in _FUTEX_UNREADABLE for insn in ((jeq, 0, 1, nr), (ret, 0, 0, enosys))]
     prog += [(jeq, n - i, 0, nr) for i, nr in enumerate(denied)]
     prog += [(ret, 0, 0, allow), (ret, 0, 0, deny)]
 

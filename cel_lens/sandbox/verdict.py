@@ -145,28 +145,37 @@ def run_tests(checks: list[dict], fetch_for: Callable[[dict], Callable[[int], An
             status, reason = "error", type(exc).__name__
         report("test", str(i), status, reason)
         if status != "passed":
-            _explain(i, len(checks), check, seen, reason)
             report("verdict", status, reason)
+            report("explain", *explanation(i, len(checks), check, seen, reason))
             return
     report("verdict", "passed", f"{len(checks)} test{'' if len(checks) == 1 else 's'} held")
 
 
-def _explain(i: int, n: int, check: dict, seen: dict, reason: str) -> None:
-    """Say on stderr which test failed and what the program's values were (never raises: the
-    verdict is written after it)."""
+EXPLAIN_HOLES = 20
+"""Holes of a failing test whose values the explanation shows (the rest are counted)."""
+
+
+def explanation(i: int, n: int, check: dict, seen: dict, reason: str) -> list[str]:
+    """Which test failed and what the program's values were, as lines for the ``explain`` record
+    (never raises). It goes on the verdict pipe to the caller, never on a stderr the program's
+    process shares: the test's source holds the expected value. Each line is escaped ASCII and
+    bounded, so the record stays far below :data:`cel_lens.sandbox.frame.MAX_RECORD`."""
     try:
-        lines = [f"cel_lens.sandbox: test {i + 1} of {n} did not hold: {check['source']}"]
-        for k, source in enumerate(check["holes"], check["first_hole"]):
-            if k in seen:
-                lines.append(f"  {source} -> {bounded_repr(seen[k])}")
-        lines.append(reason or "AssertionError")
-        write_line(2, "\n".join(lines))
-    except BaseException:  # noqa: BLE001 - e.g. a closed stderr
-        pass
+        lines = [f"cel_lens.sandbox: test {i + 1} of {n} did not hold: {frame.escape(check['source'], 2000)}"]
+        shown = [k for k in range(check["first_hole"], check["first_hole"] + len(check["holes"])) if k in seen]
+        for k in shown[:EXPLAIN_HOLES]:
+            source = check["holes"][k - check["first_hole"]]
+            lines.append(f"  {frame.escape(source, 300)} -> {frame.escape(bounded_repr(seen[k]), 2 * REPR_LIMIT)}")
+        if len(shown) > EXPLAIN_HOLES:
+            lines.append(f"  ... and {len(shown) - EXPLAIN_HOLES} more")
+        lines.append(frame.escape(reason or "AssertionError"))
+        return lines
+    except BaseException:  # noqa: BLE001 - the verdict is written already; say what can be said
+        return [f"cel_lens.sandbox: test {i + 1} of {n} did not hold"]
 
 
 REPR_LIMIT = 200
-"""Characters of a failing value shown on stderr."""
+"""Characters of a failing value shown in the explanation (the caller adds it to ``Outcome.stderr``)."""
 
 
 def bounded_repr(value: Any, limit: int = REPR_LIMIT) -> str:

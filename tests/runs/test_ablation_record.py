@@ -55,3 +55,28 @@ def test_resume_and_export_read_the_recorded_ablation_one_way(tiny_model, tmp_pa
     recorded = next(e for e in events if e["event"] == "ablation")
     assert exported.record() == read.record() and read.record()["sha256"] == recorded["sha256"]
     assert recorded_ablation(events, "resample") is None and recorded_ablation([], "mean") is None
+
+
+def _ledger_lines(ledger) -> int:
+    return sum(len(p.read_text().splitlines()) for p in ledger.glob("*.jsonl"))
+
+
+def test_a_finished_run_rerun_never_reads_the_test_split_again(tiny_model, tmp_path, isolated_ledger):
+    """A finished directory whose result holds the controls but whose journal lacks their
+    ``ablation_controls`` event (a result written before the event existed, or a journal cut there)
+    is rerun from its result: the ledger of D_test reads stays as it was (before: 3 lines, then 5)."""
+    task = planted_task(tiny_model, n=8)
+    out = tmp_path / "run"
+    first = cl.search(tiny_model, task, ablation="resample", out=out, **SMALL)
+    assert first.result.ablation_controls is not None
+    journal = out / "evaluations.jsonl"
+    lines = journal.read_text().splitlines(keepends=True)
+    kept = [line for line in lines if '"ablation_controls"' not in line]
+    assert len(kept) == len(lines) - 1
+    journal.write_text("".join(kept))
+    reads = _ledger_lines(isolated_ledger)
+    assert reads > 0
+    for _ in range(2):
+        again = cl.search(tiny_model, task, ablation="resample", out=out, **SMALL)
+        assert again.result.ablation_controls == first.result.ablation_controls
+        assert _ledger_lines(isolated_ledger) == reads

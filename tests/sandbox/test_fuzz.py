@@ -19,6 +19,7 @@ def test_the_grammar_is_reproducible_and_reaches_every_part() -> None:
     assert a == b and a != list(itertools.islice(fuzz.generate(8), 400))
     parts = {p for c in a for p in c.parts}
     assert {name for _, name in fuzz.POISONS} <= parts
+    assert set(fuzz.ROUTES) <= parts
     assert {"huge", "plain", "generator", "raises-forged-name", "exits-forged-code", "os-exit-0"} <= parts
     assert {p for p in parts if p.startswith("liar-")} == {f"liar-{t}" for t in fuzz.BASES}
     for case in a:  # every program compiles and every test is judgeable (no case is refused)
@@ -32,6 +33,7 @@ def test_the_fuzzer_finds_no_forged_pass_and_no_crash(mode: str) -> None:
     assert report.cases >= 16
     assert report.passed == [], [(c.parts, c.tests, o) for c, o in report.passed]
     assert report.crashes == []
+    assert not report.leaks, report.leaks  # no route out of a run or between runs yielded anything
     assert set(report.statuses) <= {"failed", "error", "timeout"}
 
 
