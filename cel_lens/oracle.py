@@ -36,6 +36,7 @@ __all__ = [
     "TEST_READS",
     "LOCAL_MODEL",
     "JOURNAL",
+    "CONTROLS",
     "CAPABILITIES",
     "capabilities",
     "Journal",
@@ -86,14 +87,17 @@ LOCAL_MODEL = "local_model"
 """``local_model()``: the model object the oracle evaluates in this process."""
 JOURNAL = "journal"
 """``journal``: the :class:`Journal` the oracle records into (``None`` in memory)."""
-CAPABILITIES: frozenset[str] = frozenset({CHOICES, ANSWER_KEY, ATTRIBUTION, TEST_READS, LOCAL_MODEL, JOURNAL})
+CONTROLS = "ablation_controls"
+"""``ablation_controls(heads, *, seed, n_boot, alpha, journal)``: S-hat's D_test gain under every
+ablation kind the search did not use (``None`` for an empty S-hat); read back from ``journal`` when recorded."""
+CAPABILITIES: frozenset[str] = frozenset({CHOICES, ANSWER_KEY, ATTRIBUTION, TEST_READS, LOCAL_MODEL, JOURNAL, CONTROLS})
 """Every optional part an oracle may declare."""
 
 
 class OracleBase:
     """What an oracle declares beyond :class:`Oracle`'s ``evaluate``: its :attr:`capabilities`,
     each the name of a method (or attribute) it then has (:data:`CHOICES`, :data:`ANSWER_KEY`,
-    :data:`ATTRIBUTION`, :data:`TEST_READS`, :data:`LOCAL_MODEL`, :data:`JOURNAL`). The search asks
+    :data:`ATTRIBUTION`, :data:`TEST_READS`, :data:`LOCAL_MODEL`, :data:`JOURNAL`, :data:`CONTROLS`). The search asks
     :func:`capabilities`, never the object whether it has a method."""
 
     capabilities: frozenset[str] = frozenset()

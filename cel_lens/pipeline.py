@@ -31,7 +31,7 @@ from cel_lens.model.load import resolve_dtype
 from cel_lens.oracle import DIST_SPLIT, Stage1Scores
 from cel_lens.model.ablation import ablation_kind
 from cel_lens.progress import info_stream, progress_session
-from cel_lens.runs.ablation_record import ablation_controls, learn_ablation
+from cel_lens.runs.ablation_record import learn_ablation
 from cel_lens.runs.run_dir import RunDir
 from cel_lens.runs.run_precision import PRECISION_RECORD, record_precision, show_search_precision
 from cel_lens.runs.journal_io import write_json_atomic
@@ -192,10 +192,10 @@ def _search_with_controls(
     config: SearchConfig, settings: ExecutionSettings, oracle: Any, recording: RecordingOracle, run_dir: RunDir,
     task: Task, test_reads: Any = None,
 ) -> Result:
-    """Algorithm 1 under the config's ablation kind (learnt on D_dist first, when it learns), then
-    S-hat's D_test gain under the other kinds (:func:`~cel_lens.runs.ablation_record.ablation_controls`;
-    only where the oracle evaluates a model in this process). ``test_reads``: the earlier D_test
-    reads the selection is checked against (:mod:`cel_lens.evaluation.seal`)."""
+    """Algorithm 1 under the config's ablation kind (learnt on D_dist first, when it learns); the
+    search itself adds S-hat's D_test gain under the other kinds where the oracle declares
+    :data:`~cel_lens.oracle.CONTROLS` (a model in this process), and writes the result once.
+    ``test_reads``: the earlier D_test reads the selection is checked against (:mod:`cel_lens.evaluation.seal`)."""
     model = oracle.local_model()
     if model is not None:  # the search's ablation kind, learnt on D_dist first when it learns
         oracle.use_context(oracle.context.with_(ablation=learn_ablation(model, task.dist, config.ablation, config.seed,
@@ -204,23 +204,7 @@ def _search_with_controls(
     scores = _stage1_scores(config, recording, run_dir, settings)
     if scores is not None:  # a scorer that runs before the search (attribution, compressed): stage 1's time
         scores = replace(scores, seconds=time.perf_counter() - t0)
-    result = run_search(recording, config=config, scores=scores, progress=settings.progress, test_reads=test_reads)
-    if model is None:
-        return result
-    stored = run_dir.read_result()  # written by the search; a resumed run's may lack the parts below
-    complete = stored is not None and stored.get("ablation") == config.ablation and (
-        stored.get("ablation_controls") is not None or not len(result.head_set))
-    if stored is not None and not complete:
-        run_dir.reopen()  # killed after the search finished, before these parts were recorded
-    # a finished run's controls are read back from its result, never measured on D_test again
-    controls = (stored or {}).get("ablation_controls") if complete else ablation_controls(
-        model, oracle, result.head_set, config.ablation, task.dist, seed=config.seed, n_boot=config.n_boot,
-        journal=run_dir,
-    )
-    result = replace(result, ablation=config.ablation, controls=replace(result.controls, kinds=controls))
-    late = {"ablation": config.ablation, "ablation_controls": result.controls.kinds}
-    run_dir.write_result({**stored, **late} if stored is not None else result.to_dict())
-    return result
+    return run_search(recording, config=config, scores=scores, progress=settings.progress, test_reads=test_reads)
 
 
 class _PlanReport:

@@ -281,3 +281,16 @@ def test_stage1_time_counts_a_scorer_that_runs_before_the_search(tiny_model, tas
     run = cl.search(tiny_model, task, k=1, pool_size=3, n_null=2, scorer="attribution", out=tmp_path / "a", progress=False)
     assert run.result.timings["stage1_s"] >= 0.3
     assert json.loads((tmp_path / "a" / "result.json").read_text())["timings"]["stage1_s"] >= 0.3
+
+
+def test_the_result_is_written_once_with_its_controls(tiny_model, task, tmp_path, monkeypatch):
+    """The search writes ``result.json`` once, S-hat's gain under the other ablation kinds included
+    (the pipeline no longer patches it afterwards)."""
+    from cel_lens.runs.run_dir import RunDir
+
+    writes = []
+    original = RunDir.write_result
+    monkeypatch.setattr(RunDir, "write_result", lambda self, result: writes.append(dict(result)) or original(self, result))
+    run = cl.search(tiny_model, task, k=1, pool_size=2, n_null=2, n_boot=50, out=tmp_path / "run", progress=False)
+    assert len(writes) == 1 and writes[0]["ablation"] == "zero"
+    assert set(writes[0]["ablation_controls"]) == {"mean", "resample"} and run.result.controls.kinds == writes[0]["ablation_controls"]

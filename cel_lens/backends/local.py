@@ -23,7 +23,8 @@ from cel_lens.heads import HeadSet
 from cel_lens.model.identity import model_id, model_manifest
 from cel_lens.model.model_types import model_shape
 from cel_lens.model.load import load_model
-from cel_lens.oracle import ANSWER_KEY, ATTRIBUTION, CHOICES, LOCAL_MODEL, TEST_READS, AnswerKey, OracleBase
+from cel_lens.oracle import ANSWER_KEY, ATTRIBUTION, CHOICES, CONTROLS, LOCAL_MODEL, TEST_READS, AnswerKey, Journal, OracleBase
+from cel_lens.runs.ablation_record import ablation_controls
 from cel_lens.scoring.attribution import attribution_scores
 from cel_lens.tasks.base import Task
 
@@ -88,7 +89,7 @@ class LocalOracle(OracleBase):
         return {"compute": resolve_precision(self.context.precision, self.model, kind),
                 "recomputed": recompute_summary(self.context.tally)}
 
-    capabilities = frozenset({CHOICES, ANSWER_KEY, ATTRIBUTION, TEST_READS, LOCAL_MODEL})
+    capabilities = frozenset({CHOICES, ANSWER_KEY, ATTRIBUTION, TEST_READS, LOCAL_MODEL, CONTROLS})
 
     @property
     def model_manifest(self) -> dict[str, Any]:
@@ -149,6 +150,15 @@ class LocalOracle(OracleBase):
         (:func:`cel_lens.scoring.attribution_scores`)."""
         return attribution_scores(self.model, self.task.dist, batch_size=batch_size, progress=self.progress,
                                   ablation=self.context.ablation)
+
+    def ablation_controls(
+        self, heads: HeadSet, *, seed: int, n_boot: int, alpha: float, journal: Optional[Journal] = None
+    ) -> Optional[dict[str, Any]]:
+        """S-hat's D_test gain under every ablation kind but this oracle's own (each learnt on D_dist
+        with ``seed``; :func:`~cel_lens.runs.ablation_record.ablation_controls`), read back from
+        ``journal`` when recorded there."""
+        return ablation_controls(self.model, self, heads, self.context.ablation.name, self.task.dist, seed=seed,
+                                 n_boot=n_boot, alpha=alpha, journal=journal)
 
     def close(self) -> None:
         """Release the activation stores."""

@@ -23,6 +23,7 @@ from cel_lens.model.ablation import (
     Ablation, ablation_from_state, ablation_kind, fit_ablation,
 )
 from cel_lens.oracle import TEST_SPLIT, Journal, Oracle
+from cel_lens.runs.run_dir import RunDir
 from cel_lens.selection.records import ControlGain
 from cel_lens.stats import paired_bootstrap_ci
 from cel_lens.tasks.base import Split
@@ -74,14 +75,19 @@ def ablation_controls(
 ) -> Optional[dict[str, ControlGain]]:
     """S-hat's D_test accuracy and gain (paired bootstrap CI) under every ablation kind but
     ``used``: ``{kind: {"acc_ablated", "gain", "ci_low", "ci_high", "record"}}``; ``None`` when S-hat
-    is empty. Read back from ``journal`` when recorded; the oracle must evaluate on ``model`` in this
-    process (each kind runs through its ``with_context``, the oracle itself unchanged)."""
+    is empty. Read back from ``journal`` when recorded (its ``ablation_controls`` event, or the
+    finished result of a run directory written before the event existed: D_test is never read for
+    them again); the oracle must evaluate on ``model`` in this process (each kind runs through its
+    ``with_context``, the oracle itself unchanged)."""
     if not len(heads):
         return None
     if journal is not None:
         recorded = journal.events("ablation_controls")
         if recorded:
             return recorded[-1]["controls"]
+        stored = journal.read_result() if isinstance(journal, RunDir) else None
+        if stored and stored.get("heads") == str(heads) and stored.get("ablation_controls") is not None:
+            return stored["ablation_controls"]
     controls: dict[str, ControlGain] = {}
     for kind in ABLATION_KINDS:
         if kind == used:

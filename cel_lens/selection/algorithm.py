@@ -42,11 +42,13 @@ from cel_lens.evaluation.seal import describe_reads, summarize_read
 from cel_lens.config import SearchConfig
 from cel_lens.heads import Head, HeadSet
 from cel_lens.oracle import (
+    CONTROLS,
     DIST_SPLIT,
     Oracle,
     Stage1Scores,
     TestSplitError,
     call_oracle,
+    capabilities,
     discovery_scores,
     evaluate_chunked,
 )
@@ -325,6 +327,8 @@ def run_search(
         held = test_statistics(memo, best, subsets, config, alpha=alpha, chunk=chunk, progress=progress)
         if config.n_specificity:
             stability.specificity = specificity_statistics(memo, winners, held.test.gain, n_possible, chunk=chunk)
+        kinds = memo.ablation_controls(best.heads, seed=config.seed, n_boot=config.n_boot, alpha=alpha) if (
+            CONTROLS in capabilities(memo) and len(best.heads)) else None
     discovery = Discovery(
         acc_intact=float(intact.to(torch.float64).mean()), acc_ablated=best.dist_acc, gain=best.dist_gain,
         scores=stage1_scores.values.tolist(), scores_split=stage1_scores.split, pool=[str(h) for h in pool],
@@ -332,7 +336,8 @@ def run_search(
     )
     return _finish(memo, Result(
         heads=str(best.heads), discovery=discovery, test=held.test, null=held.null, stability=stability,
-        controls=Controls(leave_one_out=held.leave_one_out), calibration=held.calibration, scorer=name, k=config.k,
+        controls=Controls(leave_one_out=held.leave_one_out, kinds=kinds), calibration=held.calibration, scorer=name,
+        k=config.k, ablation=config.ablation,
         pool_size=config.pool_size, n_dist=int(intact.shape[0]), n_test=held.n_test, seed=config.seed,
         n_layers=memo.n_layers, n_heads=memo.n_heads, strategy=config.strategy, beam_width=_beam(config),
         n_boot=config.n_boot, alpha=alpha, timings=timings,

@@ -20,7 +20,7 @@ from torch import Tensor
 
 from cel_lens.heads import HeadSet, HeadsLike
 from cel_lens.oracle import (
-    ANSWER_KEY, ATTRIBUTION, JOURNAL, LOCAL_MODEL, TEST_READS, TEST_SPLIT, AnswerKey, Journal, Oracle, OracleBase,
+    ANSWER_KEY, ATTRIBUTION, CONTROLS, JOURNAL, LOCAL_MODEL, TEST_READS, TEST_SPLIT, AnswerKey, Journal, Oracle, OracleBase,
     TestSplitError, call_choice_oracle, capabilities,
 )
 
@@ -62,12 +62,18 @@ class MemoOracle(OracleBase):
     def capabilities(self) -> frozenset[str]:  # type: ignore[override]
         """What it declares: its journal, and what it passes on from the wrapped oracle (the answer
         key, attribution scores, the seal ledger's reads, the local model)."""
-        passed = capabilities(self.oracle) & {ANSWER_KEY, ATTRIBUTION, TEST_READS, LOCAL_MODEL}
+        passed = capabilities(self.oracle) & {ANSWER_KEY, ATTRIBUTION, TEST_READS, LOCAL_MODEL, CONTROLS}
         return passed | {JOURNAL, ANSWER_KEY, ATTRIBUTION}
 
     def test_reads(self) -> list[dict[str, Any]]:
         """The wrapped oracle's seal-ledger reads of its D_test (none when it declares no :data:`TEST_READS`)."""
         return self.oracle.test_reads() if TEST_READS in capabilities(self.oracle) else []
+
+    def ablation_controls(self, heads: HeadSet, *, seed: int, n_boot: int, alpha: float) -> Optional[dict[str, Any]]:
+        """The wrapped oracle's :data:`CONTROLS` for ``heads``, recorded in (and read back from) this
+        oracle's journal. Only once S-hat is fixed: they read D_test."""
+        self._check_test_allowed(TEST_SPLIT)
+        return self.oracle.ablation_controls(heads, seed=seed, n_boot=n_boot, alpha=alpha, journal=self.journal)
 
     def local_model(self) -> Any:
         """The wrapped oracle's local model (``None`` when it declares no :data:`LOCAL_MODEL`)."""
