@@ -57,7 +57,7 @@ def test_a_missing_list_is_an_error_not_an_empty_list(tmp_path: Path) -> None:
 
 
 def test_read_rows_script_lists_ledger_reads_and_earlier_splits(tmp_path: Path, monkeypatch) -> None:
-    from cel_lens.evaluation.seal import record_test_read
+    from cel_lens.evaluation.seal import SealReader, record_test_read
 
     task = cl.load_task("arithmetic", n_dist=5, n_test=6, seed=2)
 
@@ -65,7 +65,7 @@ def test_read_rows_script_lists_ledger_reads_and_earlier_splits(tmp_path: Path, 
         cfg = type("Cfg", (), {"model_name": "m"})()
 
     monkeypatch.setenv("CEL_LENS_LEDGER", str(tmp_path / "ledger"))
-    record_test_read(Model(), task.test, [], entry="test")
+    record_test_read(Model(), task.test, [], reader=SealReader("test"))
     out = tmp_path / "rows.txt"
     env = {"CEL_LENS_LEDGER": str(tmp_path / "ledger"), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}
     args = [sys.executable, "scripts/read_rows.py", "--task", "arithmetic", "--split", "n_dist=0,n_test=4,seed=9",
