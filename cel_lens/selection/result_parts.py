@@ -41,11 +41,11 @@ from cel_lens.selection.records import (
     StabilityRecord,
     SubsetRecord,
 )
-from cel_lens.stats import null_min_p, null_p_value
+from cel_lens.stats import gain_bounds, null_min_p, null_p_value
 
 __all__ = [
     "Discovery", "TestOutcome", "NullTest", "Stability", "Controls", "Row", "CI_NAMES", "pp", "format_p",
-    "nonpositive_gain_warning", "decision_text", "split_half_text",
+    "nonpositive_gain_warning", "decision_text", "decision_bounds", "split_half_text",
 ]
 
 Row = tuple[str, str]
@@ -78,18 +78,31 @@ def nonpositive_gain_warning(dist_gain: float) -> str:
     )
 
 
+def decision_bounds(dec: Mapping[str, Any]) -> tuple[Any, Any]:
+    """The decision's printed ``(lower, upper)`` bounds: :func:`~cel_lens.stats.gain_bounds` of its
+    counts (a record written when the bounds were conditional on the observed discordance is
+    re-bounded from its counts), else the recorded ones."""
+    wins, losses, n = dec.get("wins"), dec.get("losses"), dec.get("n")
+    if isinstance(wins, int) and isinstance(losses, int) and isinstance(n, int) and n > 0:
+        return gain_bounds(wins, losses, n, float(dec.get("alpha", 0.05)))
+    return dec.get("bound"), dec.get("upper")
+
+
 def decision_text(dec: Mapping[str, Any]) -> str:
-    """The one decision in words: verdict, the exact test's p, the exact bound that agrees with it,
-    the largest gain not ruled out, and, when it does not reject, the effect detectable at 80 %."""
+    """The one decision in words: verdict, the exact test's p, the one-sided bounds that never
+    contradict it (each covering the gain whatever the discordance, :func:`decision_bounds`), and,
+    when it does not reject, the effect it detects at 80 % power at the observed discordance."""
     alpha = float(dec.get("alpha", 0.05))
     verdict = "yes" if dec.get("helps") else "not shown"
+    lower, upper = decision_bounds(dec)
     text = (f"{verdict}: {dec.get('test', 'one-sided exact McNemar')} p = {format_p(dec.get('p'))} "
-            f"({dec.get('wins')} examples gained, {dec.get('losses')} lost; α = {alpha:g}); exact one-sided "
-            f"{1 - alpha:.0%} bounds: gain >= {pp(dec.get('bound'))}, <= {pp(dec.get('upper'))}")
+            f"({dec.get('wins')} examples gained, {dec.get('losses')} lost; α = {alpha:g}); one-sided "
+            f"{1 - alpha:.0%} bounds: gain >= {pp(lower)}, <= {pp(upper)}")
     if not dec.get("helps"):
-        mde = dec.get("mde")
-        text += ("; at this n and discordance the test detects a gain of " + pp(mde) + " with 80% power"
-                 if mde is not None else "; too few discordant examples to detect any gain with 80% power")
+        mde, m, n = dec.get("mde"), (dec.get("wins") or 0) + (dec.get("losses") or 0), dec.get("n")
+        where = f"at n = {n} and the observed discordance ({m} of {n} examples)"
+        text += (f"; {where} the test detects a gain of {pp(mde)} with 80% power" if mde is not None
+                 else f"; {where} too few discordant examples to detect any gain with 80% power")
     return text
 
 
@@ -177,7 +190,8 @@ class Discovery:
 class TestOutcome:
     """D_test, read only after S-hat was fixed: intact and ablated accuracy, ``gain`` =
     ``acc_ablated - acc_intact`` (not selection-biased), its interval ``[ci_low, ci_high]`` by
-    ``ci_method`` (``"tango"``, ``"newcombe"`` or ``"bootstrap"``; descriptive beside the decision),
+    ``ci_method`` (``"tango"``, ``"newcombe"`` or ``"bootstrap"``; descriptive, kept in ``result.json`` and not
+    printed beside the decision, which it can contradict),
     the two-sided exact McNemar ``p_value``, the one-sided ``p_enhance`` of "ablation helps", the one
     ``decision`` (:func:`~cel_lens.selection.paired.enhancement_decision`); ``selected_before_test``
     whether S-hat was fixed before any read of D_test, and ``seal`` what the test split's ledger
@@ -205,15 +219,16 @@ class TestOutcome:
         return f"NOT fixed before D_test was read: {reason}"
 
     def rows(self, n_test: Any, alpha: float) -> list[Row]:
-        """The D_test accuracies and gain, the gain's interval and the two-sided McNemar p."""
-        descriptive = " (descriptive; the decision is the one-sided exact test)" if self.decision else ""
-        return [
-            (f"D_test (n={n_test})", f"intact {pp(self.acc_intact, False)} -> ablated {pp(self.acc_ablated, False)}, "
-                                     f"gain {pp(self.gain)}"),
-            (f"{1 - alpha:.0%} {CI_NAMES.get(self.ci_method, 'paired bootstrap')} CI",
-             f"[{pp(self.ci_low)}, {pp(self.ci_high)}]{descriptive}"),
-            ("McNemar exact p", format_p(self.p_value)),
-        ]
+        """The D_test accuracies and gain. With a decision, nothing else: its interval and the
+        two-sided McNemar p (descriptive, and able to exclude 0 against the one-sided decision) stay
+        in ``result.json``; the decision row prints the bounds that agree with it. A result written
+        before the decision prints its interval and p, which were then its only inference."""
+        rows = [(f"D_test (n={n_test})", f"intact {pp(self.acc_intact, False)} -> ablated {pp(self.acc_ablated, False)}, "
+                                         f"gain {pp(self.gain)}")]
+        if self.decision:
+            return rows
+        return rows + [(f"{1 - alpha:.0%} {CI_NAMES.get(self.ci_method, 'paired bootstrap')} CI",
+                        f"[{pp(self.ci_low)}, {pp(self.ci_high)}]"), ("McNemar exact p", format_p(self.p_value))]
 
     def decision_rows(self) -> list[Row]:
         """The one decision "ablation helps" (or, in results written before it, the one-sided p)."""
@@ -339,15 +354,15 @@ class Controls:
     kinds: Optional[dict[str, ControlGain]] = None
 
     def leave_one_out_rows(self) -> list[Row]:
-        """Which heads of S-hat the data support (Holm over their one-sided exact tests)."""
+        """Which heads of S-hat the data support (Holm over their one-sided exact tests): each head's
+        gain and Holm p (its interval, descriptive and not Holm-adjusted, stays in ``result.json``)."""
         loo = self.leave_one_out
         if not loo:
             return []
-        parts = "; ".join(f"{h['head']} {pp(h['gain'])} [{pp(h['ci_low'])}, {pp(h['ci_high'])}], Holm p "
-                          f"{format_p(h['p_holm'])}" for h in loo["heads"])
+        parts = "; ".join(f"{h['head']} {pp(h['gain'])}, Holm p {format_p(h['p_holm'])}" for h in loo["heads"])
         supported = ", ".join(loo["supported"]) or "none"
         return [("each head (leave-one-out)", f"data support {supported} at α = {loo['alpha']:g} (Holm over the "
-                 f"one-sided exact tests; intervals descriptive): {parts}")]
+                 f"one-sided exact tests): {parts}")]
 
     def kind_rows(self, searched_with: str, gain: float) -> list[Row]:
         """S-hat's D_test gain under the other ablation kinds beside the one ``searched_with``."""
