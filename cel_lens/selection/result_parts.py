@@ -45,7 +45,7 @@ from cel_lens.stats import gain_bounds, null_min_p, null_p_value
 
 __all__ = [
     "Discovery", "TestOutcome", "NullTest", "Stability", "Controls", "Row", "CI_NAMES", "pp", "format_p",
-    "nonpositive_gain_warning", "decision_text", "decision_bounds", "split_half_text",
+    "nonpositive_gain_warning", "decision_text", "decision_bounds", "split_half_text", "known_share", "MOSTLY_UNKNOWN",
 ]
 
 Row = tuple[str, str]
@@ -274,15 +274,43 @@ class NullTest:
         return [("random-subset null", text)]
 
 
+MOSTLY_UNKNOWN = 0.5
+"""Above this share of resamples (or splits) whose selection is not known (a subset never evaluated
+was needed), no share is estimated from the rest: the known ones are too few to stand for them."""
+
+
+def known_share(frequency: float, incomplete: float) -> Optional[float]:
+    """A share of all resamples (``frequency``) as a share of those whose selection is known, or
+    ``None`` when more than :data:`MOSTLY_UNKNOWN` of them are not known."""
+    if incomplete > MOSTLY_UNKNOWN:
+        return None
+    return frequency / (1 - incomplete) if incomplete else frequency
+
+
 def split_half_text(half: SplitHalf) -> str:
-    """The split-half agreement as a clause. Where a half needed a subset never evaluated, whether its
-    two halves agree is not known, so only the certain agreements are stated, as a lower bound."""
-    unknown = half.get("unknown")
-    text = (f"; selections on two halves of D_dist agree in {'at least ' if unknown else ''}{half['agree']:.1%} "
-            f"of {half['n_splits']} splits")
-    if unknown:
-        text += f" ({unknown:.1%} of them needed a subset never evaluated, so whether they agree is not known)"
-    return text
+    """The split-half agreement as a clause: over the splits whose two selections are known (a half
+    may need a subset never evaluated), and not estimated when most are not known."""
+    unknown, n = float(half.get("unknown") or 0.0), half["n_splits"]
+    share = known_share(half["agree"], unknown)
+    if share is None:
+        return (f"; whether selections on two halves of D_dist agree is not estimated ({unknown:.0%} of {n} splits "
+                "needed a subset never evaluated)")
+    known = f" of the {round(n * (1 - unknown))} of {n} splits whose selections are known" if unknown else f" of {n} splits"
+    return f"; selections on two halves of D_dist agree in {share:.1%}{known}"
+
+
+def _reselect_share(st: StabilityRecord, heads: str) -> str:
+    """How often the redone selection picks S-hat: of every resample, of those whose selection is known
+    (some needed a subset never evaluated), or not estimated when most are not known."""
+    n, incomplete = st["n_resamples"], float(st.get("incomplete") or 0.0)
+    if not st.get("unknown") and not incomplete:
+        return f"picks {heads} {st['selected_frequency']:.1%}"
+    share, known = known_share(st["selected_frequency"], incomplete), round(n * (1 - incomplete))
+    if share is None:
+        return (f"cannot estimate how often it picks {heads}: {n - known} resamples needed a subset that was never "
+                f"evaluated (of the {known} whose selection is known, {round(st['selected_frequency'] * n)} pick it)")
+    return (f"picks {heads} in {share:.1%} of the {known} resamples whose selection is known ({n - known} needed a "
+            "subset that was never evaluated)")
 
 
 @dataclass
@@ -312,7 +340,10 @@ class Stability:
         if not st:
             return "not computed"
         others = [w for w in st.get("wins", []) if w["heads"] != heads][:3]
-        rest = "; ".join(f"{w['heads']} {w['frequency']:.1%}" for w in others) or "none"
+        incomplete = float(st.get("incomplete") or 0.0)
+        shares = [(w["heads"], known_share(w["frequency"], incomplete)) for w in others]
+        rest = "; ".join(f"{h} {x:.1%}" if x is not None else f"{h} {round(w['frequency'] * st['n_resamples'])}"
+                         for (h, x), w in zip(shares, others)) or "none"
         ties = ""
         if st.get("selected_by_tie_break"):
             ties = f", {st['selected_by_tie_break']:.1%} of them only by the tie-break (another subset as many correct)"
@@ -320,16 +351,14 @@ class Stability:
             ties += (f"; {st['identical_subsets']} other subset(s) give the same answer on every D_dist example, "
                      "so the data cannot tell them apart")
         if st.get("method") == "reselect":
-            bound = (f"{st['selected_frequency']:.1%}" if not st.get("unknown")
-                     else f"between {st['selected_frequency']:.1%} and {st['upper']:.1%} ({st['unknown']} resamples "
-                          "needed a subset that was never evaluated)")
             text = (f"the whole selection (pool and stage 2) redone on {st['n_resamples']} bootstrap resamples of D_dist "
-                    f"picks {heads} {bound}{ties}")
+                    f"{_reselect_share(st, heads)}{ties}")
         else:
             text = f"{heads} wins {st['selected_frequency']:.1%} of {st['n_resamples']} bootstrap resamples of D_dist{ties} (pool fixed)"
         if self.split_half:
             text += split_half_text(self.split_half)
-        return f"{text} (other winners: {rest})"
+        label = "other winners, in resamples whose selection is known" if known_share(0.0, incomplete) is None else "other winners"
+        return f"{text} ({label}: {rest})"
 
     @staticmethod
     def _specificity_text(sp: SpecificityRecord, m: int, alpha: float) -> str:
