@@ -22,6 +22,8 @@ synthetic choice scores; no forward pass), single-threaded.
 * **bounds** (:mod:`benchmarks.planted_bounds`, exact, no seeds): the printed bounds' coverage over
   n 100–1,000 x discordance 1–20 % x true gains from 0 to the 80 %-power effect and the no-loss case,
   against the bounds conditional on the observed discordance printed before;
+* **prior** (:mod:`benchmarks.planted_prior`, n_test 1,000): how often "the ablation moves the answer
+  prior" is printed with no prior shift (before and after), and each calibrated test's power;
 * **stability**: the re-selecting stability with the old tie-break (full data's order) and the new
   one (the resample's counts), against the selection rerun on the same resamples; the fixed-pool
   figures' sums.
@@ -215,6 +217,12 @@ def _stability(seeds: int) -> dict[str, Any]:
     return {f"n={n} effect={e:+.2f}": stability_cell(n, e, seeds) for n in (374, 1000) for e in (0.02,)}
 
 
+def _prior(seeds: int) -> dict[str, Any]:
+    from benchmarks.planted_prior import CELLS, prior_cell
+
+    return {cell: prior_cell(cell, seeds) for cell in CELLS}
+
+
 def _bounds(seeds: int) -> dict[str, Any]:
     from benchmarks.planted_bounds import coverage_grid
 
@@ -222,7 +230,8 @@ def _bounds(seeds: int) -> dict[str, Any]:
 
 
 PARTS: dict[str, Callable[[int], Any]] = {"searches": _searches, "calibration": _calibration, "stability": _stability,
-                                          "decision": lambda seeds: decision_check(), "bounds": _bounds}
+                                          "decision": lambda seeds: decision_check(), "bounds": _bounds,
+                                          "prior": _prior}
 
 
 def run(parts: list[str], seeds: int) -> dict[str, Any]:
