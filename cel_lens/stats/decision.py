@@ -20,7 +20,7 @@ import numpy as np
 from jaxtyping import Bool, Float, Int
 
 __all__ = ["sign_test_p", "sign_test_bound", "sign_test_upper", "gain_bounds", "gain_bounds_array", "sign_test_power",
-           "minimum_detectable_effect", "DISCORDANCE_SHARE"]
+           "minimum_detectable_effect", "sign_test_power_random", "minimum_detectable_effect_random", "DISCORDANCE_SHARE"]
 
 
 def sign_test_p(wins: int, losses: int) -> float:
@@ -188,6 +188,44 @@ def minimum_detectable_effect(n: int, discordance: float, alpha: float = 0.05, p
     while hi - lo > 1e-6:
         mid = (lo + hi) / 2
         if _binom_upper_tail(k, m, min(1.0, (1 + mid / discordance) / 2)) >= power:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def sign_test_power_random(n: int, discordance: float, gain: float, alpha: float = 0.05) -> float:
+    """Power of :func:`sign_test_p` at level ``alpha`` for a true gain ``gain`` when each of the
+    ``n`` examples is discordant with probability ``discordance`` (their number random,
+    ``Binomial(n, discordance)``, not fixed at the observed count as in :func:`sign_test_power`)."""
+    from scipy import stats as _st
+
+    if discordance <= 0 or gain <= -discordance:
+        return 0.0
+    ms = np.arange(n + 1)
+    pm = _st.binom.pmf(ms, n, discordance)
+    keep = (pm > 1e-14) & (ms > 0)
+    ms, pm = ms[keep], pm[keep]
+    k = _st.binom.isf(alpha, ms, 0.5) + 1  # fewest wins with P(X >= k) <= alpha under no effect
+    q = min(1.0, (1 + gain / discordance) / 2)
+    return float((pm * np.where(k <= ms, _st.binom.sf(k - 1, ms, q), 0.0)).sum())
+
+
+def minimum_detectable_effect_random(
+    n: int, discordance: float, alpha: float = 0.05, power: float = 0.8
+) -> Optional[float]:
+    """:func:`minimum_detectable_effect` with the number of discordant examples random
+    (:func:`sign_test_power_random`): what the test detects when the discordance is a rate of the
+    population, not the count this sample happened to show. ``None`` when no gain up to
+    ``discordance`` reaches ``power``."""
+    if n <= 0 or not 0 <= discordance <= 1:
+        raise ValueError(f"need n > 0 and 0 <= discordance <= 1, got n={n}, discordance={discordance}")
+    if discordance == 0 or sign_test_power_random(n, discordance, discordance, alpha) < power:
+        return None
+    lo, hi = 0.0, float(discordance)
+    while hi - lo > 1e-6:
+        mid = (lo + hi) / 2
+        if sign_test_power_random(n, discordance, mid, alpha) >= power:
             hi = mid
         else:
             lo = mid
