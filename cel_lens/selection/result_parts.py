@@ -41,6 +41,7 @@ from cel_lens.selection.records import (
     StabilityRecord,
     SubsetRecord,
 )
+from cel_lens.selection.stability import MOSTLY_UNKNOWN, known_share
 from cel_lens.stats import gain_bounds, null_min_p, null_p_value
 
 __all__ = [
@@ -272,19 +273,6 @@ class NullTest:
         else:
             text = f"{spread}; p = {format_p(null_p_value(null, float(gain)))} (smallest possible {format_p(smallest)})"
         return [("random-subset null", text)]
-
-
-MOSTLY_UNKNOWN = 0.5
-"""Above this share of resamples (or splits) whose selection is not known (a subset never evaluated
-was needed), no share is estimated from the rest: the known ones are too few to stand for them."""
-
-
-def known_share(frequency: float, incomplete: float) -> Optional[float]:
-    """A share of all resamples (``frequency``) as a share of those whose selection is known, or
-    ``None`` when more than :data:`MOSTLY_UNKNOWN` of them are not known."""
-    if incomplete > MOSTLY_UNKNOWN:
-        return None
-    return frequency / (1 - incomplete) if incomplete else frequency
 
 
 def split_half_text(half: SplitHalf) -> str:
