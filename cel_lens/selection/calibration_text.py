@@ -72,7 +72,7 @@ def calibration_rows(r: Mapping[str, Any]) -> list[tuple[str, str]]:
                                   f"{100 * float(r.get('gain', float('nan'))):+.2f} pp)"),
         ("survives calibration?", _survival_text(c, alpha, n)),
     ]
-    if "p_auc" in c:
+    if c.get("p_auc") is not None:
         rows.append(("threshold-free test", _auc_text(c, alpha)))
     rows.append(("answer prior", _prior_text(c)))
     if not c.get("survives") and float(r.get("gain") or 0.0) > 0:

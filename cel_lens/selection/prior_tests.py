@@ -21,7 +21,7 @@ answer prior, and did it make the answer margins separate the right answers bett
 from __future__ import annotations
 
 from statistics import NormalDist
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 import torch
@@ -44,18 +44,19 @@ def prior_shift_test(
     alpha: float = 0.05,
 ) -> dict[str, Any]:
     """Whether the ablation moved the answer prior on these examples (module docstring):
-    ``{"shift_prior": [ĉ_j], "p_prior": smallest Holm-adjusted p, "moves_prior": p_prior <= alpha,
+    ``{"shift_prior": [ĉ_j] (``None`` where a choice lacks examples on a side), "p_prior": smallest Holm-adjusted p, "moves_prior": p_prior <= alpha,
     "test_prior": name}``. ``p_prior`` is 1 when no choice has examples on both sides."""
     delta = centred_scores(ablated) - centred_scores(intact)
     y = labels.detach().long().cpu().numpy()
     m = delta.shape[1]
     tol = 1e-9 * max(1.0, float(np.nanmax(np.abs(delta))) if np.isfinite(delta).any() else 1.0)
-    shifts, ps = [], []
+    shifts: list[Optional[float]] = []
+    ps: list[float] = []
     for j in range(1 if m == 2 else 0, m):
         ok = ~np.isnan(delta[:, j])
         right, wrong = delta[ok & (y == j), j], delta[ok & (y != j), j]
         if len(right) < 2 or len(wrong) < 2:
-            shifts.append(float("nan"))
+            shifts.append(None)  # not estimable (JSON-safe, and equal to itself when a run is read back)
             continue
         est = (1 - 1 / m) * wrong.mean() + (1 / m) * right.mean()
         var = (1 - 1 / m) ** 2 * wrong.var(ddof=1) / len(wrong) + (1 / m) ** 2 * right.var(ddof=1) / len(right)
@@ -91,12 +92,17 @@ def margin_auc_test(
     """The threshold-free calibrated test (module docstring): ``{"auc_intact", "auc_ablated", "p_auc",
     "auc_mde", "n_permutations_auc", "test_auc"}``; ``p_auc`` is ``(1 + b) / (1 + R)`` for the ``b``
     of ``R`` sign flips whose AUC gain is at least the observed one, ``auc_mde`` the AUC gain it
-    detects with probability ``power`` (``z_{1-α} + z_power`` permutation standard deviations)."""
+    detects with probability ``power`` (``z_{1-α} + z_power`` permutation standard deviations); all
+    ``None`` when no choice has examples on both sides."""
     a, b = centred_scores(intact), centred_scores(ablated)
     a, b = a - np.nanmean(a, axis=0), b - np.nanmean(b, axis=0)  # each model's prior removed
     y = labels.detach().long().cpu().numpy()
     valid = ~(np.isnan(a) | np.isnan(b))
     auc_a, auc_b = float(_macro_auc(a, y, valid)), float(_macro_auc(b, y, valid))
+    name = "macro one-vs-rest AUC of the centred choice scores, one-sided paired sign-flip permutation test"
+    if not (np.isfinite(auc_a) and np.isfinite(auc_b)):  # no choice has examples on both sides
+        return {"auc_intact": None, "auc_ablated": None, "p_auc": None, "auc_mde": None,
+                "n_permutations_auc": int(n_permutations), "test_auc": name}
     rng = np.random.default_rng(seed)
     diffs = []
     for start in range(0, n_permutations, 250):
@@ -108,5 +114,4 @@ def margin_auc_test(
     sd = float(null.std(ddof=1)) if len(null) > 1 else float("nan")
     z = NormalDist().inv_cdf(1 - alpha) + NormalDist().inv_cdf(power)
     return {"auc_intact": auc_a, "auc_ablated": auc_b, "p_auc": float((1 + (null >= observed - 1e-12).sum()) / (1 + len(null))),
-            "auc_mde": z * sd, "n_permutations_auc": int(n_permutations),
-            "test_auc": "macro one-vs-rest AUC of the centred choice scores, one-sided paired sign-flip permutation test"}
+            "auc_mde": z * sd, "n_permutations_auc": int(n_permutations), "test_auc": name}
