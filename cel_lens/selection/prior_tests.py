@@ -44,8 +44,9 @@ def prior_shift_test(
     alpha: float = 0.05,
 ) -> dict[str, Any]:
     """Whether the ablation moved the answer prior on these examples (module docstring):
-    ``{"shift_prior": [ĉ_j] (``None`` where a choice lacks examples on a side), "p_prior": smallest Holm-adjusted p, "moves_prior": p_prior <= alpha,
-    "test_prior": name}``. ``p_prior`` is 1 when no choice has examples on both sides."""
+    ``{"shift_prior": [ĉ_j], "p_prior": smallest Holm-adjusted p, "moves_prior": p_prior <= alpha,
+    "test_prior": name}``; ``ĉ_j`` is ``None`` where a choice lacks examples on a side, ``p_prior``
+    is 1 when no choice has examples on both sides."""
     delta = centred_scores(ablated) - centred_scores(intact)
     y = labels.detach().long().cpu().numpy()
     m = delta.shape[1]
