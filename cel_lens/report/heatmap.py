@@ -238,7 +238,8 @@ def _gain_points(r: Mapping[str, Any]) -> list[tuple[str, float, float, float, s
 def _axes(r: Mapping[str, Any], geo: _Geometry, shown: list[dict[str, Any]]) -> dict[str, Any]:
     """The layout's six axes: heatmap (x, y), subsets (x2, y2) and test gain (x3, y3). Accuracy
     never runs below 0 % or above 100 %, and ticks carry the decimals their spacing needs."""
-    gains = [100 * as_float(r.get(k)) for k in ("gain", "ci_low", "ci_high")] + [100 * g for g in null_gains(r)] + [0.0]
+    drawn = [x for p in _gain_points(r) for x in p[1:4]]  # the Ŝ panel's points and their bounds
+    gains = [100 * x for x in drawn if not math.isnan(x)] + [100 * g for g in null_gains(r)] + [0.0]
     gain_range = padded_range(gains, 0.15, floor=0.2, bounds=(-100.0, 100.0))  # percentage points
     intact = r.get("dist_acc_intact")
     accs = [as_float(s.get("dist_acc")) for s in shown] + ([float(intact)] if intact is not None else [])
