@@ -17,7 +17,13 @@ synthetic choice scores; no forward pass), single-threaded.
   the old rule (coordinate search from 0, paired bootstrap CI above 0: nominal 2.5 %) and the new
   one, and for a capability ablation (power);
 * **decision rule**: over every (gained, lost) table with up to 60 discordant examples at n = 500,
-  how often the printed interval and the test disagree, before (Tango, two-sided McNemar) and after;
+  how often the printed interval and the test disagree, before (Tango, two-sided McNemar) and after
+  (the printed bound of :func:`cel_lens.stats.gain_bounds`);
+* **bounds** (:mod:`benchmarks.planted_bounds`, exact, no seeds): the printed bounds' coverage over
+  n 100–1,000 x discordance 1–20 % x true gains from 0 to the 80 %-power effect and the no-loss case,
+  against the bounds conditional on the observed discordance printed before;
+* **prior** (:mod:`benchmarks.planted_prior`, n_test 1,000): how often "the ablation moves the answer
+  prior" is printed with no prior shift (before and after), and each calibrated test's power;
 * **stability**: the re-selecting stability with the old tie-break (full data's order) and the new
   one (the resample's counts), against the selection rerun on the same resamples; the fixed-pool
   figures' sums.
@@ -168,9 +174,9 @@ def stability_cell(n: int, effect: float, seeds: int, n_resamples: int = 50) -> 
 
 
 def decision_check(n: int = 500, most: int = 60) -> dict[str, Any]:
-    """Disagreements between the printed interval and the decision over every table."""
+    """Disagreements between the printed interval or bound and the decision over every table."""
     from cel_lens.selection.paired import tango_paired_ci
-    from cel_lens.stats import mcnemar_exact, sign_test_bound, sign_test_p
+    from cel_lens.stats import gain_bounds, mcnemar_exact, sign_test_p
 
     before = after = total = 0
     for b in range(most + 1):
@@ -179,11 +185,13 @@ def decision_check(n: int = 500, most: int = 60) -> dict[str, Any]:
             ablated = np.array([1] * b + [0] * c + [1] * (n - b - c), dtype=bool)
             low, _ = tango_paired_ci(intact, ablated)
             before += (low > 0) != (mcnemar_exact(intact, ablated) <= 0.05)
-            after += (sign_test_bound(b, c, n) > 0) != (sign_test_p(b, c) < 0.05)
+            helps, lower = sign_test_p(b, c) <= 0.05, gain_bounds(b, c, n)[0]
+            after += (lower > 0 and not helps) or (lower < 0 and helps)
             total += 1
+    lower, upper = gain_bounds(4, 0, n)
     return {"tables": total, "before: Tango excludes 0 vs two-sided McNemar p <= .05": before,
-            "after: exact bound > 0 vs one-sided exact p < .05": after,
-            "b=4, c=0, n=500 after": {"p": sign_test_p(4, 0), "bound": sign_test_bound(4, 0, 500)}}
+            "after: printed bound against the one-sided exact decision": after,
+            "b=4, c=0, n=500 after": {"p": sign_test_p(4, 0), "bound": lower, "upper": upper}}
 
 
 # -- running, recording, reporting ---------------------------------------------------------------
@@ -209,8 +217,21 @@ def _stability(seeds: int) -> dict[str, Any]:
     return {f"n={n} effect={e:+.2f}": stability_cell(n, e, seeds) for n in (374, 1000) for e in (0.02,)}
 
 
+def _prior(seeds: int) -> dict[str, Any]:
+    from benchmarks.planted_prior import CELLS, prior_cell
+
+    return {cell: prior_cell(cell, seeds) for cell in CELLS}
+
+
+def _bounds(seeds: int) -> dict[str, Any]:
+    from benchmarks.planted_bounds import coverage_grid
+
+    return coverage_grid()
+
+
 PARTS: dict[str, Callable[[int], Any]] = {"searches": _searches, "calibration": _calibration, "stability": _stability,
-                                          "decision": lambda seeds: decision_check()}
+                                          "decision": lambda seeds: decision_check(), "bounds": _bounds,
+                                          "prior": _prior}
 
 
 def run(parts: list[str], seeds: int) -> dict[str, Any]:

@@ -29,10 +29,21 @@ from typing import Any, Iterable, Optional
 
 from cel_lens.heads import Head
 from cel_lens.selection.algorithm import RESUMED_SETS
-from cel_lens.stats.decision import minimum_detectable_effect, sign_test_p, sign_test_upper
+from cel_lens.selection.calibration_text import calibrated_counts
+from cel_lens.selection.result_parts import known_share
+from cel_lens.stats.decision import (
+    gain_bounds,
+    minimum_detectable_effect,
+    minimum_detectable_effect_random,
+    sign_test_p,
+)
 
 POWER = 0.8
 """The power at which a row states the smallest detectable gain."""
+OTHER_DISCORDANCE = 0.02
+"""A second discordance at which a row states what its test would detect (the observed one may be small)."""
+CODE_DIRS = ("cel_lens/selection", "cel_lens/stats", "cel_lens/scoring", "cel_lens/evaluation")
+"""The code a row's numbers depend on most: commits to it between a row's seal and its result are counted."""
 
 
 def pct(x: Any) -> str:
@@ -41,6 +52,11 @@ def pct(x: Any) -> str:
 
 def pp(x: Any) -> str:
     return "n/a" if x is None else f"{100 * float(x):+.1f} pp"
+
+
+def pp2(x: Any) -> str:
+    """Percentage points to two decimals (a detectable effect or a bound: rounding must not flatter it)."""
+    return "n/a" if x is None else f"{100 * float(x):+.2f} pp"
 
 
 def fmt_p(x: Any) -> str:
@@ -111,18 +127,50 @@ def _history_order(history: Optional[dict[str, str]], folder: Path) -> tuple[str
 
 
 def power(result: dict[str, Any]) -> dict[str, Any]:
-    """The one-sided exact McNemar decision recomputed from the result's discordant counts, with the
-    smallest gain it detects at :data:`POWER` at this n and the observed discordance."""
+    """The one-sided exact McNemar decision recomputed from the result's discordant counts, with its
+    one-sided bounds (:func:`cel_lens.stats.decision.gain_bounds`, unconditional) and the smallest gain
+    it detects at :data:`POWER` at this n: at the observed count of discordant examples, with the
+    discordance a rate (the count random), and at :data:`OTHER_DISCORDANCE`."""
     dec = result.get("decision") or {}
     wins, losses, n = dec.get("wins"), dec.get("losses"), int(result.get("n_test") or dec.get("n") or 0)
     alpha = float(result.get("alpha", 0.05))
     if wins is None or losses is None or n <= 0:
         return {"alpha": alpha, "n": n, "wins": None, "losses": None, "p_one_sided": result.get("p_enhance"),
-                "discordance": None, "mde": None, "upper": None}
+                "discordance": None, "mde": None, "upper": None, "lower": None, "mde_random": None, "mde_other": None}
     disc = (wins + losses) / n
+    lower, upper = gain_bounds(wins, losses, n, alpha)
     return {"alpha": alpha, "n": n, "wins": wins, "losses": losses, "p_one_sided": sign_test_p(wins, losses),
-            "discordance": disc, "mde": minimum_detectable_effect(n, disc, alpha, POWER),
-            "upper": sign_test_upper(wins, losses, n, alpha)}
+            "discordance": disc, "mde": minimum_detectable_effect(n, disc, alpha, POWER), "lower": lower, "upper": upper,
+            "mde_random": minimum_detectable_effect_random(n, disc, alpha, POWER) if disc > 0 else None,
+            "mde_other": minimum_detectable_effect(n, OTHER_DISCORDANCE, alpha, POWER)}
+
+
+def code_between(history: Optional[dict[str, str]], folder: Path) -> Optional[int]:
+    """How many commits touched :data:`CODE_DIRS` between a row's manifest commit and its result
+    commit (``None`` outside git or without both)."""
+    man, res = (history or {}).get("manifest.json"), (history or {}).get("result.json")
+    if not man or not res:
+        return None
+    try:
+        top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=folder, capture_output=True, text=True, timeout=30)
+        out = subprocess.run(["git", "rev-list", "--count", f"{man.split()[0]}..{res.split()[0]}", "--", *CODE_DIRS],
+                             cwd=top.stdout.strip() or folder, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return int(out.stdout.strip()) if out.returncode == 0 and out.stdout.strip().isdigit() else None
+
+
+def code_text(manifest: Optional[dict[str, Any]], between: Optional[int]) -> str:
+    """The code version a row ran: the manifest's (commit or source hash), else how many commits to the
+    statistics' code landed between its seal and its result."""
+    code = ((manifest or {}).get("versions") or {}).get("cel_lens_code") or {}
+    if code.get("commit"):
+        return f"commit {code['commit'][:8]}{' (with uncommitted changes)' if code.get('dirty') else ''}"
+    if code.get("source_sha256"):
+        return f"source sha256 {code['source_sha256'][:12]}"
+    if between is None:
+        return "not recorded"
+    return f"not recorded; {between} commit(s) to {', '.join(d.split('/')[1] for d in CODE_DIRS)} between seal and result"
 
 
 def _after_manifest(seal: dict[str, Any], history: Optional[dict[str, str]]) -> str:
@@ -192,11 +240,11 @@ def conclusion(rec: dict[str, Any]) -> str:
     pw, alpha = rec["power"], rec["power"]["alpha"]
     prefix = "" if rec["evidence"] else "NOT SEALED, not counted as evidence: "
     if pw["p_one_sided"] is not None and pw["p_one_sided"] <= alpha:
-        text = (f"Ŝ raised D_test accuracy by {pp(rec['gain'])} [{pp(rec['ci'][0])}, {pp(rec['ci'][1])}] "
-                f"(one-sided exact p {fmt_p(pw['p_one_sided'])})")
+        text = (f"Ŝ raised D_test accuracy by {pp(rec['gain'])}, at least {pp2(pw['lower'])} (one-sided exact p "
+                f"{fmt_p(pw['p_one_sided'])}, one-sided {1 - alpha:.0%} bound)")
         cal = rec.get("calibration") or {}
         if cal.get("applies") and not cal.get("survives"):
-            text += "; it does not survive calibration: an answer-prior shift, not a capability"
+            text += "; the gain is not shown to survive calibration" + _prior_clause(cal)
         if rec["null_min_p"] is not None and rec["null_min_p"] > alpha:
             text += f"; its null is too small to compare (smallest possible p {fmt_p(rec['null_min_p'])} > α)"
         elif rec["null_p"] is not None and rec["null_p"] > alpha:
@@ -204,15 +252,29 @@ def conclusion(rec: dict[str, Any]) -> str:
         return prefix + text
     if pw["wins"] is None:
         return prefix + "no decision record in this result (written before results carried one): power not computed"
+    tested = f"only Ŝ and {rec['null_sets']} random head sets of its size met D_test"
     if pw["mde"] is None:
-        return prefix + (f"no gain shown (one-sided exact p {fmt_p(pw['p_one_sided'])}), and too few discordant "
-                         f"examples ({pw['wins']} + {pw['losses']} of {pw['n']}) to detect any gain at {POWER:.0%} power")
+        return prefix + (f"no gain shown for Ŝ (one-sided exact p {fmt_p(pw['p_one_sided'])}), and too few discordant "
+                         f"examples ({pw['wins']} + {pw['losses']} of {pw['n']}) to detect any gain at {POWER:.0%} power; "
+                         f"{tested}")
     caveat = (" (its pool from a pre-screen whose recall of exact's pool was not measured on this row)"
               if rec.get("scorer", "").startswith("pre-screen (recall") else "")
-    return prefix + (f"no head set raised accuracy by more than {pp(pw['mde'])} at this power{caveat}: the one-sided exact "
-                     f"test (p {fmt_p(pw['p_one_sided'])}) detects {pp(pw['mde'])} with {POWER:.0%} power at n = "
-                     f"{pw['n']} and the observed discordance {pct(pw['discordance'])}; Ŝ's gain is at most "
-                     f"{pp(pw['upper'])} (exact one-sided {1 - alpha:.0%} bound)")
+    random = "" if pw["mde_random"] is None else f", {pp2(pw['mde_random'])} with the discordance a rate"
+    other = ("" if pw["mde_other"] is None else
+             f", {pp2(pw['mde_other'])} at {OTHER_DISCORDANCE:.0%} discordance")
+    return prefix + (f"no gain shown for Ŝ (one-sided exact p {fmt_p(pw['p_one_sided'])}){caveat}: its gain is at most "
+                     f"{pp2(pw['upper'])} (one-sided {1 - alpha:.0%} bound); its test detects {pp2(pw['mde'])} with "
+                     f"{POWER:.0%} power at n = {pw['n']} and the observed {pw['wins'] + pw['losses']} discordant examples"
+                     f"{random}{other}; {tested}, so nothing is said of other head sets")
+
+
+def _prior_clause(cal: dict[str, Any]) -> str:
+    """What is known of the answer prior: moved only when the test of the prior shift rejects."""
+    if "p_prior" not in cal:
+        return " (whether the answer prior moved was not tested)"
+    if cal.get("moves_prior"):
+        return f", and the answer prior moves (prior-shift test p {fmt_p(cal['p_prior'])})"
+    return f" (no shift of the answer prior shown either: p {fmt_p(cal['p_prior'])})"
 
 
 def prescreen_agreement(result: dict[str, Any], screen: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]:
@@ -252,14 +314,25 @@ def _null(result: dict[str, Any]) -> tuple[str, Optional[float]]:
 
 
 def _calibrated(result: dict[str, Any]) -> str:
+    """The one calibrated comparison (each model at its best constant prior on D_test), its bounds,
+    p and verdict, and both models against always giving the majority answer (not tested)."""
     cal = result.get("calibration") or {}
     if not cal:
         return "n/a"
     if not cal.get("applies"):
         return "does not apply (free-form answers)"
-    text = (f"{pct(cal.get('test_acc_intact_cal'))} → {pct(cal.get('test_acc_ablated_cal'))}: {pp(cal.get('gain_cal'))} "
-            f"[{pp(cal.get('ci_low_cal'))}, {pp(cal.get('ci_high_cal'))}], p {fmt_p(cal.get('p_value_cal'))}")
-    return text + ("" if cal.get("survives") or float(result.get("gain", 0)) <= 0 else ", **prior only**")
+    if "gain_best" not in cal:
+        return f"{pp(cal.get('gain_cal'))}, p {fmt_p(cal.get('p_value_cal'))} (recorded before the best-prior comparison)"
+    n = result.get("n_test")
+    counts = calibrated_counts(cal, n) if isinstance(n, int) else None
+    bounds = "" if counts is None else " [{}, {}]".format(*(pp2(x) for x in gain_bounds(*counts, n, float(result.get("alpha", 0.05)))))
+    verdict = "survives" if cal.get("survives") else "not shown to survive"
+    text = (f"best prior on D_test: {pct(cal.get('test_acc_intact_best'))} → {pct(cal.get('test_acc_ablated_best'))}: "
+            f"{pp2(cal.get('gain_best'))}{bounds}, p {fmt_p(cal.get('p_value_cal'))}, **{verdict}**")
+    if cal.get("majority_rate") is not None:
+        text += (f"; always answering{cal.get('majority_answer') or ' the majority answer'}: {pct(cal['majority_rate'])} "
+                 "(the difference not tested)")
+    return text
 
 
 def _loo(result: dict[str, Any]) -> str:
@@ -311,7 +384,8 @@ def record(label: str, folder: Path) -> dict[str, Any]:
         p_two_sided=result.get("p_value"), adjusted_p=(result.get("adjusted") or {}).get("p_value"),
         calibration=result.get("calibration"), calibrated=_calibrated(result), null=null_text, null_p=null_p,
         null_min_p=result.get("null_min_p"),
-        stability={k: stab[k] for k in ("selected_frequency", "upper", "unknown", "n_resamples") if k in stab} or None,
+        stability={k: stab[k] for k in ("selected_frequency", "upper", "unknown", "incomplete", "n_resamples") if k in stab}
+        or None, null_sets=len(result.get("null_gains") or []), code=code_text(manifest, code_between(history, folder)),
         controls={k: v.get("gain") for k, v in (result.get("ablation_controls") or {}).items()},
         leave_one_out=_loo(result), evidence=evidence, sealed=seal_text, power=power(result),
         **search_minutes(result.get("timings") or {}),
@@ -321,22 +395,25 @@ def record(label: str, folder: Path) -> dict[str, Any]:
 
 
 def stability_text(stab: Optional[dict[str, Any]]) -> str:
-    """How often redoing the selection on bootstrap resamples of D_dist picks Ŝ: a range when some
-    resamples needed a subset never evaluated (their winner is not known), as the result states it."""
+    """How often redoing the selection on bootstrap resamples of D_dist picks Ŝ, as the result states
+    it: of the resamples whose winner is known, and not estimated when most are not known."""
     if not stab or stab.get("selected_frequency") is None:
         return "n/a"
-    low = f"{100 * float(stab['selected_frequency']):.0f} %"
-    if not stab.get("unknown"):
-        return low
-    return (f"between {low} and {100 * float(stab['upper']):.0f} % ({stab['unknown']} of {stab['n_resamples']} "
-            "resamples needed a subset never evaluated)")
+    n, incomplete = stab.get("n_resamples"), float(stab.get("incomplete") or 0.0)
+    if not stab.get("unknown") and not incomplete:
+        return f"{100 * float(stab['selected_frequency']):.0f} %"
+    share = known_share(float(stab["selected_frequency"]), incomplete)
+    known = round(n * (1 - incomplete))
+    if share is None:
+        return f"not estimated ({n - known} of {n} resamples needed a subset never evaluated)"
+    return f"{100 * share:.0f} % of the {known} of {n} resamples whose winner is known"
 
 
 COLUMNS = ("row", "n_dist / n_test", "scorer, k, pool", "Ŝ", "D_dist acc, intact → ablated",
-           "D_test acc, intact → ablated", "Δ [95 % CI]", "exact McNemar p (one-sided / two-sided)",
-           "selection-adjusted p (D_dist)", "calibrated Δ (answer prior)", "random-subset null",
+           "D_test acc, intact → ablated", "Δ [one-sided 95 % bounds]", "one-sided exact McNemar p",
+           "selection-adjusted p (D_dist)", "calibrated Δ (one comparison: best prior on D_test)", "random-subset null",
            "selection stability", "Δ under other ablation kinds", "leave-one-out", "sealed (counted as evidence)",
-           f"smallest gain detectable at {POWER:.0%} power", "conclusion")
+           "code version", f"smallest gain Ŝ's test detects at {POWER:.0%} power", "conclusion")
 
 
 def markdown_row(rec: dict[str, Any]) -> str:
@@ -344,19 +421,21 @@ def markdown_row(rec: dict[str, Any]) -> str:
     sizes = f"{rec['n_dist']} / {rec['n_test']}"
     if rec["status"] != "finished":
         cells = [f"{rec['row']} ({rec['description']})", sizes, rec["scorer"]] + ["not run"] * 11 + [
-            rec["sealed"], "n/a", rec["conclusion"]]
+            rec["sealed"], "n/a", "n/a", rec["conclusion"]]
         return "| " + " | ".join(str(c) for c in cells) + " |"
     pw = rec["power"]
     mde = ("none (too few discordant examples)" if pw["mde"] is None
-           else f"{pp(pw['mde'])} (n {pw['n']}, discordance {pct(pw['discordance'])})")
+           else f"{pp2(pw['mde'])} (n {pw['n']}, observed discordance {pw['wins'] + pw['losses']} of {pw['n']}); "
+                f"{pp2(pw['mde_random'])} with the discordance a rate")
+    bounds = "n/a" if pw.get("lower") is None else f"[{pp2(pw['lower'])}, {pp2(pw['upper'])}]"
     cells = [
         f"{rec['row']} ({rec['description']})", sizes, f"{rec['scorer']}, {rec['k']}, {rec['pool']}", rec["heads"],
         f"{pct(rec['dist_acc'][0])} → {pct(rec['dist_acc'][1])}", f"{pct(rec['test_acc'][0])} → {pct(rec['test_acc'][1])}",
-        f"{pp(rec['gain'])} [{pp(rec['ci'][0])}, {pp(rec['ci'][1])}] ({rec['ci_method']})",
-        f"{fmt_p(pw['p_one_sided'])} / {fmt_p(rec['p_two_sided'])}", fmt_p(rec["adjusted_p"]), rec["calibrated"],
+        f"{pp(rec['gain'])} {bounds}",
+        fmt_p(pw["p_one_sided"]), fmt_p(rec["adjusted_p"]), rec["calibrated"],
         rec["null"], stability_text(rec["stability"]),
         "; ".join(f"{k} {pp(v)}" for k, v in rec["controls"].items()) or "n/a", rec["leave_one_out"],
-        rec["sealed"], mde, rec["conclusion"],
+        rec["sealed"], rec["code"], mde, rec["conclusion"],
     ]
     return "| " + " | ".join(str(c) for c in cells) + " |"
 
@@ -372,24 +451,58 @@ def exact_cost_text(agree: dict[str, Any]) -> str:
     if agree.get("exact_scan_gflop"):
         return f"{seconds:,.0f}, extrapolated: a scan measured elsewhere, scaled by FLOP count"
     if source.startswith("the row's own"):
-        return f"{seconds:,.0f}, the row's own timing"
+        return f"{seconds:,.0f}, the row's own timing ({'wall' if 'wall' in source else 'CPU'} seconds)"
     return f"{seconds:,.0f}, given: {source}"
+
+
+def cost_ratio(scorer: dict[str, Any], agree: dict[str, Any]) -> str:
+    """A scorer's cost against exact stage 1's, like against like: wall against wall when exact's
+    seconds are the row's own wall timing, CPU against CPU when they are CPU seconds extrapolated from
+    a scan measured elsewhere (labelled so), else the figure given, labelled."""
+    seconds = float(agree.get("exact_stage1_s") or 0)
+    if not seconds:
+        return "n/a"
+    source = str(agree.get("exact_stage1_source") or "")
+    if agree.get("exact_scan_gflop"):
+        return f"{scorer['cpu_s'] / seconds:.3f} (CPU ÷ exact's CPU extrapolated by FLOP count)"
+    if source.startswith("the row's own") and "wall" in source and scorer.get("wall_s"):
+        return f"{scorer['wall_s'] / seconds:.3f} (wall ÷ exact's wall, one thread each)"
+    return f"{scorer['cpu_s'] / seconds:.3f} (CPU ÷ seconds given: {source or 'unstated'})"
+
+
+def selected_rank(rec: dict[str, Any], scorer: str) -> str:
+    """Where the row's Ŝ (its heads, each) ranks among all heads by an approximate scorer's scores
+    (``approx_scores.json`` beside the row; 1 = the scorer's best), or ``n/a``."""
+    approx = _read(Path(rec["path"]) / "approx_scores.json") or {}
+    scores = ((approx.get("scorers") or {}).get(scorer) or {}).get("scores")
+    if not scores or not rec.get("heads"):
+        return "n/a"
+    flat = [(x, i) for i, x in enumerate(v for row in scores for v in row)]
+    order = [i for _, i in sorted(flat, key=lambda t: (-t[0], t[1]))]
+    ranks = []
+    for name in str(rec["heads"]).split("+"):
+        head = Head.parse(name)
+        ranks.append(f"{name} {order.index(head.layer * len(scores[0]) + head.head) + 1}")
+    return ", ".join(ranks)
 
 
 def agreement_table(records: list[dict[str, Any]]) -> str:
     """Approximate scorers against an exact row's stage 1 on its own D_dist (``agreement.json``):
-    Spearman over every head, recall of exact's top 6 and 12, and CPU cost; empty when no row has one."""
+    Spearman over every head, recall of exact's top 6 and 12 (being in a pool is not being selected:
+    stage 2 was not run on an approximate pool), where Ŝ ranks by the scorer, and the cost against
+    exact stage 1's like against like; empty when no row has one."""
     lines = []
     for rec in records:
         agree = rec.get("scorer_agreement") or {}
         for s in agree.get("scorers", []):
-            cost = "n/a" if s.get("cost_vs_exact") is None else f"{s['cost_vs_exact']:.2f}"
             lines.append(f"| {rec['row']} | {s['scorer']} | {s['spearman']:.2f} | {s.get('recall@6', float('nan')):.2f} | "
-                         f"{s.get('recall@12', float('nan')):.2f} | {s['cpu_s']:.0f} | {cost} | {exact_cost_text(agree)} |")
+                         f"{s.get('recall@12', float('nan')):.2f} | {selected_rank(rec, s['scorer'])} | {s['cpu_s']:.0f} | "
+                         f"{s.get('wall_s', float('nan')):.0f} | {cost_ratio(s, agree)} | {exact_cost_text(agree)} |")
     if not lines:
         return ""
-    head = ("| row | scorer | Spearman with exact (every head) | recall of exact's top 6 | of its top 12 | CPU s | "
-            "÷ exact stage 1's seconds | exact stage 1's seconds, from |\n|---|---|---|---|---|---|---|---|")
+    head = ("| row | scorer | Spearman with exact (every head) | recall of exact's top 6 | of its top 12 | Ŝ's rank by "
+            "this scorer | CPU s | wall s | ÷ exact stage 1 (like against like) | exact stage 1's seconds, from |\n"
+            "|---|---|---|---|---|---|---|---|---|---|")
     return "\n\n" + "\n".join([head, *lines])
 
 

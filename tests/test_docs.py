@@ -112,7 +112,7 @@ def test_every_result_row_is_explained(tmp_path):
                     n_boot=200, n_null=3, progress=False, out=tmp_path / "run")
     labels = {re.sub(r"\(n=\d+\)", "(n=…)", label) for label, _ in result_rows(run.result)}
     labels = {re.sub(r"^\d+% .* CI$", "95% … CI", label) for label in labels}
-    choice_rows = {"answers (D_test)", "calibrated D_test", "calibrated gain", "survives calibration?"}
+    choice_rows = {"answers (D_test)", "calibrated D_test", "survives calibration?", "threshold-free test", "answer prior"}
     assert labels | choice_rows <= explained, sorted((labels | choice_rows) - explained)
     # the page's first example is an organism search too: it shows the rows such a search prints now
     example = re.search(r"```text\n(.*?)```", page, re.S).group(1)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from cel_lens.stats.decision import minimum_detectable_effect
+from cel_lens.stats.decision import gain_bounds, minimum_detectable_effect, minimum_detectable_effect_random
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -68,15 +68,22 @@ def test_significant_sealed_row_states_its_gain(tmp_path):
     rec = rows.record("a", write(tmp_path / "a", manifest(), result(60, 20)))
     assert rec["evidence"] and rec["sealed"].startswith("yes")
     assert rec["power"]["p_one_sided"] < 0.05
-    assert rec["conclusion"].startswith("Ŝ raised D_test accuracy by +4.0 pp [+2.0 pp, +6.0 pp]")
+    low = gain_bounds(60, 20, 1000)[0]
+    assert rec["conclusion"].startswith(f"Ŝ raised D_test accuracy by +4.0 pp, at least {rows.pp2(low)} (one-sided")
 
 
-def test_null_row_states_the_smallest_detectable_gain(tmp_path):
+def test_null_row_states_what_its_test_detects_and_of_what(tmp_path):
+    """An absence is stated of what met D_test only, with the discordance it assumes (issue 57: "no head
+    set raises accuracy by more than +0.6 pp" was the power of Ŝ's test at its observed discordance)."""
     rec = rows.record("a", write(tmp_path / "a", manifest(), result(25, 25)))
     mde = minimum_detectable_effect(1000, 0.05, 0.05, 0.8)
     assert rec["power"]["mde"] == pytest.approx(mde) and 0 < mde < 0.05
-    assert rec["conclusion"].startswith(f"no head set raised accuracy by more than {rows.pp(mde)} at this power")
-    assert "discordance 5.0 %" in rec["conclusion"]
+    assert rec["power"]["mde_random"] == pytest.approx(minimum_detectable_effect_random(1000, 0.05))
+    assert rec["conclusion"].startswith("no gain shown for Ŝ (one-sided exact p ")
+    assert f"its test detects {rows.pp2(mde)} with 80% power at n = 1000 and the observed 50 discordant examples" in rec["conclusion"]
+    assert f"its gain is at most {rows.pp2(gain_bounds(25, 25, 1000)[1])}" in rec["conclusion"]
+    assert "only Ŝ and 20 random head sets of its size met D_test" in rec["conclusion"]
+    assert "no head set raised" not in rows.markdown([rec])
 
 
 def test_unsealed_row_is_reported_and_not_evidence(tmp_path):
@@ -95,14 +102,25 @@ def test_underpowered_row_says_it_cannot_detect(tmp_path):
     assert "none (too few discordant examples)" in rows.markdown([rec])
 
 
-def test_prior_shift_and_null_caveats(tmp_path):
+def test_calibration_and_null_caveats(tmp_path):
+    """One calibrated comparison (best prior on D_test) with its bounds and verdict; the prior shift
+    named only when its own test rejects."""
     cal = {"applies": True, "survives": False, "gain_cal": 0.005, "test_acc_intact_cal": 0.6, "test_acc_ablated_cal": 0.605,
-           "ci_low_cal": -0.01, "ci_high_cal": 0.02, "p_value_cal": 0.4}
+           "ci_low_cal": 0.001, "ci_high_cal": 0.02, "p_value_cal": 0.3125, "gain_best": 0.002, "wins_cal": 3,
+           "losses_cal": 1, "test_acc_intact_best": 0.603, "test_acc_ablated_best": 0.605, "majority_rate": 0.6,
+           "majority_answer": " yes"}
     rec = rows.record("a", write(tmp_path / "a", manifest("boolq", dist_from="validation"),
                                  result(60, 20, calibration=cal, null_p=0.3)))
-    assert "answer-prior shift" in rec["conclusion"] and "null p 0.3" in rec["conclusion"]
+    assert "not shown to survive calibration (whether the answer prior moved was not tested)" in rec["conclusion"]
+    assert "null p 0.3" in rec["conclusion"] and "answer-prior shift" not in rec["conclusion"]
     assert rec["description"] == "boolq, plain (D_dist from validation)"
-    assert "**prior only**" in rows.markdown([rec])
+    low, high = gain_bounds(3, 1, 1000)
+    assert rec["calibrated"] == (f"best prior on D_test: 60.3 % → 60.5 %: +0.20 pp [{rows.pp2(low)}, {rows.pp2(high)}], "
+                                 "p 0.31, **not shown to survive**; always answering yes: 60.0 % (the difference not tested)")
+    assert "+0.50 pp" not in rec["calibrated"]  # the D_dist-refit gain, a second comparison, is not in the column
+    moved = rows.record("b", write(tmp_path / "b", manifest("boolq"), result(
+        60, 20, calibration={**cal, "p_prior": 0.001, "moves_prior": True})))
+    assert "and the answer prior moves (prior-shift test p 0.001)" in moved["conclusion"]
 
 
 def test_prescreen_recall_is_shown_only_when_measured(tmp_path):
@@ -336,13 +354,19 @@ def test_scorer_agreement_table_follows_the_rows(tmp_path):
                  "exact_stage1_source": "the row's own stage1_s (wall seconds, one thread, one process)"}
     (folder / "agreement.json").write_text(json.dumps(agreement))
     table = rows.main([str(tmp_path / "rows")])
-    assert table.splitlines()[-1] == ("| exact-row | attribution | 0.31 | 0.50 | 0.25 | 145 | 0.04 | "
-                                      "3,632, the row's own timing |")
+    assert table.splitlines()[-1] == ("| exact-row | attribution | 0.31 | 0.50 | 0.25 | n/a | 145 | nan | 0.040 (CPU ÷ "
+                                      "seconds given: the row's own stage1_s (wall seconds, one thread, one process)) | "
+                                      "3,632, the row's own timing (wall seconds) |")
+    # like against like: the row's own wall seconds are divided into the scorer's wall seconds
+    agreement["scorers"][0]["wall_s"] = 363.25
+    (folder / "agreement.json").write_text(json.dumps(agreement))
+    assert "| 145 | 363 | 0.100 (wall ÷ exact's wall, one thread each) |" in rows.main([str(tmp_path / "rows")])
     # a resumed row's ratio divides by a scan measured elsewhere and scaled: the table says so
     agreement.update(exact_stage1_s=22653.4, exact_scan_gflop=2205425.0, exact_stage1_source="RESULTS.md, scaled")
     (folder / "agreement.json").write_text(json.dumps(agreement))
     assert rows.main([str(tmp_path / "rows")]).splitlines()[-1].endswith(
-        "| 22,653, extrapolated: a scan measured elsewhere, scaled by FLOP count |")
+        "| 0.006 (CPU ÷ exact's CPU extrapolated by FLOP count) | 22,653, extrapolated: a scan measured elsewhere, "
+        "scaled by FLOP count |")
     agreement.update(exact_stage1_s=0.0, exact_scan_gflop=None)
     agreement["scorers"][0]["cost_vs_exact"] = None
     (folder / "agreement.json").write_text(json.dumps(agreement))
@@ -393,18 +417,22 @@ def test_scorer_agreement_refuses_half_an_exact_figure_before_loading_anything(t
         agree.main([str(tmp_path / "no-row"), "--exact-s", "100"])
 
 
-def test_stability_is_a_range_when_resamples_needed_unevaluated_subsets(tmp_path):
-    """A re-selecting stability whose resamples needed pairs never evaluated is a bound, not a rate:
-    the table says "between" (the sealed BoolQ row: 5.9 % certain, up to 66.4 %)."""
-    stab = {"method": "reselect", "selected_frequency": 0.059, "upper": 0.664, "unknown": 605, "n_resamples": 1000,
-            "wins": []}
+def test_stability_is_not_estimated_when_most_resamples_needed_unevaluated_subsets(tmp_path):
+    """A range whose lower end is what was certain says nothing (the sealed BoolQ row: 906 of 1,000
+    resamples unknown): no share is given then; with a few unknown, the share is of the known ones."""
+    stab = {"method": "reselect", "selected_frequency": 0.059, "upper": 0.664, "unknown": 605, "incomplete": 0.906,
+            "n_resamples": 1000, "wins": []}
     write(tmp_path / "rows" / "a", manifest(), result(60, 20, selection_stability=stab))
     write(tmp_path / "rows" / "b", manifest(), result(60, 20))
+    write(tmp_path / "rows" / "c", manifest(), result(60, 20, selection_stability={**stab, "incomplete": 0.2, "unknown": 100,
+                                                                                   "selected_frequency": 0.4}))
     table = rows.main([str(tmp_path / "rows")])
-    assert "| between 6 % and 66 % (605 of 1000 resamples needed a subset never evaluated) |" in table
-    assert "| 60 % |" in table
+    assert "| not estimated (906 of 1000 resamples needed a subset never evaluated) |" in table
+    assert "| 60 % |" in table and "| 50 % of the 800 of 1000 resamples whose winner is known |" in table
+    assert "between" not in table
     data = json.loads(rows.main([str(tmp_path / "rows")], as_json=True))
-    assert data[0]["stability"] == {"selected_frequency": 0.059, "upper": 0.664, "unknown": 605, "n_resamples": 1000}
+    assert data[0]["stability"] == {"selected_frequency": 0.059, "upper": 0.664, "unknown": 605, "incomplete": 0.906,
+                                    "n_resamples": 1000}
 
 
 def test_scan_count_of_a_split_by_hand(tiny_model):
@@ -422,3 +450,14 @@ def test_scan_count_of_a_split_by_hand(tiny_model):
     by_hand = intact_flops(shape, T, scored) + shape.n_heads * sum(head_flops(shape, layer, T, scored)
                                                                    for layer in range(shape.n_layers))
     assert agree.scan_gflop(tiny_model, split) == pytest.approx(by_hand / 1e9)
+
+
+def test_the_code_version_column():
+    """A manifest that records its code says which; an older row says how much of the statistics'
+    code changed between its seal and its result."""
+    man = {"versions": {"cel_lens_code": {"commit": "0123456789abcdef" * 2 + "01234567", "dirty": True,
+                                          "source_sha256": "f" * 64}}}
+    assert rows.code_text(man, None) == "commit 01234567 (with uncommitted changes)"
+    assert rows.code_text({"versions": {"cel_lens_code": {"source_sha256": "ab" * 32}}}, 3) == "source sha256 abababababab"
+    assert rows.code_text({}, 7) == "not recorded; 7 commit(s) to selection, stats, scoring, evaluation between seal and result"
+    assert rows.code_text({}, None) == "not recorded"

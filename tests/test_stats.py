@@ -305,6 +305,8 @@ def test_holm_adjust_matches_statsmodels_and_the_definition(seed):
 # -- the one decision rule -----------------------------------------------------------------------
 
 from cel_lens.stats import (  # noqa: E402
+    gain_bounds,
+    gain_bounds_array,
     minimum_detectable_effect,
     sign_test_bound,
     sign_test_p,
@@ -321,6 +323,46 @@ def test_the_exact_bound_and_the_one_sided_test_never_disagree():
             low, high = sign_test_bound(wins, losses, 500), sign_test_upper(wins, losses, 500)
             assert (low > 0) == (p < 0.05) or abs(p - 0.05) < 1e-12
             assert low <= (wins - losses) / 500 <= high
+
+
+def test_the_printed_bounds_never_contradict_the_decision_and_the_array_form_agrees():
+    wins, losses = np.meshgrid(np.arange(41), np.arange(41))
+    low_a, high_a = gain_bounds_array(wins.ravel(), losses.ravel(), 500)
+    for w, l, la, ha in zip(wins.ravel(), losses.ravel(), low_a, high_a):
+        low, high = gain_bounds(int(w), int(l), 500)
+        assert (low, high) == pytest.approx((la, ha), abs=1e-12)
+        helps = sign_test_p(int(w), int(l)) <= 0.05
+        assert (low >= 0) if helps else (low <= 0)  # never against the verdict
+        assert low <= (w - l) / 500 <= high
+        # wider than the bounds conditional on the observed discordance, which they replace
+        assert low <= max(sign_test_bound(int(w), int(l), 500), 0.0) + 1e-12
+        assert high >= sign_test_upper(int(w), int(l), 500) - 1e-12
+
+
+def _coverage(n: int, d: float, gain: float, bounds) -> tuple[float, float]:
+    """P(lower <= gain), P(upper >= gain) by summing every (wins, losses) table's probability."""
+    from scipy import stats as st
+
+    q = (1 + gain / d) / 2
+    w, l, p = [], [], []
+    for m in range(n + 1):
+        k = np.arange(m + 1)
+        w.append(k), l.append(m - k), p.append(st.binom.pmf(m, n, d) * st.binom.pmf(k, m, q))
+    w, l, p = np.concatenate(w), np.concatenate(l), np.concatenate(p)
+    low, high = bounds(w, l)
+    return float(p[low <= gain + 1e-12].sum()), float(p[high >= gain - 1e-12].sum())
+
+
+@pytest.mark.parametrize("d, gain", [(0.05, 0.05), (0.1, 0.1), (0.1, 0.0), (0.2, 0.05)])
+def test_the_printed_bounds_cover_unconditionally_where_the_conditional_ones_did_not(d, gain):
+    n = 120
+    low, high = _coverage(n, d, gain, lambda w, l: gain_bounds_array(w, l, n))
+    assert low >= 0.95 and high >= 0.95
+    if gain == d:  # no example lost: the bound conditional on the observed discordance under-covers
+        cond = _coverage(n, d, gain, lambda w, l: (
+            np.array([sign_test_bound(int(a), int(b), n) for a, b in zip(w, l)]),
+            np.array([sign_test_upper(int(a), int(b), n) for a, b in zip(w, l)])))
+        assert cond[1] < 0.9
 
 
 def test_four_gained_none_lost_is_not_significant_one_sided():

@@ -143,7 +143,7 @@ class LocalOracle(OracleBase):
 
     def test_reads(self) -> list[dict[str, Any]]:
         """The seal ledger's reads of this task's D_test by this model (:mod:`cel_lens.evaluation.seal`)."""
-        return recorded_reads(model_id(self.model), self.task.test)
+        return recorded_reads(self.model, self.task.test)  # the model: matched on its id and its weights
 
     def attribution_scores(self, batch_size: int) -> Float[Tensor, "layer head"]:
         """Attribution scores of every head on the discovery split

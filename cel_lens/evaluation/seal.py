@@ -9,11 +9,14 @@ example ids written once per hash), which head sets, when, and by which entry po
 fixes its selection: any read of one of its D_test examples by the same model before that moment
 makes ``selected_before_test`` false, with the reads as the reason.
 
-The ledger is keyed on content, not names: a read carries the model's id *and* a fingerprint of its
-weights (:func:`weights_key`; a renamed copy of a model matches), and each split's examples are
-written once with their content hashes (a renamed copy of the split, a list of examples, the same
-rows under another task name or none all match). Every split but the discovery one (``"dist"``) is
-recorded; every ledger file is consulted. A cut last line is repaired before the next append.
+The ledger is keyed on content, not names: a read carries the model's id, its weights hash
+(:func:`weights_key`; a renamed copy of a model matches) *and* a fingerprint that survives a copy
+loaded in another dtype (:func:`weights_identity`), and each split's examples are written once with
+their content hashes (a renamed copy of the split, a list of examples, the same rows under another
+task name or none all match). Every split is recorded whatever it is named: a split named
+``"dist"`` holding D_test rows is a D_test read (such reads are recorded once per model and rows in
+a process, without their head sets, since a search reads its D_dist many times); every ledger file
+is consulted. A cut last line is repaired before the next append.
 
 The ledger is one append-only JSONL file per task under :func:`ledger_dir` (``$CEL_LENS_LEDGER``,
 else ``$CEL_LENS_CACHE/test_reads``, else ``~/.cache/cel_lens/test_reads``). Writers take an
@@ -37,11 +40,12 @@ from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
 from cel_lens.heads import HeadSet
-from cel_lens.model.identity import model_id, weights_hash
+from cel_lens.model.identity import model_id, weights_fingerprint, weights_hash
 from cel_lens.tasks.base import Split
 
 __all__ = ["TEST_SPLIT_NAME", "DIST_SPLIT_NAME", "SEAL_WARNING", "ledger_dir", "ledger_file", "SealReader",
-           "record_test_read", "recorded_reads", "read_example_ids", "summarize_read", "describe_reads", "weights_key"]
+           "record_test_read", "recorded_reads", "read_example_ids", "summarize_read", "describe_reads", "weights_key",
+           "weights_identity"]
 
 TEST_SPLIT_NAME = "test"
 """The split name whose reads warn when no caller claims them."""
@@ -129,46 +133,70 @@ def _repair_tail(fh: Any) -> None:
 def weights_key(model: Any) -> Optional[str]:
     """The model's weights hash (:func:`cel_lens.model.identity.weights_hash`, what run manifests
     record as ``weights_sha256``; ``None`` for a name): equal for a renamed copy of the same
-    weights. Cached on the model until a parameter changes in place (its ``_version`` counter)."""
+    weights in the same dtype. Cached on the model until a parameter changes in place."""
+    keys = _weights_keys(model)
+    return keys[0] if keys else None
+
+
+def weights_identity(model: Any) -> Optional[str]:
+    """The model's weights fingerprint (:func:`cel_lens.model.identity.weights_fingerprint`; ``None``
+    for a name): equal for a copy of the checkpoint loaded in another dtype (float32 and bfloat16).
+    What the seal matches a model on, beside its id and :func:`weights_key`."""
+    keys = _weights_keys(model)
+    return keys[1] if keys else None
+
+
+def _weights_keys(model: Any) -> Optional[tuple[str, str]]:
+    """``(weights hash, dtype-free fingerprint)``, cached on the model until a parameter changes in
+    place (its ``_version`` counter)."""
     if isinstance(model, str) or not hasattr(model, "named_parameters"):
         return None
     version = sum(int(getattr(p, "_version", 0)) for p in model.parameters())
     cached = model.__dict__.get("_cel_lens_weights")
-    if cached is not None and cached[0] == version:
-        return cached[1]
-    key = weights_hash(model)
-    model.__dict__["_cel_lens_weights"] = (version, key)
-    return key
+    if cached is not None and cached[0] == version and len(cached) == 3:
+        return cached[1], cached[2]
+    keys = (weights_hash(model), weights_fingerprint(model))
+    model.__dict__["_cel_lens_weights"] = (version, *keys)
+    return keys
 
 
-def _identity(model: Any, weights: Optional[str] = None) -> tuple[str, Optional[str]]:
-    """``(model id, weights hash)`` of a model object, or ``(name, weights)`` for a name."""
+def _identity(model: Any, weights: Optional[str] = None) -> tuple[str, Optional[str], Optional[str]]:
+    """``(model id, weights hash, fingerprint)`` of a model object, or ``(name, weights, None)`` for a name."""
     if isinstance(model, str):
-        return model, weights
-    return model_id(model), weights_key(model)
+        return model, weights, None
+    keys = _weights_keys(model)
+    return model_id(model), keys[0] if keys else None, keys[1] if keys else None
+
+
+_DIST_SEEN: set[tuple[str, str, str]] = set()  # (ledger file, model, split hash) of "dist" reads this process recorded
 
 
 def record_test_read(model: Any, split: Split, head_sets: Sequence[HeadSet], *, reader: Optional[SealReader] = None,
                      weights: Optional[str] = None) -> None:
     """Append a read of ``split`` by ``model`` (the model, or its id) with ``head_sets`` to the ledger,
     keyed on content: the weights' fingerprint (:func:`weights_key`) and each example's content
-    hash, whatever the model, split or task is called. Every split but one named ``"dist"`` is
-    recorded (a renamed copy of D_test, examples passed as a list, a split without a task); a read of
-    a split named ``"test"`` that no caller claimed (no ``reader``) warns (:data:`SEAL_WARNING`).
-    ``weights``: the weights hash when ``model`` is given by name (an export's verify records its
-    reads as the source model's, with the hash its run manifest holds)."""
-    if split.name == DIST_SPLIT_NAME:
-        return
+    hash, whatever the model, split or task is called. Every split is recorded (a copy of D_test
+    named ``"dist"``, examples passed as a list, a split without a task; one named ``"dist"`` once per
+    model and rows in a process); a read of a split named ``"test"`` that no caller claimed (no
+    ``reader``) warns (:data:`SEAL_WARNING`). ``weights``: the weights hash when ``model`` is given by
+    name (an export's verify records its reads as the source model's, with the hash its run manifest holds)."""
     owner, key = (reader.entry, reader.key) if reader is not None else (None, None)
-    mid, weights = _identity(model, weights)
+    mid, weights, identity = _identity(model, weights)
+    digest = split.content_hash
+    path = ledger_file(split.task)
+    dist = split.name == DIST_SPLIT_NAME
+    if dist:  # recorded too (D_test renamed "dist" is still D_test), once per model and rows in a process
+        seen = (str(path), f"{mid}|{weights}|{identity}", digest)
+        if seen in _DIST_SEEN:
+            return
+        _DIST_SEEN.add(seen)
     if split.name == TEST_SPLIT_NAME and owner is None:
         warnings.warn(SEAL_WARNING.format(task=split.task or "this task", model=mid), UserWarning, stacklevel=3)
-    digest = split.content_hash
     now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="microseconds")
-    read = {"kind": "read", "time": now, "model": mid, "weights": weights, "task": split.task, "split_name": split.name,
-            "split": digest, "n": len(split), "head_sets": [str(h) for h in head_sets],
+    read = {"kind": "read", "time": now, "model": mid, "weights": weights, "weights_id": identity, "task": split.task,
+            "split_name": split.name, "split": digest, "n": len(split),
+            "head_sets": [] if dist else [str(h) for h in head_sets], "n_head_sets": len(head_sets),
             "entry": owner or "evaluate", "key": key, "pid": os.getpid(), "host": socket.gethostname()}
-    path = ledger_file(split.task)
     with _locked(path, exclusive=True) as fh:
         # the split's ids and content hashes are written once; a process reads the ledger for that once
         known = (str(path), digest) in _KNOWN or any(e.get("kind") == "split" and e.get("split") == digest and "hashes" in e
@@ -201,7 +229,7 @@ def recorded_reads(model: Any, split: Split, *, exclude_key: Optional[str] = Non
     or an id) of any example of ``split`` (matched on content hashes; on ids for lines written
     before hashes were), in any ledger file, oldest first; reads made under ``exclude_key`` (the
     same search configuration, :class:`SealReader`) left out."""
-    mid, weights = _identity(model)
+    mid, weights, identity = _identity(model)
     entries = _all_entries()
     hashes = {e.content_hash for e in split.examples}
     ids = set(split.ids)
@@ -211,7 +239,8 @@ def recorded_reads(model: Any, split: Split, *, exclude_key: Optional[str] = Non
             overlapping.add(e["split"])
 
     def same_model(e: dict[str, Any]) -> bool:
-        return e.get("model") == mid or (weights is not None and e.get("weights") == weights)
+        return (e.get("model") == mid or (weights is not None and e.get("weights") == weights)
+                or (identity is not None and e.get("weights_id") == identity))
 
     reads = [e for e in entries if e.get("kind") == "read" and same_model(e) and e.get("split") in overlapping
              and (exclude_key is None or e.get("key") != exclude_key)]
@@ -224,8 +253,8 @@ def read_example_ids(task: str, model: Optional[str] = None) -> set[str]:
     of ``task`` should avoid (``scripts/read_rows.py``)."""
     entries = _all_entries()
     ids = {e["split"]: e.get("ids") or [] for e in entries if e.get("kind") == "split"}
-    read = {e.get("split") for e in entries
-            if e.get("kind") == "read" and e.get("task") == task and (model is None or e.get("model") == model)}
+    read = {e.get("split") for e in entries if e.get("kind") == "read" and e.get("task") == task
+            and e.get("split_name") != DIST_SPLIT_NAME and (model is None or e.get("model") == model)}
     return {i for h in read for i in ids.get(h, ())}
 
 

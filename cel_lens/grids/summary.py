@@ -17,6 +17,7 @@ from cel_lens.grids.cross_task import recorded
 from cel_lens.grids.state import GridState
 from cel_lens.heads import HeadSet
 from cel_lens.runs.run_dir import RunDir
+from cel_lens.selection.result_parts import known_share
 from cel_lens.stats import holm_adjust, mcnemar_exact, paired_bootstrap_ci
 
 __all__ = ["selection_stability", "build_table", "pair_row", "side_effect_block", "enhancement_p", "holm_family"]
@@ -29,11 +30,16 @@ _RESULT_KEYS = (
 
 
 def selection_stability(result: Mapping[str, Any]) -> Optional[float]:
-    """How often Ŝ wins stage 2 when D_dist is resampled, as recorded in ``result.json``; ``None``
-    when the run does not record it. The one place that knows where the number is kept."""
+    """How often Ŝ wins stage 2 when D_dist is resampled, as recorded in ``result.json``: of the
+    resamples whose winner is known (:func:`cel_lens.selection.result_parts.known_share`, as the text
+    and the heatmap state it); ``None`` when the run does not record it or most winners are not known.
+    The one place that knows where the number is kept."""
     value = result.get("selection_stability")
     if isinstance(value, Mapping):  # cel_lens.selection.stability: {"selected_frequency", ...}
-        value = value.get("selected_frequency")
+        frequency = value.get("selected_frequency")
+        if not isinstance(frequency, numbers.Real):
+            return None
+        return known_share(float(frequency), float(value.get("incomplete") or 0.0))
     return float(value) if isinstance(value, numbers.Real) else None
 
 

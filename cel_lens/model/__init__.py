@@ -31,7 +31,7 @@ from cel_lens.model.ablation import (
 from cel_lens.model.bos import BOS_RULES, bos_rule, set_bos_rule
 from cel_lens.model.forward import forward_resid, unembed
 from cel_lens.model.gguf import convert_gguf, converted_from, gguf_fallback
-from cel_lens.model.identity import model_id, model_manifest, weights_hash
+from cel_lens.model.identity import model_id, model_manifest, weights_fingerprint, weights_hash
 from cel_lens.model.model_types import is_bridge, model_shape, supports_resume
 from cel_lens.model.load import PROCESSING_DEFAULTS, load_model
 from cel_lens.model.registry import PAPER_MODELS, ModelSpec
@@ -60,6 +60,7 @@ __all__ = [
     "model_id",
     "model_manifest",
     "weights_hash",
+    "weights_fingerprint",
     "is_bridge",
     "model_shape",
     "supports_resume",

@@ -10,7 +10,8 @@ from jaxtyping import Int
 
 from cel_lens.model.bos import bos_rule
 
-__all__ = ["model_id", "weights_hash", "sample_indices", "model_manifest", "tag_source", "source_info", "param_dtype"]
+__all__ = ["model_id", "weights_hash", "weights_fingerprint", "sample_indices", "model_manifest", "tag_source",
+           "source_info", "param_dtype"]
 
 
 def model_id(model: Any) -> str:
@@ -80,6 +81,26 @@ def weights_hash(model: torch.nn.Module, full_limit_bytes: int = 256 * 2**20, sa
             flat = flat[sample_indices(flat.numel(), sample).to(flat.device)]
         digest.update(flat.contiguous().cpu().view(torch.uint8).numpy().tobytes())
     return ("sha256:" if full else "sha256-sampled:") + digest.hexdigest()
+
+
+def weights_fingerprint(model: torch.nn.Module, sample: int = 4096) -> str:
+    """A fingerprint of the model's weights that survives a copy and a change of dtype: per parameter
+    (sorted by name) its name, shape and ``sample`` evenly spaced values rounded to bfloat16 (the
+    coarsest float dtype a model is loaded in), SHA-256 over all (``"bf16-sampled:..."``). A copied
+    checkpoint loaded in bfloat16 and the original in float32 give the same fingerprint (rounding
+    float32 to bfloat16 is what loading in bfloat16 does); retraining changes it. What the sealed test
+    split keys a model on (:func:`cel_lens.evaluation.seal.weights_key`); two models that differ only
+    below bfloat16's precision count as one there, the safe side for a seal."""
+    digest = hashlib.sha256()
+    for name, p in sorted(model.named_parameters(), key=lambda kv: kv[0]):
+        flat = p.detach().reshape(-1)
+        digest.update(f"{name}|{tuple(p.shape)}|".encode())
+        if flat.numel() > sample:
+            flat = flat[sample_indices(flat.numel(), sample).to(flat.device)]
+        if flat.is_floating_point():
+            flat = flat.to(torch.bfloat16)
+        digest.update(flat.contiguous().cpu().view(torch.uint8).numpy().tobytes())
+    return "bf16-sampled:" + digest.hexdigest()
 
 
 def param_dtype(model: torch.nn.Module) -> torch.dtype:

@@ -25,6 +25,8 @@ from cel_lens.heads import HeadSet
 from cel_lens.report.data import result_dict, stage1_scores
 from cel_lens.runs.export import run_task
 from cel_lens.runs.reader import RunRecord
+from cel_lens.selection.calibration_text import calibrated_gain_text
+from cel_lens.selection.result_parts import decision_bounds
 from cel_lens.stats import paired_bootstrap_ci
 from cel_lens.tasks.base import Example, Task
 
@@ -105,9 +107,13 @@ def _test_block(record: RunRecord, heads: HeadSet, task: Optional[Task], n_examp
     out = _comparison(intact, ablated, task.test if task is not None else None, n_examples)
     out.update(recorded=True, source="recorded D_test answers")
     res = record.result
-    if res is not None:  # the run's own statistics (its bootstrap has more resamples)
+    if res is not None:  # the run's own statistics: its one decision, and the calibrated gain of a choice task
         out.update(ci=[res.test.ci_low, res.test.ci_high], p_value=res.test.p_value, null_p=res.null.p,
                    selected_before_test=res.test.selected_before_test, source="the run's result")
+        if res.test.decision:
+            out.update(decision=dict(res.test.decision), bounds=list(decision_bounds(res.test.decision)))
+        if res.calibration and res.calibration.get("applies"):
+            out["calibrated"] = calibrated_gain_text(res.to_dict())
     return out
 
 

@@ -33,16 +33,28 @@ def _row(name: str, label: str, text: str, value: Any = None) -> str:
 
 
 def _gain_rows(block: Mapping[str, Any], split: str) -> list[str]:
-    ci = block.get("ci") or [None, None]
+    """A split's rows: accuracies, gain (with the run's one decision and its bounds when the run has
+    a result: a descriptive interval, able to contradict it, is not shown beside it), flips, and the
+    calibrated gain with its verdict for a choice task."""
+    ci, dec = block.get("ci") or [None, None], block.get("decision")
+    gain = (_row(f"{split}_gain", f"{split} gain (one-sided 95% bounds)",
+                 f"{pp(block['gain'])} [{pp(block['bounds'][0])}, {pp(block['bounds'][1])}]", block["gain"]) if dec else
+            _row(f"{split}_gain", f"{split} gain (95% CI)", f"{pp(block['gain'])} [{pp(ci[0])}, {pp(ci[1])}]", block["gain"]))
     rows = [
         _row(f"{split}_acc", f"{split} accuracy intact → ablated (n={block['n']})",
              f"{pp(block['acc_intact'], False)} → {pp(block['acc_ablated'], False)}"),
-        _row(f"{split}_gain", f"{split} gain (95% CI)", f"{pp(block['gain'])} [{pp(ci[0])}, {pp(ci[1])}]", block["gain"]),
+        gain,
         _row(f"{split}_flips", f"{split} examples fixed / broken", f"{block['n_fixed']} / {block['n_broken']}",
              f"{block['n_fixed']}/{block['n_broken']}"),
     ]
-    if block.get("p_value") is not None:
+    if dec:
+        rows.append(_row(f"{split}_helps", "ablation helps? (run's result)",
+                         f"{'yes' if dec.get('helps') else 'not shown'} (one-sided exact p = {format_p(dec.get('p'))})",
+                         dec.get("p")))
+    elif block.get("p_value") is not None:
         rows.append(_row(f"{split}_p", "McNemar p (run's result)", format_p(block["p_value"]), block["p_value"]))
+    if block.get("calibrated"):
+        rows.append(_row(f"{split}_calibrated", "calibrated gain (each model at its best prior)", block["calibrated"]))
     return rows
 
 

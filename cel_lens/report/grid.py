@@ -19,7 +19,7 @@ import plotly
 from cel_lens.report.grid_figures import ROW_HEADER, plot_grid_side_effects, plot_grid_summary, row_cells
 from cel_lens.report.heatmap import plot_gain_heatmap
 from cel_lens.report.save import save_figure
-from cel_lens.selection.calibration import CALIBRATION_SENTENCE
+from cel_lens.selection.calibration_text import CALIBRATION_SENTENCE
 from cel_lens.selection.result import format_p, pp
 
 __all__ = [

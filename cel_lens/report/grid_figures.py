@@ -11,13 +11,13 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from cel_lens.report.style import DIVERGING, FONT
-from cel_lens.selection.calibration import calibrated_gain_text
+from cel_lens.selection.calibration_text import calibrated_gain_text
 from cel_lens.selection.result import format_p, pp
 
 __all__ = ["short_model", "row_cells", "ROW_HEADER", "plot_grid_side_effects", "plot_grid_summary"]
 
 ROW_HEADER: tuple[str, ...] = (
-    "model", "task", "|D_dist|", "|D_test|", "intact", "ablated", "Δ (95% CI)", "calibrated Δ (95% CI)", "McNemar p",
+    "model", "task", "|D_dist|", "|D_test|", "intact", "ablated", "Δ (95% CI)", "calibrated Δ (one-sided 95% bounds)", "McNemar p",
     "Holm p (one-sided)", "Ŝ",
     "stability",
 )

@@ -29,7 +29,9 @@ from cel_lens.report.style import (
     padded_range,
     percent_tickformat,
 )
-from cel_lens.selection.calibration import calibrated_gain_text
+from cel_lens.selection.calibration_text import calibrated_counts, calibrated_gain_text
+from cel_lens.selection.result_parts import decision_bounds, known_share
+from cel_lens.stats import gain_bounds
 from cel_lens.selection.result import format_p, pp
 
 __all__ = ["plot_gain_heatmap", "heatmap_title", "stability_wins"]
@@ -85,11 +87,16 @@ def _add_scores(fig: go.Figure, scores: np.ndarray, scorer: str, pool: HeadSet, 
 
 def stability_wins(r: Mapping[str, Any]) -> Optional[dict[str, float]]:
     """How often each subset won stage 2 on bootstrap resamples of D_dist (canonical heads ->
-    fraction; subsets that never won are absent), or ``None`` when the result has no stability."""
+    fraction of the resamples whose winner is known; subsets that never won are absent), or ``None``
+    when the result has no stability or most resamples' winners are not known (no share is shown)."""
     st = r.get("selection_stability")
     if not st:
         return None
-    return {str(HeadSet.parse(w["heads"])): float(w["frequency"]) for w in st.get("wins", [])}
+    incomplete = float(st.get("incomplete") or 0.0)
+    if known_share(0.0, incomplete) is None:
+        return None
+    return {str(HeadSet.parse(w["heads"])): float(known_share(float(w["frequency"]), incomplete))
+            for w in st.get("wins", [])}
 
 
 def _add_ranked_subsets(
@@ -124,7 +131,7 @@ def _add_ranked_subsets(
             hovertemplate=(
                 "%{customdata[0]}<br>discovery acc: %{x:.1%}<br>discovery gain: %{customdata[1]:+.1%} "
                 "(selection-biased)<br>test gain (post hoc): %{customdata[2]:+.1%}"
-                + (f"<br>selected on {_at_least(r)}%{{customdata[3]:.0%}} of bootstrap resamples of D_dist"
+                + (f"<br>selected on %{{customdata[3]:.0%}} of bootstrap resamples of D_dist{_known_only(r)}"
                    if wins is not None else "")
                 + "<extra></extra>"
             ),
@@ -170,25 +177,23 @@ def _add_test_gain(fig: go.Figure, r: Mapping[str, Any], selected: HeadSet) -> N
             yanchor="bottom", font=dict(size=10, color="#555555"),
         )
     fig.add_shape(type="line", xref="x3 domain", yref="y3", x0=0, x1=1, y0=0, y1=0, line=dict(color="black", width=1))
-    if r.get("gain") is None:
+    points = _gain_points(r)
+    if not points:
         return
-    g, lo_ci, hi_ci = as_float(r.get("gain")), as_float(r.get("ci_low")), as_float(r.get("ci_high"))
-    has_ci = not (math.isnan(lo_ci) or math.isnan(hi_ci))
     fig.add_trace(
         go.Scatter(
-            x=[f"{pp(g)}<br>[{pp(lo_ci)},<br>{pp(hi_ci)}]" if has_ci else pp(g)],
-            y=[100 * g],
+            x=[p[0] for p in points],
+            y=[100 * p[1] for p in points],
             mode="markers",
-            marker=dict(_STAR, size=15),
+            marker=dict(_STAR, size=[15, 12][: len(points)], color=[SELECTED_COLOUR, CALIBRATED_COLOUR][: len(points)]),
             error_y=dict(
-                type="data", symmetric=False, array=[100 * (hi_ci - g) if has_ci else 0],
-                arrayminus=[100 * (g - lo_ci) if has_ci else 0], color="black", thickness=1.5, width=8,
+                type="data", symmetric=False, array=[0 if math.isnan(p[3]) else 100 * (p[3] - p[1]) for p in points],
+                arrayminus=[0 if math.isnan(p[2]) else 100 * (p[1] - p[2]) for p in points], color="black",
+                thickness=1.5, width=8,
             ),
-            hovertemplate=(
-                f"{selected}<br>test gain: {pp(g)}<br>95% CI [{pp(lo_ci)}, {pp(hi_ci)}]"
-                f"<br>McNemar p={format_p(r.get('p_value'))}<extra></extra>"
-            ),
-            name="test gain (95% CI)",
+            hovertext=[f"{selected}<br>{p[4]}" for p in points],
+            hovertemplate="%{hovertext}<extra></extra>",
+            name="test gain",
             showlegend=False,
             xaxis="x3",
             yaxis="y3",
@@ -196,10 +201,45 @@ def _add_test_gain(fig: go.Figure, r: Mapping[str, Any], selected: HeadSet) -> N
     )
 
 
+CALIBRATED_COLOUR = "#6a51a3"
+"""The calibrated gain's marker in the Ŝ panel (beside the raw gain's gold star)."""
+
+
+def _gain_points(r: Mapping[str, Any]) -> list[tuple[str, float, float, float, str]]:
+    """The Ŝ panel's points ``(label, gain, low, high, hover)``: the raw D_test gain with the one
+    decision's bounds and verdict (a result without a decision: its interval), and for a choice task
+    the calibrated gain (each model at its best prior on D_test) with its bounds and verdict."""
+    if r.get("gain") is None:
+        return []
+    g, dec = as_float(r.get("gain")), r.get("decision")
+    if dec:
+        lo, hi = (as_float(x) for x in decision_bounds(dec))
+        verdict = "helps: yes" if dec.get("helps") else "helps: not shown"
+        hover = f"raw test gain {pp(g)}, one-sided 95% bounds [{pp(lo)}, {pp(hi)}]; {verdict} (p={format_p(dec.get('p'))})"
+    else:
+        lo, hi = as_float(r.get("ci_low")), as_float(r.get("ci_high"))
+        verdict, hover = "", f"test gain {pp(g)}, 95% CI [{pp(lo)}, {pp(hi)}], McNemar p={format_p(r.get('p_value'))}"
+    span = "" if math.isnan(lo) or math.isnan(hi) else f"<br>[{pp(lo)},<br>{pp(hi)}]"
+    c = r.get("calibration") or {}
+    raw = "raw " if c.get("applies") and "gain_best" in c else ""
+    points = [(f"{raw}{pp(g)}{span}" + (f"<br>{verdict}" if verdict else ""), g, lo, hi, hover)]
+    if raw:
+        n = r.get("n_test")
+        counts = calibrated_counts(c, n) if isinstance(n, int) else None
+        clo, chi = gain_bounds(*counts, n, float(r.get("alpha", 0.05))) if counts else (float("nan"), float("nan"))
+        cverdict = "survives" if c.get("survives") else "not shown to survive"
+        cspan = "" if counts is None else f"<br>[{pp(clo)},<br>{pp(chi)}]"
+        points.append((f"calibrated {pp(c['gain_best'])}{cspan}<br>{cverdict}", float(c["gain_best"]), clo, chi,
+                       f"calibrated gain {pp(c['gain_best'])} (each model at its best prior on D_test); {cverdict} "
+                       f"calibration (p={format_p(c.get('p_value_cal'))})"))
+    return points
+
+
 def _axes(r: Mapping[str, Any], geo: _Geometry, shown: list[dict[str, Any]]) -> dict[str, Any]:
     """The layout's six axes: heatmap (x, y), subsets (x2, y2) and test gain (x3, y3). Accuracy
     never runs below 0 % or above 100 %, and ticks carry the decimals their spacing needs."""
-    gains = [100 * as_float(r.get(k)) for k in ("gain", "ci_low", "ci_high")] + [100 * g for g in null_gains(r)] + [0.0]
+    drawn = [x for p in _gain_points(r) for x in p[1:4]]  # the Ŝ panel's points and their bounds
+    gains = [100 * x for x in drawn if not math.isnan(x)] + [100 * g for g in null_gains(r)] + [0.0]
     gain_range = padded_range(gains, 0.15, floor=0.2, bounds=(-100.0, 100.0))  # percentage points
     intact = r.get("dist_acc_intact")
     accs = [as_float(s.get("dist_acc")) for s in shown] + ([float(intact)] if intact is not None else [])
@@ -250,19 +290,22 @@ def heatmap_title(r: Mapping[str, Any], selected: HeadSet) -> str:
     if is_unfinished(r):
         progress = r.get("progress") or {}
         return f"unfinished run ({r.get('state', 'unfinished')}): {progress.get('status', 'nothing recorded yet')}"
+    dec = r.get("decision")
+    low, high = decision_bounds(dec) if dec else (r.get("ci_low"), r.get("ci_high"))
     line = (
         f"Ŝ = {selected}: test accuracy {pp(r.get('test_acc_intact'), False)} -> "
         f"{pp(r.get('test_acc_ablated'), False)}, gain {pp(r.get('gain'))} "
-        f"[{pp(r.get('ci_low'))}, {pp(r.get('ci_high'))}], "
-        + (f"one-sided exact p={format_p(r['decision']['p'])}" if r.get("decision") else f"p={format_p(r.get('p_value'))}")
+        f"[{pp(low)}, {pp(high)}], "
+        + (f"helps: {'yes' if dec.get('helps') else 'not shown'} (one-sided exact p={format_p(dec['p'])})" if dec
+           else f"p={format_p(r.get('p_value'))}")
         + (f"; calibrated gain {calibrated_gain_text(r)}" if (r.get("calibration") or {}).get("applies") else "")
     )
     return "<br>".join([line, *(f"<sup>{note}</sup>" for note in _title_notes(r))])
 
 
-def _at_least(r: Mapping[str, Any]) -> str:
-    """``"at least "`` when some resamples' winners are not known (each share is then a lower bound)."""
-    return "at least " if (r.get("selection_stability") or {}).get("incomplete") else ""
+def _known_only(r: Mapping[str, Any]) -> str:
+    """`` whose winner is known`` when some resamples' winners are not known (each share is then of the rest)."""
+    return " whose winner is known" if (r.get("selection_stability") or {}).get("incomplete") else ""
 
 
 def _count(n: int, noun: str) -> str:
@@ -274,9 +317,11 @@ def _subset_heading(r: Mapping[str, Any], shown: int, total: int) -> str:
     """The subset panel's heading: what is ranked, that it is selection-biased, what the % are."""
     st = r.get("selection_stability")
     wins = f"; % = selected on {st['n_resamples']} resamples of D_dist" if st else ""
-    if st and st.get("incomplete"):  # those resamples' winners are not known: each % is a lower bound
+    if st and st.get("incomplete"):  # those resamples' winners are not known
         unsure = round(st["incomplete"] * st["n_resamples"])
-        wins = f"; % = selected on at least, of {st['n_resamples']} resamples ({unsure} unknown)"
+        wins = (f"; % = selected, of the {st['n_resamples'] - unsure} of {st['n_resamples']} resamples whose winner is "
+                "known" if stability_wins(r) is not None else
+                f"; no % shown: {unsure} of {st['n_resamples']} resamples' winners are not known")
     return f"subsets by discovery accuracy (top {shown} of {total})<br><sup>selection-biased{wins}</sup>"
 
 

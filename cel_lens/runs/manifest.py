@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import platform
 import re
+import subprocess
 from importlib import metadata
 from pathlib import Path
 from dataclasses import replace
@@ -20,7 +22,7 @@ from cel_lens.version import __version__
 
 __all__ = [
     "EXAMPLES", "TASK_RENAMED", "build_manifest", "example_record", "default_run_dir", "package_versions", "rebuild_task",
-    "upgrade_manifest",
+    "upgrade_manifest", "code_version",
 ]
 
 EXAMPLES = "examples"
@@ -58,13 +60,37 @@ def upgrade_manifest(manifest: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def package_versions() -> dict[str, Any]:
-    """Versions of Python and the packages whose behaviour a run's numbers depend on."""
+    """Versions of Python and the packages whose behaviour a run's numbers depend on, and the code
+    version of cel_lens itself (:func:`code_version`)."""
     return {
         "python": platform.python_version(),
         "torch": torch.__version__,
         "transformer_lens": _version("transformer-lens"),
         "transformers": _version("transformers"),
+        "cel_lens_code": code_version(),
     }
+
+
+@functools.lru_cache(maxsize=1)
+def code_version() -> dict[str, Any]:
+    """Which code produced a run: ``source_sha256``, SHA-256 over the package's ``.py`` files (path
+    and bytes, in path order: the version number alone does not change with each commit), and, in a
+    git checkout, ``commit`` (HEAD) and ``dirty`` (uncommitted changes under the package). Once per
+    process."""
+    root = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    out: dict[str, Any] = {"source_sha256": digest.hexdigest()}
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
+        if head.returncode == 0:
+            status = subprocess.run(["git", "status", "--porcelain", "--", "."], cwd=root, capture_output=True, text=True,
+                                    timeout=10)
+            out.update(commit=head.stdout.strip(), dirty=bool(status.stdout.strip()))
+    except (OSError, subprocess.TimeoutExpired):  # pragma: no cover - no git here
+        pass
+    return out
 
 
 def _source(record: Mapping[str, Any]) -> dict[str, Any]:

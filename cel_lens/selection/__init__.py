@@ -20,10 +20,10 @@ from cel_lens.selection.algorithm import fix_selection, run_search, stage1, stag
 from cel_lens.selection.guardrails import selection_adjusted_test
 from cel_lens.selection.paired import leave_one_out, mcnemar_enhancement_p, newcombe_paired_ci, tango_paired_ci
 from cel_lens.selection.parsimony import select_parsimonious
+from cel_lens.selection.calibration_text import calibrated_gain_text, calibration_rows
+from cel_lens.selection.prior_tests import margin_auc_test, prior_shift_test
 from cel_lens.selection.calibration import (
-    calibrated_gain_text,
     calibrated_predictions,
-    calibration_rows,
     calibration_statistics,
     fit_choice_bias,
     majority_rate,
@@ -81,4 +81,6 @@ __all__ = [
     "calibration_statistics",
     "calibration_rows",
     "calibrated_gain_text",
+    "prior_shift_test",
+    "margin_auc_test",
 ]

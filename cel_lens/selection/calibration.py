@@ -5,8 +5,12 @@ the model's *answer prior* (say "yes" more often on a task whose labels are most
 the two apart, each model (intact, and with Ŝ ablated) gets its own **per-choice additive bias**,
 fitted on its own D_dist choice scores, and applied to its D_test scores: the calibrated prediction
 is ``argmax_j(s_j + b_j)``. A prior shift is a change of ``b``, so it is undone by the refit; a
-capability (which examples the model gets right) is not. The gain that survives is Ŝ's calibrated
-ablated accuracy against the calibrated intact accuracy, with a paired bootstrap CI and McNemar p.
+capability (which examples the model gets right) is not. Whether the gain survives is decided on
+D_test itself, each model at its best constant prior there (:func:`_survival`, the one decision rule,
+with bounds that agree with it); beside it a threshold-free test of the answer margins and a test of
+the prior shift itself (:mod:`cel_lens.selection.prior_tests`). The D_dist-refit accuracies and their
+paired bootstrap interval are recorded but not printed (a second comparison, which could contradict
+the verdict). How the block reads: :mod:`cel_lens.selection.calibration_text`.
 
 Why this calibration and not contextual calibration (Zhao et al. 2021): contextual calibration
 multiplies the choice probabilities by ``diag(p_cf)^-1``, which on the log scale is the same family,
@@ -35,8 +39,8 @@ from cel_lens.heads import HeadSet
 from cel_lens.selection.paired import DECISION_TEST
 from cel_lens.oracle import DIST_SPLIT, TEST_SPLIT, AnswerKey
 from cel_lens.selection.memo import MemoOracle
-from cel_lens.stats import paired_bootstrap_ci, sign_test_bound, sign_test_p, wilson_interval
-from cel_lens.tasks.base import current_names
+from cel_lens.selection.prior_tests import margin_auc_test, prior_shift_test
+from cel_lens.stats import gain_bounds, minimum_detectable_effect, paired_bootstrap_ci, sign_test_p, wilson_interval
 
 __all__ = [
     "fit_choice_bias",
@@ -44,21 +48,7 @@ __all__ = [
     "prediction_shares",
     "majority_rate",
     "calibration_statistics",
-    "calibration_rows",
-    "calibrated_gain_text",
-    "PRIOR_ONLY_LINE",
-    "CALIBRATION_SENTENCE",
 ]
-
-PRIOR_ONLY_LINE = "the gain does not survive calibration: the ablation moves the answer prior; it does not add capability"
-"""The one line a result shows when its gain does not survive calibration."""
-CALIBRATION_SENTENCE = (
-    "calibrated accuracies refit a per-choice bias on each model's own D_dist scores, so an ablation that only "
-    "shifts which answer the model prefers gains nothing after calibration, while one that fixes specific "
-    "examples keeps its gain"
-)
-"""One sentence on what a calibrated gain is, for reports and figure captions."""
-
 
 def _valid(scores: Tensor) -> Tensor:
     return ~torch.isnan(scores)
@@ -260,6 +250,8 @@ def calibration_statistics(
         "gain_cal_range": _tie_range(tables[(TEST_SPLIT, HeadSet())], tables[(TEST_SPLIT, heads)], fits, heads,
                                      key_test.labels),
         **_survival(tables[(TEST_SPLIT, HeadSet())], tables[(TEST_SPLIT, heads)], key_test.labels, alpha),
+        **prior_shift_test(tables[(TEST_SPLIT, HeadSet())], tables[(TEST_SPLIT, heads)], key_test.labels, alpha),
+        **margin_auc_test(tables[(TEST_SPLIT, HeadSet())], tables[(TEST_SPLIT, heads)], key_test.labels, alpha, seed=seed),
         "shares_intact": prediction_shares(raw[HeadSet()], m), "shares_ablated": prediction_shares(raw[heads], m),
         "shares_intact_cal": prediction_shares(cal[HeadSet()], m), "shares_ablated_cal": prediction_shares(cal[heads], m),
     }
@@ -295,9 +287,11 @@ def _survival(test_intact: Tensor, test_ablated: Tensor, labels: Tensor, alpha: 
     _, wins, losses, _ = _counts(intact, ablated)
     n = int(ablated.numel())
     p = sign_test_p(wins, losses)
+    lower, upper = gain_bounds(wins, losses, n, alpha)
     return {"test_acc_intact_best": float(intact.double().mean()), "test_acc_ablated_best": float(ablated.double().mean()),
             "gain_best": (wins - losses) / n, "bias_intact_best": best_intact.tolist(),
-            "bias_ablated_best": best_ablated.tolist(), "p_value_cal": p, "bound_cal": sign_test_bound(wins, losses, n, alpha),
+            "bias_ablated_best": best_ablated.tolist(), "p_value_cal": p, "bound_cal": lower, "upper_cal": upper,
+            "wins_cal": wins, "losses_cal": losses, "mde_cal": minimum_detectable_effect(n, (wins + losses) / n, alpha),
             "survives": bool(p <= alpha),
             "decision_cal": f"{DECISION_TEST}: each model at its best constant prior on D_test"}
 
@@ -305,88 +299,3 @@ def _survival(test_intact: Tensor, test_ablated: Tensor, labels: Tensor, alpha: 
 def _counts(a: Tensor, b: Tensor) -> tuple[int, int, int, int]:
     a, b = a.bool(), b.bool()
     return int((a & b).sum()), int((b & ~a).sum()), int((a & ~b).sum()), int((~a & ~b).sum())
-
-
-def _shares(names: list[str], shares: list[float]) -> str:
-    return " / ".join(f"{(names[j] if j < len(names) else f'choice {j}').strip() or repr(names[j])} {100 * x:.1f}%"
-                      for j, x in enumerate(shares))
-
-
-def _pct(x: Any) -> str:
-    return "n/a" if x is None else f"{100 * float(x):.2f}%"
-
-
-def calibration_rows(r: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """A result's calibration rows (none for a result without a calibration block): the
-    majority-class rate on D_test, the answers' shares intact and ablated, calibrated intact and
-    ablated accuracy, the calibrated gain with its CI and McNemar p, and the one line when the gain
-    does not survive calibration (or why no calibration applies)."""
-    c = r.get("calibration")
-    if not c:
-        return []
-    rows = []
-    if c.get("majority_answer") is not None:
-        rows.append(("majority class (D_test)",
-                     f"{c['majority_answer'].strip() or repr(c['majority_answer'])!s} is {_pct(c['majority_rate'])} of the "
-                     f"labels (always answering it scores {_pct(c['majority_rate'])})"))
-    if not c.get("applies"):
-        return rows + [("answer prior", str(c.get("reason", "not calibrated")))]
-    names, alpha = c.get("names") or [], float(r.get("alpha", 0.05))
-    rows += [
-        ("answers (D_test)", f"intact {_shares(names, c['shares_intact'])} -> ablated {_shares(names, c['shares_ablated'])}"),
-        ("calibrated D_test", f"intact {_pct(c['test_acc_intact_cal'])} [{_pct(c['ci_intact_cal'][0])}, "
-                              f"{_pct(c['ci_intact_cal'][1])}] -> ablated {_pct(c['test_acc_ablated_cal'])} "
-                              f"[{_pct(c['ci_ablated_cal'][0])}, {_pct(c['ci_ablated_cal'][1])}] (bias refit on each "
-                              "model's D_dist scores)"),
-        ("calibrated gain", f"{100 * c['gain_cal']:+.2f} pp{_range_text(c)}, {1 - alpha:.0%} paired bootstrap CI "
-                            f"[{100 * c['ci_low_cal']:+.2f} pp, {100 * c['ci_high_cal']:+.2f} pp] (descriptive; "
-                            f"raw {100 * float(r.get('gain', float('nan'))):+.2f} pp)" + NO_CHANGE_NOTE * _no_change(c)),
-        ("survives calibration?", _survival_text(c, alpha)),
-    ]
-    if not c.get("survives") and float(r.get("gain") or 0.0) > 0:
-        rows.append(("warning", PRIOR_ONLY_LINE))
-    return rows + [("calibrated vs raw", CALIBRATION_SENTENCE)]
-
-
-NO_CHANGE_NOTE = ("; the interval is a point, not a rounding: calibrated, the intact and the ablated model are right "
-                  "on the same D_test examples, so every resample's gain is 0")
-"""Why a calibrated interval reads ``[+0.00 pp, +0.00 pp]``: it is degenerate, not rounded."""
-
-
-def _no_change(c: Mapping[str, Any]) -> bool:
-    """Whether the calibrated interval is the point 0: the two models are right on the same D_test
-    examples (a paired bootstrap of any discordant pair spreads)."""
-    return c.get("ci_low_cal") == 0 and c.get("ci_high_cal") == 0 and c.get("gain_cal") == 0
-
-
-def _range_text(c: Mapping[str, Any]) -> str:
-    """`` (from -3.00 to +0.50 pp over equally good biases)`` when ties move the calibrated gain."""
-    rng = c.get("gain_cal_range")
-    if not rng or abs(rng[1] - rng[0]) < 1e-12:
-        return ""
-    return f" (from {100 * rng[0]:+.2f} to {100 * rng[1]:+.2f} pp over equally good D_dist biases)"
-
-
-def _survival_text(c: Mapping[str, Any], alpha: float) -> str:
-    """The calibrated verdict by the one decision rule, each model at its best prior on D_test."""
-    if "bound_cal" not in c:  # a result written before the decision rule: its p was two-sided
-        return f"{'yes' if c.get('survives') else 'no'} (McNemar p = {c['p_value_cal']:.3g})"
-    return (f"{'yes' if c['survives'] else 'no'}: each model at its best constant prior on D_test, intact "
-            f"{_pct(c['test_acc_intact_best'])} -> ablated {_pct(c['test_acc_ablated_best'])} "
-            f"({100 * c['gain_best']:+.2f} pp; no prior shift moves these), one-sided exact McNemar p = "
-            f"{c['p_value_cal']:.3g} (α = {alpha:g}), exact bound: gain >= {100 * c['bound_cal']:+.2f} pp")
-
-
-def calibrated_gain_text(r: Mapping[str, Any], *, unit: str = " pp") -> str:
-    """A result's calibrated gain in a few words, to put beside the raw one in tables and figures:
-    ``+1.20 pp [-0.80 pp, +3.10 pp]`` (and ``prior only`` when the raw gain does not survive),
-    ``not a choice task`` / ``not recorded`` when there is none, ``n/a`` for no result."""
-    c = r.get("calibration")
-    if not c:
-        return "n/a"
-    if not c.get("applies"):
-        return "not recorded" if current_names(c).get("answer_type") == "multiple_choice" else "no fixed choices"
-    text = f"{100 * c['gain_cal']:+.2f}{unit} [{100 * c['ci_low_cal']:+.2f}{unit}, {100 * c['ci_high_cal']:+.2f}{unit}]"
-    if _no_change(c):
-        text = f"{100 * c['gain_cal']:+.2f}{unit} (same examples right)"
-    return text + (", prior only" if not c.get("survives") and float(r.get("gain") or 0.0) > 0 else "")

@@ -25,7 +25,7 @@ from torch import Tensor
 
 from cel_lens.config import SearchConfig
 from cel_lens.selection.records import AdjustedTest
-from cel_lens.stats import minimum_detectable_effect
+from cel_lens.stats import gain_bounds_array, minimum_detectable_effect
 
 __all__ = ["DEFAULT_MIN_EFFECT", "selection_adjusted_test", "nothing_helps_warning",
            "adjusted_verdict"]
@@ -50,9 +50,10 @@ def selection_adjusted_test(
     Returns ``{"observed", "p_value", "min_p", "n_permutations", "n_sets", "null_mean",
     "null_quantile", "rejects", "upper", "min_effect", "mde", "absence"}`` (``null_quantile``: the
     ``1 - alpha`` quantile of the max gain under the null, what the best discovery gain must
-    exceed; ``upper``: the largest gain of any evaluated set not ruled out, ``observed +
-    null_quantile``, a one-sided simultaneous bound: the sign flips of the centred differences
-    bound how far every set's observed gain can fall below its true one; ``mde``: the gain a single
+    exceed; ``upper``: the largest gain of any evaluated set not ruled out, a one-sided simultaneous
+    bound: the larger of ``observed + null_quantile`` (the sign flips bound how far every set's
+    observed gain can fall below its true one, given which examples differ) and the Bonferroni
+    bound over the sets (:func:`_bonferroni_upper`, which holds whatever the discordance); ``mde``: the gain a single
     pre-specified one-sided exact test detects with 80 % power at this ``n`` and the best set's
     discordance (:func:`cel_lens.stats.minimum_detectable_effect`; the adjusted test needs more);
     ``absence``: the test does not reject *and* ``upper < min_effect``, the only case in which
@@ -79,7 +80,7 @@ def selection_adjusted_test(
     full = (correct.to(torch.int64) - intact.to(torch.int64)[None, :]).numpy()
     top = int(np.argmax(full.sum(1))) if full.size else 0
     discordance = float(np.abs(full[top]).mean()) if full.size else 0.0
-    upper = observed + quantile
+    upper = max(observed + quantile, _bonferroni_upper(full, alpha))
     return {
         "observed": observed, "p_value": p, "min_p": 1 / (1 + n_permutations), "n_permutations": int(n_permutations),
         "n_sets": int(correct.shape[0]), "null_mean": float(maxima.mean()), "null_quantile": quantile,
@@ -87,6 +88,17 @@ def selection_adjusted_test(
         "mde": minimum_detectable_effect(n, discordance, alpha) if discordance > 0 else None,
         "absence": bool(p > alpha and upper < min_effect),
     }
+
+
+def _bonferroni_upper(full: np.ndarray, alpha: float) -> float:
+    """The largest one-sided upper bound on any evaluated set's gain when each set gets
+    :func:`cel_lens.stats.gain_bounds_array` at ``alpha / sets`` (Bonferroni): it covers every set's
+    gain at once with probability at least ``1 - alpha`` whatever the discordance, which the sign
+    flips, conditional on which examples differ, do not promise."""
+    if not full.size:
+        return 0.0
+    wins, losses = (full == 1).sum(1), (full == -1).sum(1)
+    return float(gain_bounds_array(wins, losses, full.shape[1], alpha / full.shape[0])[1].max())
 
 
 def adjusted_verdict(adjusted: dict[str, Any]) -> str:

@@ -32,15 +32,15 @@ from cel_lens.selection.records import Decision, LeaveOneOut
 from cel_lens.stats import (
     paired_bootstrap_ci,
     holm_adjust,
+    gain_bounds,
     minimum_detectable_effect,
-    sign_test_bound,
     sign_test_p,
-    sign_test_upper,
     wilson_interval,
 )
 
 __all__ = ["CI_METHODS", "discordant_counts", "mcnemar_enhancement_p", "newcombe_paired_ci",
-           "tango_paired_ci", "paired_interval", "leave_one_out", "enhancement_decision", "DECISION_TEST"]
+           "tango_paired_ci", "paired_interval", "leave_one_out", "enhancement_decision", "DECISION_TEST",
+           "BOUNDS_METHOD"]
 
 
 def discordant_counts(intact: Any, ablated: Any) -> tuple[int, int, int, int]:
@@ -64,17 +64,25 @@ DECISION_TEST = "one-sided exact McNemar (sign test on the discordant examples)"
 """The one test behind every "helps", "significant" and "survives" a result prints."""
 
 
+BOUNDS_METHOD = "unconditional"
+"""How a decision's ``bound``/``upper`` were computed (:func:`cel_lens.stats.gain_bounds`); records
+without the key hold the bounds conditional on the observed discordance, and are re-rendered with
+the unconditional ones from their counts."""
+
+
 def enhancement_decision(intact: Any, ablated: Any, alpha: float = 0.05) -> Decision:
     """The decision "ablating raises accuracy" on paired 0/1 outcomes, by the one rule
     (:func:`cel_lens.stats.sign_test_p` at most ``alpha``), with the exact one-sided bound that
-    agrees with it by construction, the largest gain it does not rule out, and the smallest gain
-    it detects at 80 % power at this ``n`` and discordance: ``{"test", "alpha", "wins", "losses",
-    "n", "p", "helps", "bound", "upper", "mde"}``."""
+    never contradicts it and the largest gain it does not rule out (:func:`cel_lens.stats.gain_bounds`,
+    each covering the true gain at level ``1 - alpha`` whatever the discordance), and the smallest
+    gain it detects at 80 % power at this ``n`` and the observed discordance: ``{"test", "alpha",
+    "wins", "losses", "n", "p", "helps", "bound", "upper", "bounds", "mde"}``."""
     _, b, c, _ = discordant_counts(intact, ablated)
     n = len(np.asarray(intact).reshape(-1))
     p = sign_test_p(b, c)
+    lower, upper = gain_bounds(b, c, n, alpha)
     return {"test": DECISION_TEST, "alpha": alpha, "wins": b, "losses": c, "n": n, "p": p, "helps": bool(p <= alpha),
-            "bound": sign_test_bound(b, c, n, alpha), "upper": sign_test_upper(b, c, n, alpha),
+            "bound": lower, "upper": upper, "bounds": BOUNDS_METHOD,
             "mde": minimum_detectable_effect(n, (b + c) / n, alpha) if n else None}
 
 

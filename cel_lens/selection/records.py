@@ -93,6 +93,7 @@ class Decision(TypedDict, total=False):
     helps: bool
     bound: float
     upper: float
+    bounds: str
     mde: Optional[float]
 
 

@@ -26,7 +26,7 @@ from torch import Tensor
 
 from cel_lens.config import DEFAULT_N_NULL, SearchConfig
 from cel_lens.heads import HeadSet
-from cel_lens.selection.calibration import calibration_rows
+from cel_lens.selection.calibration_text import calibration_rows
 from cel_lens.selection.records import CalibrationRecord
 from cel_lens.selection.result_parts import (
     Controls,
@@ -212,7 +212,8 @@ class Result:
             *dist.adjusted_rows(),
             *test.decision_rows(),
             *self.controls.leave_one_out_rows(),
-            *calibration_rows({"calibration": self.calibration, "gain": test.gain, "alpha": self.alpha}),
+            *calibration_rows({"calibration": self.calibration, "gain": test.gain, "alpha": self.alpha,
+                               "n_test": self.n_test}),
             *self.null.rows(len(self.head_set), test.gain, float(self.alpha)),
             *self.stability.rows(str(self.head_set), len(dist.pool or []), float(self.alpha)),
             *self.controls.kind_rows(self.ablation, test.gain),

@@ -41,11 +41,12 @@ from cel_lens.selection.records import (
     StabilityRecord,
     SubsetRecord,
 )
-from cel_lens.stats import null_min_p, null_p_value
+from cel_lens.selection.stability import MOSTLY_UNKNOWN, known_share
+from cel_lens.stats import gain_bounds, null_min_p, null_p_value
 
 __all__ = [
     "Discovery", "TestOutcome", "NullTest", "Stability", "Controls", "Row", "CI_NAMES", "pp", "format_p",
-    "nonpositive_gain_warning", "decision_text", "split_half_text",
+    "nonpositive_gain_warning", "decision_text", "decision_bounds", "split_half_text", "known_share", "MOSTLY_UNKNOWN",
 ]
 
 Row = tuple[str, str]
@@ -78,18 +79,31 @@ def nonpositive_gain_warning(dist_gain: float) -> str:
     )
 
 
+def decision_bounds(dec: Mapping[str, Any]) -> tuple[Any, Any]:
+    """The decision's printed ``(lower, upper)`` bounds: :func:`~cel_lens.stats.gain_bounds` of its
+    counts (a record written when the bounds were conditional on the observed discordance is
+    re-bounded from its counts), else the recorded ones."""
+    wins, losses, n = dec.get("wins"), dec.get("losses"), dec.get("n")
+    if isinstance(wins, int) and isinstance(losses, int) and isinstance(n, int) and n > 0:
+        return gain_bounds(wins, losses, n, float(dec.get("alpha", 0.05)))
+    return dec.get("bound"), dec.get("upper")
+
+
 def decision_text(dec: Mapping[str, Any]) -> str:
-    """The one decision in words: verdict, the exact test's p, the exact bound that agrees with it,
-    the largest gain not ruled out, and, when it does not reject, the effect detectable at 80 %."""
+    """The one decision in words: verdict, the exact test's p, the one-sided bounds that never
+    contradict it (each covering the gain whatever the discordance, :func:`decision_bounds`), and,
+    when it does not reject, the effect it detects at 80 % power at the observed discordance."""
     alpha = float(dec.get("alpha", 0.05))
     verdict = "yes" if dec.get("helps") else "not shown"
+    lower, upper = decision_bounds(dec)
     text = (f"{verdict}: {dec.get('test', 'one-sided exact McNemar')} p = {format_p(dec.get('p'))} "
-            f"({dec.get('wins')} examples gained, {dec.get('losses')} lost; α = {alpha:g}); exact one-sided "
-            f"{1 - alpha:.0%} bounds: gain >= {pp(dec.get('bound'))}, <= {pp(dec.get('upper'))}")
+            f"({dec.get('wins')} examples gained, {dec.get('losses')} lost; α = {alpha:g}); one-sided "
+            f"{1 - alpha:.0%} bounds: gain >= {pp(lower)}, <= {pp(upper)}")
     if not dec.get("helps"):
-        mde = dec.get("mde")
-        text += ("; at this n and discordance the test detects a gain of " + pp(mde) + " with 80% power"
-                 if mde is not None else "; too few discordant examples to detect any gain with 80% power")
+        mde, m, n = dec.get("mde"), (dec.get("wins") or 0) + (dec.get("losses") or 0), dec.get("n")
+        where = f"at n = {n} and the observed discordance ({m} of {n} examples)"
+        text += (f"; {where} the test detects a gain of {pp(mde)} with 80% power" if mde is not None
+                 else f"; {where} too few discordant examples to detect any gain with 80% power")
     return text
 
 
@@ -177,7 +191,8 @@ class Discovery:
 class TestOutcome:
     """D_test, read only after S-hat was fixed: intact and ablated accuracy, ``gain`` =
     ``acc_ablated - acc_intact`` (not selection-biased), its interval ``[ci_low, ci_high]`` by
-    ``ci_method`` (``"tango"``, ``"newcombe"`` or ``"bootstrap"``; descriptive beside the decision),
+    ``ci_method`` (``"tango"``, ``"newcombe"`` or ``"bootstrap"``; descriptive, kept in ``result.json`` and not
+    printed beside the decision, which it can contradict),
     the two-sided exact McNemar ``p_value``, the one-sided ``p_enhance`` of "ablation helps", the one
     ``decision`` (:func:`~cel_lens.selection.paired.enhancement_decision`); ``selected_before_test``
     whether S-hat was fixed before any read of D_test, and ``seal`` what the test split's ledger
@@ -205,15 +220,16 @@ class TestOutcome:
         return f"NOT fixed before D_test was read: {reason}"
 
     def rows(self, n_test: Any, alpha: float) -> list[Row]:
-        """The D_test accuracies and gain, the gain's interval and the two-sided McNemar p."""
-        descriptive = " (descriptive; the decision is the one-sided exact test)" if self.decision else ""
-        return [
-            (f"D_test (n={n_test})", f"intact {pp(self.acc_intact, False)} -> ablated {pp(self.acc_ablated, False)}, "
-                                     f"gain {pp(self.gain)}"),
-            (f"{1 - alpha:.0%} {CI_NAMES.get(self.ci_method, 'paired bootstrap')} CI",
-             f"[{pp(self.ci_low)}, {pp(self.ci_high)}]{descriptive}"),
-            ("McNemar exact p", format_p(self.p_value)),
-        ]
+        """The D_test accuracies and gain. With a decision, nothing else: its interval and the
+        two-sided McNemar p (descriptive, and able to exclude 0 against the one-sided decision) stay
+        in ``result.json``; the decision row prints the bounds that agree with it. A result written
+        before the decision prints its interval and p, which were then its only inference."""
+        rows = [(f"D_test (n={n_test})", f"intact {pp(self.acc_intact, False)} -> ablated {pp(self.acc_ablated, False)}, "
+                                         f"gain {pp(self.gain)}")]
+        if self.decision:
+            return rows
+        return rows + [(f"{1 - alpha:.0%} {CI_NAMES.get(self.ci_method, 'paired bootstrap')} CI",
+                        f"[{pp(self.ci_low)}, {pp(self.ci_high)}]"), ("McNemar exact p", format_p(self.p_value))]
 
     def decision_rows(self) -> list[Row]:
         """The one decision "ablation helps" (or, in results written before it, the one-sided p)."""
@@ -260,14 +276,29 @@ class NullTest:
 
 
 def split_half_text(half: SplitHalf) -> str:
-    """The split-half agreement as a clause. Where a half needed a subset never evaluated, whether its
-    two halves agree is not known, so only the certain agreements are stated, as a lower bound."""
-    unknown = half.get("unknown")
-    text = (f"; selections on two halves of D_dist agree in {'at least ' if unknown else ''}{half['agree']:.1%} "
-            f"of {half['n_splits']} splits")
-    if unknown:
-        text += f" ({unknown:.1%} of them needed a subset never evaluated, so whether they agree is not known)"
-    return text
+    """The split-half agreement as a clause: over the splits whose two selections are known (a half
+    may need a subset never evaluated), and not estimated when most are not known."""
+    unknown, n = float(half.get("unknown") or 0.0), half["n_splits"]
+    share = known_share(half["agree"], unknown)
+    if share is None:
+        return (f"; whether selections on two halves of D_dist agree is not estimated ({unknown:.0%} of {n} splits "
+                "needed a subset never evaluated)")
+    known = f" of the {round(n * (1 - unknown))} of {n} splits whose selections are known" if unknown else f" of {n} splits"
+    return f"; selections on two halves of D_dist agree in {share:.1%}{known}"
+
+
+def _reselect_share(st: StabilityRecord, heads: str) -> str:
+    """How often the redone selection picks S-hat: of every resample, of those whose selection is known
+    (some needed a subset never evaluated), or not estimated when most are not known."""
+    n, incomplete = st["n_resamples"], float(st.get("incomplete") or 0.0)
+    if not st.get("unknown") and not incomplete:
+        return f"picks {heads} {st['selected_frequency']:.1%}"
+    share, known = known_share(st["selected_frequency"], incomplete), round(n * (1 - incomplete))
+    if share is None:
+        return (f"cannot estimate how often it picks {heads}: {n - known} resamples needed a subset that was never "
+                f"evaluated (of the {known} whose selection is known, {round(st['selected_frequency'] * n)} pick it)")
+    return (f"picks {heads} in {share:.1%} of the {known} resamples whose selection is known ({n - known} needed a "
+            "subset that was never evaluated)")
 
 
 @dataclass
@@ -297,7 +328,10 @@ class Stability:
         if not st:
             return "not computed"
         others = [w for w in st.get("wins", []) if w["heads"] != heads][:3]
-        rest = "; ".join(f"{w['heads']} {w['frequency']:.1%}" for w in others) or "none"
+        incomplete = float(st.get("incomplete") or 0.0)
+        shares = [(w["heads"], known_share(w["frequency"], incomplete)) for w in others]
+        rest = "; ".join(f"{h} {x:.1%}" if x is not None else f"{h} {round(w['frequency'] * st['n_resamples'])}"
+                         for (h, x), w in zip(shares, others)) or "none"
         ties = ""
         if st.get("selected_by_tie_break"):
             ties = f", {st['selected_by_tie_break']:.1%} of them only by the tie-break (another subset as many correct)"
@@ -305,16 +339,14 @@ class Stability:
             ties += (f"; {st['identical_subsets']} other subset(s) give the same answer on every D_dist example, "
                      "so the data cannot tell them apart")
         if st.get("method") == "reselect":
-            bound = (f"{st['selected_frequency']:.1%}" if not st.get("unknown")
-                     else f"between {st['selected_frequency']:.1%} and {st['upper']:.1%} ({st['unknown']} resamples "
-                          "needed a subset that was never evaluated)")
             text = (f"the whole selection (pool and stage 2) redone on {st['n_resamples']} bootstrap resamples of D_dist "
-                    f"picks {heads} {bound}{ties}")
+                    f"{_reselect_share(st, heads)}{ties}")
         else:
             text = f"{heads} wins {st['selected_frequency']:.1%} of {st['n_resamples']} bootstrap resamples of D_dist{ties} (pool fixed)"
         if self.split_half:
             text += split_half_text(self.split_half)
-        return f"{text} (other winners: {rest})"
+        label = "other winners, in resamples whose selection is known" if known_share(0.0, incomplete) is None else "other winners"
+        return f"{text} ({label}: {rest})"
 
     @staticmethod
     def _specificity_text(sp: SpecificityRecord, m: int, alpha: float) -> str:
@@ -339,15 +371,15 @@ class Controls:
     kinds: Optional[dict[str, ControlGain]] = None
 
     def leave_one_out_rows(self) -> list[Row]:
-        """Which heads of S-hat the data support (Holm over their one-sided exact tests)."""
+        """Which heads of S-hat the data support (Holm over their one-sided exact tests): each head's
+        gain and Holm p (its interval, descriptive and not Holm-adjusted, stays in ``result.json``)."""
         loo = self.leave_one_out
         if not loo:
             return []
-        parts = "; ".join(f"{h['head']} {pp(h['gain'])} [{pp(h['ci_low'])}, {pp(h['ci_high'])}], Holm p "
-                          f"{format_p(h['p_holm'])}" for h in loo["heads"])
+        parts = "; ".join(f"{h['head']} {pp(h['gain'])}, Holm p {format_p(h['p_holm'])}" for h in loo["heads"])
         supported = ", ".join(loo["supported"]) or "none"
         return [("each head (leave-one-out)", f"data support {supported} at α = {loo['alpha']:g} (Holm over the "
-                 f"one-sided exact tests; intervals descriptive): {parts}")]
+                 f"one-sided exact tests): {parts}")]
 
     def kind_rows(self, searched_with: str, gain: float) -> list[Row]:
         """S-hat's D_test gain under the other ablation kinds beside the one ``searched_with``."""

@@ -25,7 +25,20 @@ from cel_lens.selection.records import StabilityRecord
 from cel_lens.config import DEFAULT_N_STABILITY
 from cel_lens.selection.subsets import SubsetScore
 
-__all__ = ["DEFAULT_N_STABILITY", "selection_stability"]
+__all__ = ["DEFAULT_N_STABILITY", "selection_stability", "known_share", "MOSTLY_UNKNOWN"]
+
+MOSTLY_UNKNOWN = 0.5
+"""Above this share of resamples (or splits) whose selection is not known (a subset never evaluated
+was needed), no share is estimated from the rest: the known ones are too few to stand for them."""
+
+
+def known_share(frequency: float, incomplete: float) -> Optional[float]:
+    """A share of all resamples (``frequency``) as a share of those whose selection is known, or
+    ``None`` when more than :data:`MOSTLY_UNKNOWN` of them are not known."""
+    if incomplete > MOSTLY_UNKNOWN:
+        return None
+    return frequency / (1 - incomplete) if incomplete else frequency
+
 
 
 def _resample_weights(rng: np.random.Generator, b: int, n: int) -> np.ndarray:

@@ -362,6 +362,8 @@ __all__ += ["holm_adjust"]
 
 # the one decision rule (one-sided exact McNemar), its bounds and its power: cel_lens.stats.decision
 from cel_lens.stats.decision import (  # noqa: E402
+    gain_bounds,
+    gain_bounds_array,
     minimum_detectable_effect,
     sign_test_bound,
     sign_test_p,
@@ -369,4 +371,5 @@ from cel_lens.stats.decision import (  # noqa: E402
     sign_test_upper,
 )
 
-__all__ += ["sign_test_p", "sign_test_bound", "sign_test_upper", "sign_test_power", "minimum_detectable_effect"]
+__all__ += ["sign_test_p", "sign_test_bound", "sign_test_upper", "gain_bounds", "gain_bounds_array", "sign_test_power",
+            "minimum_detectable_effect"]

@@ -46,7 +46,8 @@ def test_search_result_has_the_calibration_and_a_rerun_reproduces_it(tiny_model,
     assert cal["applies"] and cal["answer_type"] == "multiple_choice" and cal["names"] == [" no", " yes"]
     assert cal["majority_answer"] == " yes" and cal["majority_rate"] == pytest.approx(16 / 24)
     assert sum(cal["shares_intact"]) == pytest.approx(1.0)
-    assert "calibrated gain" in str(run.result)
+    assert "survives calibration?" in str(run.result) and "threshold-free test" in str(run.result)
+    assert "p_prior" in cal and "p_auc" in cal  # the prior-shift and margin-AUC tests ran from the recorded scores
     again = cl.search(tiny_model, task, k=1, pool_size=3, n_null=4, n_boot=200, out=out, progress=False)
     assert again.oracle.misses == 0 and again.result == run.result
     assert load_run(out).result.calibration == cal

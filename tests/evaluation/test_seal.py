@@ -39,12 +39,47 @@ def test_evaluate_on_test_records_the_read_and_warns_in_one_line(tiny_model, tas
     assert reads[0]["n"] == len(task.test)
 
 
-def test_evaluate_on_dist_records_nothing(tiny_model, task):
+def test_evaluate_on_dist_marks_nothing_of_the_test_split(tiny_model, task):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         cl.evaluate(tiny_model, task.dist, [HeadSet()], progress=False)
+        cl.evaluate(tiny_model, task.dist, [HeadSet.parse("L0H0")], progress=False)  # once per model and rows
     assert recorded_reads(model_id(tiny_model), task.test) == []
-    assert not ledger_file(task.test.task).exists()
+    reads = recorded_reads(tiny_model, task.dist)
+    assert [(r["split_name"], r["head_sets"], r["n_head_sets"]) for r in reads] == [("dist", [], 1)]
+
+
+def test_d_test_read_as_a_split_named_dist_unseals_a_later_search(tiny_model, task, tmp_path):
+    """The split's name is not what the seal keys on: D_test's rows under the name "dist" are D_test."""
+    from dataclasses import replace
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the name hides it from the warning, not from the ledger
+        cl.evaluate(tiny_model, replace(task.test, name="dist"), [HeadSet()], progress=False)
+    assert [r["split_name"] for r in recorded_reads(tiny_model, task.test)] == ["dist"]
+    run = cl.search(tiny_model, task, k=1, pool_size=3, n_null=4, out=tmp_path / "s", progress=False)
+    assert run.result.selected_before_test is False and run.result.seal["prior_test_reads"] == 1
+
+
+def test_a_bf16_copy_of_the_model_reading_d_test_unseals_a_later_search(tiny_model, task, tmp_path):
+    """A copied checkpoint loaded in bfloat16 has another id and weights hash, but the same weights."""
+    import copy
+
+    from cel_lens.evaluation.seal import weights_identity, weights_key
+    from cel_lens.model.identity import tag_source
+
+    twin = copy.deepcopy(tiny_model).to(torch.bfloat16)
+    tag_source(twin, "/elsewhere/a-copied-checkpoint", "test", {})
+    assert weights_key(twin) != weights_key(tiny_model) and weights_identity(twin) == weights_identity(tiny_model)
+    record_test_read(twin, task.test, [HeadSet()], reader=SealReader("a notebook"))
+    assert [r["model"] for r in recorded_reads(tiny_model, task.test)] == ["/elsewhere/a-copied-checkpoint"]
+    run = cl.search(tiny_model, task, k=1, pool_size=3, n_null=4, out=tmp_path / "s", progress=False)
+    assert run.result.selected_before_test is False
+    other = copy.deepcopy(tiny_model)
+    tag_source(other, "a-retrained-model", "test", {})
+    with torch.no_grad():
+        next(other.parameters()).mul_(1.5)  # retrained: another model
+    assert weights_identity(other) != weights_identity(tiny_model) and recorded_reads(other, task.test) == []
 
 
 def test_a_read_of_a_part_of_the_test_split_counts(tiny_model, task):

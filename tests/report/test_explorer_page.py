@@ -86,3 +86,18 @@ def test_subtitle_says_finished_once(big_run):
 
     head = re.search(r'<p id="cel-summary">(.*?)</p>', explorer_html(explorer_page_data(big_run))).group(1)
     assert "synthetic: finished; scorer" in head and "(finished)" not in head
+
+
+def test_s_hat_panel_prints_the_decision_not_the_descriptive_interval(big_run):
+    """The D_test rows carry the run's one decision and the bounds that agree with it (issue 57)."""
+    from cel_lens.report.explorer_render import panel_html
+    from cel_lens.selection.result_parts import decision_bounds
+
+    r = big_run.result.to_dict()
+    panel = head_set_panel(big_run, str(big_run.result.heads), r=r)
+    assert panel["test"]["bounds"] == pytest.approx(list(decision_bounds(big_run.result.test.decision)), abs=1e-4)
+    page = panel_html(panel)
+    assert "D_test gain (one-sided 95% bounds)" in page and "ablation helps? (run&#x27;s result)" in page
+    assert "McNemar p (run" not in page and "D_test gain (95% CI)" not in page
+    calibrated = panel_html({**panel, "test": {**panel["test"], "calibrated": "+0.20 pp [-0.45 pp, +0.93 pp], not shown to survive"}})
+    assert "calibrated gain (each model at its best prior)" in calibrated and "not shown to survive" in calibrated

@@ -8,6 +8,8 @@ import json
 import plotly.graph_objects as go
 import pytest
 
+from cel_lens.stats import gain_bounds
+
 from cel_lens.report.grid import grid_html, grid_markdown, write_grid_outputs
 from cel_lens.report.grid_figures import ROW_HEADER, plot_grid_side_effects, plot_grid_summary, row_cells, short_model
 
@@ -65,18 +67,19 @@ def test_rows_as_text(table):
 
 
 def test_rows_show_the_calibrated_gain_beside_the_raw_one(table):
-    column = ROW_HEADER.index("calibrated Δ (95% CI)")
+    column = ROW_HEADER.index("calibrated Δ (one-sided 95% bounds)")
     assert column == ROW_HEADER.index("Δ (95% CI)") + 1
     cal = {"applies": True, "answer_type": "multiple_choice", "gain_cal": 0.002, "ci_low_cal": -0.01, "ci_high_cal": 0.015,
-           "survives": False}
+           "survives": False, "gain_best": 0.01, "wins_cal": 3, "losses_cal": 1, "p_value_cal": 0.3125}
     row = {**table["rows"][0], "calibration": cal}
-    assert row_cells(row)[column] == "+0.20 pp [-1.00 pp, +1.50 pp], prior only"
-    assert row_cells(row, short=True)[column] == "+0.20 [-1.00, +1.50], prior only"
-    survived = {**row, "calibration": {**cal, "ci_low_cal": 0.001, "survives": True}}
-    assert row_cells(survived)[column] == "+0.20 pp [+0.10 pp, +1.50 pp]"
+    low, high = gain_bounds(3, 1, row["n_test"])
+    assert row_cells(row)[column] == f"+1.00 pp [{100 * low:+.2f} pp, {100 * high:+.2f} pp], not shown to survive"
+    assert row_cells(row, short=True)[column] == f"+1.00 [{100 * low:+.2f}, {100 * high:+.2f}], not shown to survive"
+    survived = {**row, "calibration": {**cal, "wins_cal": 9, "losses_cal": 0, "gain_best": 0.045, "survives": True}}
+    assert row_cells(survived)[column].startswith("+4.50 pp [+") and row_cells(survived)[column].endswith(", survives")
     exact = {**row, "calibration": {"applies": False, "answer_type": "exact_match"}}
     assert row_cells(exact)[column] == "no fixed choices"
-    assert "Calibrated Δ: calibrated accuracies refit" in grid_markdown(table)
+    assert "Calibrated Δ: calibrated accuracies give each model its best constant answer prior" in grid_markdown(table)
 
 
 def test_markdown_has_every_row_the_side_effects_and_the_time(table):

@@ -177,17 +177,22 @@ def test_the_title_carries_the_warnings_and_one_layer_is_singular(hand):
     assert any("(1 layer x 3 heads)" in t for t in texts) and not any("1 layers" in t for t in texts)
 
 
-def test_stability_shares_are_lower_bounds_when_resamples_needed_unevaluated_subsets(hand):
-    """The sealed BoolQ row: 906 of 1,000 resamples needed a pair never evaluated, so "0%" beside a
-    pair is what was certain, not how often it wins: the heading and the hover say "at least"."""
+def test_no_stability_share_is_shown_when_most_resamples_winners_are_unknown(hand):
+    """The sealed BoolQ row: 906 of 1,000 resamples needed a pair never evaluated, so a share of them
+    says nothing: no % is drawn; with a few unknown, the shares are of the resamples whose winner is known."""
     stability = {"method": "reselect", "n_resamples": 1000, "selected": "L1H0+L2H1", "selected_frequency": 0.059,
                  "upper": 0.664, "unknown": 605, "incomplete": 0.906,
                  "wins": [{"heads": "L1H0+L2H1", "frequency": 0.059}]}
     fig = plot_gain_heatmap(dict(hand.make(), selection_stability=stability))
     panel = [t for t in fig.data if t.type == "scatter" and t.xaxis == "x2"][0]
-    assert "selected on at least %{customdata[3]:.0%} of bootstrap resamples" in panel.hovertemplate
+    assert "selected on" not in panel.hovertemplate and panel.text is None
     headings = [a.text for a in fig.layout.annotations if "subsets by discovery accuracy" in (a.text or "")]
-    assert "% = selected on at least, of 1000 resamples (906 unknown)" in headings[0]
+    assert "no % shown: 906 of 1000 resamples' winners are not known" in headings[0]
+    few = dict(stability, incomplete=0.2, unknown=100)
+    fig = plot_gain_heatmap(dict(hand.make(), selection_stability=few))
+    panel = [t for t in fig.data if t.type == "scatter" and t.xaxis == "x2"][0]
+    assert "selected on %{customdata[3]:.0%} of bootstrap resamples of D_dist whose winner is known" in panel.hovertemplate
+    assert panel.customdata[0][3] == pytest.approx(0.059 / 0.8)
     sure = dict(stability, incomplete=0.0, unknown=0, upper=0.059)
     panel = [t for t in plot_gain_heatmap(dict(hand.make(), selection_stability=sure)).data
              if t.type == "scatter" and t.xaxis == "x2"][0]

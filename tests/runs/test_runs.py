@@ -227,3 +227,24 @@ def test_resume_after_sigkill_mid_stage_two(tmp_path):
     final = _keys(load_run(path).evaluations)
     assert len(final) == len(set(final)) == len(recorded_before) + len(evaluated_after)
     assert load_run(path).result == result
+
+
+
+def test_a_manifest_records_the_code_version():
+    """A row's numbers can be traced to the code that made them: the package's source hash, and in a
+    git checkout the commit and whether the package had uncommitted changes (issue 57)."""
+    import hashlib
+    from pathlib import Path
+
+    import cel_lens
+    from cel_lens.runs.manifest import code_version, package_versions
+
+    code = package_versions()["cel_lens_code"]
+    assert code == code_version()
+    root = Path(cel_lens.__file__).resolve().parent.parent
+    digest = hashlib.sha256()
+    for path in sorted((root / "cel_lens").rglob("*.py")):
+        digest.update(str(path.relative_to(root / "cel_lens")).encode() + b"\0" + path.read_bytes())
+    assert code["source_sha256"] == digest.hexdigest()
+    if (root / ".git").exists():
+        assert len(code["commit"]) == 40 and isinstance(code["dirty"], bool)

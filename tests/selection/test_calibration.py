@@ -11,10 +11,9 @@ from cel_lens.heads import HeadSet
 from cel_lens.oracle import ANSWER_KEY, CHOICES, AnswerKey, OracleBase
 from cel_lens.selection.memo import MemoOracle
 from cel_lens.selection import run_search
+from cel_lens.selection.calibration_text import calibration_rows
 from cel_lens.selection.calibration import (
-    PRIOR_ONLY_LINE,
     calibrated_predictions,
-    calibration_rows,
     calibration_statistics,
     fit_choice_bias,
     majority_rate,
@@ -134,8 +133,9 @@ def test_a_search_that_picks_the_prior_head_says_so():
     assert result.test.gain > 0.1 and result.test.ci_low > 0
     assert result.calibration["applies"] and not result.calibration["survives"]
     text = str(result)
-    assert PRIOR_ONLY_LINE in text
-    for label in ("majority class (D_test)", "answers (D_test)", "calibrated D_test", "calibrated gain"):
+    assert result.calibration["moves_prior"] and "moves the answer prior (prior-shift test p = " in text
+    for label in ("majority class (D_test)", "answers (D_test)", "calibrated D_test", "threshold-free test",
+                  "answer prior"):
         assert label in text
     # the block survives the round trip through result.json's dict
     assert format_result(type(result).from_dict(result.to_dict())) == format_result(result)
@@ -147,7 +147,8 @@ def test_capability_search_shows_no_prior_warning():
         warnings.simplefilter("ignore")
         result = run_search(oracle, config=SearchConfig(k=1, pool_size=3, n_null=5, n_boot=300), progress=False)
     assert result.heads == str(HeadSet.parse(oracle.capability))
-    assert result.calibration["survives"] and PRIOR_ONLY_LINE not in str(result)
+    assert result.calibration["survives"] and "moves the answer prior" not in str(result)
+    assert result.calibration["p_auc"] <= 0.05  # the threshold-free test sees the capability too
 
 
 def test_four_choices_reach_at_least_every_common_offset_and_a_coarse_brute_force():
@@ -210,5 +211,8 @@ def test_a_pure_prior_shift_never_survives_and_the_tie_range_is_in_the_block():
     assert block["gain_best"] == 0.0 and not block["survives"] and block["p_value_cal"] == 1.0
     low, high = block["gain_cal_range"]
     assert low <= block["gain_cal"] <= high
-    rows = dict(calibration_rows({"calibration": block, "gain": 0.1, "alpha": 0.05}))
-    assert rows["survives calibration?"].startswith("no: each model at its best constant prior on D_test")
+    rows = dict(calibration_rows({"calibration": block, "gain": 0.1, "alpha": 0.05, "n_test": 80}))
+    assert rows["survives calibration?"].startswith("not shown: one-sided exact McNemar p = 1")
+    assert rows["calibrated D_test"].startswith("each model at its best constant prior on D_test")
+    # a pure shift of choice a: the test of the prior shift itself rejects, so the warning may say so
+    assert block["moves_prior"] and rows["warning"].startswith("the gain is not shown to survive calibration, and")

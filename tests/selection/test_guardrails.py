@@ -72,3 +72,22 @@ def test_validates_its_input():
         selection_adjusted_test(torch.zeros(1, 3, dtype=torch.bool), torch.zeros(3, dtype=torch.bool), n_permutations=0)
     with pytest.raises(ValueError, match="shape"):
         selection_adjusted_test(torch.zeros(1, 4, dtype=torch.bool), torch.zeros(3, dtype=torch.bool))
+
+
+def test_the_not_ruled_out_bound_is_at_least_each_sets_unconditional_bound():
+    """"Gains up to X not ruled out" holds whatever the discordance: it is never below the Bonferroni
+    bound of :func:`cel_lens.stats.gain_bounds_array` over the evaluated sets (an ablation that loses no
+    example: the sign flips alone, given which examples differ, under-cover)."""
+    import torch
+
+    from cel_lens.selection.guardrails import selection_adjusted_test
+    from cel_lens.stats import gain_bounds_array
+
+    intact = torch.zeros(400, dtype=torch.bool)
+    correct = torch.zeros(3, 400, dtype=torch.bool)
+    correct[0, :6] = True  # 6 gained, none lost
+    correct[1, :3] = True
+    adj = selection_adjusted_test(correct, intact, n_permutations=99)
+    wins = correct.sum(1).numpy()
+    bonferroni = gain_bounds_array(wins, wins * 0, 400, 0.05 / 3)[1].max()
+    assert adj["upper"] >= bonferroni > 6 / 400
