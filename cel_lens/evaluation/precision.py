@@ -46,6 +46,7 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from cel_lens.config import PRECISIONS
+from cel_lens.model import bf16_weights
 
 __all__ = [
     "PRECISIONS", "LOGIT_BOUND", "LOGPROB_BOUND", "CHOICE_PAIR_BOUND", "PAIR_CHECK_MIN", "PAIR_CHECK_SHARE",
@@ -145,11 +146,18 @@ def resolve_precision(precision: Optional[str], model, kind: Optional[str] = Non
 
 @contextlib.contextmanager
 def compute_precision(model, precision: str) -> Iterator[None]:
-    """Within the block, ``model``'s forward passes compute in ``precision`` (``"bf16"``: autocast
-    on the model's device; ``"float32"``: as the model is)."""
+    """Within the block, ``model``'s forward passes compute in ``precision``. ``"bf16"``: on a
+    bfloat16 copy of a float32 model's weights, made once and kept beside it, the residual stream,
+    norms and attention in float32 (:func:`~cel_lens.model.bf16_weights`); for a model without a
+    fused stack, autocast on its device; a model held in bfloat16 as it is. ``"float32"``: as the
+    model is."""
     if precision != "bf16":
         yield
         return
+    with bf16_weights(model) as resident:
+        if resident:
+            yield
+            return
     device = next(model.parameters()).device.type
     with torch.autocast(device_type=device, dtype=torch.bfloat16):
         yield

@@ -26,6 +26,7 @@ from cel_lens.evaluation.precision import (
     recompute_summary,
     use_precision,
 )
+from cel_lens.model.stack_bf16 import bf16_active
 from cel_lens.tasks.base import Example, Split
 
 INF = float("inf")
@@ -108,14 +109,14 @@ def test_evidence_adds_up_over_one_splits_evaluations():
 
 @contextlib.contextmanager
 def _noisy_bf16(spread: float):
-    """Within the block, bf16 passes (autocast on) add a fixed noise of up to ``spread`` to every
+    """Within the block, bf16 passes (on the bfloat16 weight copy, or autocast) add a fixed noise of up to ``spread`` to every
     logit: a bf16 error far beyond the pair bound, that float32 passes do not see."""
     original = tf.unembed
     gen = torch.Generator().manual_seed(0)
 
     def noisy(m, vectors):
         out = original(m, vectors)
-        if torch.is_autocast_cpu_enabled():
+        if torch.is_autocast_cpu_enabled() or bf16_active(m):
             out = out + (torch.rand(out.shape, generator=gen) - 0.5) * spread
         return out
 
