@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import io
 import os
 import threading
 import weakref
@@ -173,7 +174,8 @@ def float32_model(model):
         return model
     held = _FLOAT32.get(model)
     if held is None:
-        held = copy.deepcopy(model).to(torch.float32)
+        with contextlib.redirect_stdout(io.StringIO()):  # TransformerLens prints "Changing model dtype ..."
+            held = copy.deepcopy(model).to(torch.float32)
         _FLOAT32[model] = held
     return held
 
@@ -400,8 +402,12 @@ def precision_line(model, precision: Optional[str], kind: Optional[str] = None) 
             f"bf16 was not always measured faster on {words} tasks" if cpu_has_native_bf16() else "no native bf16 here")
         return f"precision: float32 (auto: {why}; --precision bf16 gives the same results)"
     why = ""
+    held = next(model.parameters()).dtype == torch.bfloat16
     if name == "auto":
-        held = next(model.parameters()).dtype == torch.bfloat16
         why = " (auto: the model is in bfloat16)" if held else " (auto: this CPU has native bf16)"
+    if held:  # the float32 copy holds the rounded weights: its decisions are theirs, not the checkpoint's
+        return (f"precision: bf16 compute{why}; every decision within the bf16 error bound is recomputed in float32 "
+                "on a float32 copy of the model's bfloat16 weights, so the results are those weights' computed in "
+                "float32, not those of a float32 checkpoint (load the model in float32 for those)")
     return (f"precision: bf16 compute{why}; every decision within the bf16 error bound is recomputed in float32, "
             "so the results equal float32's (--precision float32 turns it off)")
