@@ -54,7 +54,7 @@ __all__ = [
     "pair_check", "merge_pair_checks", "Margins", "resolve_precision", "check_precision", "cpu_has_native_bf16",
     "compute_precision", "float32_model", "recompute_mask", "recompute_groups", "use_precision",
     "tally_summary", "restore_precision", "precision_of", "tally_recompute", "recompute_summary",
-    "precision_line", "PRECISION_ENV", "AUTO_MIN_PARAMS", "AUTO_KINDS", "ONE_TOKEN_CHOICES",
+    "precision_line", "PRECISION_ENV", "TIGHT_LOGIT_BOUND", "TIGHT_CHECK_MIN", "tight_check", "AUTO_MIN_PARAMS", "AUTO_KINDS", "ONE_TOKEN_CHOICES",
 ]
 
 
@@ -85,6 +85,14 @@ float32 difference of its choices) before :data:`CHOICE_PAIR_BOUND` is trusted f
 PAIR_CHECK_SHARE = 0.5
 """The largest change those decisions show must stay within this share of
 :data:`CHOICE_PAIR_BOUND`, else the rest are held to ``LOGPROB_BOUND`` (recomputed where it says)."""
+
+TIGHT_LOGIT_BOUND = 0.5
+"""The exact-match bound a pass on the bfloat16 weight copy tries first (:func:`tight_check`):
+there the tokens near the top are unembedded in float32 (:func:`~cel_lens.model.stack_bf16.refine_logits`),
+so only the layers' rounding is left. Trusted in an evaluation only while its own recomputes confirm it."""
+
+TIGHT_CHECK_MIN = 64
+"""Recomputed decisions an evaluation must observe before :data:`TIGHT_LOGIT_BOUND` is trusted for the rest."""
 
 AUTO_MIN_PARAMS = 20_000_000
 """``"auto"`` computes a float32 model in bf16 only from this many parameters: a toy model's matrix
@@ -146,22 +154,22 @@ def resolve_precision(precision: Optional[str], model, kind: Optional[str] = Non
 
 
 @contextlib.contextmanager
-def compute_precision(model, precision: str) -> Iterator[None]:
+def compute_precision(model, precision: str) -> Iterator[bool]:
     """Within the block, ``model``'s forward passes compute in ``precision``. ``"bf16"``: on a
     bfloat16 copy of a float32 model's weights, made once and kept beside it, the residual stream,
     norms and attention in float32 (:func:`~cel_lens.model.bf16_weights`); for a model without a
     fused stack, autocast on its device; a model held in bfloat16 as it is. ``"float32"``: as the
-    model is."""
+    model is. Yields whether the passes run on the weight copy."""
     if precision != "bf16":
-        yield
+        yield False
         return
     with bf16_weights(model) as resident:
         if resident:
-            yield
+            yield True
             return
     device = next(model.parameters()).device.type
     with torch.autocast(device_type=device, dtype=torch.bfloat16):
-        yield
+        yield False
 
 
 _FLOAT32: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -352,6 +360,28 @@ def pair_check(
     held["widened"] += int(widen.sum())
     _STATE.pairs[model][key] = held  # this split's evidence so far, this call's included
     return widen
+
+
+def tight_check(
+    bf16_margin: Float[Tensor, "variant example"], float32_margin: Float[Tensor, "variant example"],
+    redo: Bool[Tensor, "variant example"], bound: float = LOGIT_BOUND, tight: float = TIGHT_LOGIT_BOUND,
+) -> tuple[Bool[Tensor, "variant example"], dict]:
+    """Check :data:`TIGHT_LOGIT_BOUND` on an evaluation's own recomputes, and say what else to recompute.
+
+    ``redo`` marked the decisions within ``tight`` of flipping and they were recomputed;
+    ``float32_margin`` holds the float32 margin of every decision the recompute computed (NaN
+    elsewhere: the recompute groups' examples are a superset of what they mark; a bf16 margin of
+    exactly 0 marks a position whose near-top tokens were not all refined, recomputed but not
+    counted). The tight bound
+    holds for the rest when at least :data:`TIGHT_CHECK_MIN` of them were observed and none moved
+    by more than :data:`PAIR_CHECK_SHARE` of it; otherwise every decision within ``bound`` not yet
+    recomputed is returned to be recomputed. The record says what was seen."""
+    seen = torch.isfinite(float32_margin) & torch.isfinite(bf16_margin) & (bf16_margin != 0)  # 0: not refined
+    n = int(seen.sum())
+    change = float((bf16_margin - float32_margin)[seen].abs().max()) if n else 0.0
+    confirmed = n >= TIGHT_CHECK_MIN and change <= PAIR_CHECK_SHARE * tight
+    widen = torch.zeros_like(redo) if confirmed else (bf16_margin.abs() <= bound) & ~redo
+    return widen, {"observed": n, "largest_change": change, "bound": tight, "widened": int(widen.sum())}
 
 
 def tally_summary(counts: Mapping[str, Sequence[int]]) -> dict:

@@ -30,13 +30,13 @@ from typing import Callable, Iterator, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
-from jaxtyping import Float
+from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from cel_lens.model.stack import Stack, _Layer
 from cel_lens.model.stack_build import _finish, _pack_qkv, fused_attention_enabled, stack_for
 
-__all__ = ["bf16_weights", "bf16_active", "bf16_stack_for", "bf16_unembed", "bf16_copy_bytes"]
+__all__ = ["bf16_weights", "bf16_active", "bf16_stack_for", "bf16_unembed", "bf16_copy_bytes", "refine_logits", "REFINE_TOP"]
 
 BF16 = torch.bfloat16
 
@@ -236,3 +236,41 @@ def _hooked_weights(block, spec: _Layer) -> tuple:
         elif type(m) is MLP:
             mlp = _mlp(_copy(m.W_in.t()), _copy(m.b_in), _copy(m.W_out.t()), _copy(m.b_out), m.act_fn, False)
     return _copy(w.t()), b, _copy(w_o.t()), _copy(a.b_O), mlp
+
+
+REFINE_TOP = 16
+"""Tokens per position whose logits :func:`refine_logits` recomputes in float32 (besides the target)."""
+
+
+def refine_logits(
+    model, resid: Float[Tensor, "n d_model"], logits: Float[Tensor, "n d_vocab"], targets: Int[Tensor, " n"]
+) -> tuple[Float[Tensor, "n d_vocab"], Bool[Tensor, " n"]]:
+    """``logits`` (from :func:`bf16_unembed`, as float32) with each position's target and its
+    :data:`REFINE_TOP` largest logits recomputed in float32 from ``resid`` (the final norm and
+    the float32 unembedding rows of those tokens): the logits a decision near the top is made by
+    then carry no rounding of the unembedding, only that of the layers. Also returns, per
+    position, whether the refined tokens reach more than 2 logits below the largest (so that every
+    token a decision near the top is between was refined); a model with a logit soft cap is
+    returned as it is, none covered."""
+    if (getattr(model.cfg, "output_logits_soft_cap", -1.0) or -1.0) > 0:
+        return logits, torch.zeros(logits.shape[0], dtype=torch.bool, device=logits.device)
+    if getattr(model.cfg, "normalization_type", None) is not None and hasattr(model, "ln_final"):
+        resid = model.ln_final(resid)
+    top = logits.topk(min(REFINE_TOP, logits.shape[-1]), dim=-1)
+    idx = torch.cat([targets[:, None], top.indices], dim=1)
+    w_u = _unembed_f32(model)
+    rows = w_u[0].index_select(0, idx.reshape(-1)).view(*idx.shape, -1)  # [n, k + 1, d]
+    exact = torch.bmm(rows, resid.float()[:, :, None])[..., 0]
+    if w_u[1] is not None:
+        exact = exact + w_u[1][idx]
+    covered = top.values[:, -1] < top.values[:, 0] - 2.0
+    return logits.scatter(1, idx, exact), covered
+
+
+def _unembed_f32(model) -> tuple[Tensor, Optional[Tensor]]:
+    """``W_U`` as ``[d_vocab, d_model]`` (a view where it is stored so) and its bias, float32."""
+    inner = getattr(model.unembed, "original_component", None)
+    if isinstance(inner, torch.nn.Linear):
+        return inner.weight, inner.bias
+    b_u = getattr(model.unembed, "b_U", None)
+    return model.unembed.W_U.t(), b_u

@@ -19,11 +19,13 @@ from cel_lens.evaluation.precision import (
     LOGPROB_BOUND,
     PAIR_CHECK_MIN,
     PAIR_CHECK_SHARE,
+    TIGHT_LOGIT_BOUND,
     Margins,
     merge_pair_checks,
     pair_check,
     recompute_mask,
     recompute_summary,
+    tight_check,
     use_precision,
 )
 from cel_lens.model.stack_bf16 import bf16_active
@@ -207,3 +209,43 @@ def _greedy_token(model, prompt: str) -> Optional[str]:
         return text if encode_pair(model, prompt, text)[1] == [token] else None
     except ValueError:
         return None
+
+
+def test_the_tight_exact_match_bound_holds_only_where_the_recomputes_confirm_it():
+    """:func:`tight_check`: enough small observed changes keep the tight bound; a large one, or too
+    few observations, recompute everything within the full bound not yet recomputed."""
+    gen = torch.Generator().manual_seed(0)
+    bf16 = (torch.rand(4, 50, generator=gen) - 0.5) * 4  # margins in [-2, 2]
+    redo = bf16.abs() <= TIGHT_LOGIT_BOUND
+    f32 = torch.full_like(bf16, float("nan"))
+    f32[:, :40] = bf16[:, :40] + 0.05  # 160 observed, each moved by 0.05
+    widen, record = tight_check(bf16, f32, redo)
+    assert not bool(widen.any()) and record["observed"] == 160 and abs(record["largest_change"] - 0.05) < 1e-6
+    f32[2, 7] = bf16[2, 7] + PAIR_CHECK_SHARE * TIGHT_LOGIT_BOUND + 0.01  # one large change
+    widen, record = tight_check(bf16, f32, redo)
+    assert torch.equal(widen, (bf16.abs() <= LOGIT_BOUND) & ~redo) and bool(widen.any())
+    few = torch.full_like(bf16, float("nan"))
+    few[0, :10] = bf16[0, :10]  # 10 observations, no change
+    widen, record = tight_check(bf16, few, redo)
+    assert record["observed"] == 10 and torch.equal(widen, (bf16.abs() <= LOGIT_BOUND) & ~redo)
+
+
+def test_refined_logits_are_float32s_at_the_target_and_the_top(tiny_checkpoints):
+    from cel_lens.model import bf16_weights, forward_resid, load_model, unembed
+    from cel_lens.model.stack_bf16 import REFINE_TOP, refine_logits
+
+    model = load_model(str(tiny_checkpoints["llama"]))
+    tokens = torch.randint(3, 250, (2, 9), generator=torch.Generator().manual_seed(1))
+    with torch.inference_mode():
+        resid = forward_resid(model, tokens).reshape(-1, model.cfg.d_model)
+        exact = unembed(model, resid).float()
+        with bf16_weights(model):
+            fast = unembed(model, resid).float()
+            targets = torch.randint(0, exact.shape[-1], (resid.shape[0],), generator=torch.Generator().manual_seed(2))
+            refined, covered = refine_logits(model, resid, fast, targets)
+    assert not torch.allclose(fast, exact)
+    idx = torch.cat([targets[:, None], fast.topk(REFINE_TOP, dim=-1).indices], 1)
+    assert torch.allclose(refined.gather(1, idx), exact.gather(1, idx), atol=1e-5)
+    others = torch.ones_like(refined, dtype=torch.bool).scatter(1, idx, False)
+    assert torch.equal(refined[others], fast[others])
+    assert covered.dtype == torch.bool and covered.shape == targets.shape
