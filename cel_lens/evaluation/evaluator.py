@@ -37,8 +37,9 @@ from cel_lens.evaluation.generation import evaluate_generation
 from cel_lens.evaluation.prefix import PREFIX_BOUND, prefix_sharing, prefix_sharing_enabled
 from cel_lens.evaluation.precision import (
     Margins, compute_precision, float32_model, pair_check, precision_of, recompute_groups, recompute_mask,
-    resolve_precision, tally_recompute, tight_check, TIGHT_LOGIT_BOUND,
+    resolve_precision, tally_recompute,
 )
+from cel_lens.evaluation.precision_tight import TIGHT_LOGIT_BOUND, tight_check
 from cel_lens.evaluation.eval_result import EvalResult
 from cel_lens.evaluation.seal import record_test_read
 from cel_lens.evaluation.store import ActivationStore
@@ -135,15 +136,15 @@ def evaluate(
     margins = out.pop("margins")
     if resident and answer_type == "exact_match":  # the tight bound first, checked on its own recomputes
         redo = recompute_mask(answer_type, margins, bound=TIGHT_LOGIT_BOUND)
-        seen = _recompute(out, redo, float32_model(model), split, sets, plan, store, observe=True)
+        _, seen = _recompute(out, redo, float32_model(model), split, sets, plan, store, observe=True)
         wider, _ = tight_check(margins.token, seen, redo)
         _recompute(out, wider, float32_model(model), split, sets, plan, store)
         redo = redo | wider
     else:
         redo = recompute_mask(answer_type, margins, metric=metric)
-        _recompute(out, redo, float32_model(model), split, sets, plan, store)
+        computed, _ = _recompute(out, redo, float32_model(model), split, sets, plan, store)
     if answer_type == "multiple_choice":  # the one-token bound holds only where this run's recomputes confirm it
-        wider = pair_check(model, split, margins, out["extra"]["choice_ll"], redo, metric)
+        wider = pair_check(model, split, margins, out["extra"]["choice_ll"], redo, metric, computed=computed)
         _recompute(out, wider, float32_model(model), split, sets, plan, store)
         redo = redo | wider
     tally_recompute(model, split, redo)
@@ -211,15 +212,17 @@ def _run(model, split: Split, sets: list[HeadSet], plan: _Plan, store: Optional[
 
 def _recompute(out: dict, redo: Bool[Tensor, "variant example"], model32, split: Split, sets: list[HeadSet],
                plan: _Plan, store: Optional[ActivationStore] = None,
-               observe: bool = False) -> Optional[Float[Tensor, "variant example"]]:
+               observe: bool = False) -> tuple[Bool[Tensor, "variant example"], Optional[Float[Tensor, "variant example"]]]:
     """Replace the results ``redo`` marks with float32 ones: one float32 evaluation per group of
     variants (:func:`~cel_lens.evaluation.precision.recompute_groups`) on the examples any of them
     marks; every result it returns is float32's, so all are copied. With a ``store`` the model
     itself computes in float32 from (a float32 run resumes from it too), each variant resumes from
     it at its layer (:meth:`ActivationStore.view`), as the float32 run does; else from the tokens.
-    ``observe``: return the float32 token margin of every decision recomputed (NaN elsewhere)."""
+    Returns which decisions were recomputed (a superset of ``redo``: each group's union of examples)
+    and, with ``observe``, their float32 token margins (NaN elsewhere)."""
     quiet = replace(plan, progress=False)
     seen = torch.full(tuple(redo.shape), float("nan")) if observe else None
+    computed = torch.zeros_like(redo)
     resume = (store is not None and model32 is store.model and plan.answer_type != "generation"
               and not any(b.prefix for b in store.batches))
     for group, examples in recompute_groups(redo):  # unshared prompts: the reference path
@@ -228,6 +231,7 @@ def _recompute(out: dict, redo: Bool[Tensor, "variant example"], model32, split:
             fixed = _run(model32, sub, [sets[v] for v in group], quiet, store.view(examples) if resume else None,
                          margins=Margins() if observe else None)
         rows, cols = torch.tensor(group)[:, None], torch.tensor(examples)[None, :]
+        computed[rows, cols] = True
         if seen is not None:
             seen[rows, cols] = fixed.pop("margins").token
         out["correct"][rows, cols] = fixed["correct"]
@@ -241,7 +245,7 @@ def _recompute(out: dict, redo: Bool[Tensor, "variant example"], model32, split:
             for k, v in enumerate(group):
                 for j, i in enumerate(examples):
                     out["completions"][v][i] = fixed["completions"][k][j]
-    return seen
+    return computed, seen
 
 
 def _summed_logprob(model, rows: TeacherForced, fwd_hooks: Sequence) -> Float[Tensor, " row"]:

@@ -47,6 +47,7 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from cel_lens.config import PRECISIONS
+from cel_lens.evaluation.precision_probe import AUTO_MIN_SPEEDUP, bf16_probe
 from cel_lens.model import bf16_weights
 
 __all__ = [
@@ -54,7 +55,7 @@ __all__ = [
     "pair_check", "merge_pair_checks", "Margins", "resolve_precision", "check_precision", "cpu_has_native_bf16",
     "compute_precision", "float32_model", "recompute_mask", "recompute_groups", "use_precision",
     "tally_summary", "restore_precision", "precision_of", "tally_recompute", "recompute_summary",
-    "precision_line", "PRECISION_ENV", "TIGHT_LOGIT_BOUND", "TIGHT_CHECK_MIN", "tight_check", "AUTO_MIN_PARAMS", "AUTO_KINDS", "ONE_TOKEN_CHOICES",
+    "precision_line", "PRECISION_ENV", "AUTO_MIN_PARAMS", "AUTO_KINDS", "ONE_TOKEN_CHOICES",
 ]
 
 
@@ -85,14 +86,6 @@ float32 difference of its choices) before :data:`CHOICE_PAIR_BOUND` is trusted f
 PAIR_CHECK_SHARE = 0.5
 """The largest change those decisions show must stay within this share of
 :data:`CHOICE_PAIR_BOUND`, else the rest are held to ``LOGPROB_BOUND`` (recomputed where it says)."""
-
-TIGHT_LOGIT_BOUND = 0.5
-"""The exact-match bound a pass on the bfloat16 weight copy tries first (:func:`tight_check`):
-there the tokens near the top are unembedded in float32 (:func:`~cel_lens.model.stack_bf16.refine_logits`),
-so only the layers' rounding is left. Trusted in an evaluation only while its own recomputes confirm it."""
-
-TIGHT_CHECK_MIN = 64
-"""Recomputed decisions an evaluation must observe before :data:`TIGHT_LOGIT_BOUND` is trusted for the rest."""
 
 AUTO_MIN_PARAMS = 20_000_000
 """``"auto"`` computes a float32 model in bf16 only from this many parameters: a toy model's matrix
@@ -149,7 +142,9 @@ def resolve_precision(precision: Optional[str], model, kind: Optional[str] = Non
         return "bf16"
     if p.dtype == torch.float32 and p.device.type == "cpu" and cpu_has_native_bf16():
         big = sum(q.numel() for q in model.parameters()) >= AUTO_MIN_PARAMS
-        return "bf16" if big and kind in AUTO_KINDS else "float32"
+        if not big or kind not in AUTO_KINDS:
+            return "float32"
+        return "bf16" if bf16_probe(model)["speedup"] >= AUTO_MIN_SPEEDUP else "float32"
     return "float32"
 
 
@@ -333,6 +328,7 @@ def _row_change(bf16_ll: Float[Tensor, "row choice"], float32_ll: Float[Tensor, 
 def pair_check(
     model, split, margins: Margins, float32_ll: Float[Tensor, "variant example choice"],
     redo: Bool[Tensor, "variant example"], metric: Optional[str] = None,
+    computed: Optional[Bool[Tensor, "variant example"]] = None,
 ) -> Bool[Tensor, "variant example"]:
     """Check :data:`CHOICE_PAIR_BOUND` on an evaluation's own recomputes, and say what else to recompute.
 
@@ -342,14 +338,16 @@ def pair_check(
     of it, counting those of earlier evaluations of the same split (task and name) of ``model``
     since :func:`use_precision`. Otherwise what the wider ``LOGPROB_BOUND`` rule marks beyond
     ``redo`` is returned to be recomputed too (none when confirmed, or where the bound was not used:
-    no one-token choices, or ``metric="acc_norm"``). The split's record is kept for the run's tally."""
+    no one-token choices, or ``metric="acc_norm"``). ``computed`` (default ``redo``): every decision
+    the recompute computed in float32, each an observation (a recompute group's examples are a
+    superset of what its members mark). The split's record is kept for the run's tally."""
     none = torch.zeros_like(redo)
     if margins.choice_ll is None or margins.choice_tokens is None or metric == "acc_norm":
         return none
     one = (margins.choice_tokens <= 1).all(-1)
     if not bool(one.any()):
         return none
-    seen = redo & one[None, :]
+    seen = (redo if computed is None else computed | redo) & one[None, :]
     n = int(seen.sum())
     change = float(_row_change(margins.choice_ll[seen], float32_ll[seen]).max()) if n else 0.0
     key = (str(getattr(split, "task", "") or ""), _split_name(split))
@@ -360,28 +358,6 @@ def pair_check(
     held["widened"] += int(widen.sum())
     _STATE.pairs[model][key] = held  # this split's evidence so far, this call's included
     return widen
-
-
-def tight_check(
-    bf16_margin: Float[Tensor, "variant example"], float32_margin: Float[Tensor, "variant example"],
-    redo: Bool[Tensor, "variant example"], bound: float = LOGIT_BOUND, tight: float = TIGHT_LOGIT_BOUND,
-) -> tuple[Bool[Tensor, "variant example"], dict]:
-    """Check :data:`TIGHT_LOGIT_BOUND` on an evaluation's own recomputes, and say what else to recompute.
-
-    ``redo`` marked the decisions within ``tight`` of flipping and they were recomputed;
-    ``float32_margin`` holds the float32 margin of every decision the recompute computed (NaN
-    elsewhere: the recompute groups' examples are a superset of what they mark; a bf16 margin of
-    exactly 0 marks a position whose near-top tokens were not all refined, recomputed but not
-    counted). The tight bound
-    holds for the rest when at least :data:`TIGHT_CHECK_MIN` of them were observed and none moved
-    by more than :data:`PAIR_CHECK_SHARE` of it; otherwise every decision within ``bound`` not yet
-    recomputed is returned to be recomputed. The record says what was seen."""
-    seen = torch.isfinite(float32_margin) & torch.isfinite(bf16_margin) & (bf16_margin != 0)  # 0: not refined
-    n = int(seen.sum())
-    change = float((bf16_margin - float32_margin)[seen].abs().max()) if n else 0.0
-    confirmed = n >= TIGHT_CHECK_MIN and change <= PAIR_CHECK_SHARE * tight
-    widen = torch.zeros_like(redo) if confirmed else (bf16_margin.abs() <= bound) & ~redo
-    return widen, {"observed": n, "largest_change": change, "bound": tight, "widened": int(widen.sum())}
 
 
 def tally_summary(counts: Mapping[str, Sequence[int]]) -> dict:
@@ -419,6 +395,10 @@ def recompute_groups(redo: Bool[Tensor, "variant example"], slack: float = 2.0) 
     return groups
 
 
+def _probe_speedup(model) -> float:
+    return float(bf16_probe(model)["speedup"])
+
+
 def precision_line(model, precision: Optional[str], kind: Optional[str] = None) -> str:
     """One line a search of a ``kind`` task starts with: the precision it computes in, and why."""
     name = check_precision(precision)
@@ -430,11 +410,14 @@ def precision_line(model, precision: Optional[str], kind: Optional[str] = None) 
         words = "one-token choice" if kind == ONE_TOKEN_CHOICES else str(kind).replace("_", "-")
         why = "a model too small for bf16 to pay" if small else (
             f"bf16 was not always measured faster on {words} tasks" if cpu_has_native_bf16() else "no native bf16 here")
+        if not small and cpu_has_native_bf16() and kind in AUTO_KINDS:
+            why = f"a timed pass ran bf16 only {bf16_probe(model)['speedup']:.2f}x float32's speed here"
         return f"precision: float32 (auto: {why}; --precision bf16 gives the same results)"
     why = ""
     held = next(model.parameters()).dtype == torch.bfloat16
     if name == "auto":
-        why = " (auto: the model is in bfloat16)" if held else " (auto: this CPU has native bf16)"
+        why = " (auto: the model is in bfloat16)" if held else (
+            f" (auto: a timed pass ran bf16 {_probe_speedup(model):.2f}x faster than float32 here)")
     if held:  # the float32 copy holds the rounded weights: its decisions are theirs, not the checkpoint's
         return (f"precision: bf16 compute{why}; every decision within the bf16 error bound is recomputed in float32 "
                 "on a float32 copy of the model's bfloat16 weights, so the results are those weights' computed in "

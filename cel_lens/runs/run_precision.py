@@ -10,6 +10,7 @@ from typing import Any, Optional
 from cel_lens.config import SearchConfig
 from cel_lens.evaluation.encode import precision_kind, split_answer_type
 from cel_lens.evaluation.precision import precision_line, recompute_summary, resolve_precision, restore_precision, use_precision
+from cel_lens.evaluation.precision_probe import probe_record
 from cel_lens.progress import info_stream
 from cel_lens.runs.journal_io import write_json_atomic
 from cel_lens.runs.run_dir import RunDir
@@ -58,6 +59,8 @@ def record_precision(run_dir: RunDir, manifest: dict[str, Any], oracle: Any, con
     if model is not None:
         record = {"option": config.precision, "compute": resolve_precision(config.precision, model, search_precision_kind(oracle, task)),
                   "recomputed": recompute_summary(model)}
+        if probe_record(model) is not None:  # what "auto" chose by
+            record["probe"] = probe_record(model)
     elif hasattr(oracle, "precision_record"):  # a Ray oracle: its replicas' summed tally
         record = {"option": config.precision, **oracle.precision_record(split_answer_type(task.dist))}
     else:

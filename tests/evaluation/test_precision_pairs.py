@@ -19,16 +19,14 @@ from cel_lens.evaluation.precision import (
     LOGPROB_BOUND,
     PAIR_CHECK_MIN,
     PAIR_CHECK_SHARE,
-    TIGHT_LOGIT_BOUND,
     Margins,
     merge_pair_checks,
     pair_check,
     recompute_mask,
     recompute_summary,
-    tight_check,
     use_precision,
 )
-from cel_lens.model.stack_bf16 import bf16_active
+from cel_lens.evaluation.precision_tight import TIGHT_LOGIT_BOUND, tight_check
 from cel_lens.tasks.base import Example, Split
 
 INF = float("inf")
@@ -111,22 +109,28 @@ def test_evidence_adds_up_over_one_splits_evaluations():
 
 @contextlib.contextmanager
 def _noisy_bf16(spread: float):
-    """Within the block, bf16 passes (on the bfloat16 weight copy, or autocast) add a fixed noise of up to ``spread`` to every
-    logit: a bf16 error far beyond the pair bound, that float32 passes do not see."""
-    original = tf.unembed
+    """Within the block, bf16 passes (on the bfloat16 weight copy, after its float32 refinement of
+    the top logits, or under autocast) add a fixed noise of up to ``spread`` to every logit: a bf16
+    error far beyond the pair bound, that float32 passes do not see."""
+    original, refine = tf.unembed, tf.refine_logits
     gen = torch.Generator().manual_seed(0)
+
+    def noise(out):
+        return out + (torch.rand(out.shape, generator=gen) - 0.5) * spread
 
     def noisy(m, vectors):
         out = original(m, vectors)
-        if torch.is_autocast_cpu_enabled() or bf16_active(m):
-            out = out + (torch.rand(out.shape, generator=gen) - 0.5) * spread
-        return out
+        return noise(out) if torch.is_autocast_cpu_enabled() else out
 
-    tf.unembed = noisy
+    def noisy_refine(m, vectors, logits, targets):
+        logits, covered = refine(m, vectors, logits, targets)
+        return noise(logits), covered
+
+    tf.unembed, tf.refine_logits = noisy, noisy_refine
     try:
         yield
     finally:
-        tf.unembed = original
+        tf.unembed, tf.refine_logits = original, refine
 
 
 def test_an_evaluation_whose_bf16_errs_beyond_the_bound_still_gets_float32s_bits(tiny_checkpoints, monkeypatch):
