@@ -131,22 +131,7 @@ def evaluate(
             out = _run(model, split, sets, plan, store)
         tally_recompute(model, split, torch.zeros_like(out["correct"]))
         return EvalResult(**out, **common)
-    with compute_precision(model, prec) as resident:
-        out = _run(model, split, sets, plan, store, margins=Margins())
-    margins = out.pop("margins")
-    if resident and answer_type == "exact_match":  # the tight bound first, checked on its own recomputes
-        redo = recompute_mask(answer_type, margins, bound=TIGHT_LOGIT_BOUND)
-        _, seen = _recompute(out, redo, float32_model(model), split, sets, plan, store, observe=True)
-        wider, _ = tight_check(margins.token, seen, redo)
-        _recompute(out, wider, float32_model(model), split, sets, plan, store)
-        redo = redo | wider
-    else:
-        redo = recompute_mask(answer_type, margins, metric=metric)
-        computed, _ = _recompute(out, redo, float32_model(model), split, sets, plan, store)
-    if answer_type == "multiple_choice":  # the one-token bound holds only where this run's recomputes confirm it
-        wider = pair_check(model, split, margins, out["extra"]["choice_ll"], redo, metric, computed=computed)
-        _recompute(out, wider, float32_model(model), split, sets, plan, store)
-        redo = redo | wider
+    out, redo = _bf16_run(model, split, sets, plan, store, prec)
     tally_recompute(model, split, redo)
     return EvalResult(**out, **common, precision=prec, recomputed=redo)
 
@@ -163,6 +148,30 @@ class _Plan:
     max_tokens: Optional[int]
     max_new_tokens: Optional[int]
     progress: bool
+
+
+def _bf16_run(model, split: Split, sets: list[HeadSet], plan: _Plan, store: Optional[ActivationStore],
+              prec: str) -> tuple[dict, Bool[Tensor, "variant example"]]:
+    """The bf16 evaluation and its float32 re-checks: the results (float32's decisions) and which
+    decisions were recomputed (:mod:`~cel_lens.evaluation.precision`)."""
+    answer_type, metric = plan.answer_type, plan.metric
+    with compute_precision(model, prec) as resident:
+        out = _run(model, split, sets, plan, store, margins=Margins())
+    margins = out.pop("margins")
+    if resident and answer_type == "exact_match":  # the tight bound first, checked on its own recomputes
+        redo = recompute_mask(answer_type, margins, bound=TIGHT_LOGIT_BOUND)
+        _, seen = _recompute(out, redo, float32_model(model), split, sets, plan, store, observe=True)
+        wider, _ = tight_check(margins.token, seen, redo)
+        _recompute(out, wider, float32_model(model), split, sets, plan, store)
+        redo = redo | wider
+    else:
+        redo = recompute_mask(answer_type, margins, metric=metric)
+        computed, _ = _recompute(out, redo, float32_model(model), split, sets, plan, store)
+    if answer_type == "multiple_choice":  # the one-token bound holds only where this run's recomputes confirm it
+        wider = pair_check(model, split, margins, out["extra"]["choice_ll"], redo, metric, computed=computed)
+        _recompute(out, wider, float32_model(model), split, sets, plan, store)
+        redo = redo | wider
+    return out, redo
 
 
 def _generation_budget(split: Split, answer_type: str, max_new_tokens: Optional[int]) -> Optional[int]:

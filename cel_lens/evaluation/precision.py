@@ -1,8 +1,8 @@
 """bf16 compute whose decisions equal float32's: which examples to recompute, and how to compute.
 
-With ``precision="bf16"`` :func:`~cel_lens.evaluation.evaluate` runs its forward passes under
-``torch.autocast(dtype=torch.bfloat16)`` (matrix products and attention in bfloat16, the residual
-stream, norms and softmaxes in float32) and keeps, beside each decision, its *margin*:
+With ``precision="bf16"`` :func:`~cel_lens.evaluation.evaluate` runs its forward passes on a
+bfloat16 copy of the weights (:func:`compute_precision`; products in bfloat16, the residual stream,
+norms and attention in float32) and keeps, beside each decision, its *margin*:
 
 * exact match (Arithmetic): at every target position the target's logit minus the best other
   logit; a row's margin is the smallest of them (> 0 iff every target token is the argmax);
@@ -26,9 +26,8 @@ which each run checks on its own recomputes (:func:`pair_check`), else falls bac
 ``docs/precision.md``) and set 2-3 times above the largest change seen.
 
 :func:`resolve_precision` turns ``"auto"`` (the default) into ``"bf16"`` for a model held in
-bfloat16 (its re-checks run on a float32 copy), or in float32 on a CPU with native bf16 when the
-model and the split's kind are ones bf16 was measured faster on (:data:`AUTO_KINDS`).
-"""
+bfloat16, or on a CPU with native bf16 where a timed pass of the model says bf16 pays
+(:mod:`~cel_lens.evaluation.precision_probe`, on the kinds of :data:`AUTO_KINDS`)."""
 
 from __future__ import annotations
 
@@ -47,6 +46,7 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from cel_lens.config import PRECISIONS
+from cel_lens.evaluation.precision_groups import recompute_groups
 from cel_lens.evaluation.precision_probe import AUTO_MIN_SPEEDUP, bf16_probe
 from cel_lens.model import bf16_weights
 
@@ -367,32 +367,6 @@ def tally_summary(counts: Mapping[str, Sequence[int]]) -> dict:
         name: {"decisions": total, "recomputed": done, "share": (done / total) if total else 0.0}
         for name, (done, total) in sorted(counts.items())
     }
-
-
-def recompute_groups(redo: Bool[Tensor, "variant example"], slack: float = 2.0) -> list[tuple[list[int], list[int]]]:
-    """Variants whose marked examples are recomputed together, with the union of those examples:
-    a variant joins the current group while the group's cost (variants x union) stays within
-    ``slack`` times the decisions its members mark, so few evaluations recompute at most ``slack``
-    times what is needed."""
-    groups: list[tuple[list[int], list[int]]] = []
-    members: list[int] = []
-    union: set[int] = set()
-    needed = 0
-    for v in range(redo.shape[0]):
-        own = set(redo[v].nonzero()[:, 0].tolist())
-        if not own:
-            continue
-        joined = union | own
-        if members and (len(members) + 1) * len(joined) > slack * (needed + len(own)):
-            groups.append((members, sorted(union)))
-            members, union, needed = [], set(), 0
-            joined = own
-        members.append(v)
-        union = joined
-        needed += len(own)
-    if members:
-        groups.append((members, sorted(union)))
-    return groups
 
 
 def _probe_speedup(model) -> float:
