@@ -69,6 +69,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--task", default="arithmetic", choices=["arithmetic", "boolq"])
     parser.add_argument("--n", type=int, default=48)
     parser.add_argument("--heads-per-layer", type=int, default=1)
+    parser.add_argument("--no-profile", action="store_true", help="skip the profiles and the bound (a shorter run)")
     parser.add_argument("--out", default=str(Path(__file__).with_name("precision_scan.json")))
     args = parser.parse_args(argv)
     import cel_lens as cl
@@ -94,12 +95,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     rec["ratio_cpu"] = round(rec["float32_cpu_s"] / rec["bf16_cpu_s"], 2)
     rec["decisions"], rec["differ"] = int(a.correct.numel()), int((a.correct != b.correct).sum())
     rec["recomputed_share"] = round(b.recomputed_share, 4)
-    sub = split.subset(min(args.n, 16))
-    _, share = _profile(lambda: evaluate(model, sub, heads, progress=False, precision="float32"))
-    rec["float32_product_share"] = round(share, 3)
-    rec["matmul"] = matmul_speedup(int(cfg.d_model), int(cfg.d_mlp))
-    rec["bound_ratio"] = round(1 / ((1 - share) + share / rec["matmul"]["speedup"]), 2)
-    rec["bf16_profile"], _ = _profile(lambda: evaluate(model, sub, heads, progress=False, precision="bf16"))
+    if not args.no_profile:
+        sub = split.subset(min(args.n, 16))
+        _, share = _profile(lambda: evaluate(model, sub, heads, progress=False, precision="float32"))
+        rec["float32_product_share"] = round(share, 3)
+        rec["matmul"] = matmul_speedup(int(cfg.d_model), int(cfg.d_mlp))
+        rec["bound_ratio"] = round(1 / ((1 - share) + share / rec["matmul"]["speedup"]), 2)
+        rec["bf16_profile"], _ = _profile(lambda: evaluate(model, sub, heads, progress=False, precision="bf16"))
     if args.task == "arithmetic":
         rec["earlier_rule_share"] = _earlier_share(model, split, heads, store)
     out = Path(args.out)

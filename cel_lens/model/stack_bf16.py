@@ -101,8 +101,9 @@ def bf16_unembed(model, resid: Float[Tensor, "... d_model"]) -> Float[Tensor, ".
 
 
 def bf16_copy_bytes(model) -> int:
-    """Bytes the bfloat16 copy of ``model``'s layer and unembedding weights takes (2 per weight)."""
-    n = sum(p.numel() for name, p in model.named_parameters() if "embed" not in name or "unembed" in name)
+    """Bytes the bfloat16 copy of ``model``'s layer and unembedding weights takes (2 per weight;
+    norms, kept float32 and not copied, are counted too: an upper bound by a few kilobytes)."""
+    n = sum(p.numel() for p in model.blocks.parameters()) + int(model.cfg.d_model) * int(model.cfg.d_vocab)
     return 2 * int(n)
 
 
