@@ -297,3 +297,17 @@ def test_precision_kind_tells_one_token_choices_from_longer_ones(tiny_checkpoint
     assert precision_kind(model, Split("dist", longer, task="t", answer_type="multiple_choice")) == "multiple_choice"
     em = (Example("e/0", "Q: 1+1\nA:", target=" 2"),)
     assert precision_kind(model, Split("dist", em, task="t", answer_type="exact_match")) == "exact_match"
+
+
+def test_a_bfloat16_model_says_whose_decisions_and_its_copy_prints_nothing(tiny_checkpoints, capsys):
+    """A model loaded in bfloat16: the line names the rounded weights' decisions; the float32 copy
+    its re-checks run on is made without a word on stdout (TransformerLens prints one)."""
+    from cel_lens.model import load_model
+
+    model = load_model(str(tiny_checkpoints["llama"]), loader="hooked", dtype="bfloat16")
+    capsys.readouterr()
+    copy32 = float32_model(model)
+    assert next(copy32.parameters()).dtype == torch.float32 and float32_model(model) is copy32
+    assert capsys.readouterr().out == ""
+    line = precision_line(model, "bf16", "exact_match")
+    assert "a float32 copy of the model's bfloat16 weights" in line and "not those of a float32 checkpoint" in line
