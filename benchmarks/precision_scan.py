@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--task", default="arithmetic", choices=["arithmetic", "boolq"])
     parser.add_argument("--n", type=int, default=48)
     parser.add_argument("--heads-per-layer", type=int, default=1)
-    parser.add_argument("--no-profile", action="store_true", help="skip the profiles and the bound (a shorter run)")
+    parser.add_argument("--no-profile", action="store_true", help="skip the profiles, the bound and the earlier rule's share (a shorter run)")
     parser.add_argument("--out", default=str(Path(__file__).with_name("precision_scan.json")))
     args = parser.parse_args(argv)
     import cel_lens as cl
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         rec["matmul"] = matmul_speedup(int(cfg.d_model), int(cfg.d_mlp))
         rec["bound_ratio"] = round(1 / ((1 - share) + share / rec["matmul"]["speedup"]), 2)
         rec["bf16_profile"], _ = _profile(lambda: evaluate(model, sub, heads, progress=False, precision="bf16"))
-    if args.task == "arithmetic":
+    if args.task == "arithmetic" and not args.no_profile:
         rec["earlier_rule_share"] = _earlier_share(model, split, heads, store)
     out = Path(args.out)
     record = json.loads(out.read_text()) if out.exists() else {}

@@ -39,7 +39,7 @@ from cel_lens.evaluation.precision import (
     Margins, compute_precision, float32_model, pair_check, precision_of, recompute_groups, recompute_mask,
     resolve_precision, tally_recompute,
 )
-from cel_lens.evaluation.precision_tight import TIGHT_LOGIT_BOUND, tight_check
+from cel_lens.evaluation.precision_tight import tight_check, tight_first
 from cel_lens.evaluation.eval_result import EvalResult
 from cel_lens.evaluation.seal import record_test_read
 from cel_lens.evaluation.store import ActivationStore
@@ -159,7 +159,7 @@ def _bf16_run(model, split: Split, sets: list[HeadSet], plan: _Plan, store: Opti
         out = _run(model, split, sets, plan, store, margins=Margins())
     margins = out.pop("margins")
     if resident and answer_type == "exact_match":  # the tight bound first, checked on its own recomputes
-        redo = recompute_mask(answer_type, margins, bound=TIGHT_LOGIT_BOUND)
+        redo = tight_first(margins.token)
         _, seen = _recompute(out, redo, float32_model(model), split, sets, plan, store, observe=True)
         wider, _ = tight_check(margins.token, seen, redo)
         _recompute(out, wider, float32_model(model), split, sets, plan, store)

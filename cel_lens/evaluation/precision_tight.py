@@ -17,7 +17,7 @@ from torch import Tensor
 
 from cel_lens.evaluation.precision import LOGIT_BOUND, PAIR_CHECK_SHARE
 
-__all__ = ["TIGHT_LOGIT_BOUND", "TIGHT_CHECK_MIN", "tight_check"]
+__all__ = ["TIGHT_LOGIT_BOUND", "TIGHT_CHECK_MIN", "tight_check", "tight_first"]
 
 TIGHT_LOGIT_BOUND = 0.5
 """The exact-match bound a pass on the bfloat16 weight copy tries first (:func:`tight_check`):
@@ -48,3 +48,21 @@ def tight_check(
     confirmed = n >= TIGHT_CHECK_MIN and change <= PAIR_CHECK_SHARE * tight
     widen = torch.zeros_like(redo) if confirmed else (bf16_margin.abs() <= bound) & ~redo
     return widen, {"observed": n, "largest_change": change, "bound": tight, "widened": int(widen.sum())}
+
+
+def tight_first(
+    bf16_margin: Float[Tensor, "variant example"], bound: float = LOGIT_BOUND, tight: float = TIGHT_LOGIT_BOUND,
+) -> Bool[Tensor, "variant example"]:
+    """What to recompute first: every decision within ``tight``, and where those are fewer than
+    :data:`TIGHT_CHECK_MIN`, the closest decisions beyond it up to ``bound`` until there are that
+    many (each would be recomputed anyway if the check failed, and each is one more observation)."""
+    redo = bf16_margin.abs() <= tight
+    need = TIGHT_CHECK_MIN - int(redo.sum())
+    band = (bf16_margin.abs() <= bound) & ~redo
+    if need > 0 and bool(band.any()):
+        closest = bf16_margin.abs().masked_fill(~band, float("inf")).flatten()
+        take = closest.topk(min(need, int(band.sum())), largest=False).indices
+        redo = redo.flatten().clone()
+        redo[take] = True
+        redo = redo.view(bf16_margin.shape)
+    return redo

@@ -26,7 +26,7 @@ from cel_lens.evaluation.precision import (
     recompute_summary,
     use_precision,
 )
-from cel_lens.evaluation.precision_tight import TIGHT_LOGIT_BOUND, tight_check
+from cel_lens.evaluation.precision_tight import TIGHT_CHECK_MIN, TIGHT_LOGIT_BOUND, tight_check, tight_first
 from cel_lens.tasks.base import Example, Split
 
 INF = float("inf")
@@ -253,3 +253,18 @@ def test_refined_logits_are_float32s_at_the_target_and_the_top(tiny_checkpoints)
     others = torch.ones_like(refined, dtype=torch.bool).scatter(1, idx, False)
     assert torch.equal(refined[others], fast[others])
     assert covered.dtype == torch.bool and covered.shape == targets.shape
+
+
+def test_the_first_recompute_takes_the_tight_band_then_the_closest_up_to_the_minimum():
+    """:func:`tight_first`: everything within the tight bound; when that is fewer than the check
+    needs, the closest decisions within the full bound, never one beyond it."""
+    margin = torch.linspace(-3, 3, 601)[None, :]  # 0.01 apart
+    first = tight_first(margin)
+    within = margin.abs() <= TIGHT_LOGIT_BOUND
+    assert int(within.sum()) >= TIGHT_CHECK_MIN and torch.equal(first, within)
+    sparse = torch.tensor([[0.1, -0.3, 0.7, -0.9, 1.5, 5.0, float("inf")]])
+    first = tight_first(sparse)
+    assert first.tolist() == [[True, True, True, True, False, False, False]]
+    few = torch.tensor([[0.1] + [0.6 + 0.001 * i for i in range(100)]])
+    first = tight_first(few)
+    assert int(first.sum()) == TIGHT_CHECK_MIN and bool(first[0, 0]) and bool(first[0, 1:TIGHT_CHECK_MIN].all())
