@@ -3,7 +3,8 @@
 On the weight copy (:mod:`~cel_lens.model.stack_bf16`) an exact-match decision's tokens near the
 top are unembedded in float32 (:func:`~cel_lens.model.stack_bf16.refine_logits`), so what moves its
 margin is the layers' rounding alone. :func:`~cel_lens.evaluate` then recomputes first only the
-decisions within :data:`TIGHT_LOGIT_BOUND`, and keeps that bound for the rest only where those
+decisions within :data:`TIGHT_LOGIT_BOUND` (and the closest beyond it, up to the check's minimum:
+:func:`tight_first`), and keeps that bound for the rest only where those
 recomputes confirm it (:func:`tight_check`, the rule :func:`~cel_lens.evaluation.precision.pair_check`
 applies to one-token choices); else every decision within
 :data:`~cel_lens.evaluation.precision.LOGIT_BOUND` is recomputed, as before.
