@@ -34,12 +34,13 @@ from cel_lens.evaluation.batch import EncodedBatch, TeacherForced, teacher_force
 from cel_lens.evaluation.choices import aggregate, decision_margins
 from cel_lens.evaluation.encode import as_split, chat_choice, default_max_tokens, encode_split, precision_kind, split_answer_type
 from cel_lens.evaluation.generation import evaluate_generation
-from cel_lens.evaluation.context import EvalContext
+from cel_lens.evaluation.context import EvalContext, RecomputeTally
 from cel_lens.evaluation.prefix import PREFIX_BOUND, can_share_prefix
 from cel_lens.evaluation.precision import (
     Margins, check_precision, compute_precision, float32_model, pair_check, recompute_groups, recompute_mask,
     resolve_precision, split_key,
 )
+from cel_lens.evaluation.precision_tight import tight_check, tight_first
 from cel_lens.evaluation.eval_result import EvalResult
 from cel_lens.evaluation.seal import record_test_read
 from cel_lens.evaluation.store import ActivationStore
@@ -132,15 +133,7 @@ def evaluate(
             out = _run(model, split, sets, plan, store)
         ctx.tally.add(split_key(split), torch.zeros_like(out["correct"]))
         return EvalResult(**out, **common)
-    with compute_precision(model, prec):
-        out = _run(model, split, sets, plan, store, margins=Margins())
-    margins = out.pop("margins")
-    redo = recompute_mask(answer_type, margins, metric=metric)
-    _recompute(out, redo, float32_model(model), split, sets, plan, store)
-    if answer_type == "multiple_choice":  # the one-token bound holds only where this run's recomputes confirm it
-        wider = pair_check(ctx.tally, split, margins, out["extra"]["choice_ll"], redo, metric)
-        _recompute(out, wider, float32_model(model), split, sets, plan, store)
-        redo = redo | wider
+    out, redo = _bf16_run(model, split, sets, plan, store, prec, ctx.tally)
     ctx.tally.add(split_key(split), redo)
     return EvalResult(**out, **common, precision=prec, recomputed=redo)
 
@@ -172,6 +165,31 @@ class _Plan:
     progress: bool
     ablation: Ablation = ZERO
     share_prefix: bool = False
+
+
+def _bf16_run(model, split: Split, sets: list[HeadSet], plan: _Plan, store: Optional[ActivationStore],
+              prec: str, tally: RecomputeTally) -> tuple[dict, Bool[Tensor, "variant example"]]:
+    """The bf16 evaluation and its float32 re-checks: the results (float32's decisions) and which
+    decisions were recomputed (:mod:`~cel_lens.evaluation.precision`; ``tally``: the context's, where
+    the one-token-choice check keeps its evidence)."""
+    answer_type, metric = plan.answer_type, plan.metric
+    with compute_precision(model, prec) as resident:
+        out = _run(model, split, sets, plan, store, margins=Margins())
+    margins = out.pop("margins")
+    if resident and answer_type == "exact_match":  # the tight bound first, checked on its own recomputes
+        redo = tight_first(margins.token)
+        _, seen = _recompute(out, redo, float32_model(model), split, sets, plan, store, observe=True)
+        wider, _ = tight_check(margins.token, seen, redo)
+        _recompute(out, wider, float32_model(model), split, sets, plan, store)
+        redo = redo | wider
+    else:
+        redo = recompute_mask(answer_type, margins, metric=metric)
+        computed, _ = _recompute(out, redo, float32_model(model), split, sets, plan, store)
+    if answer_type == "multiple_choice":  # the one-token bound holds only where this run's recomputes confirm it
+        wider = pair_check(tally, split, margins, out["extra"]["choice_ll"], redo, metric, computed=computed)
+        _recompute(out, wider, float32_model(model), split, sets, plan, store)
+        redo = redo | wider
+    return out, redo
 
 
 def _generation_budget(split: Split, answer_type: str, max_new_tokens: Optional[int]) -> Optional[int]:
@@ -222,19 +240,28 @@ def _run(model, split: Split, sets: list[HeadSet], plan: _Plan, store: Optional[
 
 
 def _recompute(out: dict, redo: Bool[Tensor, "variant example"], model32, split: Split, sets: list[HeadSet],
-               plan: _Plan, store: Optional[ActivationStore] = None) -> None:
+               plan: _Plan, store: Optional[ActivationStore] = None,
+               observe: bool = False) -> tuple[Bool[Tensor, "variant example"], Optional[Float[Tensor, "variant example"]]]:
     """Replace the results ``redo`` marks with float32 ones: one float32 evaluation per group of
     variants (:func:`~cel_lens.evaluation.precision.recompute_groups`) on the examples any of them
     marks; every result it returns is float32's, so all are copied. With a ``store`` the model
     itself computes in float32 from (a float32 run resumes from it too), each variant resumes from
-    it at its layer (:meth:`ActivationStore.view`), as the float32 run does; else from the tokens."""
+    it at its layer (:meth:`ActivationStore.view`), as the float32 run does; else from the tokens.
+    Returns which decisions were recomputed (a superset of ``redo``: each group's union of examples)
+    and, with ``observe``, their float32 token margins (NaN elsewhere)."""
     quiet = replace(plan, progress=False, share_prefix=False)  # unshared prompts: the reference path
+    seen = torch.full(tuple(redo.shape), float("nan")) if observe else None
+    computed = torch.zeros_like(redo)
     resume = (store is not None and model32 is store.model and plan.answer_type != "generation"
               and not any(b.prefix for b in store.batches))
     for group, examples in recompute_groups(redo):
         sub = replace(split, examples=tuple(split.examples[i] for i in examples))
-        fixed = _run(model32, sub, [sets[v] for v in group], quiet, store.view(examples) if resume else None)
+        fixed = _run(model32, sub, [sets[v] for v in group], quiet, store.view(examples) if resume else None,
+                     margins=Margins() if observe else None)
         rows, cols = torch.tensor(group)[:, None], torch.tensor(examples)[None, :]
+        computed[rows, cols] = True
+        if seen is not None:
+            seen[rows, cols] = fixed.pop("margins").token
         out["correct"][rows, cols] = fixed["correct"]
         out["scores"][rows, cols] = fixed["scores"]
         for key, value in fixed.get("extra", {}).items():  # per choice: the subset may have fewer choices
@@ -246,6 +273,7 @@ def _recompute(out: dict, redo: Bool[Tensor, "variant example"], model32, split:
             for k, v in enumerate(group):
                 for j, i in enumerate(examples):
                     out["completions"][v][i] = fixed["completions"][k][j]
+    return computed, seen
 
 
 def _summed_logprob(model, rows: TeacherForced, fwd_hooks: Sequence) -> Float[Tensor, " row"]:

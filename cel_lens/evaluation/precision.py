@@ -1,8 +1,8 @@
 """bf16 compute whose decisions equal float32's: which examples to recompute, and how to compute.
 
-With ``precision="bf16"`` :func:`~cel_lens.evaluation.evaluate` runs its forward passes under
-``torch.autocast(dtype=torch.bfloat16)`` (matrix products and attention in bfloat16, the residual
-stream, norms and softmaxes in float32) and keeps, beside each decision, its *margin*:
+With ``precision="bf16"`` :func:`~cel_lens.evaluation.evaluate` runs its forward passes on a
+bfloat16 copy of the weights (:func:`compute_precision`; products in bfloat16, the residual stream,
+norms and attention in float32) and keeps, beside each decision, its *margin*:
 
 * exact match (Arithmetic): at every target position the target's logit minus the best other
   logit; a row's margin is the smallest of them (> 0 iff every target token is the argmax);
@@ -26,15 +26,15 @@ which each run checks on its own recomputes (:func:`pair_check`), else falls bac
 ``docs/precision.md``) and set 2-3 times above the largest change seen.
 
 :func:`resolve_precision` turns ``"auto"`` (the default) into ``"bf16"`` for a model held in
-bfloat16 (its re-checks run on a float32 copy), or in float32 on a CPU with native bf16 when the
-model and the split's kind are ones bf16 was measured faster on (:data:`AUTO_KINDS`).
-"""
+bfloat16, or on a CPU with native bf16 where a timed pass of the model says bf16 pays
+(:mod:`~cel_lens.evaluation.precision_probe`, on the kinds of :data:`AUTO_KINDS`)."""
 
 from __future__ import annotations
 
 import contextlib
 import copy
 import functools
+import io
 import weakref
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
@@ -44,6 +44,9 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from cel_lens.config import PRECISIONS
+from cel_lens.evaluation.precision_groups import recompute_groups
+from cel_lens.evaluation.precision_probe import AUTO_MIN_SPEEDUP, bf16_probe
+from cel_lens.model import bf16_weights
 
 __all__ = [
     "PRECISIONS", "LOGIT_BOUND", "LOGPROB_BOUND", "CHOICE_PAIR_BOUND", "PAIR_CHECK_MIN", "PAIR_CHECK_SHARE",
@@ -130,20 +133,29 @@ def resolve_precision(precision: Optional[str], model, split_kind: Optional[str]
         return "bf16"
     if p.dtype == torch.float32 and p.device.type == "cpu" and cpu_has_native_bf16():
         big = sum(q.numel() for q in model.parameters()) >= AUTO_MIN_PARAMS
-        return "bf16" if big and split_kind in AUTO_KINDS else "float32"
+        if not big or split_kind not in AUTO_KINDS:
+            return "float32"
+        return "bf16" if bf16_probe(model)["speedup"] >= AUTO_MIN_SPEEDUP else "float32"
     return "float32"
 
 
 @contextlib.contextmanager
-def compute_precision(model, precision: str) -> Iterator[None]:
-    """Within the block, ``model``'s forward passes compute in ``precision`` (``"bf16"``: autocast
-    on the model's device; ``"float32"``: as the model is)."""
+def compute_precision(model, precision: str) -> Iterator[bool]:
+    """Within the block, ``model``'s forward passes compute in ``precision``. ``"bf16"``: on a
+    bfloat16 copy of a float32 model's weights, made once and kept beside it, the residual stream,
+    norms and attention in float32 (:func:`~cel_lens.model.bf16_weights`); for a model without a
+    fused stack, autocast on its device; a model held in bfloat16 as it is. ``"float32"``: as the
+    model is. Yields whether the passes run on the weight copy."""
     if precision != "bf16":
-        yield
+        yield False
         return
+    with bf16_weights(model) as resident:
+        if resident:
+            yield True
+            return
     device = next(model.parameters()).device.type
     with torch.autocast(device_type=device, dtype=torch.bfloat16):
-        yield
+        yield False
 
 
 _FLOAT32: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -156,7 +168,8 @@ def float32_model(model):
         return model
     held = _FLOAT32.get(model)
     if held is None:
-        held = copy.deepcopy(model).to(torch.float32)
+        with contextlib.redirect_stdout(io.StringIO()):  # TransformerLens prints "Changing model dtype ..."
+            held = copy.deepcopy(model).to(torch.float32)
         _FLOAT32[model] = held
     return held
 
@@ -259,6 +272,7 @@ def _row_change(bf16_ll: Float[Tensor, "row choice"], float32_ll: Float[Tensor, 
 def pair_check(
     tally: Any, split, margins: Margins, float32_ll: Float[Tensor, "variant example choice"],
     redo: Bool[Tensor, "variant example"], metric: Optional[str] = None,
+    computed: Optional[Bool[Tensor, "variant example"]] = None,
 ) -> Bool[Tensor, "variant example"]:
     """Check :data:`CHOICE_PAIR_BOUND` on an evaluation's own recomputes, and say what else to recompute.
 
@@ -268,14 +282,16 @@ def pair_check(
     of it, counting those of earlier evaluations of the same split (task and name) in ``tally`` (a
     :class:`~cel_lens.evaluation.context.RecomputeTally`: one search's). Otherwise what the wider ``LOGPROB_BOUND`` rule marks beyond
     ``redo`` is returned to be recomputed too (none when confirmed, or where the bound was not used:
-    no one-token choices, or ``metric="acc_norm"``). The split's record is kept for the run's tally."""
+    no one-token choices, or ``metric="acc_norm"``). ``computed`` (default ``redo``): every decision
+    the recompute computed in float32, each an observation (a recompute group's examples are a
+    superset of what its members mark). The split's record is kept for the run's tally."""
     none = torch.zeros_like(redo)
     if margins.choice_ll is None or margins.choice_tokens is None or metric == "acc_norm":
         return none
     one = (margins.choice_tokens <= 1).all(-1)
     if not bool(one.any()):
         return none
-    seen = redo & one[None, :]
+    seen = (redo if computed is None else computed | redo) & one[None, :]
     n = int(seen.sum())
     change = float(_row_change(margins.choice_ll[seen], float32_ll[seen]).max()) if n else 0.0
     key = (str(getattr(split, "task", "") or ""), split_key(split))
@@ -297,30 +313,8 @@ def tally_summary(counts: Mapping[str, Sequence[int]]) -> dict:
     }
 
 
-def recompute_groups(redo: Bool[Tensor, "variant example"], slack: float = 2.0) -> list[tuple[list[int], list[int]]]:
-    """Variants whose marked examples are recomputed together, with the union of those examples:
-    a variant joins the current group while the group's cost (variants x union) stays within
-    ``slack`` times the decisions its members mark, so few evaluations recompute at most ``slack``
-    times what is needed."""
-    groups: list[tuple[list[int], list[int]]] = []
-    members: list[int] = []
-    union: set[int] = set()
-    needed = 0
-    for v in range(redo.shape[0]):
-        own = set(redo[v].nonzero()[:, 0].tolist())
-        if not own:
-            continue
-        joined = union | own
-        if members and (len(members) + 1) * len(joined) > slack * (needed + len(own)):
-            groups.append((members, sorted(union)))
-            members, union, needed = [], set(), 0
-            joined = own
-        members.append(v)
-        union = joined
-        needed += len(own)
-    if members:
-        groups.append((members, sorted(union)))
-    return groups
+def _probe_speedup(model) -> float:
+    return float(bf16_probe(model)["speedup"])
 
 
 def precision_line(model, precision: Optional[str], split_kind: Optional[str] = None) -> str:
@@ -334,10 +328,17 @@ def precision_line(model, precision: Optional[str], split_kind: Optional[str] = 
         words = "one-token choice" if split_kind == ONE_TOKEN_CHOICES else str(split_kind).replace("_", "-")
         why = "a model too small for bf16 to pay" if small else (
             f"bf16 was not always measured faster on {words} tasks" if cpu_has_native_bf16() else "no native bf16 here")
+        if not small and cpu_has_native_bf16() and split_kind in AUTO_KINDS:
+            why = f"a timed pass ran bf16 only {bf16_probe(model)['speedup']:.2f}x float32's speed here"
         return f"precision: float32 (auto: {why}; --precision bf16 gives the same results)"
     why = ""
+    held = next(model.parameters()).dtype == torch.bfloat16
     if name == "auto":
-        held = next(model.parameters()).dtype == torch.bfloat16
-        why = " (auto: the model is in bfloat16)" if held else " (auto: this CPU has native bf16)"
+        why = " (auto: the model is in bfloat16)" if held else (
+            f" (auto: a timed pass ran bf16 {_probe_speedup(model):.2f}x faster than float32 here)")
+    if held:  # the float32 copy holds the rounded weights: its decisions are theirs, not the checkpoint's
+        return (f"precision: bf16 compute{why}; every decision within the bf16 error bound is recomputed in float32 "
+                "on a float32 copy of the model's bfloat16 weights, so the results are those weights' computed in "
+                "float32, not those of a float32 checkpoint (load the model in float32 for those)")
     return (f"precision: bf16 compute{why}; every decision within the bf16 error bound is recomputed in float32, "
             "so the results equal float32's (--precision float32 turns it off)")

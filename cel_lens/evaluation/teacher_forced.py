@@ -24,6 +24,7 @@ from cel_lens.heads import HeadSet, masks_from_head_sets
 from cel_lens.model.ablation import ZERO, Ablation
 from cel_lens.model.forward import forward_resid, forward_resid_cached, init_kv_cache, param_device, select_kv_cache, unembed
 from cel_lens.model.model_types import model_shape, supports_resume
+from cel_lens.model.stack_bf16 import bf16_active, refine_logits
 from cel_lens.progress import progress_bar
 
 __all__ = ["batch_pass", "intact_mask", "score_batches", "chunks", "variants_per_pass"]
@@ -148,13 +149,17 @@ def _score_vectors(
     n = vectors.shape[0]
     step = max(1, _VECTOR_BUDGET // max(1, int(model.cfg.d_vocab)))
     logprobs, greedy, margins = [], [], []
+    fast = bf16_active(model)
     for i in range(0, n, step):
         logits = unembed(model, vectors[i : i + step]).float()
         tgt = targets[i : i + step, None]
+        if fast:  # the tokens near the top, and the target, in float32 (cel_lens.model.stack_bf16)
+            logits, covered = refine_logits(model, vectors[i : i + step], logits, tgt[:, 0])
         own = logits.gather(-1, tgt)
         logprobs.append((own - logits.logsumexp(-1, keepdim=True))[:, 0])
         greedy.append(logits.argmax(-1) == tgt[:, 0])
-        margins.append(own[:, 0] - logits.scatter(-1, tgt, float("-inf")).amax(-1))
+        margin = own[:, 0] - logits.scatter(-1, tgt, float("-inf")).amax(-1)
+        margins.append(margin if not fast else torch.where(covered, margin, torch.zeros_like(margin)))
     if not logprobs:
         empty = vectors.new_zeros(0, dtype=torch.float32)
         return empty, torch.zeros(0, dtype=torch.bool, device=vectors.device), empty

@@ -31,6 +31,7 @@ from torch import Tensor
 from cel_lens.model.hook_scope import owned, scoped_hooks
 from cel_lens.model.model_types import is_bridge, model_name
 from cel_lens.model.stack import StackCache
+from cel_lens.model.stack_bf16 import bf16_active, bf16_stack_for, bf16_unembed
 from cel_lens.model.stack_build import stack_for
 
 __all__ = [
@@ -165,7 +166,9 @@ def _stack(model, hooks: Sequence[Hook]):
     if any(not isinstance(name, str) for name, _ in hooks):
         return None
     hook_dict = getattr(model, "hook_dict", {})
-    return stack_for(model, [hook_dict[name] for name, _ in hooks])
+    points = [hook_dict[name] for name, _ in hooks]
+    fast = bf16_stack_for(model, points)  # within bf16_weights(model): its bfloat16 weight copy
+    return fast if fast is not None else stack_for(model, points)
 
 
 def _bridge_forward_resid(
@@ -251,7 +254,10 @@ def bridge_layers(
 
 def unembed(model, resid: Float[Tensor, "... d_model"]) -> Float[Tensor, "... d_vocab"]:
     """Final norm and unembedding of residual-stream vectors (only those you pass: unembed only the
-    scored positions)."""
+    scored positions). Within :func:`~cel_lens.model.stack_bf16.bf16_weights` the product reads the
+    bfloat16 weight copy (:func:`~cel_lens.model.stack_bf16.bf16_unembed`)."""
+    if bf16_active(model):
+        return bf16_unembed(model, resid)
     if getattr(model.cfg, "normalization_type", None) is not None and hasattr(model, "ln_final"):
         resid = model.ln_final(resid)
     logits = model.unembed(resid)

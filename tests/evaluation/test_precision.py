@@ -79,7 +79,11 @@ def test_precision_option_resolution(tiny_model, monkeypatch):
     monkeypatch.setattr(module, "cpu_has_native_bf16", lambda: True)
     assert resolve_precision("auto", tiny_model) == "float32"  # a toy model: bf16 would not pay
     monkeypatch.setattr(module, "AUTO_MIN_PARAMS", 1000)
+    monkeypatch.setattr(module, "bf16_probe", lambda m: {"speedup": 2.0})  # the timed pass decides
     assert resolve_precision("auto", tiny_model, "exact_match") == "bf16"
+    monkeypatch.setattr(module, "bf16_probe", lambda m: {"speedup": 1.1})
+    assert resolve_precision("auto", tiny_model, "exact_match") == "float32"
+    monkeypatch.setattr(module, "bf16_probe", lambda m: {"speedup": 2.0})
     assert resolve_precision("auto", tiny_model, "multiple_choice") == "float32"  # multi-token choices: not faster
     assert resolve_precision("auto", tiny_model, ONE_TOKEN_CHOICES) == "float32"  # BoolQ's yes/no: not faster in every measurement
     assert resolve_precision("bf16", tiny_model, ONE_TOKEN_CHOICES) == "bf16"
@@ -102,13 +106,31 @@ def test_precision_line_says_what_auto_chose_and_why(tiny_model, monkeypatch):
     monkeypatch.delenv("CEL_LENS_PRECISION", raising=False)
     monkeypatch.setattr(module, "cpu_has_native_bf16", lambda: True)
     monkeypatch.setattr(module, "AUTO_MIN_PARAMS", 1000)
-    assert precision_line(tiny_model, "auto", "exact_match").startswith("precision: bf16 compute (auto: this CPU has native bf16)")
+    monkeypatch.setattr(module, "bf16_probe", lambda m: {"speedup": 2.0})
+    line = precision_line(tiny_model, "auto", "exact_match")
+    assert line.startswith("precision: bf16 compute (auto: a timed pass ran bf16 2.00x faster than float32 here)")
+    monkeypatch.setattr(module, "bf16_probe", lambda m: {"speedup": 0.8})
+    assert "a timed pass ran bf16 only 0.80x float32's speed here" in precision_line(tiny_model, "auto", "exact_match")
     line = precision_line(tiny_model, "auto", ONE_TOKEN_CHOICES)
     assert line.startswith("precision: float32 (auto: bf16 was not always measured faster on one-token choice tasks")
     assert "--precision bf16 gives the same results" in line
     assert precision_line(tiny_model, "float32", "exact_match") == "precision: float32"
     monkeypatch.setattr(module, "AUTO_MIN_PARAMS", 10**12)
     assert "a model too small for bf16 to pay" in precision_line(tiny_model, None, "exact_match")
+
+
+def test_the_probe_times_both_ways_once_per_model(tiny_model):
+    """:func:`bf16_probe` measures a float32 pass and one on the weight copy, once, and the run
+    record reads what it measured (none before it ran)."""
+    from cel_lens.evaluation.precision_probe import bf16_probe, probe_record
+    from cel_lens.testing import tiny_hooked_transformer
+
+    fresh = tiny_hooked_transformer()
+    assert probe_record(fresh) is None
+    first = bf16_probe(fresh)
+    assert first["float32_s"] > 0 and first["bf16_s"] > 0
+    assert first["speedup"] == round(first["float32_s"] / first["bf16_s"], 2)
+    assert bf16_probe(fresh) == first == probe_record(fresh)
 
 
 def _splits(model) -> dict[str, Split]:
@@ -267,3 +289,17 @@ def test_precision_kind_tells_one_token_choices_from_longer_ones(tiny_checkpoint
     assert precision_kind(model, Split("dist", longer, task="t", answer_type="multiple_choice")) == "multiple_choice"
     em = (Example("e/0", "Q: 1+1\nA:", target=" 2"),)
     assert precision_kind(model, Split("dist", em, task="t", answer_type="exact_match")) == "exact_match"
+
+
+def test_a_bfloat16_model_says_whose_decisions_and_its_copy_prints_nothing(tiny_checkpoints, capsys):
+    """A model loaded in bfloat16: the line names the rounded weights' decisions; the float32 copy
+    its re-checks run on is made without a word on stdout (TransformerLens prints one)."""
+    from cel_lens.model import load_model
+
+    model = load_model(str(tiny_checkpoints["llama"]), loader="hooked", dtype="bfloat16")
+    capsys.readouterr()
+    copy32 = float32_model(model)
+    assert next(copy32.parameters()).dtype == torch.float32 and float32_model(model) is copy32
+    assert capsys.readouterr().out == ""
+    line = precision_line(model, "bf16", "exact_match")
+    assert "a float32 copy of the model's bfloat16 weights" in line and "not those of a float32 checkpoint" in line

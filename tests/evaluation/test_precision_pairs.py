@@ -26,6 +26,7 @@ from cel_lens.evaluation.precision import (
     recompute_summary,
 )
 from cel_lens.evaluation.context import EvalContext, RecomputeTally
+from cel_lens.evaluation.precision_tight import TIGHT_CHECK_MIN, TIGHT_LOGIT_BOUND, tight_check, tight_first
 from cel_lens.tasks.base import Example, Split
 
 INF = float("inf")
@@ -105,22 +106,28 @@ def test_evidence_adds_up_over_one_splits_evaluations():
 
 @contextlib.contextmanager
 def _noisy_bf16(spread: float):
-    """Within the block, bf16 passes (autocast on) add a fixed noise of up to ``spread`` to every
-    logit: a bf16 error far beyond the pair bound, that float32 passes do not see."""
-    original = tf.unembed
+    """Within the block, bf16 passes (on the bfloat16 weight copy, after its float32 refinement of
+    the top logits, or under autocast) add a fixed noise of up to ``spread`` to every logit: a bf16
+    error far beyond the pair bound, that float32 passes do not see."""
+    original, refine = tf.unembed, tf.refine_logits
     gen = torch.Generator().manual_seed(0)
+
+    def noise(out):
+        return out + (torch.rand(out.shape, generator=gen) - 0.5) * spread
 
     def noisy(m, vectors):
         out = original(m, vectors)
-        if torch.is_autocast_cpu_enabled():
-            out = out + (torch.rand(out.shape, generator=gen) - 0.5) * spread
-        return out
+        return noise(out) if torch.is_autocast_cpu_enabled() else out
 
-    tf.unembed = noisy
+    def noisy_refine(m, vectors, logits, targets):
+        logits, covered = refine(m, vectors, logits, targets)
+        return noise(logits), covered
+
+    tf.unembed, tf.refine_logits = noisy, noisy_refine
     try:
         yield
     finally:
-        tf.unembed = original
+        tf.unembed, tf.refine_logits = original, refine
 
 
 def test_an_evaluation_whose_bf16_errs_beyond_the_bound_still_gets_float32s_bits(tiny_checkpoints, monkeypatch):
@@ -202,3 +209,58 @@ def _greedy_token(model, prompt: str) -> Optional[str]:
         return text if encode_pair(model, prompt, text)[1] == [token] else None
     except ValueError:
         return None
+
+
+def test_the_tight_exact_match_bound_holds_only_where_the_recomputes_confirm_it():
+    """:func:`tight_check`: enough small observed changes keep the tight bound; a large one, or too
+    few observations, recompute everything within the full bound not yet recomputed."""
+    gen = torch.Generator().manual_seed(0)
+    bf16 = (torch.rand(4, 50, generator=gen) - 0.5) * 4  # margins in [-2, 2]
+    redo = bf16.abs() <= TIGHT_LOGIT_BOUND
+    f32 = torch.full_like(bf16, float("nan"))
+    f32[:, :40] = bf16[:, :40] + 0.05  # 160 observed, each moved by 0.05
+    widen, record = tight_check(bf16, f32, redo)
+    assert not bool(widen.any()) and record["observed"] == 160 and abs(record["largest_change"] - 0.05) < 1e-6
+    f32[2, 7] = bf16[2, 7] + PAIR_CHECK_SHARE * TIGHT_LOGIT_BOUND + 0.01  # one large change
+    widen, record = tight_check(bf16, f32, redo)
+    assert torch.equal(widen, (bf16.abs() <= LOGIT_BOUND) & ~redo) and bool(widen.any())
+    few = torch.full_like(bf16, float("nan"))
+    few[0, :10] = bf16[0, :10]  # 10 observations, no change
+    widen, record = tight_check(bf16, few, redo)
+    assert record["observed"] == 10 and torch.equal(widen, (bf16.abs() <= LOGIT_BOUND) & ~redo)
+
+
+def test_refined_logits_are_float32s_at_the_target_and_the_top(tiny_checkpoints):
+    from cel_lens.model import bf16_weights, forward_resid, load_model, unembed
+    from cel_lens.model.stack_bf16 import REFINE_TOP, refine_logits
+
+    model = load_model(str(tiny_checkpoints["llama"]))
+    tokens = torch.randint(3, 250, (2, 9), generator=torch.Generator().manual_seed(1))
+    with torch.inference_mode():
+        resid = forward_resid(model, tokens).reshape(-1, model.cfg.d_model)
+        exact = unembed(model, resid).float()
+        with bf16_weights(model):
+            fast = unembed(model, resid).float()
+            targets = torch.randint(0, exact.shape[-1], (resid.shape[0],), generator=torch.Generator().manual_seed(2))
+            refined, covered = refine_logits(model, resid, fast, targets)
+    assert not torch.allclose(fast, exact)
+    idx = torch.cat([targets[:, None], fast.topk(REFINE_TOP, dim=-1).indices], 1)
+    assert torch.allclose(refined.gather(1, idx), exact.gather(1, idx), atol=1e-5)
+    others = torch.ones_like(refined, dtype=torch.bool).scatter(1, idx, False)
+    assert torch.equal(refined[others], fast[others])
+    assert covered.dtype == torch.bool and covered.shape == targets.shape
+
+
+def test_the_first_recompute_takes_the_tight_band_then_the_closest_up_to_the_minimum():
+    """:func:`tight_first`: everything within the tight bound; when that is fewer than the check
+    needs, the closest decisions within the full bound, never one beyond it."""
+    margin = torch.linspace(-3, 3, 601)[None, :]  # 0.01 apart
+    first = tight_first(margin)
+    within = margin.abs() <= TIGHT_LOGIT_BOUND
+    assert int(within.sum()) >= TIGHT_CHECK_MIN and torch.equal(first, within)
+    sparse = torch.tensor([[0.1, -0.3, 0.7, -0.9, 1.5, 5.0, float("inf")]])
+    first = tight_first(sparse)
+    assert first.tolist() == [[True, True, True, True, False, False, False]]
+    few = torch.tensor([[0.1] + [0.6 + 0.001 * i for i in range(100)]])
+    first = tight_first(few)
+    assert int(first.sum()) == TIGHT_CHECK_MIN and bool(first[0, 0]) and bool(first[0, 1:TIGHT_CHECK_MIN].all())
