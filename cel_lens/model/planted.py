@@ -29,7 +29,7 @@ from cel_lens.model.gguf import cache_root
 from cel_lens.model.sources import Resolved, canonical_name
 
 __all__ = ["PLANT_SEPARATOR", "PLANT_MARKER", "WEIGHTS_FILE", "planted_name", "split_planted_name", "planted_root",
-           "tensors_hash", "read_tensors", "write_planted", "planted_from", "planted_source"]
+           "tensors_hash", "read_tensors", "write_planted", "planted_from", "planted_folder", "planted_source"]
 
 PLANT_SEPARATOR = "+plant:"
 """What joins a base model's name and a plant kind: ``"smollm2-135m+plant:capability"``."""
@@ -125,6 +125,18 @@ def planted_from(directory: Union[str, os.PathLike]) -> Optional[dict[str, Any]]
     return json.loads(marker.read_text(encoding="utf-8")) if marker.is_file() else None
 
 
+def planted_folder(name: str, cache: Optional[Union[str, os.PathLike]] = None) -> Optional[Path]:
+    """The cached build the planted model ``name`` (``<base>+plant:<kind>``) points at, ``None`` when
+    it was never built here (or its folder is incomplete)."""
+    parts = split_planted_name(name)
+    if parts is None:
+        return None
+    root = planted_root(cache)
+    index = _index_file(root, planted_name(*parts))
+    folder = root / json.loads(index.read_text())["tensors_sha256"] if index.is_file() else None
+    return folder if folder is not None and (folder / PLANT_MARKER).is_file() else None
+
+
 def planted_source(text: str, name_or_path: Any, **hub: Any) -> Optional[Resolved]:
     """Model source ``"planted"``: ``<base>+plant:<kind>``, the build its name points at in the
     cache; a name never built here is one line saying how to build it."""
@@ -132,9 +144,8 @@ def planted_source(text: str, name_or_path: Any, **hub: Any) -> Optional[Resolve
     if parts is None:
         return None
     name = planted_name(*parts)
-    index = _index_file(planted_root(), name)
-    folder = planted_root() / json.loads(index.read_text())["tensors_sha256"] if index.is_file() else None
-    if folder is None or not (folder / PLANT_MARKER).is_file():
+    folder = planted_folder(name)
+    if folder is None:
         raise ValueError(f"{name} is not built in {planted_root()}: build it with `cel-lens plant {parts[1]}` "
                          f"(it needs the base model and the BoolQ validation file)")
     return Resolved(folder, name, None, "planted")

@@ -18,7 +18,7 @@ from typing import Any, Optional, Sequence, Union
 from cel_lens.model.gguf import converted_from
 from cel_lens.model.planted import planted_name, read_tensors, write_planted
 from cel_lens.model.sources import resolve_source
-from cel_lens.plant.build import KINDS, PAIRS_OF, fit_pairs, pair_record, planted_tensors
+from cel_lens.plant.build import KINDS, PAIRS_OF, base_discrimination, fit_pairs, pair_record, planted_tensors
 from cel_lens.plant.features import extract_features, load_base
 from cel_lens.plant.truth import plant_truth
 
@@ -76,9 +76,11 @@ def build_plants(kinds: Sequence[str], *, data_dir: Optional[str] = None, rows: 
         planted = planted_tensors(tensors, w, [pairs[n] for n in PAIRS_OF[kind]])
         folder, digest = write_planted(base.path, planted_name(BASE, kind), planted, recipe, cache=cache)
         out["plants"][kind] = {"name": planted_name(BASE, kind), "tensors_sha256": digest, "folder": str(folder), **recipe}
-    out["train_sizing"] = {n: {"train_sizing": p["train_sizing"], "chosen_on_train": p["chosen_on_train"]} for n, p in pairs.items()}
+    out["train_sizing"] = {n: {k: v for k, v in p.items() if k not in ("v", "reader", "canceller")} for n, p in pairs.items()}
+    out["base_on_train"] = base_discrimination(w, train)
     if truth:
         held = extract_features(model, tokenizer, examples["truth"])
         out["truth"] = plant_truth(w, train, held, pairs, {k: PAIRS_OF[k] for k in kinds})
+        out["base_on_truth"] = base_discrimination(w, held)
     out["cpu_s"] = time.process_time() - start
     return out
