@@ -146,6 +146,6 @@ def planted_source(text: str, name_or_path: Any, **hub: Any) -> Optional[Resolve
     name = planted_name(*parts)
     folder = planted_folder(name)
     if folder is None:
-        raise ValueError(f"{name} is not built in {planted_root()}: build it with `cel-lens plant {parts[1]}` "
-                         f"(it needs the base model and the BoolQ validation file)")
+        raise ValueError(f"{name} is not built in {planted_root()}: `cel-lens plant {parts[1]} --data-dir DIR` builds "
+                         "the kinds it knows (docs/planted.md; it needs the base model and the BoolQ validation file)")
     return Resolved(folder, name, None, "planted")
