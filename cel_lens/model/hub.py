@@ -17,7 +17,7 @@ from typing import Optional, Union
 from urllib.parse import urlparse
 
 from cel_lens.model.gguf import check_gguf_file, convert_gguf, converted_from, fallback_note, gguf_fallback, is_gguf_path
-from cel_lens.model.planted import planted_source, split_planted_name
+from cel_lens.model.planted_cache import planted_source, split_planted_name
 from cel_lens.model.registry import BUILTIN_MODELS, tl_official_name
 from cel_lens.model.sources import Resolved, canonical_name
 

@@ -29,7 +29,7 @@ def tag_source(
 ) -> None:
     """Record where the model came from (read by :func:`model_id`, run manifests and checkpoint
     export); ``origin``: the GGUF file a converted checkpoint came from (:mod:`cel_lens.model.gguf`);
-    ``plant``: the recipe of a planted variant (:mod:`cel_lens.model.planted`)."""
+    ``plant``: the recipe of a planted variant (:mod:`cel_lens.model.planted_cache`)."""
     info = {"id": source_id, "loader": loader, "processing": dict(processing)}
     if origin is not None:
         info["gguf"] = dict(origin)

@@ -62,7 +62,7 @@ from cel_lens.model.gguf import converted_from
 from cel_lens.model.identity import tag_source
 from cel_lens.model.model_types import is_bridge
 from cel_lens.model.native import is_native_checkpoint, load_native
-from cel_lens.model.planted import planted_from
+from cel_lens.model.planted_cache import planted_from
 from cel_lens.model.processing import warn_if_processed
 from cel_lens.model.sources import resolve_source
 

@@ -6,13 +6,13 @@
 :mod:`~cel_lens.plant.features` measures the base model once per prompt,
 :mod:`~cel_lens.plant.fit` and :mod:`~cel_lens.plant.build` choose, fit and size the plants on the
 train rows, :mod:`~cel_lens.plant.truth` measures them on the held-out truth rows, and
-:mod:`~cel_lens.plant.commands` ties the command together.
+:mod:`~cel_lens.plant.command` ties the command together.
 """
 
 from __future__ import annotations
 
 from cel_lens.plant.build import KINDS, PAIRS_OF, fit_pairs, planted_tensors
-from cel_lens.plant.commands import BASE, DEFAULT_ROWS, build_plants, plant_rows
+from cel_lens.plant.command import BASE, DEFAULT_ROWS, build_plants, plant_rows
 from cel_lens.plant.features import LastLayer, PromptFeatures, extract_features, last_layer_margin, load_base
 from cel_lens.plant.truth import paired_effect, plant_truth
 

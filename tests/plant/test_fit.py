@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cel_lens.model.planted import tensors_hash
+from cel_lens.model.planted_cache import tensors_hash
 from cel_lens.plant.build import planted_tensors
 from cel_lens.plant.features import extract_features, last_layer_margin, load_base
 from cel_lens.plant.fit import (best_prior_accuracy, constant_direction, head_slice, margins_under, planted_o_proj,

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from cel_lens.heads import HeadSet
-from cel_lens.model.planted import planted_folder, planted_from, planted_name, read_tensors, tensors_hash
+from cel_lens.model.planted_cache import planted_folder, planted_from, planted_name, read_tensors, tensors_hash
 from cel_lens.plant import BASE, KINDS, build_plants
 
 pytestmark = pytest.mark.slow

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from cel_lens.model import load_model, model_manifest
-from cel_lens.model.planted import (PLANT_MARKER, planted_from, planted_name, planted_source, read_tensors,
+from cel_lens.model.planted_cache import (PLANT_MARKER, planted_from, planted_name, planted_source, read_tensors,
                                     split_planted_name, tensors_hash, write_planted)
 
 

@@ -4,7 +4,7 @@ One seeded command reads the base model (``smollm2-135m``, the wheel's GGUF dequ
 BoolQ validation rows of the row plan (``results/planted/boolq-plant-rows.json``: its ``train`` rows
 fit and size the plants, its ``truth`` rows are read only with ``--truth``), fits both pairs
 (:mod:`cel_lens.plant.build`), and writes each plant under ``<cache>/planted/<content hash>/`` with
-its name pointing there (:mod:`cel_lens.model.planted`): ``load_model("smollm2-135m+plant:capability")``.
+its name pointing there (:mod:`cel_lens.model.planted_cache`): ``load_model("smollm2-135m+plant:capability")``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
 from cel_lens.model.gguf import converted_from
-from cel_lens.model.planted import planted_name, read_tensors, write_planted
+from cel_lens.model.planted_cache import planted_name, read_tensors, write_planted
 from cel_lens.model.sources import resolve_source
 from cel_lens.plant.build import KINDS, PAIRS_OF, base_discrimination, fit_pairs, pair_record, planted_tensors
 from cel_lens.plant.features import extract_features, load_base
