@@ -116,3 +116,24 @@ def test_planted_tensors_change_only_the_pairs_slices():
     assert torch.equal(o[:, ~cols], w.o_proj[:, ~cols]) and not torch.equal(o[:, cols], w.o_proj[:, cols])
     assert out["model.embed_tokens.weight"] is base["model.embed_tokens.weight"]
     assert tensors_hash(out) == tensors_hash(planted_tensors(base, w, pairs)) != tensors_hash(base)
+
+
+def test_fit_pairs_is_deterministic_and_follows_its_rules(tiny):
+    """On synthetic features through the tiny model's last layer: the same pairs twice, each canceller
+    in its reader's key/value group, the prior reader outside the capability reader's group."""
+    from cel_lens.plant.build import fit_pairs
+    from cel_lens.plant.features import PromptFeatures
+
+    _, _, w, f = tiny
+    g = torch.Generator().manual_seed(4)
+    n = 60
+    labels = (torch.rand(n, generator=g) > 0.4).long()
+    z = torch.randn(n, f.z.shape[1], generator=g) + 1.0
+    resid = f.resid[torch.arange(n) % len(f.resid)] + 0.1 * torch.randn(n, f.resid.shape[1], generator=g)
+    feats = PromptFeatures(z, resid, last_layer_margin(w, z, resid, w.o_proj), labels, [f"r/{i}" for i in range(n)])
+    a, b = fit_pairs(w, feats, seed=0), fit_pairs(w, feats, seed=0)
+    per = w.n_heads // w.n_kv_heads
+    for name in ("capability", "prior"):
+        assert torch.equal(a[name]["v"], b[name]["v"]) and a[name]["scale"] == b[name]["scale"]
+        assert a[name]["reader"] != a[name]["canceller"] and a[name]["reader"] // per == a[name]["canceller"] // per
+    assert a["prior"]["reader"] // per != a["capability"]["reader"] // per
