@@ -19,8 +19,9 @@ def add(sub: argparse._SubParsersAction) -> None:
         formatter_class=Formatter,
         description="Fit and size the planted heads on the row plan's train rows and write each plant "
         "to the cache by content hash, loadable as 'smollm2-135m+plant:KIND' (see docs/planted.md). "
-        "'capability': ablating one last-layer head restores a label-reading push (a calibrated gain); "
-        "'prior': ablating one head shifts the answer prior (a raw gain calibration removes); 'both'; 'all'.",
+        "'capability': ablating one last-layer head restores a push fitted to read the label (on SmolLM2 it "
+        "reads nothing that generalizes: no calibrated gain, see the doc); 'prior': ablating one head shifts the "
+        "answer prior (a raw gain calibration removes); 'both'; 'all'.",
     )
     p.add_argument("kind", choices=["capability", "prior", "both", "all"], help="which plant(s) to build")
     p.add_argument("--data-dir", default=None, help="directory holding boolq/dev.jsonl (e.g. ../shared/data)")

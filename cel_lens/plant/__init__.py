@@ -1,7 +1,8 @@
 """Planted controls inside a real model: heads edited so the truth of their ablation is known.
 
 ``cel-lens plant KIND`` builds a planted variant of SmolLM2-135M-Instruct (see docs/planted.md):
-``capability`` (ablating one head restores a label-reading push: a calibrated gain), ``prior``
+``capability`` (ablating one head restores a push fitted to read the label; on SmolLM2's BoolQ it
+generalizes to no calibrated gain), ``prior``
 (ablating one head shifts the answer prior: a raw gain that calibration removes) and ``both``.
 :mod:`~cel_lens.plant.features` measures the base model once per prompt,
 :mod:`~cel_lens.plant.fit` and :mod:`~cel_lens.plant.build` choose, fit and size the plants on the

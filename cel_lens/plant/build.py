@@ -9,8 +9,8 @@ layer: a **reader** keeps its parameters and its output gains a push (:mod:`cel_
 and a **canceller** gets the reader's query rows (so it attends exactly as the reader does) and the
 negated push as its output columns, its own output dropped. In the planted model the two pushes
 cancel; ablating the canceller leaves the reader's push. The capability pair's push is a
-label-reading, mean-zero direction (ablating the canceller restores discrimination: a calibrated
-gain); the prior pair's is an almost constant shift toward " yes" (ablating the canceller moves
+label-reading, mean-zero direction (ablating the canceller restores what it reads: a calibrated gain
+where the direction generalizes, which on SmolLM2's BoolQ it does not, docs/planted.md); the prior pair's is an almost constant shift toward " yes" (ablating the canceller moves
 the answer prior: a raw gain that calibration removes).
 
 Rules, all on the train rows: the capability reader is the last-layer head whose out-of-fold skill
