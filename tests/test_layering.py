@@ -32,7 +32,7 @@ LAYERS: dict[str, int] = {
     "backends": 8,
     "pipeline": 9,
     "report": 10,
-    "analysis": 11, "organism": 11, "theory": 11, "grids": 11,
+    "analysis": 11, "organism": 11, "plant": 11, "theory": 11, "grids": 11,
     "cli": 12,
 }
 """Package (or top-level module) -> layer; imports go to lower layers only."""

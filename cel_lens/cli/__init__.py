@@ -14,7 +14,7 @@ import sys
 from types import ModuleType
 from typing import Optional, Sequence
 
-from cel_lens.cli import demo, evaluate, export, models, organism, report, search, table, tasks, theory, verify
+from cel_lens.cli import demo, evaluate, export, models, organism, plant, report, search, table, tasks, theory, verify
 from cel_lens.cli.common import Formatter, flag_message
 from cel_lens.config import OptionError
 
@@ -32,10 +32,11 @@ COMMANDS: dict[str, ModuleType] = {
     "demo": demo,
     "theory": theory,
     "organism": organism,
+    "plant": plant,
 }
 """Subcommand name -> its module (``add`` and ``run``)."""
 
-COMPUTING = frozenset({"search", "evaluate", "demo", "theory", "organism", "verify"})
+COMPUTING = frozenset({"search", "evaluate", "demo", "theory", "organism", "plant", "verify"})
 """Subcommands that run torch: their thread count is set first (:mod:`cel_lens.threads`)."""
 
 

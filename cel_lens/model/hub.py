@@ -17,6 +17,7 @@ from typing import Optional, Union
 from urllib.parse import urlparse
 
 from cel_lens.model.gguf import check_gguf_file, convert_gguf, converted_from, fallback_note, gguf_fallback, is_gguf_path
+from cel_lens.model.planted_cache import planted_source, split_planted_name
 from cel_lens.model.registry import BUILTIN_MODELS, tl_official_name
 from cel_lens.model.sources import Resolved, canonical_name
 
@@ -148,6 +149,9 @@ def check_model_name(
     if not text:
         raise ValueError("empty model name")
     if isinstance(name_or_path, str) and text in BUILTIN_MODELS:
+        return
+    if isinstance(name_or_path, str) and split_planted_name(text) is not None:
+        planted_source(text, name_or_path)  # one line when the plant was never built here
         return
     if is_gguf_path(text):
         check_gguf_file(text)

@@ -25,13 +25,17 @@ def model_id(model: Any) -> str:
 
 
 def tag_source(
-    model: Any, source_id: str, loader: str, processing: dict[str, bool], origin: Optional[dict] = None
+    model: Any, source_id: str, loader: str, processing: dict[str, bool], origin: Optional[dict] = None,
+    plant: Optional[dict] = None,
 ) -> None:
     """Record where the model came from (read by :func:`model_id`, run manifests and checkpoint
-    export); ``origin``: the GGUF file a converted checkpoint came from (:mod:`cel_lens.model.gguf`)."""
+    export); ``origin``: the GGUF file a converted checkpoint came from (:mod:`cel_lens.model.gguf`);
+    ``plant``: the recipe of a planted variant (:mod:`cel_lens.model.planted_cache`)."""
     info = {"id": source_id, "loader": loader, "processing": dict(processing)}
     if origin is not None:
         info["gguf"] = dict(origin)
+    if plant is not None:
+        info["plant"] = dict(plant)
     model.__dict__["_cel_lens_source"] = info
 
 
@@ -112,7 +116,7 @@ def param_dtype(model: torch.nn.Module) -> torch.dtype:
 
 
 def model_manifest(model: torch.nn.Module) -> dict[str, Any]:
-    """The manifest's ``model`` entry: id, weights hash, dtype, GGUF origin (when converted from one) and BOS rule (:mod:`cel_lens.model.bos`:
+    """The manifest's ``model`` entry: id, weights hash, dtype, GGUF origin (when converted from one), plant recipe (a planted variant) and BOS rule (:mod:`cel_lens.model.bos`:
     the rule and what it resolved to, since it changes every token id). A Ray worker computes it for
     its replica, so the driver of a distributed search needs no copy of the model."""
     entry = {
@@ -124,4 +128,7 @@ def model_manifest(model: torch.nn.Module) -> dict[str, Any]:
     gguf = (source_info(model) or {}).get("gguf")
     if gguf:  # the file's hash and quantization: the float weights above are its dequantization
         entry["gguf"] = {k: gguf.get(k) for k in ("file", "sha256", "quantization", "tensor_types", "dequantized_to")}
+    plant = (source_info(model) or {}).get("plant")
+    if plant:  # a planted variant: which heads changed, how, and the build's content hash
+        entry["plant"] = dict(plant)
     return entry

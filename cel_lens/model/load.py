@@ -62,6 +62,7 @@ from cel_lens.model.gguf import converted_from
 from cel_lens.model.identity import tag_source
 from cel_lens.model.model_types import is_bridge
 from cel_lens.model.native import is_native_checkpoint, load_native
+from cel_lens.model.planted_cache import planted_from
 from cel_lens.model.processing import warn_if_processed
 from cel_lens.model.sources import resolve_source
 
@@ -183,7 +184,7 @@ def load_model(
             del hf_model
         else:
             model = bridge_from_hf(source_id, hf_model, tokenizer, dev, torch_dtype, processing, tl_kwargs)
-    tag_source(model, source_id, chosen, processing, origin=converted_from(source))
+    tag_source(model, source_id, chosen, processing, origin=converted_from(source), plant=planted_from(source))
     set_bos_rule(model, rule, own)
     model.eval()
     model.requires_grad_(False)  # logits track no gradients (float(logit) warned); attribution needs dm/dz only

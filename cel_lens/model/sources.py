@@ -2,8 +2,8 @@
 
 Each entry of :data:`MODEL_SOURCES` (a :class:`~cel_lens.registry.Registry`) is ``"module:function"``; the function takes the name (text
 and the object given) and the hub options, and returns a :class:`Resolved` checkpoint, or ``None``
-when the name is not of its kind. They are tried in the table's order: a built-in name, a GGUF
-file, a local directory, a hub id or TransformerLens alias (with the GGUF fallback of
+when the name is not of its kind. They are tried in the table's order: a built-in name, a planted
+variant (:mod:`cel_lens.model.planted_cache`), a GGUF file, a local directory, a hub id or TransformerLens alias (with the GGUF fallback of
 :mod:`cel_lens.model.gguf` when offline). Short aliases (:data:`MODEL_ALIASES`) are rewritten
 first. Adding a source = one function + one table line; :func:`resolve_source` and
 :func:`source_kinds` read the table.
@@ -34,6 +34,7 @@ class Resolved:
 
 MODEL_SOURCES: Registry = Registry("model source", {
     "builtin": "cel_lens.model.hub:builtin_source",
+    "planted": "cel_lens.model.planted_cache:planted_source",
     "gguf": "cel_lens.model.gguf:gguf_file_source",
     "directory": "cel_lens.model.hub:directory_source",
     "hub": "cel_lens.model.hub:hub_source",

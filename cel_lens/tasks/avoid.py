@@ -35,14 +35,14 @@ class AvoidList(frozenset):
         return {"path": self.path, "sha256": self.sha256, "entries": len(self), "rows_left_out": avoided}
 
 
-def load_avoid(path: Optional[PathLike]) -> AvoidList:
+def load_avoid(path: Optional[PathLike], option: str = "avoid_test") -> AvoidList:
     """The avoid list in ``path`` (empty when ``path`` is None). Raises FileNotFoundError, with the
-    option's name, when the file is missing (a row's D_test depends on it)."""
+    option's name (``option``), when the file is missing (a row's splits depend on it)."""
     if path is None:
         return AvoidList()
     p = Path(path)
     if not p.is_file():
-        raise FileNotFoundError(f"avoid_test: no file {p} (a list of example ids or content hashes, one per line)")
+        raise FileNotFoundError(f"{option}: no file {p} (a list of example ids or content hashes, one per line)")
     data = p.read_bytes()
     lines = (line.split("#", 1)[0].strip() for line in data.decode().splitlines())
     out = AvoidList(line for line in lines if line)

@@ -100,16 +100,21 @@ def load_boolq(
     splits: Sequence[str] = ("dist", "test"),
     dist_from: str = "train",
     avoid_test: Optional[PathLike] = None,
+    reserve: Optional[PathLike] = None,
     **kw: Any,
 ) -> Task:
     """BoolQ with D_dist sampled from train (default 2,000) and D_test = validation (default all;
     a smaller ``n_test`` is a seeded sample). ``splits=("test",)`` reads the validation file alone.
     ``dist_from="validation"``: both splits from the validation file, disjoint (D_test default
     1,000; see the module docstring). ``avoid_test``: a file of rows D_test must not contain
-    (:mod:`cel_lens.tasks.avoid`; with ``dist_from="validation"`` only)."""
+    (:mod:`cel_lens.tasks.avoid`; with ``dist_from="validation"`` only). ``reserve``: a file of rows
+    neither split may contain (the same format; with ``dist_from="validation"`` only): the planted
+    controls' fit and truth rows (docs/planted.md)."""
     reject_options("boolq", kw)
     if avoid_test is not None and dist_from != "validation":
         raise ValueError("boolq: avoid_test needs dist_from='validation' (D_test is then a sample of validation)")
+    if reserve is not None and dist_from != "validation":
+        raise ValueError("boolq: reserve needs dist_from='validation' (both splits are then samples of validation)")
     if dist_from not in DIST_SOURCES:
         raise ValueError(f"boolq: dist_from must be one of {', '.join(DIST_SOURCES)}, got {dist_from!r}")
     common = dict(
@@ -118,7 +123,7 @@ def load_boolq(
     )
     if dist_from == "validation":
         dist, test, opts = split_one_file(relpath="boolq/dev.jsonl", n_test_default=N_TEST_FROM_VALIDATION,
-                                          avoid_test=avoid_test, **common)
+                                          avoid_test=avoid_test, reserve=reserve, **common)
     else:
         try:
             dist, test, opts = train_val_splits(

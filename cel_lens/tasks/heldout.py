@@ -48,11 +48,14 @@ def split_one_file(
     hub_config: Optional[str] = None,
     splits: Sequence[str] = ("dist", "test"),
     avoid_test: Optional[PathLike] = None,
+    reserve: Optional[PathLike] = None,
 ) -> tuple[list[Any], list[Any], dict[str, Any]]:
     """D_test (``n_test``, default ``n_test_default``) and D_dist (``n_dist``, default
     ``n_dist_default``) from the validation split alone; returns both and the options to record.
     ``splits=("test",)`` returns D_test alone (the same D_test). D_test leaves out the rows of
-    ``avoid_test`` (:mod:`cel_lens.tasks.avoid`); they stay eligible for D_dist."""
+    ``avoid_test`` (:mod:`cel_lens.tasks.avoid`); they stay eligible for D_dist. Neither split holds
+    a row of ``reserve`` (the same file format): rows kept for something else, e.g. a planted
+    model's fit and truth rows (docs/planted.md)."""
     root = resolve_data_dir(data_dir, needs=(relpath,))
     rows, src = load_rows(
         what=f"{label} validation", data_dir=root, relpath=relpath, hub_id=hub_id, hub_split="validation",
@@ -60,13 +63,18 @@ def split_one_file(
     )
     val = build_examples(rows, lambda r, i: make_example(r, val_name, i))
     where = f"{label} validation ({src.get('path', hub_id)})"
+    kept = load_avoid(reserve, option="reserve")
+    reserved = {"reserve": kept.path, "reserve_file": kept.record(len(val) - len(without_avoided(val, kept)))} if kept else {}
+    if kept:
+        val = without_avoided(val, kept)
+        where += f" less {reserved['reserve_file']['rows_left_out']} reserved rows"
     avoid = load_avoid(avoid_test)
     eligible = without_avoided(val, avoid)
     note = f" after leaving out {len(val) - len(eligible)} rows of avoid_test" if avoid else ""
     n_t = check_size(n_test, n_test_default, len(eligible), f"{label} D_test", where, note)
     test = seeded_sample(eligible, n_t, seed, f"{task}/test")
     options: dict[str, Any] = {
-        **avoid_options(avoid, val), "seed": seed, "n_test": n_t, "sources": [src], "dist_from": "validation",
+        **avoid_options(avoid, val), **reserved, "seed": seed, "n_test": n_t, "sources": [src], "dist_from": "validation",
         "dist_protocol": "D_dist: seeded sample of the validation rows not in D_test (none equal to or worded like "
         "a D_test row); the paper draws D_dist from train",
     }

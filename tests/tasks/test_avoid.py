@@ -50,6 +50,23 @@ def test_boolq_from_validation_leaves_out_the_listed_rows(tmp_path: Path) -> Non
         cl.load_task("boolq", n_dist=10, n_test=30, avoid_test=str(avoid))
 
 
+def test_boolq_reserve_keeps_rows_out_of_both_splits(tmp_path: Path) -> None:
+    plain = cl.load_task("boolq", n_dist=40, n_test=30, seed=0, dist_from="validation")
+    kept = [e.id for e in plain.dist.examples[:20]] + [e.content_hash for e in plain.test.examples[:10]]
+    reserve = write(tmp_path / "reserved.txt", kept)
+    task = cl.load_task("boolq", n_dist=40, n_test=30, seed=0, dist_from="validation", reserve=str(reserve))
+    used = {e.id for e in task.dist.examples} | {e.id for e in task.test.examples}
+    assert len(used) == 70
+    assert not used & ({e.id for e in plain.dist.examples[:20]} | {e.id for e in plain.test.examples[:10]})
+    rec = task.options["reserve_file"]
+    assert rec["entries"] == 30 and rec["rows_left_out"] == 30 and task.options["reserve"] == str(reserve)
+    assert "reserve" not in plain.options
+    with pytest.raises(ValueError, match="dist_from='validation'"):
+        cl.load_task("boolq", n_dist=10, n_test=30, reserve=str(reserve))
+    with pytest.raises(FileNotFoundError, match="reserve: no file"):
+        cl.load_task("boolq", n_dist=10, n_test=30, dist_from="validation", reserve=str(tmp_path / "nope.txt"))
+
+
 def test_a_missing_list_is_an_error_not_an_empty_list(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="avoid_test"):
         cl.load_task("arithmetic", n_dist=5, n_test=5, avoid_test=str(tmp_path / "nope.txt"))
