@@ -26,6 +26,7 @@ import torch
 
 from cel_lens.backends.base import backend_class, get_backend
 from cel_lens.config import ExecutionSettings, OptionError, SearchConfig, check_split_sizes
+from cel_lens.evaluation.precision import resolve_precision
 from cel_lens.evaluation.seal import reading_as, recorded_reads
 from cel_lens.model.load import resolve_dtype
 from cel_lens.oracle import DIST_SPLIT, Stage1Scores
@@ -45,6 +46,7 @@ from cel_lens.selection.plan import BatchTimer, SearchPlan, plan_search
 from cel_lens.selection.plan_calibration import CALIBRATION_BUDGET_S
 from cel_lens.selection.plan_calibration import calibration_layers  # noqa: F401 - where callers found it
 from cel_lens.selection.plan_calibration import calibrate as calibrate_plan
+from cel_lens.selection.plan_memory import search_memory
 from cel_lens.selection.result import Result, format_result
 from cel_lens.tasks.base import Task
 from cel_lens.tasks.registry import SPLIT_NAMES, load_task, loaded_splits, loader_options
@@ -272,6 +274,8 @@ def plan(
     previous = use_search_precision(oracle, config, show=False)
     try:
         result = _plan_for(config, oracle.n_layers, oracle.n_heads, task, hasattr(oracle, "model"))
+        if hasattr(oracle, "model"):  # the memory of the whole task's search, not the calibration sample's
+            result = replace(result, memory=_memory_for(oracle, task, config, settings))
         if calibrate:
             result = calibrate_plan(result, oracle, task.dist.examples, sample.dist.examples, heads=calibration_heads,
                                     budget_s=calibration_budget_s, show=settings.progress)
@@ -279,6 +283,15 @@ def plan(
         restore_search_precision(oracle, previous)
         oracle.close()
     return result
+
+
+def _memory_for(oracle: Any, task: Task, config: SearchConfig, settings: ExecutionSettings) -> Any:
+    """The search's memory plan on the oracle's model (:func:`~cel_lens.selection.plan_memory.search_memory`)
+    in the precision the search computes in."""
+    store_dtype = None if config.store_dtype is None else resolve_dtype(config.store_dtype)
+    precision = resolve_precision(config.precision, oracle.model, search_precision_kind(oracle, task))
+    return search_memory(oracle.model, task.dist, len(task.test), batch_size=settings.batch_size,
+                         store_budget=settings.store_budget, store_dtype=store_dtype, precision=precision)
 
 
 def search(
