@@ -13,6 +13,11 @@ read twice from the kernel (``VmHWM``): at the end of loading, and over the sear
 high-water mark is reset between, ``/proc/self/clear_refs``). Each is compared with the plan's
 estimate of that phase. One torch thread; CPU seconds beside wall. The record goes to
 ``benchmarks/paper_width.json`` and a section of ``benchmarks/RESULTS.md``.
+
+The search's oracle calls are not cut to :data:`~cel_lens.selection.memo.CALL_SECONDS` of wall
+time: on this shared machine one real-width head takes longer than that, so every head would be
+its own call, one variant per forward pass; uncut, exact stage 1 evaluates 64 heads per call, many
+variants per pass (up to ``max_tokens`` positions), the activations a GPU's calls hold.
 """
 
 from __future__ import annotations
@@ -73,7 +78,10 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
 
     torch.set_num_threads(1)
     import cel_lens as cl
+    import cel_lens.selection.memo as memo
     from cel_lens.model.registry import PAPER_MODELS
+
+    memo.CALL_SECONDS = None  # one oracle call per request (module docstring)
 
     hub_id = args.child
     loader = PAPER_MODELS[hub_id].loader
@@ -115,6 +123,72 @@ def run_child(hub_id: str, args: argparse.Namespace) -> dict[str, Any]:
     return json.loads(lines[-1])
 
 
+def _gib(n: Optional[float]) -> str:
+    return "-" if n is None else f"{n / 2**30:.2f}"
+
+
+def measured_rows(records: dict[str, Any]) -> list[str]:
+    """Markdown rows: each model's measured peaks against the plan's phases."""
+    rows = ["| model (loader) | load: measured / plan GiB | search: measured / plan GiB | search / plan | "
+            "CPU s (load, search) |", "|---|---|---|---|---|"]
+    for rec in records.values():
+        mem = {s["name"]: s["total"] for s in rec["memory"]["stages"]}
+        load_plan, search_plan = mem["load"], max(v for k, v in mem.items() if k != "load")
+        rows.append(f"| {rec['model']} ({rec['type']}) | {_gib(rec['load_peak'])} / {_gib(load_plan)} | "
+                    f"{_gib(rec['search_peak'])} / {_gib(search_plan)} | {rec['search_peak'] / search_plan:.2f} | "
+                    f"{rec['load_cpu_s']:.0f}, {rec['search_cpu_s']:.0f} |")
+    return rows
+
+
+def paper_rows() -> list[str]:
+    """Markdown rows of the paper-size plans (:func:`cel_lens.selection.plan_paper.paper_table`)."""
+    from cel_lens.selection.plan_paper import paper_table
+
+    rows = ["| model | task | GPU | peak GiB (usable) | store layers kept (dist, test) | batch | GPU h |",
+            "|---|---|---|---|---|---|---|"]
+    for p in paper_table():
+        r = p.row()
+        kept = f"{r['store_layers']['dist']}, {r['store_layers']['test']} of {p.memory.store_candidates}"
+        budget = "" if r["store_budget_mib"] is None else f" (--store-budget {r['store_budget_mib']})"
+        rows.append(f"| {r['model']} | {r['task']} | {r['device'].split(' (')[0]} | {r['peak_gib']} ({r['usable_gib']}) | "
+                    f"{kept}{budget} | {r['batch_size']} | {r['gpu_hours']} |")
+    return rows
+
+
+def section(records: dict[str, Any]) -> str:
+    """The RESULTS.md section (between its markers)."""
+    first = next(iter(records.values()))
+    lines = [
+        "<!-- paper-width:start -->",
+        "## The paper's models at real width on this CPU (`python -m benchmarks.paper_width`)",
+        "",
+        f"Random-weight checkpoints at full width and vocabulary, {first['layers']} layers, {first['dtype']} weights, "
+        f"precision {first['precision']}; a search on Arithmetic (k 1, pool 2, D_dist {first['n_dist']}, D_test "
+        f"{first['n_test']}, null {first['n_null']}) through the loader each real model gets. Peak resident memory "
+        "(VmHWM) of loading and of the search alone, against `cl.plan`'s memory plan:",
+        "",
+        *measured_rows(records),
+        "",
+        "The same plan at the paper's sizes (bf16 weights and store, float32 re-check copy, the paper's search "
+        "options; time from the FLOP count at an assumed 30 % of the dense bf16 peak, not measured):",
+        "",
+        *paper_rows(),
+        "<!-- paper-width:end -->",
+    ]
+    return "\n".join(lines)
+
+
+def write_section(records: dict[str, Any], path: Path = REPO / "benchmarks" / "RESULTS.md") -> None:
+    """Replace (or append) the section in RESULTS.md."""
+    import re
+
+    text = path.read_text() if path.is_file() else ""
+    block = section(records)
+    pattern = re.compile(r"<!-- paper-width:start -->.*?<!-- paper-width:end -->", flags=re.S)
+    text = pattern.sub(lambda _: block, text) if pattern.search(text) else text.rstrip("\n") + "\n\n" + block + "\n"
+    path.write_text(text)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
     """Run each model's process, print and save the records."""
     from cel_lens.model.registry import PAPER_MODELS
@@ -123,15 +197,20 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
     ap.add_argument("--models", nargs="*", default=list(PAPER_MODELS))
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--n-dist", type=int, default=64)
-    ap.add_argument("--n-test", type=int, default=64)
-    ap.add_argument("--n-null", type=int, default=8)
+    ap.add_argument("--n-test", type=int, default=16)
+    ap.add_argument("--n-null", type=int, default=2)
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--precision", default="auto")
     ap.add_argument("--cache", default=str(CACHE))
     ap.add_argument("--data-dir", default=str(REPO.parent / "shared" / "data"))
     ap.add_argument("--run-dir", default=None)
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--report-only", action="store_true", help="rewrite the RESULTS.md section from paper_width.json")
     args = ap.parse_args(argv)
+    if args.report_only:
+        records = json.loads(OUT.read_text())
+        write_section(records)
+        return records
     if args.run_dir is None:
         import tempfile
 
@@ -147,6 +226,7 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
         print(json.dumps(records[hub_id]), flush=True)
     old = json.loads(OUT.read_text()) if OUT.is_file() else {}
     OUT.write_text(json.dumps({**old, **records}, indent=1) + "\n")
+    write_section({**old, **records})
     return records
 
 

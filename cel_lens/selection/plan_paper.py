@@ -12,7 +12,8 @@ and Qwen2.5's larger vocabularies give somewhat fewer tokens, so these err high)
 an assumption: no GPU was lent to this project, and ``python -m benchmarks.gpu_scan`` measures it
 where one is. The FLOP count takes an ablated pass to run ``(L + 1) / 2`` layers (a single head at
 an average layer, resumed from the store; a set of several heads starts at its first layer, so
-stage 2's and the null's passes run somewhat more) and every pass to unembed its scored positions.
+stage 2's and the null's passes run somewhat more; a store that keeps fewer layers adds half its
+spacing, :func:`extra_layers`) and every pass to unembed its scored positions.
 The longest sequence of a batch is taken as twice the mean (it sizes the attention scores only).
 """
 
@@ -26,7 +27,7 @@ from cel_lens.model.registry import PAPER_MODELS, paper_config
 from cel_lens.selection.plan import SearchPlan, plan_search
 from cel_lens.selection.plan_memory import DEVICES, DeviceSpec, MemoryPlan, MemoryShape, fit_memory
 
-__all__ = ["PaperTask", "PAPER_TASKS", "GPU_EFFICIENCY", "search_flops", "PaperPlan", "paper_plan", "paper_table"]
+__all__ = ["PaperTask", "PAPER_TASKS", "GPU_EFFICIENCY", "extra_layers", "search_flops", "PaperPlan", "paper_plan", "paper_table"]
 
 GPU_EFFICIENCY = 0.3
 """Share of a GPU's dense bf16 peak a search's passes are taken to reach: an assumption (short
@@ -55,16 +56,30 @@ Arithmetic 20.9 and BoolQ 150.7 padded positions per example (SmolLM2-135M-Instr
 answer's tokens (Arithmetic: up to three; BoolQ: one position scores both choices)."""
 
 
-def search_flops(plan: SearchPlan, shape: MemoryShape, task: PaperTask) -> float:
+def extra_layers(n_layers: int, kept: int) -> float:
+    """Layers an ablated pass runs beyond its own, on average, when a store keeps ``kept`` of the
+    ``n_layers - 1`` layers evenly spaced (it resumes at the nearest kept layer below): half the
+    spacing less one; 0 when every layer is kept."""
+    if kept >= n_layers - 1:
+        return 0.0
+    return max(0.0, (n_layers / (kept + 1) - 1) / 2)
+
+
+def search_flops(plan: SearchPlan, shape: MemoryShape, task: PaperTask, extra: Optional[dict[str, float]] = None) -> float:
     """Floating-point operations of ``plan``'s forward passes (module docstring): a block costs
     ``2 x`` its matrix weights per position plus attention over half the sequence on average; a
-    scored position ``2 d_model d_vocab``; whole-model passes run every layer."""
+    scored position ``2 d_model d_vocab``; whole-model passes run every layer. ``extra``: layers an
+    ablated pass of each split runs below its first ablated one (a store that keeps fewer layers,
+    :func:`extra_layers`)."""
     L, d = shape.n_layers, shape.d_model
     per_layer = 2 * shape.layer_matrix_params + 4 * (task.tokens / 2) * shape.n_heads * shape.d_head
     unembed = task.scored * 2 * d * shape.d_vocab
-    ablated = (L + 1) / 2 * task.tokens * per_layer + unembed
     full = L * task.tokens * per_layer + unembed
-    return float(sum(s.ablated_units * ablated + s.full_units * full for s in plan.stages))
+    total = 0.0
+    for s in plan.stages:
+        layers = min(L, (L + 1) / 2 + (extra or {}).get(s.split, 0.0))
+        total += s.ablated_units * (layers * task.tokens * per_layer + unembed) + s.full_units * full
+    return float(total)
 
 
 @dataclass(frozen=True)
@@ -107,11 +122,12 @@ def paper_plan(
     target = DEVICES[device] if isinstance(device, str) else device
     shape = MemoryShape.from_config(paper_config(hub_id), spec.loader, n_layers=n_layers)
     search = plan_search(shape.n_layers, shape.n_heads, sizes.n_dist, sizes.n_test, config=config or SearchConfig())
-    flops = search_flops(search, shape, sizes)
-    seconds = flops / (target.bf16_flops * efficiency) if target.bf16_flops else None
     memory = fit_memory(shape, dist_tokens=round(sizes.tokens * sizes.n_dist), test_tokens=round(sizes.tokens * sizes.n_test),
                         device=target, batch_size=batch_size, weight_bytes=2, precision="bf16",
                         hooked=spec.loader == "hooked", width=round(2 * sizes.tokens))
+    extra = {split: extra_layers(shape.n_layers, n) for split, n in memory.store_layers.items()}
+    flops = search_flops(search, shape, sizes, extra)
+    seconds = flops / (target.bf16_flops * efficiency) if target.bf16_flops else None
     return PaperPlan(hub_id, task, search, flops, seconds, memory, efficiency)
 
 
