@@ -144,14 +144,16 @@ def paper_rows() -> list[str]:
     """Markdown rows of the paper-size plans (:func:`cel_lens.selection.plan_paper.paper_table`)."""
     from cel_lens.selection.plan_paper import paper_table
 
-    rows = ["| model | task | GPU | peak GiB (usable) | store layers kept (dist, test) | batch | GPU h |",
+    rows = ["| model | task | GPUs | peak GiB per GPU (usable) | store layers kept (dist, test) | batch | wall h |",
             "|---|---|---|---|---|---|---|"]
-    for p in paper_table():
+    plans = paper_table() + [p for p in paper_table(("h100",), ("boolq",), (2, 4))]
+    for p in plans:
         r = p.row()
         kept = f"{r['store_layers']['dist']}, {r['store_layers']['test']} of {p.memory.store_candidates}"
-        budget = "" if r["store_budget_mib"] is None else f" (--store-budget {r['store_budget_mib']})"
-        rows.append(f"| {r['model']} | {r['task']} | {r['device'].split(' (')[0]} | {r['peak_gib']} ({r['usable_gib']}) | "
-                    f"{kept}{budget} | {r['batch_size']} | {r['gpu_hours']} |")
+        budget = "" if r["store_budget_mib"] is None else f" (--store-budget-mb {r['store_budget_mib']})"
+        gpu = r["device"].split(" (")[0].replace("NVIDIA ", "")
+        rows.append(f"| {r['model']} | {r['task']} | {r['gpus']} x {gpu} | {r['peak_gib']} ({r['usable_gib']}) | "
+                    f"{kept}{budget} | {r['batch_size']} | {r['hours']} |")
     return rows
 
 

@@ -215,22 +215,26 @@ def memory_plan(
     shape: MemoryShape, *, dist_tokens: int, test_tokens: int, device: DeviceSpec, batch_size: int = 8,
     max_tokens: Optional[int] = None, weight_bytes: int = 4, store_bytes: Optional[int] = None,
     precision: str = "float32", store_budget: Optional[int] = None, hooked: bool = True, width: Optional[int] = None,
+    shards: int = 1,
 ) -> MemoryPlan:
     """The memory of a search (module docstring) with ``dist_tokens``/``test_tokens`` padded
     positions in D_dist's and D_test's encodings (one store layer holds that many ``d_model``
     vectors), weights of ``weight_bytes`` each (2: bf16), the store in ``store_bytes`` (default: the
     weights'), compute ``precision`` (``"bf16"``: autocast on a float32 model, or a bf16 model whose
     re-checks need a float32 copy), ``store_budget`` bytes per store (``None``: every layer),
-    ``width`` the longest padded sequence (the attention scores' side; default 512)."""
+    ``width`` the longest padded sequence (the attention scores' side; default 512). ``shards``: Ray
+    actors, one per device, each holding a model replica and the store of its share of the examples
+    (:mod:`cel_lens.backends.ray`; the plan is one device's, the shares taken as equal; the budget
+    is the whole split's, the layers it keeps are every actor's)."""
     L, d = shape.n_layers, shape.d_model
     item = store_bytes or weight_bytes
     candidates = max(L - 1, 0)
     kept = {}
     for split, tokens in (("dist", dist_tokens), ("test", test_tokens)):
-        per_layer = tokens * d * item
+        per_layer = tokens * d * item  # the budget is the whole split's, as the Ray backend reads it
         n = candidates if store_budget is None or per_layer == 0 else min(candidates, int(store_budget) // per_layer)
         kept[split] = n
-    store = {s: kept[s] * t * d * item for s, t in (("dist", dist_tokens), ("test", test_tokens))}
+    store = {s: kept[s] * t * d * item // max(1, shards) for s, t in (("dist", dist_tokens), ("test", test_tokens))}
     T = int(max_tokens or 512 * batch_size)
     act_item = 2 if weight_bytes == 2 else 4
     width = max(1, min(T, int(width or 512)))
@@ -270,7 +274,7 @@ def fit_memory(shape: MemoryShape, **kwargs: Any) -> MemoryPlan:
         if tried.fits:
             return replace(tried, notes=tried.notes + (
                 f"every layer's store does not fit ({_gib(plan.peak)} > {_gib(plan.usable)}): store budget "
-                f"{budget / 2**20:,.0f} MiB per split (--store-budget {math.floor(budget / 2**20)}), "
+                f"{budget / 2**20:,.0f} MiB per split (--store-budget-mb {math.floor(budget / 2**20)}), "
                 f"{n} of {plan.store_candidates} layers, ablated passes resume from the nearest stored layer below",))
     batch = int(kwargs.get("batch_size", 8))
     while batch > 1:
@@ -278,7 +282,7 @@ def fit_memory(shape: MemoryShape, **kwargs: Any) -> MemoryPlan:
         tried = memory_plan(shape, **{**kwargs, "store_budget": 0, "batch_size": batch, "max_tokens": None})
         if tried.fits:
             return replace(tried, notes=tried.notes + (
-                f"no store fits beside the weights: no store (--store-budget 0) and batch size {batch}",))
+                f"no store fits beside the weights: no store (--store-budget-mb 0) and batch size {batch}",))
     return replace(tried, notes=tried.notes + (
         f"does not fit even without a store at batch size 1 (weights {_gib(shape.params * kwargs.get('weight_bytes', 4))}): "
         "a device with more memory is needed",))

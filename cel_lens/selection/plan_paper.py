@@ -88,6 +88,7 @@ class PaperPlan:
 
     model: str
     task: str
+    gpus: int
     search: SearchPlan
     flops: float
     seconds: Optional[float]
@@ -97,26 +98,29 @@ class PaperPlan:
     def row(self) -> dict[str, Any]:
         """A flat record (JSON, tables)."""
         m = self.memory
-        return {"model": self.model, "task": self.task, "device": m.device.name, "units": self.search.units,
-                "tflop": round(self.flops / 1e12, 1), "gpu_hours": None if self.seconds is None else round(self.seconds / 3600, 2),
+        return {"model": self.model, "task": self.task, "device": m.device.name, "gpus": self.gpus, "units": self.search.units,
+                "tflop": round(self.flops / 1e12, 1), "hours": None if self.seconds is None else round(self.seconds / 3600, 2),
                 "efficiency": self.efficiency, "peak_gib": round(m.peak / 2**30, 1), "usable_gib": round(m.usable / 2**30, 1),
                 "fits": m.fits, "batch_size": m.batch_size, "store_budget_mib": None if m.store_budget is None else m.store_budget // 2**20,
                 "store_layers": dict(m.store_layers), "notes": list(m.notes)}
 
     def __str__(self) -> str:
-        hours = "" if self.seconds is None else f", ~{self.seconds / 3600:.1f} GPU h at {self.efficiency:.0%} of peak"
-        return (f"{self.model} on {self.task}: {self.search.units:,} units, {self.flops / 1e15:.1f} PFLOP{hours}\n"
+        hours = "" if self.seconds is None else f", ~{self.seconds / 3600:.1f} h at {self.efficiency:.0%} of peak"
+        return (f"{self.model} on {self.task}, {self.gpus} GPU(s): {self.search.units:,} units, "
+                f"{self.flops / 1e15:.1f} PFLOP{hours}\n"
                 + str(self.memory))
 
 
 def paper_plan(
     hub_id: str, task: str = "boolq", device: str = "h100", *, config: Optional[SearchConfig] = None,
-    efficiency: float = GPU_EFFICIENCY, batch_size: int = 8, n_layers: Optional[int] = None,
+    efficiency: float = GPU_EFFICIENCY, batch_size: int = 8, n_layers: Optional[int] = None, gpus: int = 1,
 ) -> PaperPlan:
     """The plan of a search of ``hub_id`` (one of :data:`~cel_lens.model.registry.PAPER_MODELS`) on
     ``task`` (:data:`PAPER_TASKS`) at the paper's sizes on ``device`` (:data:`DEVICES`, or a
     :class:`DeviceSpec`): bf16 weights and store, bf16 compute with float32 re-checks (a float32
-    copy of the model), the default loader, ``config``'s options (default: the paper's)."""
+    copy of the model), the default loader, ``config``'s options (default: the paper's). ``gpus``
+    above 1: the Ray backend with one actor per GPU (each a replica and a share of the store; the
+    memory plan is one GPU's, :attr:`PaperPlan.seconds` the wall time, the GPU time divided among them)."""
     spec = PAPER_MODELS[hub_id]
     sizes = PAPER_TASKS[task]
     target = DEVICES[device] if isinstance(device, str) else device
@@ -124,13 +128,14 @@ def paper_plan(
     search = plan_search(shape.n_layers, shape.n_heads, sizes.n_dist, sizes.n_test, config=config or SearchConfig())
     memory = fit_memory(shape, dist_tokens=round(sizes.tokens * sizes.n_dist), test_tokens=round(sizes.tokens * sizes.n_test),
                         device=target, batch_size=batch_size, weight_bytes=2, precision="bf16",
-                        hooked=spec.loader == "hooked", width=round(2 * sizes.tokens))
+                        hooked=spec.loader == "hooked", width=round(2 * sizes.tokens), shards=gpus)
     extra = {split: extra_layers(shape.n_layers, n) for split, n in memory.store_layers.items()}
     flops = search_flops(search, shape, sizes, extra)
-    seconds = flops / (target.bf16_flops * efficiency) if target.bf16_flops else None
-    return PaperPlan(hub_id, task, search, flops, seconds, memory, efficiency)
+    seconds = flops / (target.bf16_flops * efficiency * gpus) if target.bf16_flops else None
+    return PaperPlan(hub_id, task, gpus, search, flops, seconds, memory, efficiency)
 
 
-def paper_table(devices: tuple[str, ...] = ("h100", "h200"), tasks: tuple[str, ...] = tuple(PAPER_TASKS)) -> list[PaperPlan]:
-    """:func:`paper_plan` of every paper model, task and device."""
-    return [paper_plan(m, t, d) for m in PAPER_MODELS for t in tasks for d in devices]
+def paper_table(devices: tuple[str, ...] = ("h100", "h200"), tasks: tuple[str, ...] = tuple(PAPER_TASKS),
+                gpus: tuple[int, ...] = (1,)) -> list[PaperPlan]:
+    """:func:`paper_plan` of every paper model, task, device and GPU count."""
+    return [paper_plan(m, t, d, gpus=g) for m in PAPER_MODELS for t in tasks for d in devices for g in gpus]
