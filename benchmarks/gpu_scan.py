@@ -291,10 +291,10 @@ def scan_efficiency(record: dict[str, Any], shape: dict[str, int], split, model)
     name = str(record.get("device", ""))
     peak = next((dev.bf16_flops for key, dev in DEVICES.items() if key.upper() in name.upper()), None)
     out: dict[str, Any] = {"tokens_per_example": round(tokens, 2), "scored_per_example": round(scored, 2),
-                           "scan_tflop": round(flops / 1e12, 2), "bf16_peak_flops": peak}
+                           "scan_flops": flops, "bf16_peak_flops": peak}
     for kind in ("hooked", "bridge"):
         seconds = record[f"scan_{kind}"]["scan_s"]
-        out[f"{kind}_tflops_per_s"] = round(flops / seconds / 1e12, 2)
+        out[f"{kind}_flops_per_s"] = flops / seconds
         if peak:
             eff = flops / seconds / peak
             out[f"{kind}_efficiency_of_peak"] = round(eff, 4)
