@@ -204,7 +204,7 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--precision", default="auto")
     ap.add_argument("--cache", default=str(CACHE))
-    ap.add_argument("--data-dir", default=str(REPO.parent / "shared" / "data"))
+    ap.add_argument("--data-dir", default=None, help="task data (default: found as the library finds it, CEL_LENS_DATA_DIR)")
     ap.add_argument("--run-dir", default=None)
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--report-only", action="store_true", help="rewrite the RESULTS.md section from paper_width.json")
@@ -213,6 +213,10 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
         records = json.loads(OUT.read_text())
         write_section(records)
         return records
+    if args.data_dir is None:
+        from benchmarks.paths import task_data_dir
+
+        args.data_dir = str(task_data_dir(None, ["arithmetic/two_digit_addition.jsonl"]))
     if args.run_dir is None:
         import tempfile
 
