@@ -291,7 +291,8 @@ def _memory_for(oracle: Any, task: Task, config: SearchConfig, settings: Executi
     store_dtype = None if config.store_dtype is None else resolve_dtype(config.store_dtype)
     precision = resolve_precision(config.precision, oracle.model, search_precision_kind(oracle, task))
     return search_memory(oracle.model, task.dist, len(task.test), batch_size=settings.batch_size,
-                         store_budget=settings.store_budget, store_dtype=store_dtype, precision=precision)
+                         store_budget=settings.store_budget, store_dtype=store_dtype, precision=precision,
+                         use_store=settings.use_store)
 
 
 def search(

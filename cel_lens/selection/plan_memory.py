@@ -312,19 +312,22 @@ def model_memory_shape(model: Any) -> MemoryShape:
 
 def search_memory(
     model: Any, dist: Any, n_test: int, *, batch_size: int = 8, store_budget: Optional[int] = None,
-    store_dtype: Any = None, precision: str = "float32", device: Optional[DeviceSpec] = None,
+    store_dtype: Any = None, precision: str = "float32", device: Optional[DeviceSpec] = None, use_store: bool = True,
 ) -> MemoryPlan:
     """The memory plan of a search on a loaded ``model`` (:func:`fit_memory`): D_dist's padded
     positions from its own encoding (the batches the store is built on), D_test's at D_dist's
     mean per example (D_test is not read before the selection), on the model's device (a GPU's
-    memory as CUDA reports it; this machine's physical memory for the CPU)."""
+    memory as CUDA reports it; this machine's physical memory for the CPU). Without a store
+    (``use_store=False``, or a generation task, which has none) the store terms are 0; a
+    generation's key/value cache is not counted (a note says so)."""
     import torch
 
-    from cel_lens.evaluation.encode import encode_split
+    from cel_lens.evaluation.encode import encode_split, split_answer_type
 
-    batches = encode_split(model, dist, batch_size)
-    dist_tokens = sum(math.prod(s) for b in batches for s in b.part_shapes(1))
-    width = max((sum(s[1] for s in b.part_shapes(1)) for b in batches), default=1)
+    generation = split_answer_type(dist) == "generation"
+    batches = [] if generation else encode_split(model, dist, batch_size)
+    dist_tokens = sum(math.prod(s) for b in batches for s in b.part_shapes(1)) if use_store else 0
+    width = max((sum(s[1] for s in b.part_shapes(1)) for b in batches), default=512)
     test_tokens = round(dist_tokens / max(len(dist), 1) * n_test)
     p = next(model.parameters())
     if device is None and p.device.type == "cuda":
@@ -333,8 +336,11 @@ def search_memory(
         device = DeviceSpec(props.name, int(props.total_memory), GPU_RUNTIME_BYTES, known[0].bf16_flops if known else None)
     device = device or cpu_device()
     store_item = torch.empty((), dtype=store_dtype).element_size() if store_dtype is not None else p.element_size()
-    return fit_memory(
+    plan = fit_memory(
         model_memory_shape(model), dist_tokens=dist_tokens, test_tokens=test_tokens, device=device,
         batch_size=batch_size, weight_bytes=p.element_size(), store_bytes=store_item, precision=precision,
         store_budget=store_budget, hooked=type(model).__name__ == "HookedTransformer", width=width,
     )
+    if generation:
+        plan = replace(plan, notes=plan.notes + ("a generation task: no store; its key/value cache is not counted",))
+    return plan

@@ -118,3 +118,13 @@ def test_cl_plan_carries_the_memory_plan(loaded, data_dir):
     assert "memory on cpu" in str(plan) and plan.to_dict()["memory"]["peak"] == plan.memory.peak
     weights = plan.memory.stage("load").parts["weights"]
     assert weights == sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def test_no_store_for_generation_or_without_a_store(loaded):
+    model = loaded("llama", "hooked")
+    gen = Split("dist", tuple(Example(f"g{i}", "def f(x):", target="    return x") for i in range(4)), task="toy",
+                answer_type="generation", metric="pass@1")
+    plan = search_memory(model, gen, n_test=4, precision="float32")
+    assert plan.stage("D_test (test, controls)").parts["store"] == 0 and "no store" in plan.notes[-1]
+    off = search_memory(model, _split(), n_test=4, use_store=False, precision="float32")
+    assert off.stage("D_test (test, controls)").parts["store"] == 0
