@@ -95,15 +95,15 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
                    data_dir=args.data_dir, precision=args.precision, progress=False)
     plan = cl.plan(model, calibrate=False, **options)
     t1, c1 = time.perf_counter(), time.process_time()
-    run = cl.search(model, out=Path(args.run_dir) / hub_id.split("/")[1], **options)
-    search_peak = vm_hwm()
+    run = None if args.load_only else cl.search(model, out=Path(args.run_dir) / hub_id.split("/")[1], **options)
+    search_peak = None if args.load_only else vm_hwm()
     return {
         "model": hub_id, "loader": loader, "type": type(model).__name__, "layers": args.layers, "dtype": args.dtype,
         "precision": args.precision, "n_dist": args.n_dist, "n_test": args.n_test, "n_null": args.n_null,
         "rss_before_load": base_rss, "load_peak": load_peak, "hwm_reset": reset, "search_peak": search_peak,
         "load_s": round(t1 - t0, 1), "load_cpu_s": round(c1 - c0, 1),
         "search_s": round(time.perf_counter() - t1, 1), "search_cpu_s": round(time.process_time() - c1, 1),
-        "head_set": str(run.result.head_set),
+        "head_set": None if run is None else str(run.result.head_set),
         "memory": plan.memory.to_dict() if getattr(plan, "memory", None) is not None else None,
     }
 
@@ -113,7 +113,7 @@ def run_child(hub_id: str, args: argparse.Namespace) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "benchmarks.paper_width", "--child", hub_id, "--layers", str(args.layers),
            "--n-dist", str(args.n_dist), "--n-test", str(args.n_test), "--n-null", str(args.n_null),
            "--dtype", args.dtype, "--precision", args.precision, "--cache", str(args.cache),
-           "--data-dir", str(args.data_dir), "--run-dir", str(args.run_dir)]
+           "--data-dir", str(args.data_dir), "--run-dir", str(args.run_dir)] + (["--load-only"] if args.load_only else [])
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "CEL_LENS_THREADS": "1",
            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     done = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, check=False)
@@ -129,13 +129,14 @@ def _gib(n: Optional[float]) -> str:
 
 def measured_rows(records: dict[str, Any]) -> list[str]:
     """Markdown rows: each model's measured peaks against the plan's phases."""
-    rows = ["| model (loader) | load: measured / plan GiB | search: measured / plan GiB | search / plan | "
+    rows = ["| model (loader) | load: measured / plan GiB (ratio) | search: measured / plan GiB | search / plan | "
             "CPU s (load, search) |", "|---|---|---|---|---|"]
     for rec in records.values():
         mem = {s["name"]: s["total"] for s in rec["memory"]["stages"]}
         load_plan, search_plan = mem["load"], max(v for k, v in mem.items() if k != "load")
-        rows.append(f"| {rec['model']} ({rec['type']}) | {_gib(rec['load_peak'])} / {_gib(load_plan)} | "
-                    f"{_gib(rec['search_peak'])} / {_gib(search_plan)} | {rec['search_peak'] / search_plan:.2f} | "
+        ratio = "not run" if rec["search_peak"] is None else f"{rec['search_peak'] / search_plan:.2f}"
+        rows.append(f"| {rec['model']} ({rec['type']}) | {_gib(rec['load_peak'])} / {_gib(load_plan)} "
+                    f"({rec['load_peak'] / load_plan:.2f}) | {_gib(rec['search_peak'])} / {_gib(search_plan)} | {ratio} | "
                     f"{rec['load_cpu_s']:.0f}, {rec['search_cpu_s']:.0f} |")
     return rows
 
@@ -206,6 +207,7 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
     ap.add_argument("--cache", default=str(CACHE))
     ap.add_argument("--data-dir", default=None, help="task data (default: found as the library finds it, CEL_LENS_DATA_DIR)")
     ap.add_argument("--run-dir", default=None)
+    ap.add_argument("--load-only", action="store_true", help="measure loading only (no search)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--report-only", action="store_true", help="rewrite the RESULTS.md section from paper_width.json")
     args = ap.parse_args(argv)
