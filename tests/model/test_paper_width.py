@@ -117,8 +117,8 @@ def test_ablation_at_width_equals_transformers(hub_id, dtype, width_checkpoints)
 
     path = width_checkpoints(hub_id)
     spec = PAPER_MODELS[hub_id]
+    model = load_model(path, device="cpu", dtype=dtype, loader=spec.loader)  # first: its load copy is freed before hf
     hf = AutoModelForCausalLM.from_pretrained(str(path), dtype=getattr(torch, dtype), attn_implementation="eager").eval()
-    model = load_model(path, device="cpu", dtype=dtype, loader=spec.loader)
     assert type(model).__name__ == {"hooked": "HookedTransformer", "bridge": "TransformerBridge"}[spec.loader]
     V = hf.config.vocab_size
     ids = AutoTokenizer.from_pretrained(str(path))("Question: What is 98 plus 45?\nAnswer: 143")["input_ids"]
