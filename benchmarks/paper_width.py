@@ -128,15 +128,19 @@ def _gib(n: Optional[float]) -> str:
 
 
 def measured_rows(records: dict[str, Any]) -> list[str]:
-    """Markdown rows: each model's measured peaks against the plan's phases."""
-    rows = ["| model (loader) | load: measured / plan GiB (ratio) | search: measured / plan GiB | search / plan | "
-            "CPU s (load, search) |", "|---|---|---|---|---|"]
+    """Markdown rows: each model's measured peaks against the plan's phases, and the process's peak
+    (the larger of the two) against the plan's."""
+    rows = ["| model (loader) | load: measured / plan GiB | search: measured / plan GiB | peak: measured / plan GiB "
+            "(ratio) | CPU s (load, search) |", "|---|---|---|---|---|"]
     for rec in records.values():
         mem = {s["name"]: s["total"] for s in rec["memory"]["stages"]}
         load_plan, search_plan = mem["load"], max(v for k, v in mem.items() if k != "load")
-        ratio = "not run" if rec["search_peak"] is None else f"{rec['search_peak'] / search_plan:.2f}"
-        rows.append(f"| {rec['model']} ({rec['type']}) | {_gib(rec['load_peak'])} / {_gib(load_plan)} "
-                    f"({rec['load_peak'] / load_plan:.2f}) | {_gib(rec['search_peak'])} / {_gib(search_plan)} | {ratio} | "
+        searched = rec["search_peak"] is not None
+        peak = max(rec["load_peak"], rec["search_peak"] or 0)
+        ratio = f"{_gib(peak)} / {_gib(max(load_plan, search_plan))} ({peak / max(load_plan, search_plan):.2f})" \
+            if searched else "search not run"
+        rows.append(f"| {rec['model']} ({rec['type']}) | {_gib(rec['load_peak'])} / {_gib(load_plan)} | "
+                    f"{_gib(rec['search_peak'])} / {_gib(search_plan)} | {ratio} | "
                     f"{rec['load_cpu_s']:.0f}, {rec['search_cpu_s']:.0f} |")
     return rows
 
