@@ -171,8 +171,10 @@ def section(records: dict[str, Any]) -> str:
         "",
         f"Random-weight checkpoints at full width and vocabulary, {first['layers']} layers, {first['dtype']} weights, "
         f"precision {first['precision']}; a search on Arithmetic (k 1, pool 2, D_dist {first['n_dist']}, D_test "
-        f"{first['n_test']}, null {first['n_null']}) through the loader each real model gets. Peak resident memory "
-        "(VmHWM) of loading and of the search alone, against `cl.plan`'s memory plan:",
+        f"{first['n_test']}, null {first['n_null']}) through the loader each real model gets, its oracle calls not cut "
+        "by wall time (the script's docstring says why); one torch thread on a shared 2-core machine (CPU seconds). "
+        "Peak resident memory (VmHWM) of loading and of the search alone (reset in between), against `cl.plan`'s "
+        "memory plan:",
         "",
         *measured_rows(records),
         "",
