@@ -35,9 +35,10 @@ __all__ = ["MemoryShape", "DeviceSpec", "DEVICES", "MemoryStage", "MemoryPlan", 
            "CPU_RUNTIME_BYTES", "GPU_RUNTIME_BYTES", "HEADROOM", "LOGIT_CHUNK", "ACT_RESID", "ACT_MLP"]
 
 GiB = 1 << 30
-CPU_RUNTIME_BYTES = int(0.75 * GiB)
+CPU_RUNTIME_BYTES = int(0.5 * GiB)
 """Resident memory of a Python process with torch, transformers, TransformerLens and cel_lens
-imported and a task loaded, before any model: 0.6-0.9 GiB measured on this project's CPU machine."""
+imported and a task loaded, before any model: 0.49 GiB measured on this project's CPU machine
+(torch 2.13, transformers 5.25)."""
 GPU_RUNTIME_BYTES = int(1.5 * GiB)
 """Device memory outside tensors on a GPU (CUDA context, cuBLAS/cuDNN workspaces, allocator
 slack): a nominal figure, not measured here (no GPU was lent to this project)."""
