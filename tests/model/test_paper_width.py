@@ -77,7 +77,7 @@ def test_width_tokenizer_has_the_real_length_and_ids(hub_id):
 
 def _reference_logits(hf, tokens, heads):
     """``transformers``' logits with the heads' o_proj input columns zeroed (restored after)."""
-    d_head = hf.config.head_dim
+    d_head = getattr(hf.config, "head_dim", None) or hf.config.hidden_size // hf.config.num_attention_heads
     saved = {}
     try:
         with torch.no_grad():
