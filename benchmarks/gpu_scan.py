@@ -2,8 +2,10 @@
 
 Run from the repository root (cel_lens is imported from this checkout; no network, no hub):
 
-    python benchmarks/gpu_scan.py           # H200: 28 layers x 24 heads, d_model 3072, vocab 128,256
-    python benchmarks/gpu_scan.py --tiny    # CPU smoke test of the same code path
+    python -m benchmarks.gpu_scan --results   # H100/H200: 28 layers x 24 heads, d_model 3072, vocab 128,256
+    python -m benchmarks.gpu_scan --tiny      # CPU smoke test of the same code path
+
+The shape is Llama-3.2-3B-Instruct's published ``config.json`` (``cel_lens/data/paper_configs``).
 
 Three readers of the same shape, side by side: ``transformers`` with SDPA (the floor's forward),
 cel_lens on a HookedTransformer and on a TransformerBridge, each on the fused-attention stack
@@ -22,8 +24,14 @@ first and the bridge then wraps.
    affine in ``L - l``, so a least-squares line extrapolates to every layer. The floor is
    ``(1 + N (L+1)/(2L))`` x the ``transformers`` pass; efficiency = floor / scan.
 
-It prints one JSON line and writes it to ``$OUT/gpu_scan.json`` when ``OUT`` is set (copy it to
-``benchmarks/gpu_scan.json``; ``python -m benchmarks.run --report-only`` adds it to RESULTS.md).
+3. **The FLOP rate**: the scan's FLOP count (every head of every layer plus the store's intact pass,
+   counted as :mod:`cel_lens.selection.plan_paper` counts) over its extrapolated seconds, as a share
+   of the device's dense bf16 peak, and the paper plan's GPU hours of Llama-3.2-3B at that share in
+   place of the assumed one (``record["flops"]``).
+
+It prints one JSON line and writes it to ``$OUT/gpu_scan.json`` when ``OUT`` is set; ``--results``
+also saves it as ``benchmarks/gpu_scan.json`` and rewrites RESULTS.md's GPU rows (as
+``python -m benchmarks.run --report-only`` does).
 About 3 minutes on an H200. The image there lacks a few packages: carry them as wheels, e.g. made
 here with ``pip download --no-deps --only-binary=:all: --python-version 3.12 -d gpu_wheels
 transformer-lens==3.9.0 better-abc==0.0.3 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19
@@ -58,6 +66,16 @@ import warnings  # noqa: E402
 import torch  # noqa: E402
 
 warnings.filterwarnings("ignore")
+
+def paper_shape(hub_id: str = "meta-llama/Llama-3.2-3B-Instruct") -> dict[str, int]:
+    """The shape of one of the paper's models, from its published ``config.json`` (cel_lens/data)."""
+    from cel_lens.model.registry import paper_config
+
+    c = paper_config(hub_id)
+    return dict(n_layers=c["num_hidden_layers"], d_model=c["hidden_size"], n_heads=c["num_attention_heads"],
+                d_head=c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"],
+                n_kv_heads=c["num_key_value_heads"], d_mlp=c["intermediate_size"], d_vocab=c["vocab_size"])
+
 
 LLAMA_3_2_3B = dict(n_layers=28, d_model=3072, n_heads=24, d_head=128, n_kv_heads=8, d_mlp=8192, d_vocab=128256)
 TINY = dict(n_layers=4, d_model=64, n_heads=4, d_head=16, n_kv_heads=2, d_mlp=128, d_vocab=1024)
@@ -253,6 +271,41 @@ def scan(model, split, layers: Sequence[int], batch_size: int, max_tokens: int, 
     return out
 
 
+def scan_efficiency(record: dict[str, Any], shape: dict[str, int], split, model) -> dict[str, Any]:
+    """The measured scans' FLOP rate against the device's dense bf16 peak, and the paper plan's
+    GPU hours of Llama-3.2-3B (:mod:`cel_lens.selection.plan_paper`) at that rate instead of its
+    assumed :data:`~cel_lens.selection.plan_paper.GPU_EFFICIENCY`."""
+    from cel_lens.evaluation import encode_split
+    from cel_lens.selection.plan_memory import DEVICES, MemoryShape
+    from cel_lens.selection.plan_paper import GPU_EFFICIENCY, PaperTask, paper_plan
+
+    batches = encode_split(model, split, 1 << 20)
+    tokens = sum(b.real_tokens for b in batches) / len(split)
+    scored = sum(int(b.target_mask.sum()) for b in batches) / len(split)
+    L, H, d = shape["n_layers"], shape["n_heads"], shape["d_model"]
+    ms = MemoryShape(L, d, H, shape["n_kv_heads"], shape["d_head"], shape["d_mlp"], shape["d_vocab"], 0)
+    per_layer = 2 * ms.layer_matrix_params + 4 * (tokens / 2) * H * shape["d_head"]
+    unembed = scored * 2 * d * shape["d_vocab"]
+    n = len(split)
+    flops = n * (L * tokens * per_layer + unembed) + sum(H * n * ((L - l) * tokens * per_layer + unembed) for l in range(L))
+    name = str(record.get("device", ""))
+    peak = next((dev.bf16_flops for key, dev in DEVICES.items() if key.upper() in name.upper()), None)
+    out: dict[str, Any] = {"tokens_per_example": round(tokens, 2), "scored_per_example": round(scored, 2),
+                           "scan_flops": flops, "bf16_peak_flops": peak}
+    for kind in ("hooked", "bridge"):
+        seconds = record[f"scan_{kind}"]["scan_s"]
+        out[f"{kind}_flops_per_s"] = flops / seconds
+        if peak:
+            eff = flops / seconds / peak
+            out[f"{kind}_efficiency_of_peak"] = round(eff, 4)
+            for task in ("arithmetic", "boolq"):
+                plan = paper_plan("meta-llama/Llama-3.2-3B-Instruct", task, "h200" if "H200" in name.upper() else "h100",
+                                  efficiency=eff)
+                out[f"{kind}_plan_{task}_gpu_hours"] = round(plan.seconds / 3600, 3)
+    out["assumed_efficiency"] = GPU_EFFICIENCY
+    return out
+
+
 def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
     """Run everything; print and return the JSON record."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -264,12 +317,15 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
     ap.add_argument("--reps", type=int, default=5, help="timed repetitions of each pass")
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--skip-own", action="store_true", help="time only the stack (not the models' own forwards)")
+    ap.add_argument("--results", action="store_true",
+                    help="also save benchmarks/gpu_scan.json and rewrite the GPU rows of benchmarks/RESULTS.md")
     args = ap.parse_args(argv)
 
     t_start = time.perf_counter()
     from cel_lens.model import model_shape
 
-    shape = TINY if args.tiny else LLAMA_3_2_3B
+    shape = TINY if args.tiny else paper_shape()
+    assert args.tiny or shape == LLAMA_3_2_3B, "the published config and this script's shape disagree"
     device = "cpu" if args.tiny else "cuda"
     if device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("no CUDA device: run with --tiny for a CPU smoke test")
@@ -320,6 +376,7 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
         res["efficiency"] = round(floor_s / res["scan_s"], 4)
         record[f"scan_{name}"] = res
     record["layers_measured"] = layers
+    record["flops"] = scan_efficiency(record, shape, splits["arithmetic_shaped"], hooked)
     record["peak_gpu_bytes"] = torch.cuda.max_memory_allocated() if device == "cuda" else None
     record["wall_s"] = round(time.perf_counter() - t_start, 1)
     assert model_shape(hooked) == (L, H)
@@ -329,6 +386,12 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
     if out:
         Path(out).mkdir(parents=True, exist_ok=True)
         (Path(out) / "gpu_scan.json").write_text(line + "\n")
+    if args.results:
+        from benchmarks.report import write_report
+        from benchmarks.scan import GPU_JSON
+
+        GPU_JSON.write_text(json.dumps(record, indent=1) + "\n")
+        write_report(json.loads((REPO / "benchmarks" / "results.json").read_text()), REPO / "benchmarks" / "RESULTS.md")
     return record
 
 

@@ -232,9 +232,10 @@ def _gpu() -> list[str]:
 
     out = ["## GPU (H200)", ""]
     if not GPU_JSON.is_file():
-        return out + ["Not run here (no GPU on this machine): `python benchmarks/gpu_scan.py` writes "
-                      "`$OUT/gpu_scan.json`; copy it to `benchmarks/gpu_scan.json` and run "
-                      "`python -m benchmarks.run --report-only`.", ""]
+        return out + ["Not run here (no GPU on this machine): on a GPU, `python -m benchmarks.gpu_scan --results` "
+                      "measures a stage-1 scan at Llama-3.2-3B's real shape, saves `benchmarks/gpu_scan.json` and "
+                      "rewrites these rows (with its FLOP rate against the bf16 peak and the paper plan's hours at "
+                      "that rate).", ""]
     g = json.loads(GPU_JSON.read_text())
     out.append(f"`benchmarks/gpu_scan.py` on {g.get('device')}, {g.get('dtype')}, shape {g.get('shape')}:")
     out += ["", "```json", json.dumps(g, indent=1), "```", ""]

@@ -26,6 +26,7 @@ import torch
 from cel_lens.backends.base import backend_class, get_backend
 from cel_lens.config import ExecutionSettings, OptionError, SearchConfig, check_split_sizes
 from cel_lens.evaluation.context import EvalContext
+from cel_lens.evaluation.precision import resolve_precision
 from cel_lens.evaluation.seal import SealReader, recorded_reads
 from cel_lens.model.load import resolve_dtype
 from cel_lens.oracle import DIST_SPLIT, Stage1Scores
@@ -33,7 +34,7 @@ from cel_lens.model.ablation import ablation_kind
 from cel_lens.progress import info_stream, progress_session
 from cel_lens.runs.ablation_record import learn_ablation
 from cel_lens.runs.run_dir import RunDir
-from cel_lens.runs.run_precision import PRECISION_RECORD, record_precision, show_search_precision
+from cel_lens.runs.run_precision import PRECISION_RECORD, record_precision, search_precision_kind, show_search_precision
 from cel_lens.runs.journal_io import write_json_atomic
 from cel_lens.runs.manifest import EXAMPLES, build_manifest, default_run_dir
 from cel_lens.runs.recording_oracle import RecordingOracle
@@ -43,6 +44,7 @@ from cel_lens.selection.plan import BatchTimer, SearchPlan, plan_search
 from cel_lens.selection.plan_calibration import CALIBRATION_BUDGET_S
 from cel_lens.selection.plan_calibration import calibration_layers  # noqa: F401 - where callers found it
 from cel_lens.selection.plan_calibration import calibrate as calibrate_plan
+from cel_lens.selection.plan_memory import search_memory
 from cel_lens.selection.result import Result, format_result
 from cel_lens.tasks.base import Task
 from cel_lens.tasks.registry import SPLIT_NAMES, load_task, loaded_splits, loader_options
@@ -256,13 +258,27 @@ def plan(
     context = EvalContext.from_environment(config.precision, reader=SealReader("plan"))
     oracle = get_backend(settings.backend).open(model, sample, replace(settings, progress=False), context=context)
     try:
-        result = _plan_for(config, oracle.n_layers, oracle.n_heads, task, oracle.local_model() is not None)
+        local = oracle.local_model()
+        result = _plan_for(config, oracle.n_layers, oracle.n_heads, task, local is not None)
+        if local is not None:  # the memory of the whole task's search, not the calibration sample's
+            result = replace(result, memory=_memory_for(oracle, task, config, settings))
         if calibrate:
             result = calibrate_plan(result, oracle, task.dist.examples, sample.dist.examples, heads=calibration_heads,
                                     budget_s=calibration_budget_s, show=settings.progress)
     finally:
         oracle.close()
     return result
+
+
+def _memory_for(oracle: Any, task: Task, config: SearchConfig, settings: ExecutionSettings) -> Any:
+    """The search's memory plan on the oracle's model (:func:`~cel_lens.selection.plan_memory.search_memory`)
+    in the precision the search computes in."""
+    store_dtype = None if config.store_dtype is None else resolve_dtype(config.store_dtype)
+    model = oracle.local_model()
+    precision = resolve_precision(oracle.context.precision, model, search_precision_kind(oracle, task))
+    return search_memory(model, task.dist, len(task.test), batch_size=settings.batch_size,
+                         store_budget=settings.store_budget, store_dtype=store_dtype, precision=precision,
+                         use_store=settings.use_store)
 
 
 def search(

@@ -148,6 +148,10 @@ def test_gpu_scan_tiny_smoke(monkeypatch, tmp_path):
         for key in ("arithmetic_shaped", "boolq_shaped"):
             assert record["one_pass"][key][f"{kind}_stack_s"] > 0
     assert record["one_pass"]["boolq_shaped"]["transformers_sdpa_s"] > 0
+    flops = record["flops"]  # the FLOP rate; no bf16 peak to compare with on a CPU
+    assert flops["scan_flops"] > 0 and flops["bf16_peak_flops"] is None
+    assert flops["hooked_flops_per_s"] == pytest.approx(flops["scan_flops"] / record["scan_hooked"]["scan_s"])
+    assert not any(k.endswith("efficiency_of_peak") for k in flops)
     assert json.loads((tmp_path / "gpu_scan.json").read_text()) == record
 
 

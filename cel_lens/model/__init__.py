@@ -35,7 +35,7 @@ from cel_lens.model.gguf import convert_gguf, converted_from, gguf_fallback
 from cel_lens.model.identity import model_id, model_manifest, weights_fingerprint, weights_hash
 from cel_lens.model.model_types import is_bridge, model_shape, supports_resume
 from cel_lens.model.load import PROCESSING_DEFAULTS, load_model
-from cel_lens.model.registry import PAPER_MODELS, ModelSpec
+from cel_lens.model.registry import PAPER_MODELS, ModelSpec, paper_config
 from cel_lens.model.sources import MODEL_ALIASES, MODEL_SOURCES, resolve_source
 from cel_lens.model.stack_bf16 import bf16_copy_bytes, bf16_weights
 from cel_lens.model.stack_build import fused_attention
@@ -48,6 +48,7 @@ __all__ = [
     "set_bos_rule",
     "PAPER_MODELS",
     "ModelSpec",
+    "paper_config",
     "ablate",
     "ablation_hooks",
     "Ablation",

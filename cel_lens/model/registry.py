@@ -7,14 +7,20 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal, Optional
 
-__all__ = ["ModelSpec", "PAPER_MODELS", "BUILTIN_MODELS", "ORGANISM_DIR", "tl_official_name"]
+__all__ = ["ModelSpec", "PAPER_MODELS", "BUILTIN_MODELS", "ORGANISM_DIR", "PAPER_CONFIG_DIR", "paper_config",
+           "tl_official_name"]
 
 ORGANISM_DIR = Path(__file__).resolve().parents[1] / "data" / "organism"
 """Where the shipped model organism (weights, config, tokenizer, training log) lives."""
+
+PAPER_CONFIG_DIR = Path(__file__).resolve().parents[1] / "data" / "paper_configs"
+"""The paper's models' published ``config.json`` fields, one file per model (``<name>.json``, the
+hub id's second part): data only, no weights (:func:`paper_config`)."""
 
 BUILTIN_MODELS: dict[str, Path] = {"organism": ORGANISM_DIR}
 """Model names :func:`cel_lens.model.load_model` resolves to shipped checkpoints (a local directory
@@ -62,6 +68,15 @@ PAPER_MODELS: dict[str, ModelSpec] = {
 }
 """The paper's three models by hub id: architecture, layers, heads, key/value heads, width, head count
 and the loader used for each (``cel-lens models`` prints them)."""
+
+
+def paper_config(hub_id: str) -> dict[str, Any]:
+    """The published ``config.json`` of one of :data:`PAPER_MODELS` (as a dict, from
+    :data:`PAPER_CONFIG_DIR`): what real-width rehearsal checkpoints and memory plans are built from.
+    ``KeyError`` for a model that is not one of the paper's."""
+    if hub_id not in PAPER_MODELS:
+        raise KeyError(f"{hub_id!r} is not one of the paper's models ({', '.join(PAPER_MODELS)})")
+    return json.loads((PAPER_CONFIG_DIR / f"{hub_id.split('/')[1]}.json").read_text(encoding="utf-8"))
 
 
 def tl_official_name(name: str) -> Optional[str]:

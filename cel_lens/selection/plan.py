@@ -84,6 +84,7 @@ class SearchPlan:
     calibration_cpu_s: Optional[float] = None
     full_seconds_per_example: Optional[float] = None
     apart_seconds_per_unit: Optional[float] = None
+    memory: Optional[Any] = None  # a MemoryPlan (cel_lens.selection.plan_memory), where the model was at hand
 
     @property
     def units(self) -> int:
@@ -128,6 +129,7 @@ class SearchPlan:
             "seconds_per_unit": self.seconds_per_unit, "apart_seconds_per_unit": self.apart_seconds_per_unit,
             "full_seconds_per_example": self.full_seconds_per_example, "seconds": self.seconds(), "cpu_share": self.cpu_share,
             "wall_seconds": self.wall_seconds(), "calibration_cpu_s": self.calibration_cpu_s, "notes": list(self.notes),
+            "memory": self.memory.to_dict() if self.memory is not None else None,
             "stages": [dict(name=s.name, split=s.split, head_sets=s.head_sets, examples=s.examples, bound=s.bound,
                             units=s.units, seconds=self.seconds(s), wall_seconds=self.wall_seconds(s), note=s.note)
                        for s in self.stages],
@@ -184,7 +186,8 @@ class SearchPlan:
         w0, w1 = max(len(r[0]) for r in rows), max(len(r[1]) for r in rows)
         head = f"search plan: {_layout(self.n_layers, self.n_heads)}"
         lines = [head] + [f"  {a:<{w0}}  {b:<{w1}}  {c}".rstrip() for a, b, c in rows]
-        return "\n".join(lines + [f"  note: {n}" for n in self.notes])
+        memory = self.memory.lines() if self.memory is not None else []
+        return "\n".join(lines + [f"  note: {n}" for n in self.notes] + memory)
 
     def _repr_html_(self) -> str:
         body = "".join(
