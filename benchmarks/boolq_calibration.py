@@ -24,7 +24,8 @@ from cel_lens.backends.local import LocalOracle
 from cel_lens.config import QUICK
 from cel_lens.heads import HeadSet
 from cel_lens.selection.memo import MemoOracle
-from cel_lens.selection.calibration import calibration_rows, calibration_statistics
+from cel_lens.selection.calibration import calibration_statistics
+from cel_lens.selection.calibration_text import calibration_rows
 from cel_lens.tasks.base import Split, Task, check_disjoint
 from cel_lens.tasks.boolq import make_example
 

@@ -211,12 +211,13 @@ def hf_pass(hf, batches) -> None:
 
 def cel_pass(model, batches) -> None:
     from cel_lens.evaluation.teacher_forced import batch_pass
+    from cel_lens.model.ablation import ZERO
     from cel_lens.model import model_shape
 
     masks = torch.zeros(1, *model_shape(model), dtype=torch.bool)
     with torch.inference_mode():
         for b in batches:
-            batch_pass(model, b, masks, 0, None)
+            batch_pass(model, b, masks, 0, None, ablation=ZERO)
 
 
 def forward_table(models: dict[str, Any], splits: dict[str, Any], device: str, reps: int, max_tokens: int,

@@ -157,6 +157,7 @@ def own_pass_seconds(model, batches: Sequence, repeat: int = 1) -> float:
     """CPU seconds of one intact cel_lens pass over encoded ``batches`` (any layout), each batch run
     as ``repeat`` intact variants in one forward (the scan's forward shape), divided by ``repeat``."""
     from cel_lens.evaluation.teacher_forced import batch_pass
+    from cel_lens.model.ablation import ZERO
     from cel_lens.model import model_shape
 
     n_layers, n_heads = model_shape(model)
@@ -164,7 +165,7 @@ def own_pass_seconds(model, batches: Sequence, repeat: int = 1) -> float:
     t0 = cpu_seconds()
     with torch.inference_mode():
         for batch in batches:
-            batch_pass(model, batch, masks, 0, None)
+            batch_pass(model, batch, masks, 0, None, ablation=ZERO)
     return (cpu_seconds() - t0) / repeat
 
 
