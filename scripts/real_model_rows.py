@@ -440,17 +440,28 @@ def markdown_row(rec: dict[str, Any]) -> str:
     return "| " + " | ".join(str(c) for c in cells) + " |"
 
 
+def _exact_basis(agree: dict[str, Any]) -> tuple[float, str, str]:
+    """Exact stage 1's seconds in an agreement, what they are (``"none"``, ``"flop"``: extrapolated
+    from a scan measured elsewhere, ``"own"``: the row's own timing, ``"given"``) and their source text."""
+    seconds = float(agree.get("exact_stage1_s") or 0)
+    source = str(agree.get("exact_stage1_source") or "")
+    if not seconds:
+        return seconds, "none", source
+    if agree.get("exact_scan_gflop"):
+        return seconds, "flop", source
+    return seconds, "own" if source.startswith("the row's own") else "given", source
+
+
 def exact_cost_text(agree: dict[str, Any]) -> str:
     """Exact stage 1's seconds that an agreement's cost ratios divide by, and where they come from:
     the row's own timing, a scan measured elsewhere scaled by FLOP count (an extrapolation), or a
     figure given by hand (its source in ``agreement.json``)."""
-    seconds = float(agree.get("exact_stage1_s") or 0)
-    if not seconds:
+    seconds, basis, source = _exact_basis(agree)
+    if basis == "none":
         return "not timed (no ratio)"
-    source = str(agree.get("exact_stage1_source") or "")
-    if agree.get("exact_scan_gflop"):
+    if basis == "flop":
         return f"{seconds:,.0f}, extrapolated: a scan measured elsewhere, scaled by FLOP count"
-    if source.startswith("the row's own"):
+    if basis == "own":
         return f"{seconds:,.0f}, the row's own timing ({'wall' if 'wall' in source else 'CPU'} seconds)"
     return f"{seconds:,.0f}, given: {source}"
 
@@ -459,13 +470,12 @@ def cost_ratio(scorer: dict[str, Any], agree: dict[str, Any]) -> str:
     """A scorer's cost against exact stage 1's, like against like: wall against wall when exact's
     seconds are the row's own wall timing, CPU against CPU when they are CPU seconds extrapolated from
     a scan measured elsewhere (labelled so), else the figure given, labelled."""
-    seconds = float(agree.get("exact_stage1_s") or 0)
-    if not seconds:
+    seconds, basis, source = _exact_basis(agree)
+    if basis == "none":
         return "n/a"
-    source = str(agree.get("exact_stage1_source") or "")
-    if agree.get("exact_scan_gflop"):
+    if basis == "flop":
         return f"{scorer['cpu_s'] / seconds:.3f} (CPU ÷ exact's CPU extrapolated by FLOP count)"
-    if source.startswith("the row's own") and "wall" in source and scorer.get("wall_s"):
+    if basis == "own" and "wall" in source and scorer.get("wall_s"):
         return f"{scorer['wall_s'] / seconds:.3f} (wall ÷ exact's wall, one thread each)"
     return f"{scorer['cpu_s'] / seconds:.3f} (CPU ÷ seconds given: {source or 'unstated'})"
 

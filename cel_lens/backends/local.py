@@ -41,6 +41,8 @@ class LocalOracle(OracleBase):
     (default: from the environment, zero ablation, no reader: a D_test read warns that it breaks the seal).
     """
 
+    capabilities = frozenset({CHOICES, ANSWER_KEY, ATTRIBUTION, TEST_READS, LOCAL_MODEL, CONTROLS})
+
     def __init__(
         self,
         model: Any,
@@ -88,8 +90,6 @@ class LocalOracle(OracleBase):
         split: decisions made in bf16, recomputed in float32, share)."""
         return {"compute": resolve_precision(self.context.precision, self.model, kind),
                 "recomputed": recompute_summary(self.context.tally)}
-
-    capabilities = frozenset({CHOICES, ANSWER_KEY, ATTRIBUTION, TEST_READS, LOCAL_MODEL, CONTROLS})
 
     @property
     def model_manifest(self) -> dict[str, Any]:

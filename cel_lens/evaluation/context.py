@@ -3,9 +3,11 @@
 An evaluation's settings (compute precision, ablation kind, prefix sharing, who reads D_test) are
 decided by its arguments alone: one frozen :class:`EvalContext` is built at the edge (``cl.search``
 from its :class:`~cel_lens.config.SearchConfig`, ``cl.evaluate`` from its keywords, the CLI) and
-handed down to the oracle, the evaluator and every backend. Nothing is read from the model, a
-thread-local or a module global, so two searches with different settings on one model, in two
-threads, each get what they would get alone. The environment (:data:`PRECISION_ENV`,
+handed down to the oracle, the evaluator and every backend. No setting is read from the model or a
+module global, so two searches with different settings on one model, in two threads, each get
+what they would get alone. (One scope is still per thread rather than an argument: within a bf16
+evaluation the passes pick the bfloat16 weight copy through
+:func:`~cel_lens.model.stack_bf16.bf16_weights`, as ``torch.autocast`` picks its dtype.) The environment (:data:`PRECISION_ENV`,
 :data:`PREFIX_ENV`) is read here only, by :meth:`EvalContext.from_environment`, which the edges call.
 
 A context also carries the run's :class:`RecomputeTally`: what its bf16 evaluations recomputed in

@@ -298,15 +298,14 @@ def random_subset_null(
     seed: int,
     *,
     exclude: Iterable[HeadsLike] = (),
-    split: str = "test",
     intact: Bool[Tensor, " example"] | None = None,
     chunk: int = 32,
 ) -> NullDistribution:
     """Gains of ``R`` random head sets of ``size`` heads (see :func:`random_head_sets`: distinct,
-    none in ``exclude``, every eligible set when at most ``R`` exist) on ``split``.
+    none in ``exclude``, every eligible set when at most ``R`` exist) on one split.
 
     ``oracle`` is a callable ``head_sets -> Bool[variant, example]`` on that split (an oracle's
-    ``lambda sets: oracle.evaluate(split, sets)``). ``intact`` is the intact model's correctness on that
+    ``lambda sets: oracle.evaluate("test", sets)``). ``intact`` is the intact model's correctness on that
     split (evaluated when omitted). Sets are evaluated ``chunk`` at a time. The null answers "is the
     gain special to the selected heads, or would ablating any ``size`` heads do as well?".
     """

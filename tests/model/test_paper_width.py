@@ -20,6 +20,7 @@ import torch
 from cel_lens.model import PAPER_MODELS
 from cel_lens.model.registry import paper_config
 from cel_lens.testing.paper_width import TOKENIZER_LAYOUTS, rehearsal_config, width_tokenizer
+from cel_lens.testing.reference import hf_ablated_logits
 
 HUB_IDS = list(PAPER_MODELS)
 
@@ -75,23 +76,6 @@ def test_width_tokenizer_has_the_real_length_and_ids(hub_id):
     assert tok.decode(ids, skip_special_tokens=True) == "Question: What is 98 plus 45?\nAnswer:"
 
 
-def _reference_logits(hf, tokens, heads):
-    """``transformers``' logits with the heads' o_proj input columns zeroed (restored after)."""
-    d_head = getattr(hf.config, "head_dim", None) or hf.config.hidden_size // hf.config.num_attention_heads
-    saved = {}
-    try:
-        with torch.no_grad():
-            for layer, head in heads:
-                w = hf.model.layers[layer].self_attn.o_proj.weight
-                saved.setdefault(layer, w.detach().clone())
-                w[:, head * d_head:(head + 1) * d_head] = 0
-            return hf(tokens).logits.float()
-    finally:
-        with torch.no_grad():
-            for layer, w in saved.items():
-                hf.model.layers[layer].self_attn.o_proj.weight.copy_(w)
-
-
 @pytest.fixture(scope="module")
 def width_checkpoints(tmp_path_factory):
     """Rehearsal checkpoints written on demand, one per model (float32 weights)."""
@@ -136,7 +120,7 @@ def test_ablation_at_width_equals_transformers(hub_id, dtype, width_checkpoints)
             atol = 1e-3 if dtype == "float32" else 2 * bf16_ulp * float(intact.abs().max())  # bf16: 2 ulps of the largest
             torch.testing.assert_close(got, intact, atol=atol, rtol=0)
             for heads in cases:
-                ref = _reference_logits(hf, tokens, heads)
+                ref = hf_ablated_logits(hf, heads, tokens)
                 with ablate(model, "+".join(f"L{l}H{h}" for l, h in heads)):
                     ablated = model(tokens).float()
                 effect = float((ref - intact).abs().max())

@@ -13,6 +13,7 @@ import torch
 from cel_lens.evaluation.evaluator import evaluate
 from cel_lens.model import ablation, convert, load
 from cel_lens.model.load import load_model
+from cel_lens.testing.reference import hf_ablated_logits
 from cel_lens.model.processing import ProcessedModelWarning, processing_problem, warn_if_processed
 from cel_lens.tasks.base import Example, Split
 
@@ -27,14 +28,6 @@ def _hf(path):
     return AutoModelForCausalLM.from_pretrained(str(path), attn_implementation="eager").eval()
 
 
-def _hf_ablated_logits(hf, layer: int, head: int) -> torch.Tensor:
-    model = copy.deepcopy(hf)
-    d_head = model.config.hidden_size // model.config.num_attention_heads
-    with torch.no_grad():
-        model.model.layers[layer].self_attn.o_proj.weight[:, head * d_head : (head + 1) * d_head] = 0
-        return model(TOKENS).logits
-
-
 def _hooked(path, **flags):
     """A HookedTransformer built the way from_pretrained builds it, with ``flags`` processing."""
     tok = convert.load_tokenizer(path, False)
@@ -44,7 +37,7 @@ def _hooked(path, **flags):
 def _ablation_error(model, hf) -> float:
     with torch.no_grad(), ablation.ablate(model, "L1H0"):
         got = model(TOKENS)
-    return float((got - _hf_ablated_logits(hf, 1, 0)).abs().max())
+    return float((got - hf_ablated_logits(hf, [(1, 0)], TOKENS)).abs().max())
 
 
 def _caught(fn) -> list[str]:

@@ -17,6 +17,7 @@ import torch
 
 from cel_lens.model import ablate, load_model, model_manifest, run_variants
 from cel_lens.model.gguf import GGUF_MARKER, gguf_fallback
+from cel_lens.testing.reference import hf_ablated_logits
 
 pytestmark = pytest.mark.slow
 
@@ -32,23 +33,6 @@ def _tokens(hf_tokenizer_dir, prompt: str) -> torch.Tensor:
 
     tok = AutoTokenizer.from_pretrained(str(hf_tokenizer_dir))
     return torch.tensor([tok(prompt)["input_ids"]])
-
-
-def _hf_ablated_logits(hf, heads: list[tuple[int, int]], tokens: torch.Tensor) -> torch.Tensor:
-    """The reference ablation: the heads' input columns of o_proj zeroed in ``transformers``."""
-    d_head = hf.config.head_dim
-    saved = {}
-    try:
-        with torch.no_grad():
-            for layer, head in heads:
-                w = hf.model.layers[layer].self_attn.o_proj.weight
-                saved.setdefault(layer, w.detach().clone())
-                w[:, head * d_head:(head + 1) * d_head] = 0
-            return hf(tokens).logits
-    finally:
-        with torch.no_grad():
-            for layer, w in saved.items():
-                hf.model.layers[layer].self_attn.o_proj.weight.copy_(w)
 
 
 def test_loaded_offline_by_name_from_the_wheel(smollm2_dir, smollm2_bridge):
@@ -96,7 +80,7 @@ def test_ablation_equals_o_proj_columns_zeroed(which, smollm2_hf, smollm2_dir, r
     for prompt in PROMPTS[1:]:
         tokens = _tokens(smollm2_dir, prompt)
         with torch.no_grad():
-            ref = _hf_ablated_logits(smollm2_hf, heads, tokens)
+            ref = hf_ablated_logits(smollm2_hf, heads, tokens)
             intact = smollm2_hf(tokens).logits
             with ablate(model, HEADS):
                 got = model(tokens)
@@ -113,7 +97,7 @@ def test_run_variants_equal_single_ablations(smollm2_hooked, smollm2_hf, smollm2
     assert got.shape[:3] == (len(variants), 1, tokens.shape[1])
     for v, heads in enumerate(variants):
         with torch.no_grad():
-            ref = _hf_ablated_logits(smollm2_hf, heads, tokens)
+            ref = hf_ablated_logits(smollm2_hf, heads, tokens)
         torch.testing.assert_close(got[v], ref, atol=HOOKED_ATOL, rtol=0)
 
 
@@ -129,7 +113,7 @@ def test_export_by_name_equals_the_ablation_and_names_the_gguf(smollm2_hf, smoll
     heads = [(int(h[1:].split("H")[0]), int(h.split("H")[1])) for h in HEADS.split("+")]
     tokens = _tokens(smollm2_dir, PROMPTS[1])
     with torch.no_grad():
-        torch.testing.assert_close(exported(tokens).logits, _hf_ablated_logits(smollm2_hf, heads, tokens), atol=0, rtol=0)
+        torch.testing.assert_close(exported(tokens).logits, hf_ablated_logits(smollm2_hf, heads, tokens), atol=0, rtol=0)
     provenance = json.loads((out / "cel_lens_export.json").read_text())
     marker = json.loads((smollm2_dir / GGUF_MARKER).read_text())
     assert provenance["source"]["id"] == "HuggingFaceTB/SmolLM2-135M-Instruct"

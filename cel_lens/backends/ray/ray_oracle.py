@@ -49,6 +49,7 @@ from cel_lens.backends.ray.factory import to_factory
 from cel_lens.backends.ray.replica_precision import RayPrecision
 from cel_lens.backends.ray.shards import Shard
 from cel_lens.backends.ray.worker import ShardWorker
+from cel_lens.evaluation.context import EvalContext
 from cel_lens.evaluation.answers import answer_key
 from cel_lens.heads import HeadSet, HeadsLike
 from cel_lens.oracle import ANSWER_KEY, ATTRIBUTION, CHOICES, AnswerKey, OracleBase
@@ -122,6 +123,7 @@ class RayOracle(RayPrecision, OracleBase):
         self._ray = ray
         self._started_ray = False
         self.task = task
+        self.context = EvalContext()  # its own (a tally per oracle), until a search sets one
         self.gpus_per_worker = float(gpus_per_worker)
         self.cpus_per_worker = float(cpus_per_worker)
         self.workers = 0

@@ -15,8 +15,9 @@ class RayPrecision:
     """What :class:`~cel_lens.backends.ray.ray_oracle.RayOracle` adds so that a search sets its precision
     on the replicas (as it does on a local model) and records their tally in the manifest."""
 
-    context: EvalContext = EvalContext()
-    """The settings the replicas evaluate with (its precision; a learnt ablation never travels)."""
+    context: EvalContext
+    """The settings the replicas evaluate with (its precision; a learnt ablation never travels); each
+    oracle's own, set by :meth:`use_context` (its replicas' environment until then)."""
 
     def use_context(self, context: EvalContext) -> None:
         """Evaluate with ``context``'s precision on every replica (and on any replica started later),
