@@ -62,13 +62,16 @@ of the 6 best heads (6 + 15 = 21 joint ablations instead of 298), a null of 20 s
 p, 1/21, still below 0.05) and 1,000 bootstrap resamples. Any option given explicitly wins over the
 preset.
 
-What it does not cut is exact stage 1: every head alone on the 200 D_dist examples. That is
+The preset itself does not cut exact stage 1: every head alone on the 200 D_dist examples. The
+CLI's ``--quick`` adds a time budget on top (:mod:`cel_lens.selection.plan_quick`): it calibrates
+the plan and, where the search would run past about 12 minutes, takes the pre-screen and smaller
+splits until it fits, and says what it gave up. The preset alone is
 minutes on a small model (the organisms, a few layers), but not on a real one on a CPU:
 SmolLM2-135M-Instruct's 270 heads take 19 CPU minutes on Arithmetic's 21-token prompts in
 float32 and 12 in bf16 (the default on a CPU with native bf16) on an Intel Xeon with AMX (34 and
 18 on an AMD EPYC without it), and over an hour on BoolQ's passages (measured:
 ``benchmarks/RESULTS.md``, SmolLM2 section; the whole ``--quick`` search took 10 minutes of wall
-time on two idle cores). So run ``--plan`` first (it says its own cost before spending it and predicts CPU and
+time on two idle cores). So in Python run ``plan`` first (it says its own cost before spending it and predicts CPU and
 wall time), and for minutes on such a model add ``--scorer attribution`` (a ranking, not exact
 gains) or ``--scorer prescreen`` (exact gains on the heads a first pass keeps; its recall of exact's
 pool is measured, not guaranteed)."""

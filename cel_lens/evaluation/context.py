@@ -94,7 +94,7 @@ class EvalContext:
 
     precision: str = "auto"
     ablation: Ablation = ZERO
-    share_prefix: bool = False
+    share_prefix: bool = True
     reader: Optional[SealReader] = None
     tally: RecomputeTally = field(default_factory=RecomputeTally, compare=False, repr=False)
 
@@ -104,11 +104,13 @@ class EvalContext:
     ) -> "EvalContext":
         """A context from explicit choices, the environment filling what they leave open:
         ``precision`` ``None``/``"auto"`` takes :data:`PRECISION_ENV` when set, ``share_prefix``
-        ``None`` takes :data:`PREFIX_ENV` (else off). The one place evaluation settings are read
+        ``None`` takes :data:`PREFIX_ENV` (else on: its decisions are the unshared path's,
+        :mod:`~cel_lens.evaluation.prefix`). The one place evaluation settings are read
         from the environment; edges (``cl.search``, ``cl.evaluate``, the CLI, a Ray worker) call it."""
         from_env = os.environ.get(PRECISION_ENV) or "auto"
         chosen = precision if precision not in (None, "auto") else from_env
-        prefix = share_prefix if share_prefix is not None else bool(env_flag(PREFIX_ENV))
+        said = env_flag(PREFIX_ENV)
+        prefix = share_prefix if share_prefix is not None else (True if said is None else said)
         return cls(precision=check_precision(chosen), share_prefix=prefix, **fields)
 
     def with_(self, **changes: Any) -> "EvalContext":

@@ -19,11 +19,10 @@ runs its matrix products and attention with other shapes (fewer rows; keys of le
 than of the row's width), and BLAS and the attention kernel pick their blocking by shape (PyTorch
 2.13 on this CPU: a linear layer's rows differ in the last bit when the product has 1-3, 5-7 or 9-11
 rows). The rows' own positions, given the same prefix keys and values, are bit for bit the unshared
-pass. So sharing is off unless asked for (``share_prefix=True`` in
-:func:`~cel_lens.evaluation.encode.encode_split`, an
-:class:`~cel_lens.evaluation.context.EvalContext` with ``share_prefix=True``, or
-``CEL_LENS_SHARE_PREFIX=1`` in the environment, read at the edge). When it is on,
-:func:`~cel_lens.evaluation.evaluate` recomputes without sharing every decision within
+pass. So :func:`~cel_lens.evaluation.encode.encode_split` shares only when asked
+(``share_prefix=True``), and :func:`~cel_lens.evaluation.evaluate`, which shares by default
+(an :class:`~cel_lens.evaluation.context.EvalContext` has ``share_prefix=True`` unless told
+otherwise, or ``CEL_LENS_SHARE_PREFIX=0`` at the edge), recomputes without sharing every decision within
 :data:`PREFIX_BOUND` of flipping (the same rule bf16's decisions get, with a bound about 24 x the
 largest difference measured, ``benchmarks/prefix.py``), so its decisions are the unshared path's.
 """

@@ -96,8 +96,12 @@ def test_the_environment_is_read_at_the_edge_only(monkeypatch):
     monkeypatch.setenv(PREFIX_ENV, "1")
     ctx = EvalContext.from_environment()
     assert ctx.precision == "bf16" and ctx.share_prefix
-    assert EvalContext.from_environment("float32", share_prefix=False) == EvalContext(precision="float32")
-    assert EvalContext().precision == "auto" and not EvalContext().share_prefix
+    assert EvalContext.from_environment("float32", share_prefix=False) == EvalContext(precision="float32", share_prefix=False)
+    assert EvalContext().precision == "auto" and EvalContext().share_prefix  # on by default: decision-exact
+    monkeypatch.setenv(PREFIX_ENV, "0")
+    assert not EvalContext.from_environment().share_prefix
+    monkeypatch.delenv(PREFIX_ENV)
+    assert EvalContext.from_environment().share_prefix
     with pytest.raises(ValueError, match="unknown precision"):
         EvalContext.from_environment("fp8")
 

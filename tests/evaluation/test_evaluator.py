@@ -13,6 +13,7 @@ import torch
 
 from cel_lens.evaluation import EvalResult, encode_pair, encode_split, evaluate, greedy_generate, logprob_metric
 from cel_lens.evaluation.choices import aggregate
+from cel_lens.evaluation.context import EvalContext
 from cel_lens.evaluation.teacher_forced import score_batches
 from cel_lens.model import ablate, fused_attention
 from cel_lens.heads import HeadSet
@@ -174,7 +175,8 @@ def test_intact_pass_runs_once_and_layers_below_are_not_recomputed(model, arithm
         model.blocks[layer].hook_resid_pre.add_hook(counter(layer), is_permanent=True)
     try:
         sets = ["intact", "L2H0", "L2H1", "L2H2", "L1H3"]
-        evaluate(model, arithmetic_split, sets, batch_size=8, progress=False)
+        evaluate(model, arithmetic_split, sets, batch_size=8, progress=False,
+                 context=EvalContext(share_prefix=False))  # the rows of unshared prompts
     finally:
         model.reset_hooks(including_permanent=True)
     n = len(arithmetic_split)

@@ -28,6 +28,7 @@ from cel_lens.tasks import Example, Split
 
 SETS = ["intact", "L0H0", "L0H3", "L1H2", "L1H0+L2H1", "L2H3"]  # first ablated layer 0, 1 and 2 (the last)
 SHARED = EvalContext(precision="float32", share_prefix=True)
+UNSHARED = EvalContext(precision="float32", share_prefix=False)
 """Evaluations with the shared prompt start computed once (what a search with sharing on hands down)."""
 
 
@@ -180,7 +181,7 @@ def test_decisions_near_the_bound_are_recomputed_without_sharing(models, monkeyp
     import cel_lens.evaluation.evaluator as evaluator
 
     model, split = models["hooked"], _split()
-    ref = evaluate(model, split, SETS, batch_size=8, progress=False)
+    ref = evaluate(model, split, SETS, batch_size=8, progress=False, context=UNSHARED)
     monkeypatch.setattr(evaluator, "PREFIX_BOUND", 1e9)
     got = evaluate(model, split, SETS, batch_size=8, progress=False, context=SHARED)
     assert torch.equal(got.correct, ref.correct) and torch.equal(got.scores, ref.scores)

@@ -16,15 +16,15 @@ class RayPrecision:
     on the replicas (as it does on a local model) and records their tally in the manifest."""
 
     context: EvalContext
-    """The settings the replicas evaluate with (its precision; a learnt ablation never travels); each
+    """The settings the replicas evaluate with (its precision and prefix sharing; a learnt ablation never travels); each
     oracle's own, set by :meth:`use_context` (its replicas' environment until then)."""
 
     def use_context(self, context: EvalContext) -> None:
-        """Evaluate with ``context``'s precision on every replica (and on any replica started later),
-        with fresh tallies."""
+        """Evaluate with ``context``'s precision and prefix sharing on every replica (and on any
+        replica started later), with fresh tallies."""
         self.context = context
-        self._worker_kwargs["precision"] = context.precision
-        self._run([(i, i, "set_precision", (context.precision,)) for i in range(self.workers)])
+        self._worker_kwargs.update(precision=context.precision, share_prefix=context.share_prefix)
+        self._run([(i, i, "set_precision", (context.precision, context.share_prefix)) for i in range(self.workers)])
 
     def local_model(self) -> None:
         """``None``: the replicas hold their own model copies, none of this process."""

@@ -53,6 +53,7 @@ class ShardWorker:
         store_dtype: Optional[torch.dtype] = None,
         threads: Optional[int] = None,
         precision: Optional[str] = None,
+        share_prefix: Optional[bool] = None,
     ) -> None:
         if threads:
             torch.set_num_threads(int(threads))
@@ -66,14 +67,15 @@ class ShardWorker:
         self.store_dtype = store_dtype
         self._stores: dict[tuple[str, tuple[int, ...]], Any] = {}
         self.context = EvalContext()
-        self.set_precision(precision)
+        self.set_precision(precision, share_prefix)
 
-    def set_precision(self, precision: Optional[str]) -> None:
+    def set_precision(self, precision: Optional[str], share_prefix: Optional[bool] = None) -> None:
         """Evaluate in ``precision`` from now on (:mod:`cel_lens.evaluation.precision`; ``None``:
-        ``"auto"``), with a fresh tally of the decisions recomputed in float32. A test read is
-        recorded in the seal's ledger where the worker runs (no warning: the driver owns it)."""
+        ``"auto"``), sharing prompt starts as ``share_prefix`` says (``None``: the worker's
+        environment, else on), with a fresh tally of the decisions recomputed in float32. A test read
+        is recorded in the seal's ledger where the worker runs (no warning: the driver owns it)."""
         reader = SealReader(f"ray worker {socket.gethostname()}:{os.getpid()}")
-        self.context = EvalContext.from_environment(precision, reader=reader)
+        self.context = EvalContext.from_environment(precision, share_prefix=share_prefix, reader=reader)
 
     def precision_record(self, answer_type: Optional[str]) -> dict[str, Any]:
         """The precision this replica computes its task's D_dist in (``answer_type``, the driver's

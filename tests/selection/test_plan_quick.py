@@ -1,0 +1,62 @@
+"""``--quick``'s budget: the cuts it takes, in order, priced at the calibrated rate."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from cel_lens.config import QUICK, SearchConfig
+from cel_lens.selection.plan import plan_search
+from cel_lens.selection.plan_quick import QUICK_CUTS, fit_quick
+
+PRESET = replace(SearchConfig(), k=QUICK["k"], pool_size=QUICK["pool_size"], n_null=QUICK["n_null"])
+
+
+def _plans(rate: float, share: float = 1.0):
+    """The preset's plan on a 30 x 9 model at 200/200 examples, timed at ``rate`` CPU s a unit, and
+    the replan function ``fit_quick`` prices its cuts with."""
+    def replan(changes):
+        cut = replace(PRESET, **{k: v for k, v in changes.items() if not k.startswith("n_")})
+        return plan_search(30, 9, changes.get("n_dist", 200), changes.get("n_test", 200), config=cut)
+
+    return replan({}).timed(rate, share), replan
+
+
+def test_a_plan_within_the_budget_takes_no_cut():
+    timed, replan = _plans(rate=1e-4)
+    fit = fit_quick(timed, replan, budget_s=600)
+    assert fit.changes == {} and fit.gave_up == () and fit.fits
+    assert "nothing given up" in fit.lines()[0]
+
+
+def test_cuts_are_taken_in_order_until_the_estimate_fits():
+    timed, replan = _plans(rate=0.01)  # 64,000 units at 0.01 s: ~10.7 min; the pre-screen alone: far less
+    before = timed.wall_seconds()
+    fit = fit_quick(timed, replan, budget_s=before / 3)
+    assert fit.changes == dict(QUICK_CUTS[0].changes) and fit.gave_up == (QUICK_CUTS[0].gives_up,)
+    assert fit.after_s < fit.budget_s < fit.before_s == pytest.approx(before)
+    # the estimate after is the replanned search's, priced by hand at the same rate
+    assert fit.after_s == pytest.approx(replan(fit.changes).units * 0.01, rel=0.01)
+
+
+def test_an_impossible_budget_takes_every_cut_and_says_it_does_not_fit():
+    timed, replan = _plans(rate=1.0, share=2.0)
+    fit = fit_quick(timed, replan, budget_s=1.0)
+    assert len(fit.gave_up) == len(QUICK_CUTS) and not fit.fits
+    assert fit.changes["n_dist"] == 100 and fit.changes["prescreen_keep"] == 0.05
+    assert "still does not fit" in fit.lines()[0]
+    assert fit.to_dict()["fits"] is False and fit.to_dict()["gave_up"] == list(fit.gave_up)
+
+
+def test_a_cut_never_overrides_an_option_the_user_set():
+    timed, replan = _plans(rate=1.0)
+    fit = fit_quick(timed, replan, explicit={"n_dist", "scorer"}, budget_s=1.0)
+    assert "n_dist" not in fit.changes and "scorer" not in fit.changes
+    assert fit.changes["n_test"] == 100
+
+
+def test_an_untimed_plan_changes_nothing():
+    _, replan = _plans(rate=1.0)
+    fit = fit_quick(replan({}), replan, budget_s=1.0)
+    assert fit.changes == {} and fit.fits and "could not be timed" in fit.lines()[0]
