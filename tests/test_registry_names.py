@@ -21,6 +21,7 @@ import pytest
 from cel_lens.config import ABLATION_KINDS, BACKENDS, SCORERS
 from cel_lens.model.sources import MODEL_SOURCES
 from cel_lens.registry import Registry, split_target
+from cel_lens.tasks.answer_types import ANSWER_TYPES
 from cel_lens.tasks.registry import BUILTIN_TASKS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,7 +29,7 @@ PACKAGE = ROOT / "cel_lens"
 
 REGISTRIES: dict[str, Registry] = {
     "SCORERS": SCORERS, "ABLATION_KINDS": ABLATION_KINDS, "BACKENDS": BACKENDS,
-    "BUILTIN_TASKS": BUILTIN_TASKS, "MODEL_SOURCES": MODEL_SOURCES,
+    "BUILTIN_TASKS": BUILTIN_TASKS, "MODEL_SOURCES": MODEL_SOURCES, "ANSWER_TYPES": ANSWER_TYPES,
 }
 
 
