@@ -47,7 +47,7 @@ from cel_lens.config import PRECISIONS
 from cel_lens.evaluation.precision_groups import recompute_groups
 from cel_lens.evaluation.precision_probe import AUTO_MIN_SPEEDUP, bf16_probe
 from cel_lens.model import bf16_weights
-from cel_lens.tasks.answer_types import ANSWER_TYPES, answer_type_entry
+from cel_lens.tasks.answer_types import ANSWER_TYPES, MULTIPLE_CHOICE, answer_type_entry
 
 __all__ = [
     "PRECISIONS", "LOGIT_BOUND", "LOGPROB_BOUND", "CHOICE_PAIR_BOUND", "PAIR_CHECK_MIN", "PAIR_CHECK_SHARE",
@@ -297,7 +297,7 @@ def pair_check(
     held = merge_pair_checks([tally.pair_record(key), {"observed": n, "largest_change": change}])
     confirmed = held["observed"] >= PAIR_CHECK_MIN and held["largest_change"] <= PAIR_CHECK_SHARE * CHOICE_PAIR_BOUND
     widen = none if confirmed else recompute_mask(
-        "multiple_choice", margins, pair_bound=LOGPROB_BOUND, metric=metric) & ~redo
+        MULTIPLE_CHOICE.name, margins, pair_bound=LOGPROB_BOUND, metric=metric) & ~redo
     held["widened"] += int(widen.sum())
     tally.set_pair_record(key, held)  # this split's evidence so far, this call's included
     return widen

@@ -17,7 +17,7 @@ from cel_lens.registry import UnknownEntry
 from cel_lens.tasks.answer_types import (
     ANSWER_TYPES, EXACT_MATCH, GENERATION, MULTIPLE_CHOICE, answer_type_entry, known_answer_type,
 )
-from cel_lens.tasks.base import AnswerType, Example, Split
+from cel_lens.tasks.base import AnswerType, Example, Split, Task
 
 UNKNOWN = "unknown answer type 'ranking'; choose one of exact_match, multiple_choice, generation"
 
@@ -37,6 +37,8 @@ def test_an_unknown_answer_type_fails_naming_the_entries():
         answer_type_entry("ranking")
     with pytest.raises(ValueError, match=UNKNOWN):
         split_answer_type(Split("dist", (Example("t/0", "Q?", target=" a"),), answer_type="ranking"))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=UNKNOWN):
+        Task("toy", "ranking", Split("dist", ()), Split("test", ()))  # type: ignore[arg-type]
     assert known_answer_type("ranking") is None and known_answer_type(None) is None
     assert known_answer_type("generation") is GENERATION
 
