@@ -167,14 +167,14 @@ def split_of(n: int, lengths: tuple[int, int], seed: int, answer_type: str):
     """``n`` examples of random words, ``lengths`` words per prompt: exact match (a short target)
     or multiple choice (two one-token choices, BoolQ's shape). The models are random: only the
     lengths matter."""
-    from cel_lens.tasks import Example, Split
+    from cel_lens.tasks import Example, Split, answer_type_entry
 
     rng = random.Random(seed)
     words = ["alpha", "beta", "gamma", "delta", "one", "two", "three", "four", "plus", "minus", "is", "the"]
     ex = []
     for i in range(n):
         text = " ".join(rng.choice(words) for _ in range(rng.randint(*lengths)))
-        if answer_type == "exact_match":
+        if answer_type_entry(answer_type).argmax_target:
             ex.append(Example(id=f"g/{i}", prompt=text + "\nAnswer:", target=" one two"))
         else:
             ex.append(Example(id=f"g/{i}", prompt=text + "\nAnswer:", choices=(" no", " yes"), label=i % 2))

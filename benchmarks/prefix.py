@@ -64,6 +64,7 @@ def measure_scan(model, split, heads: Sequence[str], batch_size: int = 8, reps: 
     """One split scanned (intact + each head) without and with prefix sharing: CPU and wall seconds
     (the fastest of ``reps``), decisions compared, the positions an intact pass computes."""
     from cel_lens.evaluation import EvalContext, encode_split, evaluate
+    from cel_lens.evaluation.encode import split_answer_entry
 
     sets = ["intact", *heads]
     out: dict[str, Any] = {"n_examples": len(split), "n_variants": len(sets), "answer_type": split.answer_type}
@@ -76,7 +77,7 @@ def measure_scan(model, split, heads: Sequence[str], batch_size: int = 8, reps: 
                 res, cpu, wall = _timed(lambda: evaluate(model, split, sets, batch_size=batch_size, progress=False,
                                                          context=context))
                 best = (cpu, wall) if best is None or cpu < best[0] else best
-            if split.answer_type != "generation":
+            if not split_answer_entry(split).generates:
                 batches = encode_split(model, split, batch_size, share_prefix=on or None)
                 out[f"positions_{name}"] = sum(b.computed_tokens for b in batches)
                 out["prefix_tokens"] = [b.prefix for b in batches] if on else out.get("prefix_tokens")
@@ -85,7 +86,7 @@ def measure_scan(model, split, heads: Sequence[str], batch_size: int = 8, reps: 
     a, b = results["unshared"], results["shared"]
     out["decisions_compared"] = int(a.correct.numel())
     out["decisions_identical"] = bool(torch.equal(a.correct, b.correct))
-    if split.answer_type == "generation":
+    if split_answer_entry(split).generates:
         out["completions_identical"] = a.completions == b.completions
     else:
         out["max_abs_score_diff"] = float((a.scores - b.scores).abs().max())

@@ -1,7 +1,8 @@
 """The one form of every table that grows: ``name -> "module:attribute"``, imported when first asked for.
 
 Scorers, ablation kinds and backends (:mod:`cel_lens.config`), built-in tasks
-(:mod:`cel_lens.tasks.registry`: each entry a task's ``TaskSpec``, loader and info) and model
+(:mod:`cel_lens.tasks.registry`: each entry a task's ``TaskSpec``, loader and info), answer types
+(:mod:`cel_lens.tasks.answer_types`: each entry an ``AnswerTypeEntry``) and model
 sources (:mod:`cel_lens.model.sources`) are each a
 :class:`Registry`: a ``dict`` of entry name -> ``"module:attribute"``, where the module is imported
 only when the entry is resolved (:meth:`Registry.resolve`), so an optional backend (Ray) or a

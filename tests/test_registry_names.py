@@ -1,8 +1,8 @@
 """No code outside a registry's entries tests an entry's name.
 
-What a scorer, an ablation kind, a backend, a task or a model source *is* lives on the class or
-function its registry entry names (a scorer's unit, a kind's export rule, a backend's
-``in_process``); code elsewhere reads that, so a new entry needs no edit anywhere else. This test
+What a scorer, an ablation kind, a backend, a task, a model source or an answer type *is* lives on
+the class, function or object its registry entry names (a scorer's unit, a kind's export rule, a
+backend's ``in_process``, an answer type's ``scores_choices``); code elsewhere reads that, so a new entry needs no edit anywhere else. This test
 parses every module of ``cel_lens/`` and fails naming ``file:line`` for any comparison (``==``,
 ``!=``, ``is``, ``in (...)``, ``case``) of a string literal that is an entry name of
 :data:`REGISTRIES`, and for the same test written in a JavaScript string (``=== 'exact'``). An
@@ -21,6 +21,7 @@ import pytest
 from cel_lens.config import ABLATION_KINDS, BACKENDS, SCORERS
 from cel_lens.model.sources import MODEL_SOURCES
 from cel_lens.registry import Registry, split_target
+from cel_lens.tasks.answer_types import ANSWER_TYPES
 from cel_lens.tasks.registry import BUILTIN_TASKS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,7 +29,7 @@ PACKAGE = ROOT / "cel_lens"
 
 REGISTRIES: dict[str, Registry] = {
     "SCORERS": SCORERS, "ABLATION_KINDS": ABLATION_KINDS, "BACKENDS": BACKENDS,
-    "BUILTIN_TASKS": BUILTIN_TASKS, "MODEL_SOURCES": MODEL_SOURCES,
+    "BUILTIN_TASKS": BUILTIN_TASKS, "MODEL_SOURCES": MODEL_SOURCES, "ANSWER_TYPES": ANSWER_TYPES,
 }
 
 
@@ -100,6 +101,17 @@ def test_no_code_outside_a_registry_tests_an_entry_name():
 ])
 def test_the_check_sees_each_form_of_a_name_test(code, hits):
     assert name_tests(code, {"exact", "compressed", "racing", "zero", "mean", "resample"}) == hits
+
+
+def test_answer_type_names_are_covered():
+    """The answer-type names are checked everywhere but in the entries' own module."""
+    names = _names_by_file()
+    assert {"exact_match", "multiple_choice", "generation"} <= names[PACKAGE / "evaluation" / "evaluator.py"]
+    assert "multiple_choice" not in names[PACKAGE / "tasks" / "answer_types.py"]
+    js = 'JS = "const mc = row.answer_type === \'multiple_choice\';"'  # a JavaScript test in a Python string
+    assert name_tests(js, names[PACKAGE / "report" / "heatmap.py"]) == [(1, "multiple_choice")]
+    assert name_tests('if key.answer_type in ("exact_match", "generation"): pass', {"exact_match", "generation"}) == [
+        (1, "exact_match"), (1, "generation")]
 
 
 def test_an_entry_module_may_compare_its_own_registry_names():

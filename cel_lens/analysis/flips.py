@@ -30,6 +30,7 @@ from cel_lens.model.load import load_model
 from cel_lens.report.flips import FlippedExample, Flips, HeadView
 from cel_lens.runs.export import run_task, selected_heads
 from cel_lens.runs.reader import RunRecord, load_run
+from cel_lens.tasks.answer_types import answer_type_entry
 from cel_lens.tasks.base import Example, Split, Task
 
 if TYPE_CHECKING:
@@ -66,9 +67,10 @@ Answer = tuple[str, Optional[int]]
 
 def _answers(model: "Model", split: Split, res: EvalResult, heads: HeadSet, chat: bool) -> list[tuple[Answer, Answer]]:
     """``(intact, ablated)`` answers of every example of ``split`` (as evaluated in ``res``)."""
-    if res.answer_type == "generation":
+    answer = answer_type_entry(res.answer_type)
+    if answer.generates:
         return [((a, None), (b, None)) for a, b in zip(res.completions[0], res.completions[1])]
-    if res.answer_type == "multiple_choice":
+    if answer.scores_choices:
         ll = res.extra["choice_ll"].double()
         out = []
         for i, e in enumerate(split):

@@ -26,6 +26,7 @@ from cel_lens.model.load import load_model
 from cel_lens.oracle import ANSWER_KEY, ATTRIBUTION, CHOICES, CONTROLS, LOCAL_MODEL, TEST_READS, AnswerKey, Journal, OracleBase
 from cel_lens.runs.ablation_record import ablation_controls
 from cel_lens.scoring.attribution import attribution_scores
+from cel_lens.tasks.answer_types import answer_type_entry
 from cel_lens.tasks.base import Task
 
 __all__ = ["LocalOracle", "ModelOracle", "LocalBackend"]
@@ -61,7 +62,7 @@ class LocalOracle(OracleBase):
         self.task = task
         self.n_layers, self.n_heads = model_shape(model)
         self.batch_size = batch_size
-        self.use_store = use_store and task.answer_type != "generation"
+        self.use_store = use_store and answer_type_entry(task.answer_type).uses_store
         self.store_budget = store_budget
         self.store_dtype = store_dtype
         self.store_path = Path(store_path) if store_path is not None else None

@@ -137,6 +137,7 @@ def check_names_first(args: argparse.Namespace) -> None:
 def task_options_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """The task options the flags set (``--chat-template``, ``--max-new-tokens``), checked against
     what the task is: a generation budget for a task that does not generate is refused."""
+    from cel_lens.tasks.answer_types import answer_type_entry
     from cel_lens.tasks.registry import task_info
 
     options: dict[str, Any] = {}
@@ -145,7 +146,7 @@ def task_options_from_args(args: argparse.Namespace) -> dict[str, Any]:
     budget = getattr(args, "max_new_tokens", None)
     if budget is not None:
         answer_type = task_info(args.task).get("answer_type")
-        if answer_type not in ("generation", None):  # None: an lm-eval task by name, whose loader checks it
+        if answer_type is not None and not answer_type_entry(answer_type).generates:  # None: an lm-eval task by name, whose loader checks it
             raise OptionError(
                 "max_new_tokens", f"max_new_tokens applies to generation tasks (mbpp); {args.task} is {answer_type}"
             )

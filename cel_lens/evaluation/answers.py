@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from cel_lens.evaluation.encode import as_split, split_answer_type
+from cel_lens.evaluation.encode import as_split, split_answer_entry
 from cel_lens.oracle import AnswerKey
 from cel_lens.tasks.base import Split
 
@@ -27,14 +27,15 @@ def answer_key(split: Split) -> AnswerKey:
     example has the same choices; exact match: the target, when at most :data:`MAX_CLOSED_ANSWERS`
     distinct targets occur), or no labels where answers form no closed set."""
     split = as_split(split)
-    answer_type = split_answer_type(split)
-    if answer_type == "multiple_choice":
+    answer = split_answer_entry(split)
+    answer_type = answer.name
+    if answer.scores_choices:
         labels = torch.tensor([int(e.label) for e in split], dtype=torch.long)
         n_choices = max((len(e.choices) for e in split), default=0)
         same = len({tuple(e.choices) for e in split}) == 1
         names = tuple(split[0].choices) if same and len(split) else tuple(f"choice {j}" for j in range(n_choices))
         return AnswerKey(answer_type, labels, names)
-    if answer_type == "exact_match":
+    if answer.argmax_target:
         targets = [e.target or "" for e in split]
         distinct = sorted(set(targets))
         if 0 < len(distinct) <= MAX_CLOSED_ANSWERS and len(distinct) < len(targets):

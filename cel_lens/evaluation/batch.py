@@ -9,6 +9,8 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
+from cel_lens.tasks.answer_types import answer_type_entry
+
 __all__ = ["TeacherForced", "EncodedBatch", "right_pad", "teacher_forced_rows", "build_batch", "length_groups", "MAX_PADDING"]
 
 MAX_PADDING = 0.02
@@ -243,7 +245,7 @@ def build_batch(
         answer=answer,
     )
     if not shared:
-        rows = answer if answer_type == "exact_match" else teacher_forced_rows(pairs, pad)
+        rows = answer if answer_type_entry(answer_type).argmax_target else teacher_forced_rows(pairs, pad)
         return EncodedBatch(targets=rows.targets, target_mask=rows.target_mask, rows=rows, prefix=int(prefix), **common)
     context, context_mask = right_pad([ctx for ctx, *_ in encoded], pad)
     k = max(len(cont) for _, cont in pairs)

@@ -19,6 +19,7 @@ from torch import Tensor
 
 from cel_lens.evaluation.batch import EncodedBatch
 from cel_lens.evaluation.precision import Margins
+from cel_lens.tasks.answer_types import answer_type_entry
 
 __all__ = ["aggregate", "decision_margins"]
 
@@ -34,7 +35,7 @@ def aggregate(
     """Per-example correct/scores/extra from row scores (rows in batch order)."""
     n_var = lp.shape[0]
     ex = torch.cat([b.example_index[b.row_example] for b in batches]) if batches else torch.zeros(0, dtype=torch.long)
-    if answer_type == "exact_match":
+    if answer_type_entry(answer_type).argmax_target:
         correct = torch.zeros(n_var, n_examples, dtype=torch.bool)
         scores = torch.full((n_var, n_examples), float("nan"))
         correct[:, ex] = greedy
@@ -74,7 +75,7 @@ def decision_margins(
     log-likelihood, tokens and characters (missing choices: ``-inf``, 0 tokens)."""
     n_var = lp.shape[0]
     ex = torch.cat([b.example_index[b.row_example] for b in batches]) if batches else torch.zeros(0, dtype=torch.long)
-    if answer_type == "exact_match":
+    if answer_type_entry(answer_type).argmax_target:
         token = torch.full((n_var, n_examples), float("inf"))
         token[:, ex] = row_margin
         return Margins(token=token)

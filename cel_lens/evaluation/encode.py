@@ -19,6 +19,7 @@ from cel_lens.evaluation.precision import ONE_TOKEN_CHOICES
 from cel_lens.evaluation.prefix import can_share_prefix, rows_prefix
 from cel_lens.model.bos import bos_prefix, prompt_ids
 from cel_lens.model.forward import init_kv_cache
+from cel_lens.tasks.answer_types import AnswerTypeEntry, answer_type_entry
 from cel_lens.tasks.base import Example, Split, Task
 from cel_lens.tasks.registry import load_task
 
@@ -29,6 +30,7 @@ __all__ = [
     "encode_prompt",
     "pad_id",
     "split_answer_type",
+    "split_answer_entry",
     "chat_choice",
     "precision_kind",
     "PRECISION_PROBE",
@@ -148,9 +150,13 @@ def split_answer_type(split: Split) -> str:
     if answer_type is None:
         first = split[0] if len(split) else None
         answer_type = "multiple_choice" if first is not None and first.choices else "exact_match"
-    if answer_type not in ("exact_match", "multiple_choice", "generation"):
-        raise ValueError(f"unknown answer type {answer_type!r}")
-    return answer_type
+    return answer_type_entry(answer_type).name
+
+
+def split_answer_entry(split: Split) -> AnswerTypeEntry:
+    """The :class:`~cel_lens.tasks.answer_types.AnswerTypeEntry` of :func:`split_answer_type`: what
+    scoring the split implies."""
+    return answer_type_entry(split_answer_type(split))
 
 
 PRECISION_PROBE = 8
@@ -163,7 +169,7 @@ def precision_kind(model, split: Split, chat_template: Optional[bool] = None) ->
     multiple-choice split whose first :data:`PRECISION_PROBE` examples' choices each encode to one
     token under ``model``. Only the speed depends on it: bf16 returns float32's decisions either way."""
     answer_type = split_answer_type(split)
-    if answer_type != "multiple_choice" or not len(split):
+    if not answer_type_entry(answer_type).scores_choices or not len(split):
         return answer_type
     chat = chat_choice(split, chat_template)
     for ex in (split[i] for i in range(min(len(split), PRECISION_PROBE))):
@@ -182,20 +188,20 @@ def chat_choice(split: Split, chat_template: Optional[bool]) -> bool:
     return bool(options.get("chat_template", False))
 
 
-def _encode_ids(model, ex: Example, answer_type: str, chat: bool) -> Encoded:
+def _encode_ids(model, ex: Example, answer: AnswerTypeEntry, chat: bool) -> Encoded:
     """An example given as token ids (:func:`cel_lens.tasks.tokens.token_task`): used as they are."""
-    if answer_type != "exact_match" or chat:
+    if not answer.argmax_target or chat:
         raise ValueError(f"example {ex.id} is given as token ids: only an exact-match task without a chat template can use it")
     target = [int(i) for i in ex.meta["target_ids"]]
     ctx = _fit([int(i) for i in ex.meta["prompt_ids"]], [target], int(model.cfg.n_ctx))
     return ctx, [target], 0, [len(target)]
 
 
-def _encode_example(model, ex: Example, answer_type: str, chat: bool) -> Encoded:
+def _encode_example(model, ex: Example, answer: AnswerTypeEntry, chat: bool) -> Encoded:
     if "prompt_ids" in ex.meta:
-        return _encode_ids(model, ex, answer_type, chat)
+        return _encode_ids(model, ex, answer, chat)
     prompt = format_prompt(model, ex.prompt, chat)
-    if answer_type == "exact_match":
+    if answer.argmax_target:
         if not ex.target:
             raise ValueError(f"example {ex.id} has no target (exact-match tasks need one)")
         conts_text = [ex.target]
@@ -306,13 +312,13 @@ def encode_split(
     budget = default_max_tokens(batch_size) if max_tokens is None else int(max_tokens)
     if budget < 1:
         raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
-    answer_type = split_answer_type(split)
-    if answer_type == "generation":
+    answer = split_answer_entry(split)
+    if answer.generates:
         raise ValueError("generation tasks have no teacher-forced encoding; evaluate() generates instead")
     chat = chat_choice(split, chat_template)
-    encoded = [_encode_example(model, ex, answer_type, chat) for ex in split]
+    encoded = [_encode_example(model, ex, answer, chat) for ex in split]
     shared = False
-    if answer_type == "multiple_choice":
+    if answer.scores_choices:
         one_token = all(len(c) == 1 for e in encoded for c in e[1])
         can = one_token or init_kv_cache(model, 1) is not None
         shared = can if share_context is None else bool(share_context)
@@ -329,7 +335,7 @@ def encode_split(
     if want and share_prefix and not prefix and not shared:
         raise ValueError("share_prefix=True needs a model with the fused-attention stack's key/value cache")
     return [
-        build_batch(answer_type, idx, [encoded[i] for i in idx], pad, shared, _rows_prefix(encoded, idx) if prefix else 0)
+        build_batch(answer.name, idx, [encoded[i] for i in idx], pad, shared, _rows_prefix(encoded, idx) if prefix else 0)
         for idx in cut_batches(encoded, order, shared, batch_size, budget)
     ]
 

@@ -32,7 +32,7 @@ from torch import Tensor
 
 from cel_lens.evaluation.batch import EncodedBatch, TeacherForced, teacher_forced_rows
 from cel_lens.evaluation.choices import aggregate, decision_margins
-from cel_lens.evaluation.encode import as_split, chat_choice, default_max_tokens, encode_split, precision_kind, split_answer_type
+from cel_lens.evaluation.encode import as_split, chat_choice, default_max_tokens, encode_split, precision_kind, split_answer_entry
 from cel_lens.evaluation.generation import evaluate_generation
 from cel_lens.evaluation.context import EvalContext, RecomputeTally
 from cel_lens.evaluation.prefix import PREFIX_BOUND, can_share_prefix
@@ -50,6 +50,7 @@ from cel_lens.model.ablation import ZERO, Ablation
 from cel_lens.model.forward import forward_resid, param_device, unembed
 from cel_lens.model.model_types import model_name, model_shape
 from cel_lens.model.processing import warn_if_processed
+from cel_lens.tasks.answer_types import AnswerTypeEntry, answer_type_entry
 from cel_lens.tasks.base import Example, Split, Task
 from cel_lens.threads import configure_threads
 
@@ -105,7 +106,8 @@ def evaluate(
     warn_if_processed(model)
     configure_threads(model)  # one thread for a tiny model (cel_lens.threads)
     split = as_split(split)
-    answer_type = split_answer_type(split)
+    answer = split_answer_entry(split)
+    answer_type = answer.name
     sets = _head_sets(model, head_sets)
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -116,13 +118,12 @@ def evaluate(
     chat = chat_choice(split, chat_template)
     record_test_read(model, split, sets, reader=ctx.reader)  # the sealed test split: every D_test read is recorded (by content)
     metric = split.metric or "acc"
-    budget = _generation_budget(split, answer_type, max_new_tokens)
-    if answer_type == "multiple_choice" and metric not in ("acc", "acc_norm"):
-        raise ValueError(f"multiple-choice metric must be 'acc' or 'acc_norm', got {metric!r}")
-    if store is not None and answer_type != "generation":
+    budget = _generation_budget(split, answer, max_new_tokens)
+    answer.check_metric(metric)
+    if store is not None and answer.uses_store:
         store.check(model, split, chat)
     share = ctx.share_prefix and can_share_prefix(model)
-    plan = _Plan(answer_type, metric, chat, batch_size, max_rows, max_tokens, budget, progress, ctx.ablation, share)
+    plan = _Plan(answer, metric, chat, batch_size, max_rows, max_tokens, budget, progress, ctx.ablation, share)
     common = dict(head_sets=list(sets), ids=split.ids, answer_type=answer_type, metric=metric, task=split.task, split=split.name, chat_template=chat)
     if prec == "float32":
         if share:  # a shared prefix: the decisions within its bound are recomputed unshared
@@ -155,7 +156,7 @@ def _head_sets(model, head_sets: Optional[Sequence[HeadsLike]] | HeadsLike) -> l
 class _Plan:
     """How :func:`evaluate` runs a split (the same for its bf16 pass and its float32 recompute)."""
 
-    answer_type: str
+    answer: AnswerTypeEntry
     metric: str
     chat: bool
     batch_size: int
@@ -166,17 +167,22 @@ class _Plan:
     ablation: Ablation = ZERO
     share_prefix: bool = False
 
+    @property
+    def answer_type(self) -> str:
+        """The answer type's name (what results record)."""
+        return self.answer.name
+
 
 def _bf16_run(model, split: Split, sets: list[HeadSet], plan: _Plan, store: Optional[ActivationStore],
               prec: str, tally: RecomputeTally) -> tuple[dict, Bool[Tensor, "variant example"]]:
     """The bf16 evaluation and its float32 re-checks: the results (float32's decisions) and which
     decisions were recomputed (:mod:`~cel_lens.evaluation.precision`; ``tally``: the context's, where
     the one-token-choice check keeps its evidence)."""
-    answer_type, metric = plan.answer_type, plan.metric
+    answer, answer_type, metric = plan.answer, plan.answer_type, plan.metric
     with compute_precision(model, prec) as resident:
         out = _run(model, split, sets, plan, store, margins=Margins())
     margins = out.pop("margins")
-    if resident and answer_type == "exact_match":  # the tight bound first, checked on its own recomputes
+    if resident and answer.argmax_target:  # the tight bound first, checked on its own recomputes
         redo = tight_first(margins.token)
         _, seen = _recompute(out, redo, float32_model(model), split, sets, plan, store, observe=True)
         wider, _ = tight_check(margins.token, seen, redo)
@@ -185,16 +191,16 @@ def _bf16_run(model, split: Split, sets: list[HeadSet], plan: _Plan, store: Opti
     else:
         redo = recompute_mask(answer_type, margins, metric=metric)
         computed, _ = _recompute(out, redo, float32_model(model), split, sets, plan, store)
-    if answer_type == "multiple_choice":  # the one-token bound holds only where this run's recomputes confirm it
+    if answer.scores_choices:  # the one-token bound holds only where this run's recomputes confirm it
         wider = pair_check(tally, split, margins, out["extra"]["choice_ll"], redo, metric, computed=computed)
         _recompute(out, wider, float32_model(model), split, sets, plan, store)
         redo = redo | wider
     return out, redo
 
 
-def _generation_budget(split: Split, answer_type: str, max_new_tokens: Optional[int]) -> Optional[int]:
+def _generation_budget(split: Split, answer: AnswerTypeEntry, max_new_tokens: Optional[int]) -> Optional[int]:
     """The generation budget (``None`` for teacher-forced kinds); ``ValueError`` if there is none."""
-    if answer_type != "generation":
+    if not answer.generates:
         return None
     if split.judge is None:
         raise ValueError(f"generation split {split.task}/{split.name} has no judge to score completions")
@@ -212,7 +218,7 @@ def _run(model, split: Split, sets: list[HeadSet], plan: _Plan, store: Optional[
     rows_budget = int(plan.max_rows) if plan.max_rows else default_max_rows(plan.batch_size)
     tokens_budget = int(plan.max_tokens) if plan.max_tokens else default_max_tokens(plan.batch_size)
     out: dict = {}
-    if plan.answer_type == "generation":
+    if plan.answer.generates:
         gaps = None if margins is None else torch.full((n_var, len(split)), float("inf"))
         correct, scores, completions = evaluate_generation(
             model, split, sets, batch_size=plan.batch_size, max_rows=rows_budget,
@@ -252,7 +258,7 @@ def _recompute(out: dict, redo: Bool[Tensor, "variant example"], model32, split:
     quiet = replace(plan, progress=False, share_prefix=False)  # unshared prompts: the reference path
     seen = torch.full(tuple(redo.shape), float("nan")) if observe else None
     computed = torch.zeros_like(redo)
-    resume = (store is not None and model32 is store.model and plan.answer_type != "generation"
+    resume = (store is not None and model32 is store.model and plan.answer.uses_store
               and not any(b.prefix for b in store.batches))
     for group, examples in recompute_groups(redo):
         sub = replace(split, examples=tuple(split.examples[i] for i in examples))
@@ -338,7 +344,7 @@ def logprob_metric(
     whose correctness an ablation can change, as accuracy does; the log-prob of the correct choice
     alone ignores the other choices, and the plain margin counts every example alike.
     """
-    if batch.answer_type != "multiple_choice":
+    if not answer_type_entry(batch.answer_type).scores_choices:
         return _summed_logprob(model, batch.answer, fwd_hooks)
     margin = choice_margin(_summed_logprob(model, _choice_rows(batch), fwd_hooks), batch, metric)
     return -torch.nn.functional.softplus(-margin)

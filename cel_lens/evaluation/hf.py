@@ -28,7 +28,7 @@ from torch import Tensor
 from cel_lens.config import canonical_dtype
 from cel_lens.evaluation.batch import EncodedBatch
 from cel_lens.evaluation.choices import aggregate
-from cel_lens.evaluation.encode import as_split, chat_choice, encode_split, pad_id, split_answer_type
+from cel_lens.evaluation.encode import as_split, chat_choice, encode_split, pad_id, split_answer_entry
 from cel_lens.evaluation.generation import _accept, _cut, generation_prompts
 from cel_lens.evaluation.eval_result import EvalResult
 from cel_lens.heads import HeadSet
@@ -163,14 +163,15 @@ def evaluate_plain(
     """Per-example results of the plain model on ``split`` (one variant: the model as it is), in the
     form :func:`~cel_lens.evaluation.evaluate` returns; see the module docstring."""
     split = as_split(split)
-    answer_type = split_answer_type(split)
+    answer = split_answer_entry(split)
+    answer_type = answer.name
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     chat = chat_choice(split, chat_template)
     metric = split.metric or "acc"
     common = dict(head_sets=[HeadSet()], ids=split.ids, answer_type=answer_type, metric=metric, task=split.task,
                   split=split.name, chat_template=chat)
-    if answer_type == "generation":
+    if answer.generates:
         budget = max_new_tokens if max_new_tokens is not None else split.max_new_tokens
         if split.judge is None or budget is None:
             raise ValueError(f"generation split {split.task}/{split.name} needs a judge and a max_new_tokens budget")

@@ -47,6 +47,7 @@ from cel_lens.config import PRECISIONS
 from cel_lens.evaluation.precision_groups import recompute_groups
 from cel_lens.evaluation.precision_probe import AUTO_MIN_SPEEDUP, bf16_probe
 from cel_lens.model import bf16_weights
+from cel_lens.tasks.answer_types import ANSWER_TYPES, MULTIPLE_CHOICE, answer_type_entry
 
 __all__ = [
     "PRECISIONS", "LOGIT_BOUND", "LOGPROB_BOUND", "CHOICE_PAIR_BOUND", "PAIR_CHECK_MIN", "PAIR_CHECK_SHARE",
@@ -92,9 +93,9 @@ ONE_TOKEN_CHOICES = "one_token_choices"
 """What :func:`~cel_lens.evaluation.encode.precision_kind` calls a multiple-choice split whose
 choices are each one token (BoolQ's `` yes``/`` no``): held to :data:`CHOICE_PAIR_BOUND`."""
 
-AUTO_KINDS: tuple[str, ...] = ("exact_match",)
+AUTO_KINDS: tuple[str, ...] = tuple(name for name in ANSWER_TYPES if answer_type_entry(name).auto_bf16)
 """Split kinds (:func:`~cel_lens.evaluation.encode.precision_kind`) ``"auto"`` computes a float32
-model in bf16 for, on a CPU: where bf16 with its recomputes was faster in every measurement
+model in bf16 for, on a CPU (the answer types whose entry says ``auto_bf16``: exact match): where bf16 with its recomputes was faster in every measurement
 (``docs/precision.md``; SmolLM2 Arithmetic 1.41-2.45 x). BoolQ's one-token choices are not: a
 whole exact stage 1 ran 1.04 x faster on a CPU with AMX and 0.49 x (layers 0-5) on one without,
 where the pair check held many decisions to ``LOGPROB_BOUND``. MBPP recomputed every decision
@@ -215,11 +216,9 @@ def recompute_mask(
     each, whose sum bounds the one logit difference that decides). ``metric`` (``"acc"`` or
     ``"acc_norm"``) guards only that metric's decision, the one an evaluation's ``correct`` holds;
     ``None`` guards both."""
-    if answer_type in ("exact_match", "generation"):
+    if not answer_type_entry(answer_type).scores_choices:  # a token margin (or generation's step gap) decides
         assert margins.token is not None
         return margins.token.abs() <= bound
-    if answer_type != "multiple_choice":
-        raise ValueError(f"no recompute rule for answer type {answer_type!r}")
     assert margins.choice_ll is not None and margins.choice_tokens is not None and margins.choice_chars is not None
     ll, k, chars = margins.choice_ll, margins.choice_tokens, margins.choice_chars
     one = (k <= 1).all(-1, keepdim=True)
@@ -298,7 +297,7 @@ def pair_check(
     held = merge_pair_checks([tally.pair_record(key), {"observed": n, "largest_change": change}])
     confirmed = held["observed"] >= PAIR_CHECK_MIN and held["largest_change"] <= PAIR_CHECK_SHARE * CHOICE_PAIR_BOUND
     widen = none if confirmed else recompute_mask(
-        "multiple_choice", margins, pair_bound=LOGPROB_BOUND, metric=metric) & ~redo
+        MULTIPLE_CHOICE.name, margins, pair_bound=LOGPROB_BOUND, metric=metric) & ~redo
     held["widened"] += int(widen.sum())
     tally.set_pair_record(key, held)  # this split's evidence so far, this call's included
     return widen

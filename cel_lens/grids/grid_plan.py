@@ -16,6 +16,7 @@ from cel_lens.backends.base import get_backend
 from cel_lens.config import ExecutionSettings, SearchConfig, check_max_new_tokens, check_split_sizes
 from cel_lens.model.registry import PAPER_MODELS
 from cel_lens.pipeline import TASK_OPTIONS
+from cel_lens.tasks.answer_types import known_answer_type
 from cel_lens.tasks.registry import available_tasks, task_info
 
 __all__ = [
@@ -45,6 +46,13 @@ GRID_WIDE = ("data_dir", "chat_template", "splits", "seed")
 
 ModelsLike = Union[str, Sequence[str]]
 TasksLike = Union[str, Sequence[str], Mapping[str, Union[str, Sequence[str]]]]
+
+
+def _generates(task: str) -> bool:
+    """Whether ``task`` is scored by generating (its info's answer type; an lm-eval task named
+    before it is loaded says none, and is not)."""
+    answer = known_answer_type(task_info(task).get("answer_type"))
+    return answer is not None and answer.generates
 
 
 def slug(text: str) -> str:
@@ -99,7 +107,7 @@ class GridPlan:
         generation budget only for generation tasks."""
         opts = {k: v for k, v in self.task_options.items() if v is not None}
         opts.update(self.task_overrides.get(task, {}))
-        if task_info(task).get("answer_type") != "generation":
+        if not _generates(task):
             opts.pop("max_new_tokens", None)  # a budget for the grid's generation tasks only
         return opts
 
@@ -155,7 +163,7 @@ def check_task_overrides(overrides: Mapping[str, Mapping[str, Any]], tasks: Sequ
             raise ValueError(f"{task}: {', '.join(shared)} is set for the whole grid, not per task")
         check_split_sizes(options.get("n_dist"), options.get("n_test"))
         if "max_new_tokens" in options:
-            if task_info(task).get("answer_type") != "generation":
+            if not _generates(task):
                 raise ValueError(
                     f"{task}: max_new_tokens applies to generation tasks, {task} is {task_info(task).get('answer_type')}"
                 )

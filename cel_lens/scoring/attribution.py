@@ -19,7 +19,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from cel_lens.evaluation.encode import encode_split
+from cel_lens.evaluation.encode import encode_split, split_answer_entry
 from cel_lens.evaluation.evaluator import logprob_metric
 from cel_lens.model.ablation import ZERO, Ablation, hook_z_name
 from cel_lens.model.model_types import model_shape
@@ -42,7 +42,7 @@ def attribution_scores(
     ``-(z * dm/dz)``): ``(ablated(z) - z) . dm/dz`` summed over
     positions and ``d_head``, averaged over the split's examples. ``m`` is the per-example metric of
     :func:`cel_lens.evaluation.logprob_metric` on the split's own scale (``split.metric``)."""
-    if getattr(split, "answer_type", None) == "generation":
+    if split_answer_entry(split).generates:
         raise ValueError("attribution needs a scorable split (exact match or multiple choice); use 'exact' or 'compressed'")
     n_layers, n_heads = model_shape(model)
     every_head = torch.ones(1, n_heads, dtype=torch.bool)

@@ -41,6 +41,7 @@ from cel_lens.oracle import DIST_SPLIT, TEST_SPLIT, AnswerKey
 from cel_lens.selection.memo import MemoOracle
 from cel_lens.selection.prior_tests import margin_auc_test, prior_shift_test
 from cel_lens.stats import gain_bounds, minimum_detectable_effect, paired_bootstrap_ci, sign_test_p, wilson_interval
+from cel_lens.tasks.answer_types import answer_type_entry
 
 __all__ = [
     "fit_choice_bias",
@@ -200,16 +201,9 @@ def majority_rate(key: Optional[AnswerKey]) -> Optional[tuple[str, float]]:
 
 
 def _not_applicable(key: AnswerKey) -> str:
-    """Why no calibration is computed for a task of this answer type (said in the result)."""
-    if key.answer_type == "generation":
-        return "does not apply: a generated program is judged by its tests, and there is no fixed set of answers to prefer"
-    if key.answer_type == "exact_match" and key.labels is None:
-        return "does not apply: answers are free-form (no small set of answers recurs), so there is no answer prior to shift"
-    if key.answer_type == "exact_match":
-        return ("not calibrated: the answers form a closed set, but exact match is judged against the whole vocabulary "
-                "and the candidate answers are not scored, so no prior can be refit; compare the accuracies with the "
-                "majority-class rate")
-    return "not calibrated: the choice scores were not recorded for these evaluations (backend or older run)"
+    """Why no calibration is computed for a task of this answer type (said in the result; the
+    answer type's entry words it, :meth:`~cel_lens.tasks.answer_types.AnswerTypeEntry.calibration_note`)."""
+    return answer_type_entry(key.answer_type).calibration_note(key.labels is not None)
 
 
 def _scores(memo: MemoOracle, split: str, heads: HeadSet) -> Optional[Tensor]:
@@ -229,7 +223,8 @@ def calibration_statistics(
                            "majority_answer": majority[0] if majority else None,
                            "majority_rate": majority[1] if majority else None}
     tables = {(sp, h): _scores(memo, sp, h) for sp in (DIST_SPLIT, TEST_SPLIT) for h in (HeadSet(), heads)}
-    if key_dist is None or key_dist.labels is None or key_test.labels is None or any(t is None for t in tables.values()):
+    missing = key_dist is None or key_dist.labels is None or key_test.labels is None
+    if missing or not answer_type_entry(key_test.answer_type).calibrates or any(t is None for t in tables.values()):
         return {**out, "reason": _not_applicable(key_test)}
     m = max(len(key_test.names), tables[(TEST_SPLIT, HeadSet())].shape[1])
     fits = {h: optimal_biases(tables[(DIST_SPLIT, h)], key_dist.labels) for h in (HeadSet(), heads)}

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Optional
 
 from cel_lens.stats import gain_bounds, minimum_detectable_effect
+from cel_lens.tasks.answer_types import known_answer_type
 from cel_lens.tasks.base import current_names
 
 __all__ = ["calibration_rows", "calibrated_gain_text", "calibrated_counts", "PRIOR_SHIFT_LINE", "NOT_SHOWN_LINE",
@@ -156,7 +157,8 @@ def calibrated_gain_text(r: Mapping[str, Any], *, unit: str = " pp") -> str:
     if not c:
         return "n/a"
     if not c.get("applies"):
-        return "not recorded" if current_names(c).get("answer_type") == "multiple_choice" else "no fixed choices"
+        answer = known_answer_type(current_names(c).get("answer_type"))
+        return "not recorded" if answer is not None and answer.calibrates else "no fixed choices"
     counts = calibrated_counts(c, r.get("n_test")) if isinstance(r.get("n_test"), int) else None
     gain = c.get("gain_best", c.get("gain_cal"))
     text = f"{100 * gain:+.2f}{unit}"

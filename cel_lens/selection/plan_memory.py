@@ -323,9 +323,9 @@ def search_memory(
     generation's key/value cache is not counted (a note says so)."""
     import torch
 
-    from cel_lens.evaluation.encode import encode_split, split_answer_type
+    from cel_lens.evaluation.encode import encode_split, split_answer_entry
 
-    generation = split_answer_type(dist) == "generation"
+    generation = split_answer_entry(dist).generates
     batches = [] if generation else encode_split(model, dist, batch_size)
     dist_tokens = sum(math.prod(s) for b in batches for s in b.part_shapes(1)) if use_store else 0
     width = max((sum(s[1] for s in b.part_shapes(1)) for b in batches), default=512)

@@ -1,6 +1,8 @@
 """Tasks: examples, disjoint seeded splits, the four paper tasks and the organism's two.
 
 * :mod:`~cel_lens.tasks.base`: :class:`Example`, :class:`Split`, :class:`Task`;
+* :mod:`~cel_lens.tasks.answer_types`: :data:`ANSWER_TYPES`, each answer type an
+  :class:`AnswerTypeEntry` (how it is encoded, decided, computed in bf16 and calibrated);
 * :mod:`~cel_lens.tasks.registry`: :func:`load_task` by name (imports only that task's module), one
   table of ``name -> "module:SPEC"`` (:class:`TaskSpec`: loader and info);
 * :mod:`~cel_lens.tasks.io`: local files or the Hugging Face hub, with provenance;
@@ -8,6 +10,7 @@
 * one module per task: ``arithmetic``, ``boolq``, ``hellaswag``, ``mbpp``, ``organism``.
 """
 
+from cel_lens.tasks.answer_types import ANSWER_TYPES, AnswerTypeEntry, answer_type_entry
 from cel_lens.tasks.base import AnswerType, Example, Split, SplitOverlapError, Task, TaskSpec, check_disjoint, sample_disjoint
 from cel_lens.tasks.fixtures import fixture_data_dir
 from cel_lens.tasks.io import DataNotFoundError
@@ -22,6 +25,9 @@ __all__ = [
     "Task",
     "TaskSpec",
     "AnswerType",
+    "ANSWER_TYPES",
+    "AnswerTypeEntry",
+    "answer_type_entry",
     "SplitOverlapError",
     "check_disjoint",
     "sample_disjoint",

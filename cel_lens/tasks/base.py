@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator, Literal, Mapping, Optional, Sequence, TypeVar, overload
 
 from cel_lens.splits import parse_subsplit, subsplit_indices
+from cel_lens.tasks.answer_types import answer_type_entry
 
 __all__ = [
     "Example",
@@ -230,6 +231,7 @@ class Task:
     options: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
+        answer_type_entry(self.answer_type)  # an unknown answer type fails here, naming the registered ones
         check_disjoint(self.dist, self.test)
         for attr, name in (("dist", "dist"), ("test", "test")):
             split = getattr(self, attr)

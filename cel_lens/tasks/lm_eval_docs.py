@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional, Sequence
 
+from cel_lens.tasks.answer_types import known_answer_type
 from cel_lens.tasks.base import Example
 
 __all__ = ["ANSWER_TYPES", "build_examples", "LmEvalJudge", "gold_index"]
@@ -59,13 +60,13 @@ def _example(task: Any, doc: Mapping[str, Any], doc_id: int, split: str) -> Exam
         raise ValueError(f"{task.config.task}: a context per choice (multiple inputs) is not supported")
     meta: dict[str, Any] = {"doc_id": doc_id, "lm_eval_split": split, "text": str(task.doc_to_text(doc))}
     ex_id = f"{task.config.task}/{split}/{doc_id}"
-    output_type = task.OUTPUT_TYPE
-    if output_type == "multiple_choice":
+    answer = known_answer_type(ANSWER_TYPES.get(task.OUTPUT_TYPE))  # how the example is scored
+    if answer is not None and answer.scores_choices:
         raw = [str(c) for c in task.doc_to_choice(doc)]
         conts = tuple(str(r.arguments[1]) for r in requests)
         meta["choice_chars"] = tuple(len(c) for c in raw)  # lm-eval's acc_norm: doc_to_choice's characters
         return Example(ex_id, ctx, choices=conts, label=gold_index(task, doc, raw), meta=meta)
-    if output_type == "loglikelihood":
+    if answer is not None and answer.argmax_target:
         return Example(ex_id, ctx, target=str(requests[0].arguments[1]), meta=meta)
     gen_kwargs = dict(requests[0].arguments[1])
     until = gen_kwargs.get("until") or []

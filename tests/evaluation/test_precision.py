@@ -49,7 +49,7 @@ def test_choice_recompute_uses_tokens_and_characters():
     assert redo.tolist() == [[True, True, True, False]]
     wide = Margins(choice_ll=ll * 10, choice_tokens=tokens, choice_chars=chars)
     assert recompute_mask("multiple_choice", wide).tolist() == [[False, False, False, False]]
-    with pytest.raises(ValueError, match="no recompute rule"):
+    with pytest.raises(ValueError, match="unknown answer type 'ranking'; choose one of exact_match, multiple_choice, generation"):
         recompute_mask("ranking", Margins())
 
 

@@ -17,7 +17,7 @@ from typing import Any, Optional, Sequence, Union
 
 import torch
 
-from cel_lens.evaluation.encode import chat_choice, encode_split, split_answer_type
+from cel_lens.evaluation.encode import chat_choice, encode_split, split_answer_entry
 from cel_lens.evaluation.evaluator import default_max_rows
 from cel_lens.evaluation.generation import generation_prompts
 from cel_lens.evaluation.store import store_layers
@@ -92,7 +92,7 @@ def plan_shards(
     if n == 0:
         return []
     chat = chat_choice(split, None)
-    if split_answer_type(split) == "generation":
+    if split_answer_entry(split).generates:
         batches, costs, per_chunk = _generation_batches(model, split, chat, batch_size)
         layers: Union[str, tuple[int, ...]] = "all"
     else:

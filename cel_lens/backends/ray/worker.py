@@ -29,6 +29,7 @@ from cel_lens.heads import HeadSet, HeadsLike
 from cel_lens.model.identity import model_manifest
 from cel_lens.model.model_types import model_shape
 from cel_lens.scoring.attribution import attribution_scores
+from cel_lens.tasks.answer_types import answer_type_entry
 
 __all__ = ["ShardWorker"]
 
@@ -63,7 +64,7 @@ class ShardWorker:
         self.build_s = time.perf_counter() - t0
         self.task = task
         self.batch_size = int(batch_size)
-        self.use_store = bool(use_store) and self.task.answer_type != "generation"
+        self.use_store = bool(use_store) and answer_type_entry(self.task.answer_type).uses_store
         self.store_dtype = store_dtype
         self._stores: dict[tuple[str, tuple[int, ...]], Any] = {}
         self.context = EvalContext()
