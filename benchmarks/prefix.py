@@ -107,6 +107,7 @@ def measure(
     model: Any = "smollm2-135m",
     n_arith: int = 100,
     n_mbpp: int = 4,
+    n_boolq: int = 0,
     heads: Sequence[str] = DEFAULT_HEADS,
     mbpp_heads: Optional[Sequence[str]] = None,
     mbpp_max_new_tokens: int = 16,
@@ -120,11 +121,20 @@ def measure(
     (default :data:`MBPP_HEADS`) generating ``mbpp_max_new_tokens`` tokens. Returns
     ``{"arithmetic": {...}, "mbpp": {...}, ...}`` (see :func:`measure_scan`); 0 skips a task. MBPP's
     judge runs the generated programs in the sandbox (``CEL_LENS_ALLOW_CODE_EXECUTION=1`` is set
-    unless given). The torch thread count is restored afterwards."""
+    unless given). ``n_boolq``: BoolQ's first validation-drawn D_dist examples under ``heads``
+    (passage first: little or nothing to share; the check is that its decisions stay identical with
+    sharing on, the default). The torch thread count is restored afterwards."""
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        return _measure(model, n_arith, n_mbpp, heads, mbpp_heads, mbpp_max_new_tokens, batch_size, reps, threads)
+        out = _measure(model, n_arith, n_mbpp, heads, mbpp_heads, mbpp_max_new_tokens, batch_size, reps, threads)
+        if n_boolq:
+            import cel_lens as cl
+
+            m = cl.load_model(model) if isinstance(model, str) else model
+            split = cl.load_task("boolq", dist_from="validation").dist[:n_boolq]
+            out["boolq"] = measure_scan(m, split, heads, batch_size, reps)
+        return out
     finally:
         torch.set_num_threads(before)
 
@@ -174,13 +184,15 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--n-arith", type=int, default=100)
     ap.add_argument("--n-mbpp", type=int, default=4)
+    ap.add_argument("--n-boolq", type=int, default=0)
     ap.add_argument("--heads", default=",".join(DEFAULT_HEADS))
     ap.add_argument("--mbpp-max-new-tokens", type=int, default=16)
     ap.add_argument("--reps", type=int, default=1)
     ap.add_argument("--json", default=None, help="also write the result here")
     args = ap.parse_args(argv)
     os.environ.setdefault("CEL_LENS_ALLOW_CODE_EXECUTION", "1")  # MBPP is judged by running its programs (sandboxed)
-    out = measure(args.model, args.n_arith, args.n_mbpp, args.heads.split(","), None, args.mbpp_max_new_tokens, reps=args.reps)
+    out = measure(args.model, args.n_arith, args.n_mbpp, args.n_boolq, args.heads.split(","), None, args.mbpp_max_new_tokens,
+                  reps=args.reps)
     text = json.dumps(out, indent=1, default=str)
     print(text)
     if args.json:
