@@ -25,7 +25,7 @@ from typing import Any, Optional
 from jaxtyping import Bool
 from torch import Tensor
 
-from cel_lens.evaluation.precision import check_precision
+from cel_lens.evaluation.precision import check_precision, precision_entry
 from cel_lens.evaluation.seal import SealReader
 from cel_lens.model.ablation import ZERO, Ablation
 
@@ -107,7 +107,7 @@ class EvalContext:
         ``None`` takes :data:`PREFIX_ENV` (else off). The one place evaluation settings are read
         from the environment; edges (``cl.search``, ``cl.evaluate``, the CLI, a Ray worker) call it."""
         from_env = os.environ.get(PRECISION_ENV) or "auto"
-        chosen = precision if precision not in (None, "auto") else from_env
+        chosen = from_env if precision_entry(precision).automatic else precision
         prefix = share_prefix if share_prefix is not None else bool(env_flag(PREFIX_ENV))
         return cls(precision=check_precision(chosen), share_prefix=prefix, **fields)
 

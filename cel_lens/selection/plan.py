@@ -28,7 +28,7 @@ from torch import Tensor
 
 from cel_lens.heads import HeadSet
 from cel_lens.scoring.attribution import ATTRIBUTION_UNITS
-from cel_lens.config import ABLATION_KINDS, SearchConfig
+from cel_lens.config import ABLATION_KINDS, STRATEGIES, SearchConfig
 from cel_lens.scoring.registry import Scorer, get_scorer, scorer_from_config
 
 __all__ = ["StagePlan", "SearchPlan", "plan_search", "stage2_sets", "BatchTimer", "cpu_and_wall", "ATTRIBUTION_UNITS"]
@@ -220,10 +220,7 @@ def stage2_sets(
     """Subsets stage 2 evaluates for a pool of ``m`` heads: ``(count, is_bound)``. Exhaustive:
     every subset of 1..k heads; beam: all singles, then at most ``beam_width`` sets grown by one head
     per size."""
-    sizes = range(1, min(k, m) + 1)
-    if strategy != "beam":
-        return sum(math.comb(m, j) for j in sizes), False
-    return sum(m if j == 1 else min(math.comb(m, j), beam_width * (m - j + 1)) for j in sizes), True
+    return STRATEGIES.resolve(strategy).count(m, k, beam_width)
 
 
 

@@ -73,7 +73,7 @@ def test_always_needs_a_bos_token_and_rules_are_checked_first(checkpoints, tmp_p
         load_model(checkpoints["absent"], device="cpu", loader="hooked", bos="always")
     with pytest.raises(ValueError, match="unknown bos rule 'first'"):
         load_model(tmp_path / "not-a-checkpoint", bos="first")  # before any file is read
-    assert BOS_RULES == ("tokenizer", "always", "never")
+    assert tuple(BOS_RULES) == ("tokenizer", "always", "never")
 
 
 def test_models_built_elsewhere_read_the_rule_from_their_tokenizer_files():
