@@ -27,7 +27,7 @@ SCORERS: Registry = Registry("scorer", {
     "racing": "cel_lens.scoring.racing:RacingScorer",
     "prescreen": "cel_lens.scoring.prescreen:PrescreenScorer",
 })
-"""Stage-1 scorer name -> ``"module:Class"`` (a :class:`~cel_lens.registry.Registry`; :mod:`cel_lens.scoring.registry`:
+"""Stage-1 scorer name -> ``"module:Class"`` (a :class:`~cel_lens.registry.Registry`; :mod:`cel_lens.scoring.base`:
 adding a scorer is one file there and one line here; its unit and manifest entries live on its class)."""
 STRATEGIES: Registry = Registry("strategy", {
     "exhaustive": "cel_lens.selection.subsets:EXHAUSTIVE",

@@ -29,7 +29,7 @@ from torch import Tensor
 from cel_lens.heads import HeadSet
 from cel_lens.scoring.attribution import ATTRIBUTION_UNITS
 from cel_lens.config import ABLATION_KINDS, STRATEGIES, SearchConfig
-from cel_lens.scoring.registry import Scorer, get_scorer, scorer_from_config
+from cel_lens.scoring.base import Scorer, get_scorer, scorer_from_config
 
 __all__ = ["StagePlan", "SearchPlan", "plan_search", "stage2_sets", "BatchTimer", "cpu_and_wall", "ATTRIBUTION_UNITS"]
 
@@ -235,7 +235,7 @@ def plan_search(
 ) -> SearchPlan:
     """The evaluations a search with these options runs on a model of ``n_layers`` x ``n_heads``
     heads (see the module docstring). ``scorer`` is a name (with ``n_masks``/``sparsity``, the
-    options a scorer may read) or a :class:`~cel_lens.scoring.registry.Scorer`, whose ``cost`` is
+    options a scorer may read) or a :class:`~cel_lens.scoring.base.Scorer`, whose ``cost`` is
     stage 1's; ``config`` (a :class:`~cel_lens.config.SearchConfig`, passed whole) supplies every
     option at once. ``controls``: S-hat is also evaluated on D_test under the other ablation kinds
     (each learnt kind first fitted with one intact pass over D_dist), as a search on the local
