@@ -14,7 +14,7 @@ from cel_lens.config import ABLATION_KINDS, BACKENDS, SCORERS
 from cel_lens.model.sources import MODEL_SOURCES
 from cel_lens.registry import Registry, UnknownEntry, resolve_target, split_target
 from cel_lens.tasks.base import TaskSpec
-from cel_lens.tasks.registry import BUILTIN_TASKS, LM_EVAL_TASKS, available_tasks, register_task, task_info, task_spec
+from cel_lens.tasks.registry import LM_EVAL, SHIPPED_TASKS, TASKS, available_tasks, register_task, task_info, task_spec
 
 VALUE = 42
 """What ``f"{__name__}:VALUE"`` resolves to."""
@@ -23,9 +23,8 @@ BUILT_IN = {
     "SCORERS": (SCORERS, {"exact", "attribution", "compressed", "racing", "prescreen"}),
     "ABLATION_KINDS": (ABLATION_KINDS, {"zero", "mean", "resample"}),
     "BACKENDS": (BACKENDS, {"local", "ray"}),
-    "BUILTIN_TASKS": (BUILTIN_TASKS, {"arithmetic", "boolq", "hellaswag", "mbpp", "organism_a", "organism_b"}),
+    "TASKS": (TASKS, {"arithmetic", "boolq", "hellaswag", "mbpp", "organism_a", "organism_b", "lm_eval"}),
     "MODEL_SOURCES": (MODEL_SOURCES, {"builtin", "gguf", "directory", "hub"}),
-    "LM_EVAL_TASKS": (LM_EVAL_TASKS, {"lm_eval"}),
 }
 
 
@@ -39,11 +38,13 @@ def test_every_table_is_a_registry_holding_its_built_in_entries(table):
 
 
 def test_a_task_entry_is_one_spec_holding_its_loader_and_info():
-    """One table: each task's entry names a TaskSpec whose info says how it is scored."""
-    for name in BUILTIN_TASKS:
-        spec = BUILTIN_TASKS.resolve(name)
+    """One table: each built-in task's entry names a TaskSpec whose info says how it is scored;
+    the lm-eval family's entry makes one per name."""
+    assert LM_EVAL in SHIPPED_TASKS and LM_EVAL not in available_tasks() and callable(TASKS.resolve(LM_EVAL))
+    for name in sorted(SHIPPED_TASKS - {LM_EVAL}):
+        spec = TASKS.resolve(name)
         assert isinstance(spec, TaskSpec) and callable(spec.loader) and spec is task_spec(name), name
-        assert BUILTIN_TASKS[name].rsplit(":", 1)[1].startswith("SPEC"), name
+        assert TASKS[name].rsplit(":", 1)[1].startswith("SPEC"), name
         assert task_info(name) == dict(spec.info) and task_info(name)["answer_type"], name
     assert task_spec("organism_b").loader.__name__ == "load_organism_b"
 
@@ -51,19 +52,22 @@ def test_a_task_entry_is_one_spec_holding_its_loader_and_info():
 def test_a_registered_task_is_a_spec_too(monkeypatch):
     from cel_lens.tasks import registry
 
-    monkeypatch.setattr(registry, "_USER_TASKS", dict(registry._USER_TASKS))  # leaves no trace in other tests
+    monkeypatch.setattr(registry, "TASKS", copy.copy(registry.TASKS))  # leaves no trace in other tests
     loader = register_task("toy_registered", lambda **kw: None, info={"answer_type": "exact_match", "metric": "acc"})
     spec = task_spec("toy_registered")
     assert isinstance(spec, TaskSpec) and spec.loader is loader and spec.info["metric"] == "acc"
+    assert registry.TASKS["toy_registered"] is spec  # the one table holds it, beside the built-in tasks
     assert "toy_registered" in available_tasks() and task_info("toy_registered")["answer_type"] == "exact_match"
     with pytest.raises(ValueError, match="built-in task"):
         register_task("arithmetic", loader)
     with pytest.raises(ValueError, match="unknown task 'nope'; available: .*toy_registered"):
         task_spec("nope")
+    with pytest.raises(ValueError, match="unknown task 'lm_eval'"):  # the family's entry is no task
+        task_spec("lm_eval")
 
 
 def test_a_built_in_entry_that_is_not_a_spec_is_refused(monkeypatch):
-    monkeypatch.setitem(BUILTIN_TASKS, "not_a_spec", f"{__name__}:VALUE")
+    monkeypatch.setitem(TASKS, "not_a_spec", f"{__name__}:VALUE")
     with pytest.raises(TypeError, match="not_a_spec.*int, not a TaskSpec"):
         task_spec("not_a_spec")
 
@@ -81,6 +85,12 @@ def test_resolve_imports_lazily_and_names_the_entries_on_an_unknown_name():
     table["gone"] = "no_such_module_anywhere:thing"
     with pytest.raises(ModuleNotFoundError):  # an optional dependency's ImportError passes through
         table.resolve("gone")
+
+
+def test_an_entry_added_as_the_object_itself_resolves_to_it():
+    table, thing = Registry("widget"), object()
+    table["x"] = thing  # what register_task does with a loader it is handed
+    assert table.resolve("x") is thing and table.get_resolved("x") is thing
 
 
 @pytest.mark.parametrize("bad", ["no_colon", ":attr", "module:", "a:b:c"])

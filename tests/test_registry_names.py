@@ -30,14 +30,14 @@ from cel_lens.config import (
 )
 from cel_lens.model.sources import MODEL_SOURCES
 from cel_lens.registry import Registry, split_target
-from cel_lens.tasks.registry import BUILTIN_TASKS
+from cel_lens.tasks.registry import TASKS
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "cel_lens"
 
 REGISTRIES: dict[str, Registry] = {
     "SCORERS": SCORERS, "ABLATION_KINDS": ABLATION_KINDS, "BACKENDS": BACKENDS,
-    "BUILTIN_TASKS": BUILTIN_TASKS, "MODEL_SOURCES": MODEL_SOURCES,
+    "TASKS": TASKS, "MODEL_SOURCES": MODEL_SOURCES,
     "STRATEGIES": STRATEGIES, "PARSIMONY_RULES": PARSIMONY_RULES, "CI_METHODS": CI_METHODS,
     "LOADERS": LOADERS, "PRECISIONS": PRECISIONS, "BOS_RULES": BOS_RULES,
 }
@@ -78,7 +78,7 @@ def _names_by_file() -> dict[Path, dict[str, str]]:
     of whose entries it is; a name two registries share counts by the broader of their scopes)."""
     own: dict[Path, set[str]] = {}
     for table, registry in REGISTRIES.items():
-        for target in registry.values():
+        for target in (t for t in registry.values() if isinstance(t, str)):  # an object added at run time: no module
             own.setdefault(_module_file(split_target(target)[0]), set()).add(table)
     out: dict[Path, dict[str, str]] = {}
     for path in sorted(PACKAGE.rglob("*.py")):
