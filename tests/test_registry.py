@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from cel_lens.config import ABLATION_KINDS, BACKENDS, SCORERS
+from cel_lens.model.registry import MODELS, PAPER_MODELS
 from cel_lens.model.sources import MODEL_SOURCES
 from cel_lens.registry import Registry, UnknownEntry, resolve_target, split_target
 from cel_lens.tasks.base import TaskSpec
@@ -25,6 +26,7 @@ BUILT_IN = {
     "BACKENDS": (BACKENDS, {"local", "ray"}),
     "TASKS": (TASKS, {"arithmetic", "boolq", "hellaswag", "mbpp", "organism_a", "organism_b", "lm_eval"}),
     "MODEL_SOURCES": (MODEL_SOURCES, {"builtin", "gguf", "directory", "hub"}),
+    "MODELS": (MODELS, {"organism", "smollm2-135m", *PAPER_MODELS}),
 }
 
 

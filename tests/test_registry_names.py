@@ -28,6 +28,7 @@ import pytest
 from cel_lens.config import (
     ABLATION_KINDS, BACKENDS, BOS_RULES, CI_METHODS, LOADERS, PARSIMONY_RULES, PRECISIONS, SCORERS, STRATEGIES,
 )
+from cel_lens.model.registry import MODELS
 from cel_lens.model.sources import MODEL_SOURCES
 from cel_lens.registry import Registry, split_target
 from cel_lens.tasks.registry import TASKS
@@ -37,7 +38,7 @@ PACKAGE = ROOT / "cel_lens"
 
 REGISTRIES: dict[str, Registry] = {
     "SCORERS": SCORERS, "ABLATION_KINDS": ABLATION_KINDS, "BACKENDS": BACKENDS,
-    "TASKS": TASKS, "MODEL_SOURCES": MODEL_SOURCES,
+    "TASKS": TASKS, "MODEL_SOURCES": MODEL_SOURCES, "MODELS": MODELS,
     "STRATEGIES": STRATEGIES, "PARSIMONY_RULES": PARSIMONY_RULES, "CI_METHODS": CI_METHODS,
     "LOADERS": LOADERS, "PRECISIONS": PRECISIONS, "BOS_RULES": BOS_RULES,
 }

@@ -24,6 +24,7 @@ from cel_lens.backends.ray.shards import Shard, plan_shards, shard_split
 from cel_lens.backends.ray.worker import ShardWorker
 from cel_lens.evaluation.context import EvalContext
 from cel_lens.model.load import load_model
+from cel_lens.model.registry import MODELS, ORGANISM
 from cel_lens.tasks.base import Task
 
 __all__ = [
@@ -81,7 +82,7 @@ class RayBackend:
         A model given by name is loaded in each actor with the settings' loader and BOS rule; a model
         object takes the BOS rule here, before it is shipped. ``context``: its precision is every
         replica's (a learnt ablation never travels; default: each replica's environment)."""
-        if isinstance(model, (str, os.PathLike)) and str(model) != "organism":
+        if isinstance(model, (str, os.PathLike)) and MODELS.get_resolved(str(model)) is not ORGANISM:
             chosen = {k: v for k, v in settings.load_options().items() if k in ("loader", "bos") and v is not None}
             if LOADERS.resolve(settings.loader).automatic:
                 del chosen["loader"]
