@@ -10,7 +10,9 @@ import sys
 
 import pytest
 
-from cel_lens.config import ABLATION_KINDS, BACKENDS, SCORERS
+from cel_lens.config import (
+    ABLATION_KINDS, BACKENDS, BOS_RULES, CI_METHODS, LOADERS, PARSIMONY_RULES, PRECISIONS, SCORERS, STRATEGIES,
+)
 from cel_lens.model.registry import MODELS, PAPER_MODELS
 from cel_lens.model.sources import MODEL_SOURCES
 from cel_lens.registry import Registry, UnknownEntry, resolve_target, split_target
@@ -27,7 +29,15 @@ BUILT_IN = {
     "TASKS": (TASKS, {"arithmetic", "boolq", "hellaswag", "mbpp", "organism_a", "organism_b", "lm_eval"}),
     "MODEL_SOURCES": (MODEL_SOURCES, {"builtin", "gguf", "directory", "hub"}),
     "MODELS": (MODELS, {"organism", "smollm2-135m", *PAPER_MODELS}),
+    "STRATEGIES": (STRATEGIES, {"exhaustive", "beam"}),
+    "PARSIMONY_RULES": (PARSIMONY_RULES, {"backward", "one_se", "simultaneous", "best"}),
+    "CI_METHODS": (CI_METHODS, {"tango", "newcombe", "bootstrap"}),
+    "LOADERS": (LOADERS, {"auto", "hooked", "bridge"}),
+    "PRECISIONS": (PRECISIONS, {"auto", "float32", "bf16"}),
+    "BOS_RULES": (BOS_RULES, {"tokenizer", "always", "never"}),
 }
+OPTION_FAMILIES = ("STRATEGIES", "PARSIMONY_RULES", "LOADERS", "PRECISIONS", "BOS_RULES")
+"""The option tables whose entries are objects that carry their own name (CI methods are functions)."""
 
 
 @pytest.mark.parametrize("table", sorted(BUILT_IN))
@@ -37,6 +47,13 @@ def test_every_table_is_a_registry_holding_its_built_in_entries(table):
     assert names <= set(registry), f"{table} lacks {sorted(names - set(registry))}"  # more may be added
     for name in registry:
         assert registry.resolve(name) is not None, (table, name)
+
+
+@pytest.mark.parametrize("table", OPTION_FAMILIES)
+def test_an_option_entry_is_an_object_named_as_its_entry(table):
+    """The name a manifest records is the entry's key, and the object it resolves to says the same."""
+    registry = BUILT_IN[table][0]
+    assert [registry.resolve(name).name for name in registry] == list(registry)
 
 
 def test_a_task_entry_is_one_spec_holding_its_loader_and_info():

@@ -32,8 +32,8 @@ own leave-one-out test on D_dist does not pass the backward rule's threshold.
 from __future__ import annotations
 
 import functools
-from statistics import NormalDist
 from dataclasses import dataclass
+from statistics import NormalDist
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np

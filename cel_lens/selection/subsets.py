@@ -8,8 +8,8 @@ score, then the canonical head order): S-hat.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
 import math
+from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
 import torch
