@@ -3,10 +3,12 @@ name; every table of cel_lens is one, and each holds (at least) its built-in ent
 
 from __future__ import annotations
 
+import ast
 import copy
 import pickle
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -134,6 +136,20 @@ def test_asking_the_tables_imports_no_entry():
     """Reading the tables (``--help``, validation) imports none of the modules they name."""
     code = ("import sys\nimport cel_lens.config, cel_lens.tasks.registry\n"
             "print(sorted(m for m in ('cel_lens.scoring.exact', 'cel_lens.backends.ray', 'cel_lens.model.ablation_kinds', "
-            "'cel_lens.tasks.mbpp', 'cel_lens.tasks.organism') if m in sys.modules))")
+            "'cel_lens.tasks.mbpp', 'cel_lens.tasks.organism', 'cel_lens.selection.subsets', 'cel_lens.selection.parsimony', "
+            "'cel_lens.selection.paired', 'cel_lens.evaluation.precision', 'cel_lens.model.load', 'cel_lens.model.bos') "
+            "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_a_file_named_registry_holds_a_registry():
+    """``registry.py`` only where a Registry is: the class itself, or a table built as one."""
+    package = Path(__file__).resolve().parents[1] / "cel_lens"
+    files = sorted(package.rglob("registry.py"))
+    assert len(files) >= 3  # the helper, the tasks' table, the models' table
+    for path in files:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        built = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "Registry"]
+        defined = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == "Registry"]
+        assert built or defined, f"{path.relative_to(package.parent)} is named registry.py but holds no Registry"

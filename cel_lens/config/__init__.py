@@ -7,8 +7,10 @@ result. Both are plain data with the defaults the whole project uses; each field
 holds its help text (and choices), from which ``cel-lens`` generates its flags
 (:mod:`cel_lens.cli.options`), and
 :meth:`SearchConfig.validate` / :meth:`ExecutionSettings.validate` check every field up front, so a
-bad option fails in one line before a model is loaded or a run directory is written. This module
-imports nothing heavy, so ``cel-lens --help`` answers at once.
+bad option fails in one line before a model is loaded or a run directory is written. The closed
+sets the choices come from (scorers, strategies, parsimony rules, ..., BOS rules) are the registries
+of :mod:`cel_lens.config.options`, re-exported here. This package imports nothing heavy, so
+``cel-lens --help`` answers at once.
 """
 
 from __future__ import annotations
