@@ -38,7 +38,7 @@ from cel_lens.runs.run_precision import PRECISION_RECORD, record_precision, sear
 from cel_lens.runs.journal_io import write_json_atomic
 from cel_lens.runs.manifest import EXAMPLES, build_manifest, default_run_dir
 from cel_lens.runs.recording_oracle import RecordingOracle
-from cel_lens.scoring.registry import scorer_from_config
+from cel_lens.scoring.base import scorer_from_config
 from cel_lens.selection.algorithm import run_search
 from cel_lens.selection.plan import BatchTimer, SearchPlan, plan_search
 from cel_lens.selection.plan_calibration import CALIBRATION_BUDGET_S
@@ -169,7 +169,7 @@ def resolve_task(task: Union[Task, str], config: SearchConfig, task_options: Map
 def _stage1_scores(
     config: SearchConfig, oracle: RecordingOracle, run: RunDir, settings: ExecutionSettings
 ) -> Optional[Stage1Scores]:
-    """Scores of the config's scorer (:mod:`~cel_lens.scoring.registry`; ``None`` when the search
+    """Scores of the config's scorer (:mod:`~cel_lens.scoring.base`; ``None`` when the search
     computes them itself, as exact), read back from the run directory when recorded (attribution
     scores are not bit-reproducible across machines), with the split they were recorded with
     (records older than that field were all written by this function, which scores D_dist only)."""

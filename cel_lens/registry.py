@@ -1,13 +1,17 @@
 """The one form of every table that grows: ``name -> "module:attribute"``, imported when first asked for.
 
-Scorers, ablation kinds and backends (:mod:`cel_lens.config`), built-in tasks
-(:mod:`cel_lens.tasks.registry`: each entry a task's ``TaskSpec``, loader and info), answer types
-(:mod:`cel_lens.tasks.answer_types`: each entry an ``AnswerTypeEntry``) and model
-sources (:mod:`cel_lens.model.sources`) are each a
+The option tables (scorers, strategies, parsimony rules, interval methods, backends, ablation
+kinds, loaders, precisions, BOS rules: :mod:`cel_lens.config.options`), the tasks
+(:data:`cel_lens.tasks.registry.TASKS`: each entry a task's ``TaskSpec``, loader and info), the
+answer types (:data:`cel_lens.tasks.answer_types.ANSWER_TYPES`: each entry an ``AnswerTypeEntry``),
+the named models (:data:`cel_lens.model.registry.MODELS`) and the model sources
+(:mod:`cel_lens.model.sources`) are each a
 :class:`Registry`: a ``dict`` of entry name -> ``"module:attribute"``, where the module is imported
 only when the entry is resolved (:meth:`Registry.resolve`), so an optional backend (Ray) or a
 scorer's dependencies cost nothing until used, and ``cel-lens --help`` needs no torch. Adding an
-entry is one line in its table (or ``table["name"] = "my_module:MyClass"`` at run time).
+entry is one line in its table (or ``table["name"] = "my_module:MyClass"`` at run time); code that
+already holds the object (:func:`cel_lens.tasks.register_task`) may add it as it is, an entry
+with nothing to import.
 
 What an entry *is* (a scorer's unit, an ablation kind's export rule) lives on the class or function
 it names, never in code that tests its name; ``tests/test_registry_names.py`` holds that.
@@ -48,8 +52,9 @@ def resolve_target(target: str, what: str = "entry") -> Any:
 
 
 class Registry(dict):
-    """Entry name -> ``"module:attribute"`` (a plain ``dict`` of strings, in order), named ``what``
-    (``"scorer"``, ``"ablation kind"``) for its messages.
+    """Entry name -> ``"module:attribute"`` (a plain ``dict``, in order), named ``what``
+    (``"scorer"``, ``"ablation kind"``) for its messages. An entry added at run time may be the
+    object itself (anything but a string): :meth:`resolve` returns it as it is.
 
     ``name in table``, ``list(table)`` and ``table[name] = "module:Class"`` work as on any dict;
     :meth:`resolve` imports what a name points to. An entry's form is checked when it is added."""
@@ -60,8 +65,9 @@ class Registry(dict):
         for name, target in dict(entries).items():
             self[name] = target
 
-    def __setitem__(self, name: str, target: str) -> None:
-        split_target(target)
+    def __setitem__(self, name: str, target: Any) -> None:
+        if isinstance(target, str):
+            split_target(target)
         super().__setitem__(name, target)
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -80,7 +86,8 @@ class Registry(dict):
     def resolve(self, name: Any) -> Any:
         """What entry ``name`` points to (its module imported now); :class:`UnknownEntry` (a
         ``ValueError``) naming the entries for a name not in the table."""
-        return resolve_target(self[self.check(name)], f"{self.what} {name!r}")
+        target = self[self.check(name)]
+        return resolve_target(target, f"{self.what} {name!r}") if isinstance(target, str) else target
 
     def get_resolved(self, name: Any, default: Optional[Any] = None) -> Any:
         """:meth:`resolve`, or ``default`` for a name not in the table (a name an old run recorded

@@ -227,8 +227,8 @@ def test_a_small_front_door():
 
 SHARED_NAMES = {
     "__init__",
-    # the parallel roles DESIGN.md names: a table's registry (one registry form: tasks, scorers,
-    # model sources, and the helper itself); a package's contracts (tasks/base.py, backends/base.py);
+    # the parallel roles DESIGN.md names: a table's registry (one registry form: the tasks' and the
+    # models' tables, and the helper itself; tests/test_registry.py checks each holds a Registry); a package's contracts (tasks/base.py, backends/base.py);
     # a computation that runs a model for a figure (analysis/) beside the figure drawn from its data
     # (report/); a study package's figures (organism/, theory/)
     "registry", "base", "attention", "flips", "side_effects", "figures",

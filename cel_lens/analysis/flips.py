@@ -19,6 +19,7 @@ import torch
 from jaxtyping import Bool
 from torch import Tensor
 
+from cel_lens.config import BOS_RULES
 from cel_lens.analysis.attention import attention_patterns, direct_logit_effects, example_tokens
 from cel_lens.evaluation.encode import encode_pair, format_prompt
 from cel_lens.evaluation.evaluator import evaluate
@@ -132,7 +133,7 @@ def load_run_model(run: Any, model: Optional[str] = None, *, device: Optional[st
         raise ValueError(f"{record.path}: the manifest names no model; give one (--model)")
     rule = (entry.get("bos") or {}).get("rule")
     dtype = str(entry.get("dtype") or "float32").removeprefix("torch.")
-    return load_model(name, device=device, dtype=dtype, bos=rule if rule in ("tokenizer", "always", "never") else None)
+    return load_model(name, device=device, dtype=dtype, bos=rule if rule in BOS_RULES else None)
 
 
 def _source(obj: Any, heads: HeadsLike, split: str, data_dir: Optional[str]) -> tuple[Split, HeadSet, Optional[RunRecord]]:

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from cel_lens.cli.common import Formatter, add_model_task_options, load_model_and_task, print_json
+from cel_lens.config import PRECISIONS, SearchConfig
 
 __all__ = ["add", "run"]
 
@@ -20,7 +21,7 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--split", choices=["dist", "test"], default="test",
                    help="which split to evaluate (test: recorded in the seal's ledger, and a later search of this "
                    "model on this task reports that D_test was read before its selection; explore on dist)")
-    p.add_argument("--precision", choices=("auto", "float32", "bf16"), default="auto",
+    p.add_argument("--precision", choices=list(PRECISIONS), default=SearchConfig.precision,
                    help="compute precision: bf16 recomputes in float32 every decision within its error bound (the same "
                    "bits); auto: bf16 for a bfloat16 model, or on exact-match tasks for a float32 one of 20M+ parameters on a "
                    "CPU with native bf16")

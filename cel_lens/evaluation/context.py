@@ -25,7 +25,7 @@ from typing import Any, Optional
 from jaxtyping import Bool
 from torch import Tensor
 
-from cel_lens.evaluation.precision import check_precision
+from cel_lens.evaluation.precision import check_precision, precision_entry
 from cel_lens.evaluation.seal import SealReader
 from cel_lens.model.ablation import ZERO, Ablation
 
@@ -108,7 +108,7 @@ class EvalContext:
         :mod:`~cel_lens.evaluation.prefix`). The one place evaluation settings are read
         from the environment; edges (``cl.search``, ``cl.evaluate``, the CLI, a Ray worker) call it."""
         from_env = os.environ.get(PRECISION_ENV) or "auto"
-        chosen = precision if precision not in (None, "auto") else from_env
+        chosen = from_env if precision_entry(precision).automatic else precision
         said = env_flag(PREFIX_ENV)
         prefix = share_prefix if share_prefix is not None else (True if said is None else said)
         return cls(precision=check_precision(chosen), share_prefix=prefix, **fields)

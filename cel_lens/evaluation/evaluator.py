@@ -37,8 +37,8 @@ from cel_lens.evaluation.generation import evaluate_generation
 from cel_lens.evaluation.context import EvalContext, RecomputeTally
 from cel_lens.evaluation.prefix import PREFIX_BOUND, can_share_prefix
 from cel_lens.evaluation.precision import (
-    Margins, check_precision, compute_precision, float32_model, pair_check, recompute_groups, recompute_mask,
-    resolve_precision, split_key,
+    Margins, check_precision, compute_precision, float32_model, pair_check, precision_entry, recompute_groups,
+    recompute_mask, resolve_precision, split_key,
 )
 from cel_lens.evaluation.precision_tight import tight_check, tight_first
 from cel_lens.evaluation.eval_result import EvalResult
@@ -125,7 +125,7 @@ def evaluate(
     share = ctx.share_prefix and can_share_prefix(model)
     plan = _Plan(answer, metric, chat, batch_size, max_rows, max_tokens, budget, progress, ctx.ablation, share)
     common = dict(head_sets=list(sets), ids=split.ids, answer_type=answer_type, metric=metric, task=split.task, split=split.name, chat_template=chat)
-    if prec == "float32":
+    if not precision_entry(prec).reduced:
         if share:  # a shared prefix: the decisions within its bound are recomputed unshared
             out = _run(model, split, sets, plan, store, margins=Margins())
             near = recompute_mask(answer_type, out.pop("margins"), PREFIX_BOUND, PREFIX_BOUND, pair_bound=PREFIX_BOUND)

@@ -37,6 +37,7 @@ import functools
 import io
 import weakref
 from dataclasses import dataclass
+from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
 
 import torch
@@ -50,11 +51,35 @@ from cel_lens.model import bf16_weights
 from cel_lens.tasks.answer_types import ANSWER_TYPES, MULTIPLE_CHOICE, answer_type_entry
 
 __all__ = [
-    "PRECISIONS", "LOGIT_BOUND", "LOGPROB_BOUND", "CHOICE_PAIR_BOUND", "PAIR_CHECK_MIN", "PAIR_CHECK_SHARE",
+    "PRECISIONS", "Precision", "AUTO", "FLOAT32", "BF16", "precision_entry", "LOGIT_BOUND", "LOGPROB_BOUND", "CHOICE_PAIR_BOUND", "PAIR_CHECK_MIN", "PAIR_CHECK_SHARE",
     "pair_check", "merge_pair_checks", "Margins", "resolve_precision", "check_precision", "cpu_has_native_bf16",
     "compute_precision", "float32_model", "recompute_mask", "recompute_groups", "split_key",
     "tally_summary", "recompute_summary", "precision_line", "AUTO_MIN_PARAMS", "AUTO_KINDS", "ONE_TOKEN_CHOICES",
 ]
+
+
+@dataclass(frozen=True)
+class Precision:
+    """A compute precision (an entry of :data:`~cel_lens.config.PRECISIONS`): ``reduced``: it
+    computes in bfloat16 and recomputes in float32 every decision within the bf16 error bound;
+    ``automatic``: :func:`resolve_precision` chooses one of the others per model and task."""
+
+    name: str
+    reduced: bool = False
+    automatic: bool = False
+
+
+AUTO = Precision("auto", automatic=True)
+"""bf16 or float32, by the rule of the module docstring."""
+FLOAT32 = Precision("float32")
+"""float32 throughout."""
+BF16 = Precision("bf16", reduced=True)
+"""bfloat16 compute, decisions within the bf16 error bound recomputed in float32."""
+
+
+def precision_entry(precision: Optional[str]) -> Precision:
+    """The :class:`Precision` a name (or alias, :func:`check_precision`) stands for."""
+    return PRECISIONS.resolve(check_precision(precision))
 
 
 LOGIT_BOUND = 1.0

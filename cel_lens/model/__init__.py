@@ -11,7 +11,8 @@
   the fused-attention :mod:`~cel_lens.model.stack` where a model has one (:func:`fused_attention`
   turns it off) and its bfloat16 weight copy (:func:`bf16_weights`,
   :mod:`~cel_lens.model.stack_bf16`);
-* :mod:`~cel_lens.model.registry`: the paper's models; :mod:`~cel_lens.model.identity`: ids and
+* :mod:`~cel_lens.model.registry`: the models known by name (:data:`MODELS`: the organism, short
+  names, the paper's models); :mod:`~cel_lens.model.identity`: ids and
   weight hashes for run manifests; :mod:`~cel_lens.model.native`: models without a Hugging Face form;
   :mod:`~cel_lens.model.bos`: whether prompts start with BOS (the tokenizer's own rule, as lm-eval).
 
@@ -35,8 +36,8 @@ from cel_lens.model.gguf import convert_gguf, converted_from, gguf_fallback
 from cel_lens.model.identity import model_id, model_manifest, weights_fingerprint, weights_hash
 from cel_lens.model.model_types import is_bridge, model_shape, supports_resume
 from cel_lens.model.load import PROCESSING_DEFAULTS, load_model
-from cel_lens.model.registry import PAPER_MODELS, ModelSpec, paper_config
-from cel_lens.model.sources import MODEL_ALIASES, MODEL_SOURCES, resolve_source
+from cel_lens.model.registry import MODELS, PAPER_MODELS, KnownModel, ModelSpec, paper_config
+from cel_lens.model.sources import MODEL_SOURCES, resolve_source
 from cel_lens.model.stack_bf16 import bf16_copy_bytes, bf16_weights
 from cel_lens.model.stack_build import fused_attention
 
@@ -73,7 +74,8 @@ __all__ = [
     "convert_gguf",
     "converted_from",
     "gguf_fallback",
-    "MODEL_ALIASES",
+    "MODELS",
+    "KnownModel",
     "MODEL_SOURCES",
     "resolve_source",
 ]

@@ -17,12 +17,36 @@ model's identity, since they change every token id.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
 from cel_lens.config import BOS_RULES
 
-__all__ = ["BOS_RULES", "check_bos_rule", "read_bos", "set_bos_rule", "bos_rule", "bos_prefix", "prompt_ids"]
+__all__ = ["BOS_RULES", "BosRule", "TOKENIZER_BOS", "ALWAYS_BOS", "NEVER_BOS", "check_bos_rule", "read_bos", "set_bos_rule", "bos_rule", "bos_prefix", "prompt_ids"]
 
+
+
+
+@dataclass(frozen=True)
+class BosRule:
+    """How prompts start (an entry of :data:`~cel_lens.config.BOS_RULES`): with BOS ``always``,
+    never, or (``follows_tokenizer``) where the checkpoint's tokenizer adds it."""
+
+    name: str
+    always: bool = False
+    follows_tokenizer: bool = False
+
+    def prepends(self, facts: Mapping[str, Any]) -> bool:
+        """Whether a prompt gets BOS, given the tokenizer's facts (:func:`read_bos`)."""
+        return bool(facts["tokenizer_adds_bos"]) if self.follows_tokenizer else self.always
+
+
+TOKENIZER_BOS = BosRule("tokenizer", follows_tokenizer=True)
+"""BOS where the checkpoint's tokenizer adds it (lm-eval's default)."""
+ALWAYS_BOS = BosRule("always", always=True)
+"""BOS before every prompt (lm-eval's ``add_bos_token=True``)."""
+NEVER_BOS = BosRule("never")
+"""No BOS (unless the text itself starts with one)."""
 
 _KEY = "_cel_lens_bos"
 _PROBE = "a"
@@ -66,11 +90,11 @@ def set_bos_rule(model: Any, rule: str = "tokenizer", own: Optional[Mapping[str,
     """Fix how ``model``'s prompts start and return the record kept with it: ``rule``, the
     tokenizer's own behaviour (``own``, from :func:`read_bos`; default: read from the tokenizer's
     files) and what they resolve to (``prepends_bos``, ``bos_token_id``)."""
-    check_bos_rule(rule)
+    entry: BosRule = BOS_RULES.resolve(check_bos_rule(rule))
     facts = dict(own) if own is not None else read_bos(_own_tokenizer(model))
-    if rule == "always" and facts["bos_token_id"] is None:
-        raise ValueError("bos='always' but the model's tokenizer has no BOS token")
-    prepends = bool(facts["tokenizer_adds_bos"]) if rule == "tokenizer" else rule == "always"
+    if entry.always and facts["bos_token_id"] is None:
+        raise ValueError(f"bos={rule!r} but the model's tokenizer has no BOS token")
+    prepends = entry.prepends(facts)
     record = {
         "rule": rule,
         "tokenizer_adds_bos": bool(facts["tokenizer_adds_bos"]),

@@ -18,7 +18,7 @@ from urllib.parse import urlparse
 
 from cel_lens.model.gguf import check_gguf_file, convert_gguf, converted_from, fallback_note, gguf_fallback, is_gguf_path
 from cel_lens.model.planted_cache import planted_source, split_planted_name
-from cel_lens.model.registry import BUILTIN_MODELS, tl_official_name
+from cel_lens.model.registry import MODELS, tl_official_name
 from cel_lens.model.sources import Resolved, canonical_name
 
 __all__ = [
@@ -148,7 +148,7 @@ def check_model_name(
     text = os.fspath(name_or_path).strip()
     if not text:
         raise ValueError("empty model name")
-    if isinstance(name_or_path, str) and text in BUILTIN_MODELS:
+    if isinstance(name_or_path, str) and _shipped(text) is not None:
         return
     if isinstance(name_or_path, str) and split_planted_name(text) is not None:
         planted_source(text, name_or_path)  # one line when the plant was never built here
@@ -184,10 +184,15 @@ def check_model_name(
 
 
 def builtin_source(text: str, name_or_path: object, **hub: object) -> Optional[Resolved]:
-    """Model source ``"builtin"``: a name of :data:`~cel_lens.model.registry.BUILTIN_MODELS`."""
-    if isinstance(name_or_path, str) and text in BUILTIN_MODELS:
-        return Resolved(_check_checkpoint_dir(BUILTIN_MODELS[text]), text, None, "builtin")
-    return None
+    """Model source ``"builtin"``: a name of :data:`~cel_lens.model.registry.MODELS` with a shipped checkpoint."""
+    checkpoint = _shipped(text) if isinstance(name_or_path, str) else None
+    return Resolved(_check_checkpoint_dir(checkpoint), text, None, "builtin") if checkpoint is not None else None
+
+
+def _shipped(text: str) -> Optional[Path]:
+    """The shipped checkpoint ``text`` names exactly (:data:`~cel_lens.model.registry.MODELS`), or ``None``."""
+    entry = MODELS.get_resolved(text)
+    return entry.checkpoint if entry is not None else None
 
 
 def directory_source(text: str, name_or_path: object, **hub: object) -> Optional[Resolved]:

@@ -51,11 +51,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from dataclasses import dataclass
+from typing import Any, Optional, Union
 
 import torch
 
-from cel_lens.config import canonical_dtype
+from cel_lens.config import LOADERS, canonical_dtype
 from cel_lens.model.bos import check_bos_rule, read_bos, set_bos_rule
 from cel_lens.model.convert import bridge_from_hf, hooked_from_hf, load_hf, load_tokenizer
 from cel_lens.model.gguf import converted_from
@@ -66,9 +67,35 @@ from cel_lens.model.planted_cache import planted_from
 from cel_lens.model.processing import warn_if_processed
 from cel_lens.model.sources import resolve_source
 
-__all__ = ["Loader", "PROCESSING_DEFAULTS", "load_model", "resolve_dtype", "resolve_device"]
+__all__ = ["Loader", "AUTO_LOADER", "HOOKED_LOADER", "BRIDGE_LOADER", "PROCESSING_DEFAULTS", "load_model",
+           "resolve_dtype", "resolve_device"]
 
-Loader = Literal["auto", "hooked", "bridge"]
+
+@dataclass(frozen=True)
+class Loader:
+    """How a model given by name is loaded (an entry of :data:`~cel_lens.config.LOADERS`):
+    ``bridge``: as a ``TransformerBridge`` (else a ``HookedTransformer``); ``automatic``: chosen per
+    model by :meth:`choose`."""
+
+    name: str
+    bridge: bool = False
+    automatic: bool = False
+
+    def choose(self, official: Optional[str]) -> "Loader":
+        """The loader a model is loaded with: this one, or for the automatic one a HookedTransformer
+        where TransformerLens supports the model (``official``, its TransformerLens name) and a
+        TransformerBridge otherwise."""
+        if not self.automatic:
+            return self
+        return HOOKED_LOADER if official is not None else BRIDGE_LOADER
+
+
+AUTO_LOADER = Loader("auto", automatic=True)
+"""HookedTransformer where TransformerLens supports the model, TransformerBridge otherwise."""
+HOOKED_LOADER = Loader("hooked")
+"""A ``HookedTransformer``."""
+BRIDGE_LOADER = Loader("bridge", bridge=True)
+"""A ``TransformerBridge`` (any Hugging Face causal LM)."""
 
 # HookedTransformer processing flags used by load_model (see the module docstring for why).
 PROCESSING_DEFAULTS: dict[str, bool] = {
@@ -117,7 +144,7 @@ def load_model(
     device: Union[str, torch.device, None] = None,
     dtype: Union[str, torch.dtype, None] = None,
     *,
-    loader: Loader = "auto",
+    loader: str = "auto",
     token: Union[str, bool, None] = None,
     local_files_only: Optional[bool] = None,
     revision: Optional[str] = None,
@@ -155,8 +182,7 @@ def load_model(
         ).items()
         if v is not None
     }
-    if loader not in ("auto", "hooked", "bridge"):
-        raise ValueError(f"unknown loader {loader!r}: expected 'auto', 'hooked' or 'bridge'")
+    how: Loader = LOADERS.resolve(loader)
     processing = _processing(flags)
     rule = check_bos_rule("tokenizer" if bos is None else bos)
 
@@ -172,18 +198,19 @@ def load_model(
     )
     own = None  # the checkpoint tokenizer's BOS behaviour, read before TransformerLens wraps it
     if is_native_checkpoint(source):
-        if loader == "bridge":
+        if how.bridge:
             raise ValueError(f"{source_id} is a TransformerLens-native checkpoint: it loads only as a HookedTransformer")
-        model, chosen = load_native(source, device=dev, dtype=torch_dtype), "hooked"
+        model, chosen = load_native(source, device=dev, dtype=torch_dtype), HOOKED_LOADER.name
     else:
-        chosen = loader if loader != "auto" else ("hooked" if official is not None else "bridge")
+        built = how.choose(official)
+        chosen = built.name
         hf_model, tokenizer = load_hf(source, torch_dtype, trust_remote_code)
         own = read_bos(tokenizer)
-        if chosen == "hooked":
+        if built.bridge:
+            model = bridge_from_hf(source_id, hf_model, tokenizer, dev, torch_dtype, processing, tl_kwargs)
+        else:
             model = hooked_from_hf(source, hf_model, tokenizer, official, dev, torch_dtype, processing, tl_kwargs)
             del hf_model
-        else:
-            model = bridge_from_hf(source_id, hf_model, tokenizer, dev, torch_dtype, processing, tl_kwargs)
     tag_source(model, source_id, chosen, processing, origin=converted_from(source), plant=planted_from(source))
     set_bos_rule(model, rule, own)
     model.eval()
@@ -230,7 +257,7 @@ def _pass_through(model: Any, device, dtype, processing: dict[str, bool]):
         dev = resolve_device(device) if device is not None else str(next(model.parameters()).device)
         torch_dtype = resolve_dtype(dtype) if dtype is not None else next(model.parameters()).dtype
         bridge = bridge_from_hf(source_id, model, tokenizer, dev, torch_dtype, processing, {})
-        tag_source(bridge, source_id, "bridge", processing)
+        tag_source(bridge, source_id, BRIDGE_LOADER.name, processing)
         return bridge
     raise TypeError(
         f"cannot use a {type(model).__name__} as a model: pass a name, a checkpoint directory, "

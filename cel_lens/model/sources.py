@@ -4,8 +4,9 @@ Each entry of :data:`MODEL_SOURCES` (a :class:`~cel_lens.registry.Registry`) is 
 and the object given) and the hub options, and returns a :class:`Resolved` checkpoint, or ``None``
 when the name is not of its kind. They are tried in the table's order: a built-in name, a planted
 variant (:mod:`cel_lens.model.planted_cache`), a GGUF file, a local directory, a hub id or TransformerLens alias (with the GGUF fallback of
-:mod:`cel_lens.model.gguf` when offline). Short aliases (:data:`MODEL_ALIASES`) are rewritten
-first. Adding a source = one function + one table line; :func:`resolve_source` and
+:mod:`cel_lens.model.gguf` when offline). Short names are rewritten first (the one table of
+known names is :data:`~cel_lens.model.registry.MODELS`). Adding a source = one function + one
+table line; :func:`resolve_source` and
 :func:`source_kinds` read the table.
 """
 
@@ -16,9 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
+from cel_lens.model.registry import known_model
 from cel_lens.registry import Registry
 
-__all__ = ["Resolved", "MODEL_SOURCES", "MODEL_ALIASES", "resolve_source", "source_kinds", "canonical_name"]
+__all__ = ["Resolved", "MODEL_SOURCES", "resolve_source", "source_kinds", "canonical_name"]
 
 
 @dataclass(frozen=True)
@@ -41,12 +43,6 @@ MODEL_SOURCES: Registry = Registry("model source", {
 })
 """Source kind -> ``"module:function"``, tried in this order by :func:`resolve_source`."""
 
-MODEL_ALIASES: dict[str, str] = {
-    "smollm2-135m": "HuggingFaceTB/SmolLM2-135M-Instruct",
-    "smollm2-135m-instruct": "HuggingFaceTB/SmolLM2-135M-Instruct",
-}
-"""Short names (any case) -> hub id; listed by ``cel-lens models``."""
-
 SourceFn = Callable[..., Optional[Resolved]]
 
 
@@ -56,10 +52,10 @@ def source_kinds() -> list[str]:
 
 
 def canonical_name(name_or_path: Union[str, os.PathLike]) -> Union[str, os.PathLike]:
-    """``name_or_path`` with a short alias (:data:`MODEL_ALIASES`) replaced by its hub id."""
-    if isinstance(name_or_path, str):
-        return MODEL_ALIASES.get(name_or_path.strip().lower(), name_or_path)
-    return name_or_path
+    """``name_or_path`` with a short name (an entry of :data:`~cel_lens.model.registry.MODELS`
+    that stands for a hub id, in any case) replaced by that hub id."""
+    entry = known_model(name_or_path) if isinstance(name_or_path, str) else None
+    return entry.hub_id if entry is not None and entry.hub_id is not None else name_or_path
 
 
 def resolve_source(name_or_path: Union[str, os.PathLike], **hub: Any) -> Resolved:

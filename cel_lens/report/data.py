@@ -16,7 +16,7 @@ from cel_lens.heads import HeadSet
 from cel_lens.report.style import as_float
 from cel_lens.runs import load_run
 from cel_lens.config import SCORERS
-from cel_lens.scoring.registry import scorer_class
+from cel_lens.scoring.base import scorer_class
 
 __all__ = [
     "ResultLike", "result_dict", "ranked_subsets", "stage1_scores", "null_gains", "is_accuracy_scorer", "is_unfinished",
@@ -84,7 +84,7 @@ def ranked_subsets(obj: ResultLike) -> list[dict[str, Any]]:
 
 def is_accuracy_scorer(scorer: Any) -> bool:
     """Whether a stage-1 scorer's scores are accuracy differences (shown as percentages) rather
-    than a score in its own units: the scorer's ``units`` (:mod:`~cel_lens.scoring.registry`);
+    than a score in its own units: the scorer's ``units`` (:mod:`~cel_lens.scoring.base`);
     ``False`` for a name no longer registered."""
     if str(scorer) not in SCORERS:
         return False

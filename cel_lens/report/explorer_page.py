@@ -39,7 +39,7 @@ from cel_lens.report.explorer_render import attention_figure, logit_figure, mode
 from cel_lens.report.explorer_script import PAGE_SCRIPT, PAGE_STYLE
 from cel_lens.report.head_panel import add_head_panel, head_axes
 from cel_lens.report.save import _shared_loader
-from cel_lens.scoring.registry import score_unit
+from cel_lens.scoring.base import score_unit
 from cel_lens.tasks.base import Task
 
 __all__ = ["PAGE_BUDGET_BYTES", "heatmap_figure", "explorer_page_data", "explorer_html", "write_explorer_page"]

@@ -14,14 +14,14 @@ from typing import Any, Mapping, Optional, Sequence
 from plotly.subplots import make_subplots
 
 from cel_lens.report.attention import token_label
-from cel_lens.scoring.registry import score_unit
+from cel_lens.scoring.base import score_unit
 from cel_lens.selection.result import format_p, pp
 
 __all__ = ["panel_html", "examples_html", "model_html", "attention_figure", "logit_figure", "score_text"]
 
 
 def score_text(value: Optional[float], scorer: str) -> str:
-    """A stage-1 score in its scorer's unit (:meth:`~cel_lens.scoring.registry.Scorer.score_unit`):
+    """A stage-1 score in its scorer's unit (:meth:`~cel_lens.scoring.base.Scorer.score_unit`):
     percentage points for accuracy gains (exact, racing, ...), else the number with its unit."""
     return score_unit(scorer).text(value)
 

@@ -2,7 +2,7 @@
 
 Shared by the gain heatmap (:mod:`cel_lens.report.heatmap`) and the comparison of two runs
 (:mod:`cel_lens.report.compare`). The colour scale is centred at zero and labelled in the scorer's
-own unit, as its class says (:meth:`~cel_lens.scoring.registry.Scorer.score_unit`): percentage
+own unit, as its class says (:meth:`~cel_lens.scoring.base.Scorer.score_unit`): percentage
 points of accuracy for ``exact`` (and the ``compressed`` estimate of it), nats of the
 log-probability metric for ``attribution`` (a ranking, not an accuracy). Pool and
 selected heads are outlined, never covered, and a grid small enough for it prints each value in
@@ -20,7 +20,7 @@ import plotly.graph_objects as go
 
 from cel_lens.heads import Head, HeadSet
 from cel_lens.report.style import DIVERGING, POOL_COLOUR, SELECTED_COLOUR, symmetric_ticks, tick_step
-from cel_lens.scoring.registry import score_unit
+from cel_lens.scoring.base import score_unit
 
 __all__ = ["ScoreUnits", "score_units", "cell_labels", "add_head_panel", "head_axes"]
 

@@ -22,7 +22,7 @@ from typing import Any, Mapping, Optional, Sequence
 from cel_lens.config import SCORERS
 from cel_lens.heads import HeadSet
 from cel_lens.runs.evaluation_record import Evaluation
-from cel_lens.scoring.registry import score_unit
+from cel_lens.scoring.base import score_unit
 
 __all__ = ["partial_result", "run_layout", "format_partial"]
 

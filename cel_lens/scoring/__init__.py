@@ -1,7 +1,7 @@
 """Stage 1 of Algorithm 1: one score per head, ``Float[Tensor, "layer head"]``, estimating the
 discovery-set gain of ablating that head alone (positive = ablation helps).
 
-Scorers are a registry (:mod:`~cel_lens.scoring.registry`: adding one is one file and one line in
+Scorers are a registry (:mod:`~cel_lens.scoring.base`: adding one is one file and one line in
 :data:`cel_lens.config.SCORERS`). Three built in, from exact to cheap, one module each:
 
 * ``exact`` (:mod:`~cel_lens.scoring.exact`): ablate each head alone and measure the discovery
@@ -34,7 +34,7 @@ from cel_lens.scoring.attribution import attribution_scores
 from cel_lens.scoring.compressed import compressed_scores, lasso, random_masks
 from cel_lens.scoring.exact import exact_scores
 from cel_lens.scoring.racing import RacingOptions, RacingOutcome, RacingScorer, racing_cost, racing_scores
-from cel_lens.scoring.registry import Cost, Scorer, get_scorer, scorer_class, scorer_from_config
+from cel_lens.scoring.base import Cost, Scorer, get_scorer, scorer_class, scorer_from_config
 from cel_lens.tasks.base import Split
 
 __all__ = [
@@ -78,7 +78,7 @@ def score_heads(
     pool_size: Optional[int] = None,
     racing: Optional[RacingOptions] = None,
 ) -> Stage1Scores:
-    """Stage-1 scores by name (:mod:`~cel_lens.scoring.registry`), with the split they were computed
+    """Stage-1 scores by name (:mod:`~cel_lens.scoring.base`), with the split they were computed
     on. ``exact``/``compressed`` need an ``oracle`` (they read its D_dist); ``attribution`` an oracle
     with ``attribution_scores(batch_size)`` (on D_dist), or ``model`` and a ``split`` (recorded by its
     name: a search refuses any but ``"dist"``). Options a scorer does not take are ignored;

@@ -25,7 +25,7 @@ from cel_lens.model.ablation import ZERO, Ablation, hook_z_name
 from cel_lens.model.model_types import model_shape
 from cel_lens.oracle import ATTRIBUTION, DIST_SPLIT, Oracle, Stage1Scores, capabilities
 from cel_lens.progress import progress_bar
-from cel_lens.scoring.registry import Cost, Scorer
+from cel_lens.scoring.base import Cost, Scorer
 from cel_lens.tasks.base import Split
 
 __all__ = ["attribution_scores", "AttributionScorer", "ATTRIBUTION_UNITS"]

@@ -32,7 +32,7 @@ from torch import Tensor
 
 from cel_lens.heads import HeadSet, head_sets_from_masks
 from cel_lens.oracle import DIST_SPLIT, Oracle, Stage1Scores, call_oracle, evaluate_chunked
-from cel_lens.scoring.registry import Cost, Scorer
+from cel_lens.scoring.base import Cost, Scorer
 from cel_lens.tasks.base import Split
 
 __all__ = [

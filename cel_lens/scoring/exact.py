@@ -10,7 +10,7 @@ from torch import Tensor
 
 from cel_lens.heads import Head, HeadSet
 from cel_lens.oracle import DIST_SPLIT, Oracle, Stage1Scores, call_oracle, evaluate_chunked
-from cel_lens.scoring.registry import Cost, Scorer
+from cel_lens.scoring.base import Cost, Scorer
 from cel_lens.tasks.base import Split
 
 __all__ = ["exact_scores", "ExactScorer"]

@@ -35,7 +35,7 @@ from torch import Tensor
 from cel_lens.heads import Head, HeadSet
 from cel_lens.oracle import ATTRIBUTION, DIST_SPLIT, JOURNAL, Oracle, Stage1Scores, call_oracle, capabilities, evaluate_chunked
 from cel_lens.scoring.attribution import ATTRIBUTION_UNITS, attribution_scores
-from cel_lens.scoring.registry import Cost, Scorer
+from cel_lens.scoring.base import Cost, Scorer
 from cel_lens.splits import subsplit, subsplit_indices
 from cel_lens.tasks.base import Split
 

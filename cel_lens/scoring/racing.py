@@ -51,7 +51,7 @@ from torch import Tensor
 from cel_lens.heads import Head, HeadSet
 from cel_lens.oracle import DIST_SPLIT, Oracle, Stage1Scores, call_oracle, evaluate_chunked
 from cel_lens.splits import subsplit, subsplit_indices
-from cel_lens.scoring.registry import Cost, Scorer
+from cel_lens.scoring.base import Cost, Scorer
 from cel_lens.tasks.base import Split
 
 __all__ = ["RacingOptions", "RacingOutcome", "RacingScorer", "RacingScorerOptions", "racing_scores", "racing_schedule", "racing_cost",

@@ -39,7 +39,7 @@ from jaxtyping import Bool
 from torch import Tensor
 
 from cel_lens.evaluation.seal import describe_reads, summarize_read
-from cel_lens.config import SearchConfig
+from cel_lens.config import STRATEGIES, SearchConfig
 from cel_lens.heads import Head, HeadSet
 from cel_lens.oracle import (
     CONTROLS,
@@ -65,7 +65,7 @@ from cel_lens.selection.paired import enhancement_decision, leave_one_out, mcnem
 from cel_lens.selection.parsimony import select_parsimonious
 from cel_lens.selection.reselect import Reselector, reselecting_stability, singles_from, split_half_agreement
 from cel_lens.selection.stability import selection_stability
-from cel_lens.selection.subsets import DEFAULT_K, Strategy, SubsetScore, evaluate_subsets, select_best
+from cel_lens.selection.subsets import DEFAULT_K, SubsetScore, evaluate_subsets, select_best
 from cel_lens.stats import mcnemar_exact, random_subset_null
 
 __all__ = ["stage1", "stage2", "fix_selection", "test_statistics", "HeldOut", "run_search", "RESUMED_SETS"]
@@ -93,7 +93,7 @@ def stage2(
     intact: Bool[Tensor, " example"],
     *,
     k: int = DEFAULT_K,
-    strategy: Strategy = SearchConfig.strategy,
+    strategy: str = SearchConfig.strategy,
     beam_width: int = SearchConfig.beam_width,
     chunk: int = 64,
     progress: bool = False,
@@ -270,7 +270,7 @@ def _record_start(memo: MemoOracle, config: SearchConfig, scorer: str, alpha: fl
 
 def _beam(config: SearchConfig) -> Optional[int]:
     """The beam width a result records: ``None`` unless stage 2 searches by beam."""
-    return config.beam_width if config.strategy == "beam" else None
+    return config.beam_width if STRATEGIES.resolve(config.strategy).uses_beam_width else None
 
 
 def run_search(

@@ -38,8 +38,8 @@ from cel_lens.stats import (
     wilson_interval,
 )
 
-__all__ = ["CI_METHODS", "discordant_counts", "mcnemar_enhancement_p", "newcombe_paired_ci",
-           "tango_paired_ci", "paired_interval", "leave_one_out", "enhancement_decision", "DECISION_TEST",
+__all__ = ["CI_METHODS", "tango_interval", "newcombe_interval", "bootstrap_interval", "discordant_counts",
+           "mcnemar_enhancement_p", "newcombe_paired_ci", "tango_paired_ci", "paired_interval", "leave_one_out", "enhancement_decision", "DECISION_TEST",
            "BOUNDS_METHOD"]
 
 
@@ -151,13 +151,26 @@ def paired_interval(
     :data:`~cel_lens.config.CI_METHODS` (``SearchConfig.ci_method``'s choices, where the default
     is): ``"tango"``, ``"newcombe"``, or ``"bootstrap"`` (``n_boot`` resamples drawn with ``seed``,
     :func:`cel_lens.stats.paired_bootstrap_ci`)."""
-    if method == "tango":
-        return tango_paired_ci(intact, ablated, alpha)
-    if method == "newcombe":
-        return newcombe_paired_ci(intact, ablated, alpha)
-    if method == "bootstrap":
-        return paired_bootstrap_ci(intact, ablated, n_boot=n_boot, alpha=alpha, seed=seed)
-    raise ValueError(f"unknown ci_method {method!r}; choose one of {', '.join(CI_METHODS)}")
+    return CI_METHODS.resolve(method)(intact, ablated, alpha, n_boot=n_boot, seed=seed)
+
+
+def tango_interval(intact: Any, ablated: Any, alpha: float, *, n_boot: int = 0, seed: int = 0) -> tuple[float, float]:
+    """The ``"tango"`` entry of :data:`~cel_lens.config.CI_METHODS`: :func:`tango_paired_ci`
+    (``n_boot`` and ``seed`` unused)."""
+    return tango_paired_ci(intact, ablated, alpha)
+
+
+def newcombe_interval(intact: Any, ablated: Any, alpha: float, *, n_boot: int = 0, seed: int = 0) -> tuple[float, float]:
+    """The ``"newcombe"`` entry of :data:`~cel_lens.config.CI_METHODS`: :func:`newcombe_paired_ci`
+    (``n_boot`` and ``seed`` unused)."""
+    return newcombe_paired_ci(intact, ablated, alpha)
+
+
+def bootstrap_interval(intact: Any, ablated: Any, alpha: float, *, n_boot: int = SearchConfig.n_boot,
+                       seed: int = 0) -> tuple[float, float]:
+    """The ``"bootstrap"`` entry of :data:`~cel_lens.config.CI_METHODS`: ``n_boot`` paired
+    bootstrap resamples drawn with ``seed`` (:func:`cel_lens.stats.paired_bootstrap_ci`)."""
+    return paired_bootstrap_ci(intact, ablated, n_boot=n_boot, alpha=alpha, seed=seed)
 
 
 def leave_one_out(

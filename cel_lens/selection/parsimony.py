@@ -32,8 +32,9 @@ own leave-one-out test on D_dist does not pass the backward rule's threshold.
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from statistics import NormalDist
-from typing import Any, Literal, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 import torch
@@ -46,19 +47,57 @@ from cel_lens.selection.records import ParsimonyChoice
 from cel_lens.selection.subsets import SubsetScore, selection_key
 from cel_lens.stats import sign_test_p
 
-__all__ = ["PARSIMONY_RULES", "Parsimony", "tolerance_width", "RuleTable", "select_parsimonious"]
+__all__ = ["PARSIMONY_RULES", "ParsimonyRule", "BACKWARD", "ONE_SE", "SIMULTANEOUS", "BEST", "tolerance_width", "RuleTable",
+           "select_parsimonious"]
 
-Parsimony = Literal["backward", "one_se", "simultaneous", "best"]
+Format = Callable[[Any], str]
+
+
+@dataclass(frozen=True)
+class ParsimonyRule:
+    """A stage-2 rule (an entry of :data:`~cel_lens.config.PARSIMONY_RULES`): ``width(n_subsets,
+    alpha)`` is the standard errors a subset may trail the best by (``None``: the rule is not a
+    standard-error rule); ``backward``: it drops heads by their leave-one-out tests; neither: the
+    most accurate subset. ``departure(record, pp)`` says, for a result's selected-heads row, why
+    the chosen subset is not the most accurate (``""`` when the rule has nothing to say)."""
+
+    name: str
+    width: Optional[Callable[[int, float], float]] = None
+    backward: bool = False
+    departure: Callable[[Mapping[str, Any], Format], str] = lambda record, pp: ""
+
+    @property
+    def plain_best(self) -> bool:
+        """Whether the rule returns the most accurate subset as it is."""
+        return self.width is None and not self.backward
+
+
+def _backward_departure(par: Mapping[str, Any], pp: Format) -> str:
+    dropped = ", ".join(d["dropped"] for d in par.get("dropped") or [])
+    return (f"; {dropped} dropped from the most accurate, {par['best']} ({pp(par['best_dist_gain'])}): their "
+            "leave-one-out exact tests on D_dist do not support them")
+
+
+def _one_se_departure(par: Mapping[str, Any], pp: Format) -> str:
+    return (f"; smallest subset within one standard error ({pp(par['tolerance'])}) of the most accurate, "
+            f"{par['best']} ({pp(par['best_dist_gain'])})")
+
+
+BACKWARD = ParsimonyRule("backward", backward=True, departure=_backward_departure)
+"""Drop heads of the most accurate subset that their leave-one-out exact tests do not support."""
+ONE_SE = ParsimonyRule("one_se", width=lambda n, alpha: 1.0, departure=_one_se_departure)
+"""The smallest subset within one standard error of the most accurate."""
+SIMULTANEOUS = ParsimonyRule("simultaneous", width=lambda n, alpha: float(NormalDist().inv_cdf(1 - alpha / max(n, 1))))
+"""The smallest subset within ``z(1 - alpha / n_subsets)`` standard errors of the most accurate."""
+BEST = ParsimonyRule("best")
+"""The most accurate subset."""
 
 
 def tolerance_width(rule: str, n_subsets: int, alpha: float = 0.05) -> float:
     """Standard errors a subset may trail the best by under ``rule``: 1 for ``one_se``,
     ``z(1 - alpha / n_subsets)`` for ``simultaneous``, 0 otherwise."""
-    if rule == "one_se":
-        return 1.0
-    if rule == "simultaneous":
-        return float(NormalDist().inv_cdf(1 - alpha / max(n_subsets, 1)))
-    return 0.0
+    width = PARSIMONY_RULES.resolve(rule).width
+    return 0.0 if width is None else width(n_subsets, alpha)
 
 
 @functools.lru_cache(maxsize=200_000)
@@ -73,8 +112,7 @@ class RuleTable:
 
     def __init__(self, subsets: Sequence[SubsetScore], bits: Any, rule: str = SearchConfig.parsimony, *,
                  stand_ins: Optional[int] = None, alpha: float = 0.05) -> None:
-        if rule not in PARSIMONY_RULES:
-            raise ValueError(f"unknown parsimony rule {rule!r}; choose one of {', '.join(PARSIMONY_RULES)}")
+        self.entry: ParsimonyRule = PARSIMONY_RULES.resolve(rule)
         self.subsets, self.rule, self.alpha = list(subsets), rule, float(alpha)
         b = bits.to(torch.float64).numpy() if isinstance(bits, Tensor) else np.asarray(bits, dtype=np.float64)
         self.bits = b
@@ -124,9 +162,9 @@ class RuleTable:
         full = np.zeros(len(self.subsets))
         full[cands] = counts
         best = self.best(full, cands)
-        if self.rule == "best":
+        if self.entry.plain_best:
             return best
-        if self.rule == "backward":
+        if self.entry.backward:
             return self._backward(best, w, full, trace)
         total = float(w.sum())
         diff = self.bits[cands] - self.bits[best]
@@ -177,7 +215,7 @@ def select_parsimonious(
     n = table.bits.shape[1]
     diff = table.bits - table.bits[raw]
     se = diff.std(1, ddof=1) / np.sqrt(n) if n > 1 else np.zeros(len(subsets))
-    within = int((diff.mean(1) >= -table.width * se - 1e-12).sum()) if rule in ("one_se", "simultaneous") else 1
+    within = int((diff.mean(1) >= -table.width * se - 1e-12).sum()) if table.entry.width is not None else 1
     record = {"rule": rule, "best": str(best.heads), "best_dist_gain": best.dist_gain,
               "tolerance": float(table.width * se[i]), "chosen": str(chosen.heads), "candidates": within,
               "dropped": steps, "passengers": table.passengers(i), "alpha": alpha, "stand_ins": table.stand_ins}

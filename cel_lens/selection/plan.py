@@ -28,8 +28,8 @@ from torch import Tensor
 
 from cel_lens.heads import HeadSet
 from cel_lens.scoring.attribution import ATTRIBUTION_UNITS
-from cel_lens.config import ABLATION_KINDS, SearchConfig
-from cel_lens.scoring.registry import Scorer, get_scorer, scorer_from_config
+from cel_lens.config import ABLATION_KINDS, STRATEGIES, SearchConfig
+from cel_lens.scoring.base import Scorer, get_scorer, scorer_from_config
 
 __all__ = ["StagePlan", "SearchPlan", "plan_search", "stage2_sets", "BatchTimer", "cpu_and_wall", "ATTRIBUTION_UNITS"]
 
@@ -220,10 +220,7 @@ def stage2_sets(
     """Subsets stage 2 evaluates for a pool of ``m`` heads: ``(count, is_bound)``. Exhaustive:
     every subset of 1..k heads; beam: all singles, then at most ``beam_width`` sets grown by one head
     per size."""
-    sizes = range(1, min(k, m) + 1)
-    if strategy != "beam":
-        return sum(math.comb(m, j) for j in sizes), False
-    return sum(m if j == 1 else min(math.comb(m, j), beam_width * (m - j + 1)) for j in sizes), True
+    return STRATEGIES.resolve(strategy).count(m, k, beam_width)
 
 
 
@@ -238,7 +235,7 @@ def plan_search(
 ) -> SearchPlan:
     """The evaluations a search with these options runs on a model of ``n_layers`` x ``n_heads``
     heads (see the module docstring). ``scorer`` is a name (with ``n_masks``/``sparsity``, the
-    options a scorer may read) or a :class:`~cel_lens.scoring.registry.Scorer`, whose ``cost`` is
+    options a scorer may read) or a :class:`~cel_lens.scoring.base.Scorer`, whose ``cost`` is
     stage 1's; ``config`` (a :class:`~cel_lens.config.SearchConfig`, passed whole) supplies every
     option at once. ``controls``: S-hat is also evaluated on D_test under the other ablation kinds
     (each learnt kind first fitted with one intact pass over D_dist), as a search on the local

@@ -30,6 +30,8 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Mapping, Optional
 
+from cel_lens.config import LOADERS, PRECISIONS
+
 __all__ = ["MemoryShape", "DeviceSpec", "DEVICES", "MemoryStage", "MemoryPlan", "memory_plan", "fit_memory", "cpu_device",
            "model_memory_shape", "search_memory",
            "CPU_RUNTIME_BYTES", "GPU_RUNTIME_BYTES", "HEADROOM", "LOGIT_CHUNK", "ACT_RESID", "ACT_MLP"]
@@ -89,7 +91,7 @@ class MemoryShape:
         qkv_bias = (config.get("model_type") == "qwen2") or bool(config.get("attention_bias", False))
         layer = 2 * d * H * dh + 2 * d * kv * dh + 3 * d * d_mlp + 2 * d + ((H + 2 * kv) * dh if qkv_bias else 0)
         hf = V * d * (1 if tied else 2) + L * layer + d
-        if loader == "bridge":  # the Hugging Face modules, and an output bias the bridge adds (zeros)
+        if LOADERS.resolve(loader).bridge:  # the Hugging Face modules, and an output bias the bridge adds (zeros)
             return cls(L, d, H, kv, dh, d_mlp, V, hf + V)
         tl_bias = L * ((H + 2 * kv) * dh * (0 if qkv_bias else 1) + 2 * d + d_mlp)  # b_Q b_K b_V, b_O b_out, b_in
         held = hf + (V * d if tied else 0) + V + tl_bias  # W_U apart from W_E, b_U
@@ -240,10 +242,11 @@ def memory_plan(
     act_item = 2 if weight_bytes == 2 else 4
     width = max(1, min(T, int(width or 512)))
     acts = T * (ACT_RESID * d + ACT_MLP * shape.d_mlp) * act_item + 2 * (T // width) * shape.n_heads * width * width * 4
-    autocast_unembed = shape.d_vocab * d * 2 if precision == "bf16" and weight_bytes == 4 else 0
+    reduced = PRECISIONS.resolve(precision).reduced
+    autocast_unembed = shape.d_vocab * d * 2 if reduced and weight_bytes == 4 else 0
     logits = 3 * min(LOGIT_CHUNK, T * shape.d_vocab) * 4 + autocast_unembed
     weights = shape.params * weight_bytes
-    f32 = shape.params * 4 if precision == "bf16" and weight_bytes == 2 else 0
+    f32 = shape.params * 4 if reduced and weight_bytes == 2 else 0
     load_copy = shape.load_params * weight_bytes if hooked and not device.gpu else 0
     rt = device.runtime
     stages = (

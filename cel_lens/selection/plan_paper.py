@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from cel_lens.config import SearchConfig
+from cel_lens.config import LOADERS, SearchConfig
 from cel_lens.model.registry import PAPER_MODELS, paper_config
 from cel_lens.selection.plan import SearchPlan, plan_search
 from cel_lens.selection.plan_memory import DEVICES, DeviceSpec, MemoryPlan, MemoryShape, fit_memory
@@ -128,7 +128,7 @@ def paper_plan(
     search = plan_search(shape.n_layers, shape.n_heads, sizes.n_dist, sizes.n_test, config=config or SearchConfig())
     memory = fit_memory(shape, dist_tokens=round(sizes.tokens * sizes.n_dist), test_tokens=round(sizes.tokens * sizes.n_test),
                         device=target, batch_size=batch_size, weight_bytes=2, precision="bf16",
-                        hooked=spec.loader == "hooked", width=round(2 * sizes.tokens), shards=gpus)
+                        hooked=not LOADERS.resolve(spec.loader).bridge, width=round(2 * sizes.tokens), shards=gpus)
     extra = {split: extra_layers(shape.n_layers, n) for split, n in memory.store_layers.items()}
     flops = search_flops(search, shape, sizes, extra)
     seconds = flops / (target.bf16_flops * efficiency * gpus) if target.bf16_flops else None

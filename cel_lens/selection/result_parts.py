@@ -26,7 +26,7 @@ from typing import Any, Mapping, Optional
 
 import numpy as np
 
-from cel_lens.config import SearchConfig
+from cel_lens.config import PARSIMONY_RULES, SearchConfig
 from cel_lens.heads import HeadSet
 from cel_lens.selection.guardrails import adjusted_verdict
 from cel_lens.selection.records import (
@@ -131,13 +131,9 @@ class Discovery:
         """What the parsimony rule did, to follow S-hat in the selected-heads row: the most accurate
         subset when the rule chose a smaller one, and the passengers it kept."""
         par, text = self.parsimony, ""
-        if par and par.get("rule") == "one_se" and par.get("best") != par.get("chosen"):
-            text += (f"; smallest subset within one standard error ({pp(par['tolerance'])}) of the most accurate, "
-                     f"{par['best']} ({pp(par['best_dist_gain'])})")
-        if par and par.get("rule") == "backward" and par.get("best") != par.get("chosen"):
-            dropped = ", ".join(d["dropped"] for d in par.get("dropped") or [])
-            text += (f"; {dropped} dropped from the most accurate, {par['best']} ({pp(par['best_dist_gain'])}): their "
-                     "leave-one-out exact tests on D_dist do not support them")
+        if par and par.get("best") != par.get("chosen"):
+            rule = PARSIMONY_RULES.get_resolved(par.get("rule"))
+            text += rule.departure(par, pp) if rule is not None else ""
         passengers = (par or {}).get("passengers") or []
         if passengers:
             text += ("; passengers kept (their own D_dist leave-one-out test does not support them): "

@@ -24,7 +24,7 @@ from cel_lens.config import SearchConfig
 from cel_lens.heads import Head, HeadSet
 from cel_lens.oracle import Oracle, call_oracle, evaluate_chunked
 from cel_lens.selection.records import SpecificityRecord
-from cel_lens.selection.subsets import Strategy, SubsetScore, evaluate_subsets, select_best
+from cel_lens.selection.subsets import SubsetScore, evaluate_subsets, select_best
 from cel_lens.stats import count_head_sets, null_min_p, null_p_value, random_head_sets
 
 __all__ = ["random_pool_winners", "specificity_statistics"]
@@ -39,7 +39,7 @@ def random_pool_winners(
     seed: int,
     intact: Bool[Tensor, " example"],
     scores: Optional[Float[Tensor, "layer head"]] = None,
-    strategy: Strategy = SearchConfig.strategy,
+    strategy: str = SearchConfig.strategy,
     beam_width: int = SearchConfig.beam_width,
     chunk: int = 64,
     progress: bool = False,

@@ -89,7 +89,7 @@ def selection_stability(
         weights = _resample_weights(rng, b, n)
         counts = bits @ weights.T  # [subset, resample], exact integers
         for r in range(b):
-            winner = table.choose(weights[r]) if rule != "best" else table.best(counts[:, r], np.arange(len(subsets)))
+            winner = table.best(counts[:, r], np.arange(len(subsets))) if table.entry.plain_best else table.choose(weights[r])
             wins[winner] += 1
             by_tie += int(winner == full and (counts[:, r] == counts[winner, r]).sum() > 1)
     identical = int((bits == bits[full]).all(1).sum()) - 1  # same answer on every example: never separable

@@ -8,18 +8,19 @@ score, then the canonical head order): S-hat.
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
-from typing import Any, Literal, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
-from cel_lens.config import DEFAULT_K, SearchConfig
+from cel_lens.config import DEFAULT_K, STRATEGIES, SearchConfig
 from cel_lens.heads import Head, HeadSet, HeadsLike
 from cel_lens.oracle import Oracle, call_oracle, evaluate_chunked
 
-__all__ = ["DEFAULT_K", "STAGE2_BATCH", "Strategy", "SubsetScore", "selection_key", "select_best", "evaluate_subsets"]
+__all__ = ["DEFAULT_K", "STAGE2_BATCH", "SubsetStrategy", "EXHAUSTIVE", "BEAM", "SubsetScore", "selection_key", "select_best", "evaluate_subsets"]
 
 STAGE2_BATCH = 8
 """Subsets per oracle call in stage 2 (at most; ``chunk`` when smaller). A run directory records each
@@ -27,9 +28,6 @@ call's answers as it returns and the progress bar moves once per call, so a kill
 at most one batch and resumes with the next (stage 2 of a pool of 6 and k=2, 21 subsets, was one
 call: nothing shown or recorded until all had run). Each batch holds subsets that resume at
 nearby layers (sorted by their first ablated layer), so they share forward passes."""
-
-Strategy = Literal["exhaustive", "beam"]
-
 
 @dataclass(frozen=True)
 class SubsetScore:
@@ -72,6 +70,51 @@ def select_best(subsets: Sequence[SubsetScore]) -> SubsetScore:
     return min(subsets, key=selection_key)
 
 
+Run = Callable[[list[HeadSet], str], list["SubsetScore"]]
+
+
+def _exhaustive_sets(heads: list[Head], k: int, beam_width: int, run: Run) -> None:
+    run([HeadSet(c) for j in range(1, min(k, len(heads)) + 1) for c in itertools.combinations(heads, j)], "stage2")
+
+
+def _beam_sets(heads: list[Head], k: int, beam_width: int, run: Run) -> None:
+    if beam_width < 1:
+        raise ValueError(f"beam_width must be >= 1, got {beam_width}")
+    level = run([HeadSet([h]) for h in heads], "stage2")
+    for _ in range(2, min(k, len(heads)) + 1):
+        beam = sorted(level, key=selection_key)[:beam_width]
+        grown = {b.heads.union(h) for b in beam for h in heads if h not in b.heads}
+        level = run(sorted(grown, key=lambda s: s.heads), "stage2")
+
+
+def _exhaustive_count(m: int, k: int, beam_width: int) -> tuple[int, bool]:
+    return sum(math.comb(m, j) for j in range(1, min(k, m) + 1)), False
+
+
+def _beam_count(m: int, k: int, beam_width: int) -> tuple[int, bool]:
+    sizes = range(1, min(k, m) + 1)
+    return sum(m if j == 1 else min(math.comb(m, j), beam_width * (m - j + 1)) for j in sizes), True
+
+
+@dataclass(frozen=True)
+class SubsetStrategy:
+    """A stage-2 strategy (an entry of :data:`~cel_lens.config.STRATEGIES`): ``run_sets(heads, k,
+    beam_width, run)`` hands ``run`` the subsets it evaluates, level by level; ``count(m, k,
+    beam_width)`` is how many for a pool of ``m`` (``(count, is_bound)``); ``uses_beam_width``:
+    whether ``beam_width`` changes what it does (a result records the width only then)."""
+
+    name: str
+    run_sets: Callable[[list[Head], int, int, Run], None]
+    count: Callable[[int, int, int], tuple[int, bool]]
+    uses_beam_width: bool
+
+
+EXHAUSTIVE = SubsetStrategy("exhaustive", _exhaustive_sets, _exhaustive_count, False)
+"""Every subset of 1..k pool heads."""
+BEAM = SubsetStrategy("beam", _beam_sets, _beam_count, True)
+"""All singles, then the ``beam_width`` best sets of each size grown by one pool head."""
+
+
 def _score_sum(hs: HeadSet, scores: Optional[Tensor]) -> float:
     if scores is None:
         return 0.0
@@ -83,7 +126,7 @@ def evaluate_subsets(
     pool: Sequence[HeadsLike],
     k: int = DEFAULT_K,
     *,
-    strategy: Strategy = SearchConfig.strategy,
+    strategy: str = SearchConfig.strategy,
     beam_width: int = SearchConfig.beam_width,
     scores: Optional[Float[Tensor, "layer head"]] = None,
     intact: Optional[Bool[Tensor, " example"]] = None,
@@ -120,17 +163,5 @@ def evaluate_subsets(
                 done[s] = SubsetScore(s, nc, n, (nc - base) / n, _score_sum(s, sc))
         return [done[s] for s in sets]
 
-    if strategy == "exhaustive":
-        sets = [HeadSet(c) for j in range(1, min(k, len(heads)) + 1) for c in itertools.combinations(heads, j)]
-        run(sets, "stage2")
-    elif strategy == "beam":
-        if beam_width < 1:
-            raise ValueError(f"beam_width must be >= 1, got {beam_width}")
-        level = run([HeadSet([h]) for h in heads], "stage2")
-        for _ in range(2, min(k, len(heads)) + 1):
-            beam = sorted(level, key=selection_key)[:beam_width]
-            grown = {b.heads.union(h) for b in beam for h in heads if h not in b.heads}
-            level = run(sorted(grown, key=lambda s: s.heads), "stage2")
-    else:
-        raise ValueError(f"unknown strategy {strategy!r}; choose 'exhaustive' or 'beam'")
+    STRATEGIES.resolve(strategy).run_sets(heads, k, beam_width, run)
     return list(done.values())

@@ -15,7 +15,7 @@ from cel_lens.tasks.base import AnswerType, Example, Split, SplitOverlapError, T
 from cel_lens.tasks.fixtures import fixture_data_dir
 from cel_lens.tasks.io import DataNotFoundError
 from cel_lens.tasks.registry import (
-    BUILTIN_TASKS, available_tasks, load_task, loader_options, register_task, task_info, task_spec,
+    TASKS, available_tasks, load_task, loader_options, register_task, task_info, task_spec,
 )
 from cel_lens.tasks.tokens import token_task
 
@@ -31,7 +31,7 @@ __all__ = [
     "SplitOverlapError",
     "check_disjoint",
     "sample_disjoint",
-    "BUILTIN_TASKS",
+    "TASKS",
     "register_task",
     "load_task",
     "loader_options",

@@ -1,12 +1,12 @@
-"""Task names and where their loaders live: a table of strings, imported only when used.
+"""Task names and where their loaders live: one table, :data:`TASKS`, imported only when used.
 
 Loading a task imports only that task's module (``load_task("boolq")`` never imports MBPP's or the
-organism's code). Built-in tasks are one table, :data:`BUILTIN_TASKS` (name -> ``"module:SPEC"``),
-a :class:`~cel_lens.registry.Registry` of the one form every cel_lens table has, whose entries
-are :class:`~cel_lens.tasks.base.TaskSpec` objects: a task's loader and its info together.
-:func:`register_task` adds your own. Any lm-evaluation-harness task loads too, as
-``"lm_eval:NAME"`` or ``"path/to/task.yaml"``: :data:`LM_EVAL_TASKS` names the function that makes
-its spec (:func:`cel_lens.tasks.lm_eval_task.lm_eval_spec`).
+organism's code). Every task is an entry of :data:`TASKS`, a :class:`~cel_lens.registry.Registry`
+of the one form every cel_lens table has, whose entries are :class:`~cel_lens.tasks.base.TaskSpec`
+objects (a task's loader and its info together): a built-in task as ``"module:SPEC"``, yours added
+by :func:`register_task` as its spec, and the lm-evaluation-harness family under
+:data:`LM_EVAL`: any lm-eval task loads as ``"lm_eval:NAME"`` or ``"path/to/task.yaml"``, its spec
+made by the function that entry names (:func:`cel_lens.tasks.lm_eval_task.lm_eval_spec`).
 
 A loader is ``fn(n_dist, n_test, seed, data_dir, **options) -> Task``; ``info`` describes the task
 for listings (answer type, metric, default sizes, sources, files).
@@ -22,7 +22,7 @@ from cel_lens.registry import Registry
 from cel_lens.tasks.base import Split, Task, TaskSpec, check_disjoint, current_names
 
 __all__ = [
-    "BUILTIN_TASKS", "SPLIT_NAMES", "LM_EVAL_TASKS", "is_lm_eval_spec", "register_task", "task_spec", "load_task",
+    "TASKS", "SHIPPED_TASKS", "LM_EVAL", "SPLIT_NAMES", "is_lm_eval_spec", "register_task", "task_spec", "load_task",
     "loader_options", "available_tasks", "task_info", "loaded_splits",
 ]
 
@@ -31,18 +31,26 @@ SPLIT_NAMES: tuple[str, ...] = ("dist", "test")
 
 Loader = Callable[..., Task]
 
-BUILTIN_TASKS: Registry = Registry("task", {
+LM_EVAL = "lm_eval"
+"""The :data:`TASKS` entry of the lm-eval family: ``"lm_eval:NAME"`` and ``"path/to/task.yaml"``
+(:func:`is_lm_eval_spec`) name its tasks; the entry is the function that makes such a name's
+:class:`~cel_lens.tasks.base.TaskSpec`, not a spec."""
+
+TASKS: Registry = Registry("task", {
     "arithmetic": "cel_lens.tasks.arithmetic:SPEC",
     "boolq": "cel_lens.tasks.boolq:SPEC",
     "hellaswag": "cel_lens.tasks.hellaswag:SPEC",
     "mbpp": "cel_lens.tasks.mbpp:SPEC",
     "organism_a": "cel_lens.tasks.organism:SPEC_A",
     "organism_b": "cel_lens.tasks.organism:SPEC_B",
+    LM_EVAL: "cel_lens.tasks.lm_eval_task:lm_eval_spec",
 })
-"""Built-in task name -> ``"module:SPEC"``, a :class:`~cel_lens.tasks.base.TaskSpec` (loader and
-info). Adding a built-in task is its module (with its ``SPEC``) and one line here."""
+"""Task name -> its :class:`~cel_lens.tasks.base.TaskSpec` (loader and info): ``"module:SPEC"``
+for a built-in task (adding one is its module, with its ``SPEC``, and one line here), the spec
+itself for one :func:`register_task` added, and the lm-eval family's entry (:data:`LM_EVAL`)."""
 
-_USER_TASKS: dict[str, TaskSpec] = {}
+SHIPPED_TASKS: frozenset[str] = frozenset(TASKS)
+"""The names cel_lens ships (a registered task may not take one)."""
 
 
 def register_task(
@@ -50,46 +58,37 @@ def register_task(
 ) -> Union[Loader, Callable[[Loader], Loader]]:
     """Register a task loader under ``name``: ``register_task("mytask", load_mytask, info)``, or
     as a decorator, ``@register_task("mytask", info=...)``. A user task may not reuse a built-in name."""
-    if name in BUILTIN_TASKS:
+    if name in SHIPPED_TASKS:
         raise ValueError(f"{name!r} is a built-in task; register yours under another name")
 
     def deco(fn: Loader) -> Loader:
-        _USER_TASKS[name] = TaskSpec(fn, dict(info or {}))
+        TASKS[name] = TaskSpec(fn, dict(info or {}))
         return fn
 
     return deco if loader is None else deco(loader)
 
 
 def available_tasks() -> list[str]:
-    """Names accepted by :func:`load_task`."""
-    return sorted({*BUILTIN_TASKS, *_USER_TASKS})
-
-
-LM_EVAL_TASKS: Registry = Registry("task source", {
-    "lm_eval": "cel_lens.tasks.lm_eval_task:lm_eval_spec",
-})
-"""Where ``"lm_eval:NAME"`` and ``"path/to/task.yaml"`` are loaded: the function that makes such a
-name's :class:`~cel_lens.tasks.base.TaskSpec` (imported only when one is asked for)."""
+    """Names accepted by :func:`load_task` (and any lm-eval task, :func:`is_lm_eval_spec`)."""
+    return sorted(set(TASKS) - {LM_EVAL})
 
 
 def is_lm_eval_spec(name: str) -> bool:
     """Whether ``name`` is an lm-eval task: ``"lm_eval:NAME"`` or a path ending in .yaml/.yml."""
-    return isinstance(name, str) and (name.startswith("lm_eval:") or name.lower().endswith((".yaml", ".yml")))
+    return isinstance(name, str) and (name.startswith(f"{LM_EVAL}:") or name.lower().endswith((".yaml", ".yml")))
 
 
 def task_spec(name: str) -> TaskSpec:
-    """The :class:`~cel_lens.tasks.base.TaskSpec` (loader and info) of task ``name``: a registered
-    one, an lm-eval task, or a built-in one; ``ValueError`` naming the tasks otherwise."""
-    if name in _USER_TASKS:
-        return _USER_TASKS[name]
+    """The :class:`~cel_lens.tasks.base.TaskSpec` (loader and info) of task ``name``, an entry of
+    :data:`TASKS` or an lm-eval task; ``ValueError`` naming the tasks otherwise."""
     if is_lm_eval_spec(name):
-        return LM_EVAL_TASKS.resolve("lm_eval")(name)
-    if name not in BUILTIN_TASKS:
+        return TASKS.resolve(LM_EVAL)(name)
+    if name not in available_tasks():
         raise ValueError(f"unknown task {name!r}; available: {', '.join(available_tasks())}, "
                          "or any lm-eval task as lm_eval:NAME or path/to/task.yaml")
-    spec = BUILTIN_TASKS.resolve(name)
+    spec = TASKS.resolve(name)
     if not isinstance(spec, TaskSpec):
-        raise TypeError(f"task {name!r}: {BUILTIN_TASKS[name]} is a {type(spec).__name__}, not a TaskSpec")
+        raise TypeError(f"task {name!r}: {TASKS[name]} is a {type(spec).__name__}, not a TaskSpec")
     return spec
 
 

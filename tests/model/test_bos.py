@@ -73,7 +73,7 @@ def test_always_needs_a_bos_token_and_rules_are_checked_first(checkpoints, tmp_p
         load_model(checkpoints["absent"], device="cpu", loader="hooked", bos="always")
     with pytest.raises(ValueError, match="unknown bos rule 'first'"):
         load_model(tmp_path / "not-a-checkpoint", bos="first")  # before any file is read
-    assert BOS_RULES == ("tokenizer", "always", "never")
+    assert tuple(BOS_RULES) == ("tokenizer", "always", "never")
 
 
 def test_models_built_elsewhere_read_the_rule_from_their_tokenizer_files():
@@ -95,3 +95,12 @@ def test_read_bos_of_each_convention():
         assert facts["tokenizer_adds_bos"] is (convention == "added")
         assert (facts["bos_token_id"] is None) is (convention == "absent")
     assert read_bos(None) == {"bos_token_id": None, "tokenizer_adds_bos": False}
+
+
+@pytest.mark.parametrize("adds", [True, False])
+def test_each_bos_rule_says_whether_a_prompt_gets_bos(adds):
+    from cel_lens.config import BOS_RULES
+
+    facts = {"bos_token_id": 1, "tokenizer_adds_bos": adds}
+    assert {name: BOS_RULES.resolve(name).prepends(facts) for name in BOS_RULES} == {
+        "tokenizer": adds, "always": True, "never": False}

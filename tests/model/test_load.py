@@ -491,3 +491,11 @@ def test_hub_probe_is_remembered(monkeypatch):
     assert hub._hub_reachable("https://hub.example:443") is False
     assert hub._hub_reachable("https://hub.example:443") is False
     assert calls == [("hub.example", 443)]
+
+
+def test_the_automatic_loader_chooses_hooked_where_transformerlens_knows_the_model():
+    from cel_lens.config import LOADERS
+
+    auto, hooked, bridge = (LOADERS.resolve(n) for n in ("auto", "hooked", "bridge"))
+    assert auto.choose("gpt2") is hooked and auto.choose(None) is bridge  # None: no TransformerLens name
+    assert hooked.choose(None) is hooked and bridge.choose("gpt2") is bridge and bridge.bridge and not hooked.bridge

@@ -6,7 +6,8 @@ import pytest
 
 from cel_lens.model.gguf import GGUF_MARKER
 from cel_lens.model.registry import ORGANISM_DIR
-from cel_lens.model.sources import MODEL_ALIASES, MODEL_SOURCES, canonical_name, resolve_source, source_kinds
+from cel_lens.model.registry import known_model
+from cel_lens.model.sources import MODEL_SOURCES, canonical_name, resolve_source, source_kinds
 
 
 def test_table_entries_import_and_are_tried_in_order():
@@ -34,7 +35,7 @@ def test_unknown_name_is_one_line():
 
 
 def test_aliases_any_case():
-    assert canonical_name("SmolLM2-135M") == MODEL_ALIASES["smollm2-135m"] == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert canonical_name("SmolLM2-135M") == known_model("smollm2-135m").hub_id == "HuggingFaceTB/SmolLM2-135M-Instruct"
     assert canonical_name("organism") == "organism"
 
 

@@ -11,7 +11,7 @@ import cel_lens as cl
 from cel_lens.config import SCORERS, SearchConfig
 from cel_lens.oracle import DIST_SPLIT, Stage1Scores
 from cel_lens.scoring import score_heads
-from cel_lens.scoring.registry import Cost, Scorer, get_scorer, scorer_class, scorer_from_config
+from cel_lens.scoring.base import Cost, Scorer, get_scorer, scorer_class, scorer_from_config
 from cel_lens.selection.plan import plan_search
 from cel_lens.testing.planted import planted_task
 

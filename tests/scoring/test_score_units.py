@@ -19,7 +19,7 @@ from cel_lens.report.explorer_render import score_text
 from cel_lens.report.head_panel import score_units
 from cel_lens.runs import RecordingOracle, RunDir
 from cel_lens.runs.unfinished import format_partial
-from cel_lens.scoring.registry import Scorer, ScoreUnit, score_unit, scorer_class
+from cel_lens.scoring.base import Scorer, ScoreUnit, score_unit, scorer_class
 from cel_lens.selection import run_search
 from cel_lens.testing import SyntheticOracle
 

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import json
 import warnings
 from pathlib import Path
@@ -74,7 +76,7 @@ def test_the_committed_manifests_load_with_answer_type(row):
 def test_a_registered_task_info_that_says_kind_reads_as_answer_type(monkeypatch):
     from cel_lens.tasks import registry
 
-    monkeypatch.setattr(registry, "_USER_TASKS", dict(registry._USER_TASKS))  # leaves no trace in other tests
+    monkeypatch.setattr(registry, "TASKS", copy.copy(registry.TASKS))  # leaves no trace in other tests
     registry.register_task("old_info_toy", lambda **kw: _task(), info={"kind": "generation"})
     info = registry.task_info("old_info_toy")
     assert info["answer_type"] == "generation" and "kind" not in info

@@ -16,6 +16,7 @@ from typing import Any, Iterator, Optional
 import torch
 
 from cel_lens.backends.base import ExecutionSettings
+from cel_lens.config import LOADERS
 from cel_lens.backends.ray.errors import RAY_INSTALL_HINT, RayUnavailableError, require_ray
 from cel_lens.backends.ray.factory import ModelFactory, to_factory
 from cel_lens.backends.ray.ray_oracle import FORWARDED_ENV, RayOracle
@@ -23,6 +24,7 @@ from cel_lens.backends.ray.shards import Shard, plan_shards, shard_split
 from cel_lens.backends.ray.worker import ShardWorker
 from cel_lens.evaluation.context import EvalContext
 from cel_lens.model.load import load_model
+from cel_lens.model.registry import MODELS, ORGANISM
 from cel_lens.tasks.base import Task
 
 __all__ = [
@@ -80,8 +82,10 @@ class RayBackend:
         A model given by name is loaded in each actor with the settings' loader and BOS rule; a model
         object takes the BOS rule here, before it is shipped. ``context``: its precision is every
         replica's (a learnt ablation never travels; default: each replica's environment)."""
-        if isinstance(model, (str, os.PathLike)) and str(model) != "organism":
-            chosen = {k: v for k, v in settings.load_options().items() if k in ("loader", "bos") and v not in (None, "auto")}
+        if isinstance(model, (str, os.PathLike)) and MODELS.get_resolved(str(model)) is not ORGANISM:
+            chosen = {k: v for k, v in settings.load_options().items() if k in ("loader", "bos") and v is not None}
+            if LOADERS.resolve(settings.loader).automatic:
+                del chosen["loader"]
             model = ModelFactory.load(model, **chosen)
         elif isinstance(model, torch.nn.Module) and settings.bos is not None:
             model = load_model(model, bos=settings.bos)

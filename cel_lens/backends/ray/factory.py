@@ -12,6 +12,7 @@ import torch
 
 from cel_lens.backends.ray.errors import require_ray
 from cel_lens.model.load import load_model, resolve_dtype
+from cel_lens.model.registry import MODELS, ORGANISM
 from cel_lens.testing.tiny_models import tiny_hooked_transformer
 
 __all__ = ["ModelFactory", "to_factory"]
@@ -85,7 +86,7 @@ def to_factory(model: Any) -> ModelFactory:
     if isinstance(model, ModelFactory):
         return model
     if isinstance(model, (str, os.PathLike)):
-        return ModelFactory.organism() if str(model) == "organism" else ModelFactory.load(model)
+        return ModelFactory.organism() if MODELS.get_resolved(str(model)) is ORGANISM else ModelFactory.load(model)
     if isinstance(model, torch.nn.Module):
         ray = require_ray()
         buf = io.BytesIO()

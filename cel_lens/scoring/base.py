@@ -1,7 +1,7 @@
-"""Stage-1 scorers by name: a table of lazy ``"module:Class"`` strings, and the class they name.
+"""The stage-1 scorer contract (:class:`Scorer`) and the lookups of a scorer by name.
 
 The table is :data:`cel_lens.config.SCORERS` (a :class:`~cel_lens.registry.Registry`, name ->
-``"module:Class"``; it lives with the other option tables so that ``SearchConfig.validate`` and
+``"module:Class"``; it lives with the other option tables, :mod:`cel_lens.config.options`, so that ``SearchConfig.validate`` and
 ``cel-lens --help`` need no torch). A scorer module is imported only when its scorer is asked for
 (:func:`get_scorer`).
 

@@ -7,8 +7,10 @@ result. Both are plain data with the defaults the whole project uses; each field
 holds its help text (and choices), from which ``cel-lens`` generates its flags
 (:mod:`cel_lens.cli.options`), and
 :meth:`SearchConfig.validate` / :meth:`ExecutionSettings.validate` check every field up front, so a
-bad option fails in one line before a model is loaded or a run directory is written. This module
-imports nothing heavy, so ``cel-lens --help`` answers at once.
+bad option fails in one line before a model is loaded or a run directory is written. The closed
+sets the choices come from (scorers, strategies, parsimony rules, ..., BOS rules) are the registries
+of :mod:`cel_lens.config.options`, re-exported here. This package imports nothing heavy, so
+``cel-lens --help`` answers at once.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ import numbers
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Optional
 
-from cel_lens.registry import Registry
+from cel_lens.config.options import (
+    ABLATION_KINDS, BACKENDS, BOS_RULES, CI_METHODS, LOADERS, PARSIMONY_RULES, PRECISIONS, SCORERS, STRATEGIES,
+)
 
 __all__ = [
     "DEFAULT_K",
@@ -26,6 +30,8 @@ __all__ = [
     "DEFAULT_N_STABILITY",
     "SCORERS",
     "STRATEGIES",
+    "PARSIMONY_RULES",
+    "CI_METHODS",
     "BACKENDS",
     "ABLATION_KINDS",
     "BOS_RULES",
@@ -75,58 +81,6 @@ time on two idle cores). So in Python run ``plan`` first (it says its own cost b
 wall time), and for minutes on such a model add ``--scorer attribution`` (a ranking, not exact
 gains) or ``--scorer prescreen`` (exact gains on the heads a first pass keeps; its recall of exact's
 pool is measured, not guaranteed)."""
-
-SCORERS: Registry = Registry("scorer", {
-    "exact": "cel_lens.scoring.exact:ExactScorer",
-    "attribution": "cel_lens.scoring.attribution:AttributionScorer",
-    "compressed": "cel_lens.scoring.compressed:CompressedScorer",
-    "racing": "cel_lens.scoring.racing:RacingScorer",
-    "prescreen": "cel_lens.scoring.prescreen:PrescreenScorer",
-})
-"""Stage-1 scorer name -> ``"module:Class"`` (a :class:`~cel_lens.registry.Registry`; :mod:`cel_lens.scoring.registry`:
-adding a scorer is one file there and one line here; its unit and manifest entries live on its class)."""
-STRATEGIES: tuple[str, ...] = ("exhaustive", "beam")
-"""Stage-2 strategies (:mod:`cel_lens.selection.subsets`)."""
-PARSIMONY_RULES: tuple[str, ...] = ("backward", "one_se", "simultaneous", "best")
-"""Stage 2's choice (:mod:`cel_lens.selection.parsimony`): backward elimination from the most
-accurate subset by the leave-one-out exact tests on D_dist (``backward``, the default), the smallest
-subset within one standard error of the most accurate (``one_se``), within ``z(1 - 0.05/m)`` standard errors for ``m`` subsets
-(``simultaneous``), or the most accurate (``best``)."""
-CI_METHODS: tuple[str, ...] = ("tango", "newcombe", "bootstrap")
-"""Intervals of the test gain (:mod:`cel_lens.selection.paired`): Tango's score interval (the
-default: it keeps its coverage with few discordant pairs, ``benchmarks/claims.py``), Newcombe's
-paired interval, or the paired bootstrap."""
-
-BACKENDS: Registry = Registry("backend", {
-    "local": "cel_lens.backends.local:LocalBackend",
-    "ray": "cel_lens.backends.ray:RayBackend",
-})
-"""Backend name -> ``"module:Class"`` (:func:`cel_lens.backends.get_backend` imports it when
-chosen, so an optional backend costs nothing until used)."""
-
-ABLATION_KINDS: Registry = Registry("ablation kind", {
-    "zero": "cel_lens.model.ablation:ZeroAblation",
-    "mean": "cel_lens.model.ablation_kinds:MeanAblation",
-    "resample": "cel_lens.model.ablation_kinds:ResampleAblation",
-})
-"""Ablation kind name -> ``"module:Class"`` (:mod:`cel_lens.model.ablation`): what replaces an
-ablated head's ``hook_z``. ``"zero"`` is the paper's protocol; ``"mean"`` the head's mean over
-D_dist; ``"resample"`` a seeded D_dist example's. The one table every part of cel_lens reads
-(``SearchConfig.ablation``, the CLI, the manifest, export): adding a kind is a subclass of
-:class:`~cel_lens.model.ablation.Ablation` (whose attributes say what export and fitting do) and one line here."""
-
-LOADERS: tuple[str, ...] = ("auto", "hooked", "bridge")
-"""How a model given by name is loaded (:func:`cel_lens.load_model`)."""
-PRECISIONS: tuple[str, ...] = ("auto", "float32", "bf16")
-"""Compute precision of the evaluations (:mod:`cel_lens.evaluation.precision`): ``"bf16"`` computes
-in bfloat16 and recomputes in float32 every decision within the bf16 error bound, so the bits equal
-``"float32"``'s; ``"auto"``: bf16 for a model in bfloat16, or for an exact-match task of a float32
-model with 20M+ parameters on a CPU with native bf16 (where bf16 was measured faster)."""
-
-BOS_RULES: tuple[str, ...] = ("tokenizer", "always", "never")
-"""How prompts start (:mod:`cel_lens.model.bos`): ``"tokenizer"``: BOS where the checkpoint's
-tokenizer adds it (lm-eval's default); ``"always"``: BOS before every prompt; ``"never"``: no BOS
-(unless the text itself starts with one)."""
 
 DTYPE_ALIASES: dict[str, str] = {
     "float32": "float32", "fp32": "float32", "float": "float32",
