@@ -115,8 +115,8 @@ def _noisy_bf16(spread: float):
     def noise(out):
         return out + (torch.rand(out.shape, generator=gen) - 0.5) * spread
 
-    def noisy(m, vectors):
-        out = original(m, vectors)
+    def noisy(m, vectors, **kw):
+        out = original(m, vectors, **kw)
         return noise(out) if torch.is_autocast_cpu_enabled() else out
 
     def noisy_refine(m, vectors, logits, targets):
