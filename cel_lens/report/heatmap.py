@@ -102,7 +102,7 @@ def stability_wins(st: Optional[StabilityRecord]) -> Optional[dict[str, float]]:
     if known_share(0.0, incomplete) is None:
         return None
     return {str(HeadSet.parse(w["heads"])): float(known_share(float(w["frequency"]), incomplete))
-            for w in st.get("wins", [])}
+            for w in st["wins"]}
 
 
 def _stability(res: Optional[Result]) -> Optional[StabilityRecord]:
@@ -123,7 +123,7 @@ def _add_ranked_subsets(
     won = [wins.get(s["heads"], 0.0) if wins is not None else float("nan") for s in shown]
     fig.add_trace(
         go.Scatter(
-            x=[as_float(s.get("dist_acc")) for s in shown],
+            x=[as_float(s["dist_acc"]) for s in shown],
             y=[f"#{ranked.index(s) + 1} {s['heads']}" for s in shown],
             mode="markers+text" if wins is not None else "markers",
             text=[f"{w:.0%}" for w in won] if wins is not None else None,
@@ -137,7 +137,7 @@ def _add_ranked_subsets(
                 line=dict(width=[1.5 if sel else 0 for sel in is_sel], color="black"),
             ),
             customdata=[
-                [s["heads"], as_float(s.get("dist_gain")), as_float(s.get("test_gain_posthoc")), w]
+                [s["heads"], as_float(s["dist_gain"]), as_float(s.get("test_gain_posthoc")), w]
                 for s, w in zip(shown, won)
             ],
             hovertemplate=(
@@ -237,8 +237,8 @@ def _gain_points(res: Optional[Result]) -> list[tuple[str, float, float, float, 
     g, dec = as_float(test.gain), test.decision
     if dec:
         lo, hi = (as_float(x) for x in decision_bounds(dec))
-        verdict = "helps: yes" if dec.get("helps") else "helps: not shown"
-        hover = f"raw test gain {pp(g)}, one-sided 95% bounds [{pp(lo)}, {pp(hi)}]; {verdict} (p={format_p(dec.get('p'))})"
+        verdict = "helps: yes" if dec["helps"] else "helps: not shown"
+        hover = f"raw test gain {pp(g)}, one-sided 95% bounds [{pp(lo)}, {pp(hi)}]; {verdict} (p={format_p(dec['p'])})"
     else:
         lo, hi = as_float(test.ci_low), as_float(test.ci_high)
         verdict, hover = "", f"test gain {pp(g)}, 95% CI [{pp(lo)}, {pp(hi)}], McNemar p={format_p(test.p_value)}"
@@ -264,7 +264,7 @@ def _axes(res: Optional[Result], intact: Optional[float], geo: _Geometry, shown:
     drawn = [x for p in _gain_points(res) for x in p[1:4]]  # the Ŝ panel's points and their bounds
     gains = [100 * x for x in drawn if not math.isnan(x)] + [100 * g for g in _null_gains(res)] + [0.0]
     gain_range = padded_range(gains, 0.15, floor=0.2, bounds=(-100.0, 100.0))  # percentage points
-    accs = [as_float(s.get("dist_acc")) for s in shown] + ([float(intact)] if intact is not None else [])
+    accs = [as_float(s["dist_acc"]) for s in shown] + ([float(intact)] if intact is not None else [])
     acc_range = padded_range(accs, 0.08, floor=0.002, bounds=(0.0, 1.0))
     heads_x, layers_y = head_axes(geo.n_layers, geo.n_heads, geo.d_heat)
     return dict(
@@ -296,7 +296,7 @@ def _title_notes(res: Optional[Result]) -> list[str]:
     if res is None:
         return notes
     if res.test.selected_before_test is False:
-        reads = (res.test.seal or {}).get("prior_test_reads")
+        reads = res.test.seal["prior_test_reads"] if res.test.seal else None
         notes.append("⚠ Ŝ NOT fixed before D_test: D_test was read "
                      + (f"{reads} time(s) " if reads else "") + "before the selection (see the run's seal)")
     dist_gain = res.discovery.gain
@@ -332,7 +332,7 @@ def _title(res: Optional[Result], r: Mapping[str, Any], selected: HeadSet) -> st
         f"Ŝ = {selected}: test accuracy {pp(test.acc_intact, False)} -> "
         f"{pp(test.acc_ablated, False)}, gain {pp(test.gain)} "
         f"[{pp(low)}, {pp(high)}], "
-        + (f"helps: {'yes' if dec.get('helps') else 'not shown'} (one-sided exact p={format_p(dec['p'])})" if dec
+        + (f"helps: {'yes' if dec['helps'] else 'not shown'} (one-sided exact p={format_p(dec['p'])})" if dec
            else f"p={format_p(test.p_value)}")
         + (f"; calibrated gain {calibrated_gain_text(_calibration_view(res))}" if (res.calibration or {}).get("applies") else "")
     )
