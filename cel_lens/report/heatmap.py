@@ -7,10 +7,8 @@ discovery accuracy (the selected one highlighted; each labelled with how often s
 bootstrap resamples of D_dist, its selection stability; discovery numbers are selection-biased),
 and the selected subset's test gain with its 95% CI against the random-subset null band.
 
-A finished result is read through its typed parts (:class:`~cel_lens.selection.result.Result`,
-built from ``result.json`` by :meth:`~cel_lens.selection.result.Result.from_dict`); an unfinished
-run has none, and its panels draw what its record holds so far (:func:`~cel_lens.report.data.result_dict`
-with ``partial``).
+A finished result is read through its typed parts (:meth:`~cel_lens.selection.result.Result.from_dict`);
+an unfinished run's panels draw what its record holds so far (:func:`~cel_lens.report.data.result_dict`).
 """
 
 from __future__ import annotations
@@ -110,10 +108,8 @@ def _stability(res: Optional[Result]) -> Optional[StabilityRecord]:
     return None if res is None else res.stability.selection
 
 
-def _add_ranked_subsets(
-    fig: go.Figure, ranked: list[dict[str, Any]], shown: list[dict[str, Any]], selected: HeadSet,
-    res: Optional[Result], intact: Optional[float],
-) -> None:
+def _add_ranked_subsets(fig: go.Figure, ranked: list[dict[str, Any]], shown: list[dict[str, Any]], selected: HeadSet,
+                        res: Optional[Result], intact: Optional[float]) -> None:
     """The shown subsets by discovery accuracy (rank in the label, the selected one starred, each
     marked with its selection stability) and the intact model's discovery accuracy as a dashed line."""
     if not shown:
@@ -222,11 +218,6 @@ CALIBRATED_COLOUR = "#6a51a3"
 """The calibrated gain's marker in the Ŝ panel (beside the raw gain's gold star)."""
 
 
-def _calibration_view(res: Result) -> dict[str, Any]:
-    """What the calibration's texts read (:mod:`~cel_lens.selection.calibration_text`), from the parts."""
-    return {"calibration": res.calibration, "gain": res.test.gain, "alpha": res.alpha, "n_test": res.n_test}
-
-
 def _gain_points(res: Optional[Result]) -> list[tuple[str, float, float, float, str]]:
     """The Ŝ panel's points ``(label, gain, low, high, hover)``: the raw D_test gain with the one
     decision's bounds and verdict (a result without a decision: its interval), and for a choice task
@@ -293,7 +284,7 @@ def _title_notes(res: Optional[Result]) -> list[str]:
     """What the title must not leave to the text report: a selection made after D_test was read, a
     selection that is no enhancement, and one that only the tie-break made (none for an unfinished run)."""
     notes: list[str] = []
-    if res is None:
+    if res is None:  # an unfinished run
         return notes
     if res.test.selected_before_test is False:
         reads = res.test.seal["prior_test_reads"] if res.test.seal else None
@@ -334,7 +325,7 @@ def _title(res: Optional[Result], r: Mapping[str, Any], selected: HeadSet) -> st
         f"[{pp(low)}, {pp(high)}], "
         + (f"helps: {'yes' if dec['helps'] else 'not shown'} (one-sided exact p={format_p(dec['p'])})" if dec
            else f"p={format_p(test.p_value)}")
-        + (f"; calibrated gain {calibrated_gain_text(_calibration_view(res))}" if (res.calibration or {}).get("applies") else "")
+        + (f"; calibrated gain {calibrated_gain_text(res.calibration_view())}" if (res.calibration or {}).get("applies") else "")
     )
     return "<br>".join([line, *(f"<sup>{note}</sup>" for note in _title_notes(res))])
 
