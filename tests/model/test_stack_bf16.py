@@ -104,3 +104,28 @@ def test_a_model_held_in_bfloat16_gets_no_copy(tiny_checkpoints):
     assert not bf16_usable(model) and bf16_stack_for(model) is None
     tokens = _tokens()
     assert torch.equal(_logits(model, tokens, bf16=True), _logits(model, tokens))  # computes as it is
+
+
+def test_a_bf16_pass_in_one_thread_leaves_a_float32_pass_in_another_as_it_is(bridges):
+    """The copy is chosen by each pass's argument, not by state on the model or the thread: passes
+    on one model in two threads at once, one on the copy and one not, each get what they get alone."""
+    import threading
+
+    model = bridges["llama"]
+    tokens = _tokens()
+    exact, fast = _logits(model, tokens), _logits(model, tokens, bf16=True)
+    got: dict[str, list] = {"float32": [], "bf16": []}
+    start = threading.Barrier(2)
+
+    def run(name: str, bf16: bool) -> None:
+        start.wait()
+        for _ in range(5):
+            got[name].append(_logits(model, tokens, bf16=bf16))
+
+    threads = [threading.Thread(target=run, args=("float32", False)), threading.Thread(target=run, args=("bf16", True))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not torch.equal(exact, fast)  # the two differ, so a mix-up would show
+    assert all(torch.equal(x, exact) for x in got["float32"]) and all(torch.equal(x, fast) for x in got["bf16"])
