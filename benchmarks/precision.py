@@ -73,8 +73,8 @@ def logit_error(model, split, yes_no: bool = False, heads: list[str] = HEADS) ->
     seen: list[torch.Tensor] = []  # filled by the wrapper below
     original = tf.unembed
 
-    def recording(m, vectors):
-        out = original(m, vectors)
+    def recording(m, vectors, **kw):
+        out = original(m, vectors, **kw)
         seen.append(out.float().clone())
         return out
 

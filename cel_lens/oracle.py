@@ -46,7 +46,6 @@ __all__ = [
     "call_oracle",
     "evaluate_chunked",
     "AnswerKey",
-    "call_choice_oracle",
 ]
 
 SPLITS: tuple[str, ...] = ("dist", "test")
@@ -119,25 +118,6 @@ class AnswerKey:
     answer_type: str
     labels: Optional[Tensor] = None
     names: tuple[str, ...] = ()
-
-
-def call_choice_oracle(
-    oracle: Oracle, split: str, head_sets: Sequence[HeadSet], stage: str
-) -> tuple[Bool[Tensor, "variant example"], Optional[Float[Tensor, "variant example choice"]]]:
-    """:func:`call_oracle`, and the per-choice scores the same forward passes computed when
-    the oracle reports them (it declares :data:`CHOICES`; ``None`` otherwise or for tasks without
-    choices). A choice an example does not have is NaN."""
-    if CHOICES not in capabilities(oracle):
-        return call_oracle(oracle, split, head_sets, stage), None
-    correct, choice_scores = oracle.evaluate_choices(split, list(head_sets), stage=stage)
-    out = torch.as_tensor(correct).bool().cpu()
-    if out.ndim != 2 or out.shape[0] != len(head_sets):
-        raise ValueError(f"oracle returned shape {tuple(out.shape)} for {len(head_sets)} head sets")
-    if choice_scores is not None:
-        choice_scores = torch.as_tensor(choice_scores).float().cpu()
-        if choice_scores.ndim != 3 or tuple(choice_scores.shape[:2]) != tuple(out.shape):
-            raise ValueError(f"choice scores have shape {tuple(choice_scores.shape)}, correctness {tuple(out.shape)}")
-    return out, choice_scores
 
 
 class Journal(Protocol):

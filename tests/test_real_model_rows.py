@@ -302,9 +302,14 @@ def test_a_row_sealed_before_a_rename_is_the_same_row(tmp_path):
 
 
 def test_heatmap_from_the_record_alone(tmp_path):
+    # the heatmap reads the typed result (Result.from_dict): the record has the keys a result.json always has
+    from cel_lens.selection.paired import enhancement_decision
+
+    decision = enhancement_decision([1] * 25 + [0] * 25 + [1] * 950, [0] * 25 + [1] * 25 + [1] * 950)
     res = result(25, 25, scores=[[0.01, -0.02, 0.0], [0.03, 0.0, -0.01]], pool=["L1H0", "L0H0"], n_layers=2, n_heads=3,
-                 heads="L1H0", subsets=[{"heads": "L1H0", "size": 1, "dist_acc": 0.43, "dist_gain": 0.03},
-                                        {"heads": "L0H0", "size": 1, "dist_acc": 0.41, "dist_gain": 0.01}])
+                 heads="L1H0", dist_gain=0.03, seed=0, decision=decision,
+                 subsets=[{"heads": "L1H0", "size": 1, "dist_acc": 0.43, "dist_gain": 0.03, "score_sum": 0.03},
+                          {"heads": "L0H0", "size": 1, "dist_acc": 0.41, "dist_gain": 0.01, "score_sum": 0.01}])
     write(tmp_path / "rows" / "a", manifest(), res)
     write(tmp_path / "rows" / "b", manifest())  # not run: no figure
     written = rows.figures([str(tmp_path / "rows")], tmp_path / "fig", ["html"])

@@ -5,9 +5,10 @@ decided by its arguments alone: one frozen :class:`EvalContext` is built at the 
 from its :class:`~cel_lens.config.SearchConfig`, ``cl.evaluate`` from its keywords, the CLI) and
 handed down to the oracle, the evaluator and every backend. No setting is read from the model or a
 module global, so two searches with different settings on one model, in two threads, each get
-what they would get alone. (One scope is still per thread rather than an argument: within a bf16
-evaluation the passes pick the bfloat16 weight copy through
-:func:`~cel_lens.model.stack_bf16.bf16_weights`, as ``torch.autocast`` picks its dtype.) The environment (:data:`PRECISION_ENV`,
+what they would get alone. Within a bf16 evaluation the evaluator passes ``bf16=True`` to every
+pass that is to run on the bfloat16 weight copy (:mod:`~cel_lens.model.stack_bf16`); only a model
+without that copy (no fused stack) computes bf16 under ``torch.autocast``, torch's own per-thread
+mode, entered and left by the evaluation itself. The environment (:data:`PRECISION_ENV`,
 :data:`PREFIX_ENV`) is read here only, by :meth:`EvalContext.from_environment`, which the edges call.
 
 A context also carries the run's :class:`RecomputeTally`: what its bf16 evaluations recomputed in

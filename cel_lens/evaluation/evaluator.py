@@ -166,6 +166,9 @@ class _Plan:
     progress: bool
     ablation: Ablation = ZERO
     share_prefix: bool = False
+    bf16: bool = False
+    """Every pass on the model's bfloat16 weight copy (:mod:`~cel_lens.model.stack_bf16`): set for
+    the bf16 run where the model has one, never for a float32 recompute."""
 
     @property
     def answer_type(self) -> str:
@@ -180,7 +183,7 @@ def _bf16_run(model, split: Split, sets: list[HeadSet], plan: _Plan, store: Opti
     the one-token-choice check keeps its evidence)."""
     answer, answer_type, metric = plan.answer, plan.answer_type, plan.metric
     with compute_precision(model, prec) as resident:
-        out = _run(model, split, sets, plan, store, margins=Margins())
+        out = _run(model, split, sets, replace(plan, bf16=resident), store, margins=Margins())
     margins = out.pop("margins")
     if resident and answer.argmax_target:  # the tight bound first, checked on its own recomputes
         redo = tight_first(margins.token)
@@ -223,7 +226,7 @@ def _run(model, split: Split, sets: list[HeadSet], plan: _Plan, store: Optional[
         correct, scores, completions = evaluate_generation(
             model, split, sets, batch_size=plan.batch_size, max_rows=rows_budget,
             max_new_tokens=plan.max_new_tokens, chat=plan.chat, progress=plan.progress, gaps=gaps,
-            ablation=plan.ablation, share_prefix=plan.share_prefix,
+            ablation=plan.ablation, share_prefix=plan.share_prefix, bf16=plan.bf16,
         )
         out = dict(correct=correct, scores=scores, completions=completions)
         if margins is not None:
@@ -237,6 +240,7 @@ def _run(model, split: Split, sets: list[HeadSet], plan: _Plan, store: Optional[
         lp, greedy = score_batches(
             model, batches, sets, store=store, max_tokens=tokens_budget, max_rows=plan.max_rows, progress=plan.progress,
             desc=f"evaluate {split.task}/{split.name} x{n_var}", margin=row_margin, ablation=plan.ablation,
+            bf16=plan.bf16,
         )
     correct, scores, extra = aggregate(plan.answer_type, plan.metric, batches, len(split), lp, greedy)
     out = dict(correct=correct, scores=scores, extra=extra)
@@ -255,7 +259,7 @@ def _recompute(out: dict, redo: Bool[Tensor, "variant example"], model32, split:
     it at its layer (:meth:`ActivationStore.view`), as the float32 run does; else from the tokens.
     Returns which decisions were recomputed (a superset of ``redo``: each group's union of examples)
     and, with ``observe``, their float32 token margins (NaN elsewhere)."""
-    quiet = replace(plan, progress=False, share_prefix=False)  # unshared prompts: the reference path
+    quiet = replace(plan, progress=False, share_prefix=False, bf16=False)  # unshared float32 prompts: the reference path
     seen = torch.full(tuple(redo.shape), float("nan")) if observe else None
     computed = torch.zeros_like(redo)
     resume = (store is not None and model32 is store.model and plan.answer.uses_store

@@ -90,6 +90,7 @@ def greedy_generate(
     stop_at_eos: bool = True,
     gaps: Optional[Float[Tensor, " row"]] = None,
     ablation: Ablation = ZERO,
+    bf16: bool = False,
 ) -> list[list[int]]:
     """Greedy continuations (token ids, without the EOS) of token-id ``prompts`` in one batch.
 
@@ -99,7 +100,8 @@ def greedy_generate(
     and generated, as ``ablation`` says (zero by default). A row stops at EOS or once its decoded text contains one of its stop sequences
     (``stop``: one list for all rows, or one list per row); finished rows leave the batch.
     ``gaps`` (one entry per row, given ``inf``) receives each row's smallest top-1 minus top-2
-    logit gap over the steps it generated (:mod:`~cel_lens.evaluation.precision`).
+    logit gap over the steps it generated (:mod:`~cel_lens.evaluation.precision`). ``bf16``: every
+    pass on the model's bfloat16 weight copy (:func:`~cel_lens.model.forward.forward_resid`).
     """
     n = len(prompts)
     if n == 0:
@@ -111,14 +113,14 @@ def greedy_generate(
         raise ValueError(f"masks has {masks.shape[0]} rows for {n} prompts")
     tokens, attn, last = _right_padded(prompts, pad_id(model), param_device(model))
     cache = init_kv_cache(model, n, spare=max_new_tokens)
-    per_row = dict(variants=masks, ablation=ablation, repeated=True)  # one mask per row
+    per_row = dict(variants=masks, ablation=ablation, repeated=True, bf16=bf16)  # one mask per row
     with torch.inference_mode():
         if cache is not None:
             resid = forward_resid_cached(model, tokens, cache, attention_mask=attn, keep=last, **per_row)
         else:
             resid = forward_resid(model, tokens, attention_mask=attn, keep=last, **per_row)
         return _decode(model, resid[:, 0], cache, tokens, attn, masks, _per_row_stops(stop, n), stop_at_eos, max_new_tokens,
-                       gaps, ablation)
+                       gaps, ablation, bf16)
 
 
 def _decode(
@@ -133,6 +135,7 @@ def _decode(
     max_new_tokens: int,
     gaps: Optional[Float[Tensor, " row"]] = None,
     ablation: Ablation = ZERO,
+    bf16: bool = False,
 ) -> list[list[int]]:
     """The greedy loop after the prompt pass (``last``: each row's residual stream at its last
     prompt position; ``seq`` is only used without a cache, to recompute the whole sequence;
@@ -144,7 +147,7 @@ def _decode(
     active = torch.arange(n)  # original row of each row still in the batch
     finished = [False] * n
     out: list[list[int]] = [[] for _ in range(n)]
-    per_row = dict(variants=masks, ablation=ablation, repeated=True)  # one mask per row still in the batch
+    per_row = dict(variants=masks, ablation=ablation, repeated=True, bf16=bf16)  # one mask per row still in the batch
     for step in range(max_new_tokens):
         if step:
             if cache is not None:
@@ -152,7 +155,7 @@ def _decode(
             else:
                 resid = forward_resid(model, seq, attention_mask=attn, **per_row)
             last = resid[:, -1]
-        logits = unembed(model, last)
+        logits = unembed(model, last, bf16=bf16)
         nxt = logits.argmax(-1)
         rows = active.tolist()
         if gaps is not None:
@@ -201,6 +204,7 @@ def generate_variants(
     gaps: Optional[Float[Tensor, "variant prompt"]] = None,
     ablation: Ablation = ZERO,
     share_prefix: bool = False,
+    bf16: bool = False,
 ) -> list[list[list[int]]]:
     """Greedy continuations of every prompt under every variant: ``[variant][prompt]`` token ids,
     equal to :func:`greedy_generate` of each (prompt, mask) alone.
@@ -211,7 +215,7 @@ def generate_variants(
     :func:`greedy_generate`. ``stop``: one list of stop strings per prompt; ``gaps`` (given ``inf``)
     receives each (variant, prompt)'s smallest greedy gap (:func:`greedy_generate`). ``ablation``: what
     replaces an ablated head's ``z``; ``share_prefix``: the prompts' common start runs once per
-    variant (:mod:`~cel_lens.evaluation.prefix`)."""
+    variant (:mod:`~cel_lens.evaluation.prefix`); ``bf16``: as :func:`greedy_generate`."""
     n_var, n = masks.shape[0], len(prompts)
     n_layers = masks.shape[1]
     out: list[list[list[int]]] = [[[] for _ in range(n)] for _ in range(n_var)]
@@ -228,9 +232,9 @@ def generate_variants(
         groups.setdefault(first[v] if shared else 0, []).append(v)
     head = shared_prefix(prompts, min(map(len, prompts)) - 1) if shared and share_prefix else 0
     with torch.inference_mode():
-        prefix = _intact_prompts(model, cache, tokens, attn, last, sorted(groups)) if shared and not head else None
+        prefix = _intact_prompts(model, cache, tokens, attn, last, sorted(groups), bf16) if shared and not head else None
         if head:  # the prompts' shared start once per variant (:mod:`~cel_lens.evaluation.prefix`)
-            prefix = intact_prompts_shared(model, tokens, attn, last, head, sorted(groups), max_new_tokens)
+            prefix = intact_prompts_shared(model, tokens, attn, last, head, sorted(groups), max_new_tokens, bf16)
         for chunk in (c for members in groups.values() for c in chunks(members, per_chunk)):
             row_masks = masks[chunk].repeat_interleave(n, dim=0)
             row_stops = [stops[i] for _ in chunk for i in range(n)]
@@ -239,10 +243,11 @@ def generate_variants(
                 outs = greedy_generate(
                     model, [p for _ in chunk for p in prompts], max_new_tokens=max_new_tokens, masks=row_masks,
                     stop=row_stops, stop_at_eos=stop_at_eos, gaps=row_gaps, ablation=ablation,
+                    bf16=bf16,
                 )
             else:
                 outs = _resumed_generate(model, prefix, chunk, first, row_masks, row_stops, stop_at_eos, max_new_tokens,
-                                         row_gaps, ablation)
+                                         row_gaps, ablation, bf16)
             if gaps is not None:
                 gaps[chunk] = row_gaps.view(len(chunk), n)
             for k, v in enumerate(chunk):
@@ -251,7 +256,8 @@ def generate_variants(
     return out
 
 
-def _intact_prompts(model, cache: StackCache, tokens: Tensor, attn: Tensor, last: Tensor, starts: Sequence[int]) -> dict:
+def _intact_prompts(model, cache: StackCache, tokens: Tensor, attn: Tensor, last: Tensor, starts: Sequence[int],
+                    bf16: bool = False) -> dict:
     """The intact prompt pass into the empty ``cache`` (every layer), the residual stream entering
     each layer of ``starts``, and the final residual stream at each prompt's last token."""
     sink: dict[int, Tensor] = {}
@@ -260,13 +266,13 @@ def _intact_prompts(model, cache: StackCache, tokens: Tensor, attn: Tensor, last
     for layer in starts:
         if 0 < layer < n_layers:
             hooks.append((f"blocks.{layer}.hook_resid_pre", lambda x, hook=None, layer=layer: sink.__setitem__(layer, x)))
-    final = forward_resid_cached(model, tokens, cache, attention_mask=attn, fwd_hooks=hooks, keep=last)
+    final = forward_resid_cached(model, tokens, cache, attention_mask=attn, fwd_hooks=hooks, keep=last, bf16=bf16)
     return {"cache": cache, "resid": sink, "final": final[:, 0], "tokens": tokens, "attn": attn, "last": last}
 
 
 def _resumed_generate(
     model, prefix: dict, chunk: list[int], first: list[int], row_masks: Tensor, row_stops, stop_at_eos: bool,
-    max_new_tokens: int, gaps: Optional[Tensor] = None, ablation: Ablation = ZERO,
+    max_new_tokens: int, gaps: Optional[Tensor] = None, ablation: Ablation = ZERO, bf16: bool = False,
 ) -> list[list[int]]:
     """Generation for one chunk of variants (rows variant-major) from the intact prompt pass: the
     cache of the layers below the chunk's first ablated layer is indexed, not recomputed."""
@@ -280,16 +286,16 @@ def _resumed_generate(
     if start >= n_layers:
         last = prefix["final"][index]
     elif prefix.get("prefix"):
-        last = resumed_prompts_shared(model, prefix, start, row_masks[::n], cache, ablation=ablation)
+        last = resumed_prompts_shared(model, prefix, start, row_masks[::n], cache, ablation=ablation, bf16=bf16)
     else:
-        last = _resumed_prompts(model, prefix, start, v, row_masks, cache, ablation)
+        last = _resumed_prompts(model, prefix, start, v, row_masks, cache, ablation, bf16)
     return _decode(model, last, cache, tokens[index], rep_attn, row_masks, row_stops, stop_at_eos, max_new_tokens, gaps,
-                   ablation)
+                   ablation, bf16)
 
 
 def _resumed_prompts(
     model, prefix: dict, start: int, v: int, row_masks: Bool[Tensor, "row layer head"], cache: StackCache,
-    ablation: Ablation,
+    ablation: Ablation, bf16: bool = False,
 ) -> Float[Tensor, "row d_model"]:
     """The prompt pass of ``v`` variants (rows variant-major) resumed at ``start``, into ``cache``:
     one pass per group of prompts of like length (:func:`~cel_lens.evaluation.batch.length_groups`),
@@ -309,7 +315,7 @@ def _resumed_prompts(
         out = forward_resid_cached(
             model, einops.repeat(x, "b ... -> (v b) ...", v=v), part, attention_mask=attn[g_t, :w].repeat(v, 1),
             start_at_layer=start, keep=prompt_last[g_t].repeat(v, 1), variants=row_masks[rows],
-            ablation=ablation, repeated=True,
+            ablation=ablation, repeated=True, bf16=bf16,
         )[:, 0]
         if len(groups) == 1:
             return out
@@ -348,12 +354,13 @@ def evaluate_generation(
     gaps: Optional[Float[Tensor, "variant example"]] = None,
     ablation: Ablation = ZERO,
     share_prefix: bool = False,
+    bf16: bool = False,
 ) -> tuple[Bool[Tensor, "variant example"], Float[Tensor, "variant example"], list[list[str]]]:
     """Generate for every example under every head set (``batch_size`` prompts by as many variants
     as fit in ``max_rows`` rows per batch, :func:`generate_variants`) and judge each distinct
     completion once: per-example correctness, its float copy as the score, and the completions
     ``[variant][example]``. ``gaps`` (given ``inf``) receives each one's smallest greedy gap;
-    ``ablation`` and ``share_prefix`` as in :func:`generate_variants`."""
+    ``ablation``, ``share_prefix`` and ``bf16`` as in :func:`generate_variants`."""
     if split.judge is None:
         raise ValueError(f"generation split {split.task}/{split.name} has no judge to score completions")
     tok = _tokenizer(model)
@@ -372,6 +379,7 @@ def evaluate_generation(
         outs = generate_variants(
             model, [prompts[i] for i in idx], masks, max_new_tokens=max_new_tokens, stop=[stops[i] for i in idx],
             max_rows=per_chunk * len(idx), gaps=part, ablation=ablation, share_prefix=share_prefix,
+            bf16=bf16,
         )
         if gaps is not None:
             gaps[:, idx] = part

@@ -47,7 +47,7 @@ from torch import Tensor
 from cel_lens.config import PRECISIONS
 from cel_lens.evaluation.precision_groups import recompute_groups
 from cel_lens.evaluation.precision_probe import AUTO_MIN_SPEEDUP, bf16_probe
-from cel_lens.model import bf16_weights
+from cel_lens.model import bf16_usable
 from cel_lens.tasks.answer_types import ANSWER_TYPES, MULTIPLE_CHOICE, answer_type_entry
 
 __all__ = [
@@ -169,16 +169,16 @@ def resolve_precision(precision: Optional[str], model, split_kind: Optional[str]
 def compute_precision(model, precision: str) -> Iterator[bool]:
     """Within the block, ``model``'s forward passes compute in ``precision``. ``"bf16"``: on a
     bfloat16 copy of a float32 model's weights, made once and kept beside it, the residual stream,
-    norms and attention in float32 (:func:`~cel_lens.model.bf16_weights`); for a model without a
+    norms and attention in float32 (:func:`~cel_lens.model.bf16_usable`); for a model without a
     fused stack, autocast on its device; a model held in bfloat16 as it is. ``"float32"``: as the
-    model is. Yields whether the passes run on the weight copy."""
+    model is. Yields whether the passes are to run on the weight copy: the caller passes that on
+    to each pass as its ``bf16`` argument (nothing is set on the model or the thread for it)."""
     if precision != "bf16":
         yield False
         return
-    with bf16_weights(model) as resident:
-        if resident:
-            yield True
-            return
+    if bf16_usable(model):
+        yield True
+        return
     device = next(model.parameters()).device.type
     with torch.autocast(device_type=device, dtype=torch.bfloat16):
         yield False

@@ -2,7 +2,7 @@
 
 :func:`bf16_probe` times one forward pass of the model (a batch of 8 random prompts of 48 tokens,
 unembedding their last position) in float32 and on its bfloat16 weight copy
-(:func:`~cel_lens.model.bf16_weights`), in the calling thread's CPU seconds, best of three after one
+(``bf16=True``, :func:`~cel_lens.model.bf16_usable`), in the calling thread's CPU seconds, best of three after one
 warm-up each, once per model. ``"auto"`` computes an exact-match split in bf16 only where the
 probe ran bf16 at least :data:`AUTO_MIN_SPEEDUP` times faster: what the passes gain must pay for
 the float32 re-checks (about 5-10 % of exact-match decisions on SmolLM2, each costing a float32
@@ -17,7 +17,7 @@ from typing import Callable, Optional
 
 import torch
 
-from cel_lens.model import bf16_weights, forward_resid, unembed
+from cel_lens.model import bf16_usable, forward_resid, unembed
 
 __all__ = ["AUTO_MIN_SPEEDUP", "bf16_probe", "probe_record"]
 
@@ -47,15 +47,14 @@ def bf16_probe(model) -> dict:
     tokens = torch.randint(0, vocab, (8, 48), generator=torch.Generator().manual_seed(0))
     last = torch.full((8, 1), 47, dtype=torch.long)
 
-    def one() -> None:
+    def one(bf16: bool) -> None:
         with torch.inference_mode():
-            unembed(model, forward_resid(model, tokens, keep=last))
+            unembed(model, forward_resid(model, tokens, keep=last, bf16=bf16), bf16=bf16)
 
-    record = {"float32_s": round(_best(one), 4), "bf16_s": 0.0, "speedup": 0.0, "shape": [8, 48]}
-    with bf16_weights(model) as resident:
-        if resident:
-            record["bf16_s"] = round(_best(one), 4)
-            record["speedup"] = round(record["float32_s"] / max(record["bf16_s"], 1e-9), 2)
+    record = {"float32_s": round(_best(lambda: one(False)), 4), "bf16_s": 0.0, "speedup": 0.0, "shape": [8, 48]}
+    if bf16_usable(model):
+        record["bf16_s"] = round(_best(lambda: one(True)), 4)
+        record["speedup"] = round(record["float32_s"] / max(record["bf16_s"], 1e-9), 2)
     _PROBES[model] = record
     return dict(record)
 

@@ -117,11 +117,13 @@ def prefix_cache(
     hooks: Sequence = (),
     *,
     ablation: Ablation,
+    bf16: bool = False,
 ) -> StackCache:
     """Keys and values of one prefix row ``x`` (tokens ``[1, P]`` at ``start == 0``, else the
     residual stream entering ``start``, ``[1, P, d]``) under each variant of ``masks``: a cache of
     ``V`` rows (layers ``>= start``) with room for ``spare`` positions after the prefix (``ablation``:
-what the masks' heads are replaced by)."""
+what the masks' heads are replaced by; ``bf16``: on the model's bfloat16 weight copy, as
+    :func:`~cel_lens.model.forward.forward_resid`)."""
     n_var, width = int(masks.shape[0]), int(x.shape[1])
     device = param_device(model)
     cache = init_kv_cache(model, n_var, spare=spare)
@@ -130,7 +132,7 @@ what the masks' heads are replaced by)."""
     forward_resid_cached(
         model, x, cache, attention_mask=torch.ones(1, width, dtype=torch.long, device=device), start_at_layer=start,
         fwd_hooks=list(hooks), keep=torch.full((1, 1), width - 1, dtype=torch.long, device=device), variants=masks,
-        ablation=ablation,
+        ablation=ablation, bf16=bf16,
     )
     return cache
 
@@ -146,12 +148,13 @@ def prefix_rows_vectors(
     sink: Optional[dict] = None,
     *,
     ablation: Ablation,
+    bf16: bool = False,
 ) -> Float[Tensor, "variant row k d_model"]:
     """Residual vectors at each row's scored positions (as the ``"rows"`` layout's pass), with the
     rows' first ``prefix`` tokens computed once per variant: part 0 is the prefix (``sources[0]``,
     ``[1, prefix, d]``), part 1 every row after it (``sources[1]``, ``[rows, width - prefix, d]``);
     ``capture`` keeps the intact residual stream of each part entering those layers in
-    ``sink[(part, layer)]``."""
+    ``sink[(part, layer)]`` (``bf16``: as :func:`prefix_cache`)."""
     sink = sink if sink is not None else {}
     n_var = int(masks.shape[0])
     n_rows, width = rows.tokens.shape
@@ -162,13 +165,14 @@ def prefix_rows_vectors(
     else:
         assert sources is not None and sources[0] is not None and sources[1] is not None
         head, tail = (s.to(device=device, dtype=dtype) for s in sources[:2])
-    cache = prefix_cache(model, head, start, masks, width - prefix, _capture_hooks(capture, sink, 0), ablation=ablation)
+    cache = prefix_cache(model, head, start, masks, width - prefix, _capture_hooks(capture, sink, 0), ablation=ablation,
+                         bf16=bf16)
     cache = select_kv_cache(cache, torch.arange(n_var, device=device).repeat_interleave(n_rows))
     mask = rows.attention_mask.to(device).clone()
     mask[:, :prefix] = 1
     resid = forward_resid_cached(
         model, tail, cache, attention_mask=mask, start_at_layer=start, fwd_hooks=_capture_hooks(capture, sink, 1),
-        keep=(rows.positions.to(device) - prefix).clamp_min(0), variants=masks, ablation=ablation,
+        keep=(rows.positions.to(device) - prefix).clamp_min(0), variants=masks, ablation=ablation, bf16=bf16,
     )
     return einops.rearrange(resid, "(v r) k d -> v r k d", v=n_var)
 
@@ -181,23 +185,25 @@ def intact_prompts_shared(
     prefix: int,
     starts: Sequence[int],
     spare: int,
+    bf16: bool = False,
 ) -> dict:
     """Generation's intact prompt pass (:mod:`~cel_lens.evaluation.generation`) with the prompts'
     first ``prefix`` tokens computed once: a cache of every prompt's keys and values (every layer,
     room for ``spare`` new tokens), the intact residual stream entering each layer of ``starts``
     (``"head_resid"``: the prefix's ``[1, P, d]``, ``"resid"``: the rest, ``[rows, width - P, d]``)
-    and the final residual stream at each prompt's last token."""
+    and the final residual stream at each prompt's last token (``bf16``: as :func:`prefix_cache`)."""
     n, width = tokens.shape
     n_layers, n_heads = model_shape(model)
     sink: dict = {}
     layers = [l for l in starts if 0 < l < n_layers]
     intact = torch.zeros(1, n_layers, n_heads, dtype=torch.bool)
     head = prefix_cache(model, tokens[:1, :prefix], 0, intact, width - prefix + spare, _capture_hooks(layers, sink, 0),
-                        ablation=ZERO)  # intact: nothing is ablated
+                        ablation=ZERO, bf16=bf16)  # intact: nothing is ablated
     cache = select_kv_cache(head, torch.zeros(n, dtype=torch.long, device=tokens.device))
     cache.spare = spare  # later copies of this cache need room for the new tokens only
     final = forward_resid_cached(
-        model, tokens[:, prefix:], cache, attention_mask=attn, fwd_hooks=_capture_hooks(layers, sink, 1), keep=last - prefix
+        model, tokens[:, prefix:], cache, attention_mask=attn, fwd_hooks=_capture_hooks(layers, sink, 1), keep=last - prefix,
+        bf16=bf16,
     )
     return {
         "cache": cache, "prefix": prefix, "final": final[:, 0], "tokens": tokens, "attn": attn, "last": last,
@@ -207,19 +213,19 @@ def intact_prompts_shared(
 
 def resumed_prompts_shared(
     model, state: dict, start: int, variant_masks: Bool[Tensor, "variant layer head"], cache: StackCache, *,
-    ablation: Ablation,
+    ablation: Ablation, bf16: bool = False,
 ) -> Float[Tensor, "row d_model"]:
     """The prompt pass of each variant of ``variant_masks`` resumed at ``start`` from
     :func:`intact_prompts_shared`'s ``state``: the prefix once per variant, then every prompt's
     rest after it, per group of like length (:func:`~cel_lens.evaluation.batch.length_groups`);
     keys and values of layers ``>= start`` are written into ``cache`` (rows variant-major). The
-    final residual stream at each row's last prompt token."""
+    final residual stream at each row's last prompt token (``bf16``: as :func:`prefix_cache`)."""
     tokens, attn, last, prefix = state["tokens"], state["attn"], state["last"], state["prefix"]
     n, width = tokens.shape
     v = int(variant_masks.shape[0])
     device = tokens.device
     head_x = tokens[:1, :prefix] if start == 0 else state["head_resid"][start]
-    head = prefix_cache(model, head_x, start, variant_masks, width - prefix, ablation=ablation)
+    head = prefix_cache(model, head_x, start, variant_masks, width - prefix, ablation=ablation, bf16=bf16)
     out: Optional[Tensor] = None
     for group in length_groups((last[:, 0] + 1).tolist()):
         g = torch.tensor(sorted(group), device=device)
@@ -229,7 +235,7 @@ def resumed_prompts_shared(
         x = tokens[g, prefix:w] if start == 0 else state["resid"][start][g, : w - prefix]
         resid = forward_resid_cached(
             model, x, part, attention_mask=attn[g, :w], start_at_layer=start, keep=last[g] - prefix,
-            variants=variant_masks, ablation=ablation,
+            variants=variant_masks, ablation=ablation, bf16=bf16,
         )[:, 0]
         out = resid.new_empty(v * n, resid.shape[-1]) if out is None else out
         out[rows] = resid

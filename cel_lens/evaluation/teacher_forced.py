@@ -24,7 +24,7 @@ from cel_lens.heads import HeadSet, masks_from_head_sets
 from cel_lens.model.ablation import ZERO, Ablation
 from cel_lens.model.forward import forward_resid, forward_resid_cached, init_kv_cache, param_device, select_kv_cache, unembed
 from cel_lens.model.model_types import model_shape, supports_resume
-from cel_lens.model.stack_bf16 import bf16_active, refine_logits
+from cel_lens.model.stack_bf16 import bf16_usable, refine_logits
 from cel_lens.progress import progress_bar
 
 __all__ = ["batch_pass", "intact_mask", "score_batches", "chunks", "variants_per_pass"]
@@ -53,6 +53,7 @@ def _rows_vectors(
     sink: Optional[dict] = None,
     *,
     ablation: Ablation,
+    bf16: bool = False,
 ) -> Float[Tensor, "variant row k d_model"]:
     """Residual vectors at each row's scored positions. Rows are right padded, so causal attention
     alone keeps every pad out of every real position: no attention mask is needed."""
@@ -60,7 +61,7 @@ def _rows_vectors(
     x = _input(model, rows.tokens, sources[0] if sources else None, start)
     hooks = _capture_hooks(capture, sink if sink is not None else {}, 0)
     resid = forward_resid(model, x, start_at_layer=start, fwd_hooks=hooks, keep=rows.positions, variants=masks,
-                          ablation=ablation)
+                          ablation=ablation, bf16=bf16)
     return einops.rearrange(resid, "(v r) k d -> v r k d", v=n_var)
 
 
@@ -74,6 +75,7 @@ def _shared_vectors(
     sink: Optional[dict] = None,
     *,
     ablation: Ablation,
+    bf16: bool = False,
 ) -> Float[Tensor, "variant row k d_model"]:
     """Residual vectors at each row's scored positions: every prompt once (right padded), then
     each choice's continuation after its prompt's key/value cache (an index of the prompt's rows,
@@ -98,16 +100,17 @@ def _shared_vectors(
         keep=batch.context_last[:, None].to(device),
         variants=masks,
         ablation=ablation,
+        bf16=bf16,
     )
     row_example = batch.row_example.to(device)
     last = einops.rearrange(last[:, 0], "(v b) d -> v b d", v=n_var)[:, row_example]  # [v, row, d]
     if width == 0:
         return last[:, :, None]
-    cont = _continuations(model, batch, masks, start, sources, capture, sink, cache, ctx_mask, ablation)
+    cont = _continuations(model, batch, masks, start, sources, capture, sink, cache, ctx_mask, ablation, bf16)
     return torch.cat([last[:, :, None], cont], dim=2)
 
 
-def _continuations(model, batch, masks, start, sources, capture, sink, cache, ctx_mask, ablation) -> Tensor:
+def _continuations(model, batch, masks, start, sources, capture, sink, cache, ctx_mask, ablation, bf16: bool) -> Tensor:
     """Every choice's continuation after its prompt's cache, ``[variant, row, width, d_model]``:
     rows in groups of like length (:func:`~cel_lens.evaluation.batch.length_groups`), one pass per group."""
     n_var, n_ex, n_rows = masks.shape[0], batch.n_examples, batch.n_rows
@@ -133,6 +136,7 @@ def _continuations(model, batch, masks, start, sources, capture, sink, cache, ct
             variants=masks,
             ablation=ablation,
             repeated=True,
+            bf16=bf16,
         )
         out[:, g, :w] = einops.rearrange(resid, "(v r) p d -> v r p d", v=n_var)
         for key, value in part.items():
@@ -142,16 +146,17 @@ def _continuations(model, batch, masks, start, sources, capture, sink, cache, ct
 
 
 def _score_vectors(
-    model, vectors: Float[Tensor, "n d_model"], targets: Int[Tensor, " n"]
+    model, vectors: Float[Tensor, "n d_model"], targets: Int[Tensor, " n"], bf16: bool = False
 ) -> tuple[Float[Tensor, " n"], Bool[Tensor, " n"], Float[Tensor, " n"]]:
     """Log-prob of each target, whether it is the argmax, and its margin (its logit minus the best
-    other logit: > 0 iff it is the only argmax), unembedding in bounded chunks."""
+    other logit: > 0 iff it is the only argmax), unembedding in bounded chunks (with ``bf16``, on
+    the bfloat16 weight copy where the model has one, the tokens near the top refined in float32)."""
     n = vectors.shape[0]
     step = max(1, _VECTOR_BUDGET // max(1, int(model.cfg.d_vocab)))
     logprobs, greedy, margins = [], [], []
-    fast = bf16_active(model)
+    fast = bf16 and bf16_usable(model)
     for i in range(0, n, step):
-        logits = unembed(model, vectors[i : i + step]).float()
+        logits = unembed(model, vectors[i : i + step], bf16=fast).float()
         tgt = targets[i : i + step, None]
         if fast:  # the tokens near the top, and the target, in float32 (cel_lens.model.stack_bf16)
             logits, covered = refine_logits(model, vectors[i : i + step], logits, tgt[:, 0])
@@ -167,7 +172,8 @@ def _score_vectors(
 
 
 def _row_scores(
-    model, batch: EncodedBatch, vectors: Float[Tensor, "variant row k d_model"], margins: Optional[list] = None
+    model, batch: EncodedBatch, vectors: Float[Tensor, "variant row k d_model"], margins: Optional[list] = None,
+    bf16: bool = False,
 ) -> tuple[Float[Tensor, "variant row"], Bool[Tensor, "variant row"]]:
     """Summed target log-prob and all-tokens-greedy flag per (variant, row); only real target
     positions are unembedded. ``margins`` (a list) receives each row's smallest target margin
@@ -177,7 +183,7 @@ def _row_scores(
     n_var = vectors.shape[0]
     picked = vectors[:, sel]  # [v, n, d]
     tgt = einops.repeat(batch.targets.to(device)[sel], "n -> (v n)", v=n_var)
-    lp, greedy, margin = _score_vectors(model, picked.reshape(-1, picked.shape[-1]), tgt)
+    lp, greedy, margin = _score_vectors(model, picked.reshape(-1, picked.shape[-1]), tgt, bf16)
     lp_full = torch.zeros((n_var, *sel.shape), dtype=torch.float32, device=device)
     greedy_full = torch.ones((n_var, *sel.shape), dtype=torch.bool, device=device)
     lp_full[:, sel] = lp.view(n_var, -1)
@@ -200,20 +206,22 @@ def batch_pass(
     margins: Optional[list] = None,
     *,
     ablation: Ablation,
+    bf16: bool = False,
 ) -> tuple[Float[Tensor, "variant row"], Bool[Tensor, "variant row"]]:
     """Row scores of ``batch`` under ``masks`` (each ablated head replaced as ``ablation`` says),
     starting at layer ``start`` (from tokens when 0,
     else from ``sources``: the intact residual streams entering ``start``), capturing the intact
     residual stream entering each layer in ``capture`` into ``sink[(part, layer)]`` (``margins``:
-    see :func:`_row_scores`)."""
+    see :func:`_row_scores`; ``bf16``: on the model's bfloat16 weight copy, as
+    :func:`~cel_lens.model.forward.forward_resid`)."""
     if batch.rows is not None and batch.prefix:
         vectors = prefix_rows_vectors(model, batch.rows, batch.prefix, masks, start, sources, capture, sink,
-                                      ablation=ablation)
-        return _row_scores(model, batch, vectors, margins)
+                                      ablation=ablation, bf16=bf16)
+        return _row_scores(model, batch, vectors, margins, bf16)
     fn = _rows_vectors if batch.layout == "rows" else _shared_vectors
     rows_or_batch = batch.rows if batch.layout == "rows" else batch
-    vectors = fn(model, rows_or_batch, masks, start, sources, capture, sink, ablation=ablation)  # type: ignore[arg-type]
-    return _row_scores(model, batch, vectors, margins)
+    vectors = fn(model, rows_or_batch, masks, start, sources, capture, sink, ablation=ablation, bf16=bf16)  # type: ignore[arg-type]
+    return _row_scores(model, batch, vectors, margins, bf16)
 
 
 def _batch_sources(sink: dict, layer: int, n_parts: int) -> list[Optional[Tensor]]:
@@ -269,9 +277,11 @@ def score_batches(
     desc: str,
     margin: Optional[Tensor] = None,
     ablation: Ablation = ZERO,
+    bf16: bool = False,
 ) -> tuple[Float[Tensor, "variant row"], Bool[Tensor, "variant row"]]:
     """Row scores of every batch under every head set (rows in batch order; ``ablation``: what an
-    ablated head's ``z`` is replaced by, zero by default). ``margin``
+    ablated head's ``z`` is replaced by, zero by default; ``bf16``: every pass on the model's
+    bfloat16 weight copy, :func:`batch_pass`). ``margin``
     (``[variant, row]``, given filled with ``inf``) receives each computed row's smallest target
     margin (rows read from ``store``, computed in float32, keep theirs)."""
     n_layers, n_heads = model_shape(model)
@@ -299,7 +309,7 @@ def score_batches(
             if intact or capture:
                 got: list = []
                 i_lp, i_greedy = batch_pass(model, batch, intact_mask(n_layers, n_heads), 0, None, capture, sink, got,
-                                             ablation=ZERO)
+                                             ablation=ZERO, bf16=bf16)
                 if margin is not None and intact:
                     margin[intact, rows] = got[0]
                 lp[intact, rows] = i_lp
@@ -314,7 +324,8 @@ def score_batches(
                 sources = _batch_sources(sink, start, n_parts)
             for chunk in chunks(members, per_chunk):
                 got = []
-                c_lp, c_greedy = batch_pass(model, batch, masks[chunk], start, sources, margins=got, ablation=ablation)
+                c_lp, c_greedy = batch_pass(model, batch, masks[chunk], start, sources, margins=got, ablation=ablation,
+                                           bf16=bf16)
                 if margin is not None:
                     margin[chunk, rows] = got[0]
                 lp[chunk, rows] = c_lp

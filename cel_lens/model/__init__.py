@@ -9,7 +9,7 @@
   resample, :data:`ABLATION_KINDS`), many variants per pass;
 * :mod:`~cel_lens.model.forward`: passes that start or stop at any layer, key/value caches, on
   the fused-attention :mod:`~cel_lens.model.stack` where a model has one (:func:`fused_attention`
-  turns it off) and its bfloat16 weight copy (:func:`bf16_weights`,
+  turns it off) and its bfloat16 weight copy (a pass's ``bf16`` argument, :func:`bf16_usable`,
   :mod:`~cel_lens.model.stack_bf16`);
 * :mod:`~cel_lens.model.registry`: the models known by name (:data:`MODELS`: the organism, short
   names, the paper's models); :mod:`~cel_lens.model.identity`: ids and
@@ -38,7 +38,7 @@ from cel_lens.model.model_types import is_bridge, model_shape, supports_resume
 from cel_lens.model.load import PROCESSING_DEFAULTS, load_model
 from cel_lens.model.registry import MODELS, PAPER_MODELS, KnownModel, ModelSpec, paper_config
 from cel_lens.model.sources import MODEL_SOURCES, resolve_source
-from cel_lens.model.stack_bf16 import bf16_copy_bytes, bf16_weights
+from cel_lens.model.stack_bf16 import bf16_copy_bytes, bf16_usable
 from cel_lens.model.stack_build import fused_attention
 
 __all__ = [
@@ -69,7 +69,7 @@ __all__ = [
     "model_shape",
     "supports_resume",
     "fused_attention",
-    "bf16_weights",
+    "bf16_usable",
     "bf16_copy_bytes",
     "convert_gguf",
     "converted_from",

@@ -31,7 +31,7 @@ from torch import Tensor
 from cel_lens.model.hook_scope import owned, scoped_hooks
 from cel_lens.model.model_types import is_bridge, model_name
 from cel_lens.model.stack import StackCache
-from cel_lens.model.stack_bf16 import bf16_active, bf16_stack_for, bf16_unembed
+from cel_lens.model.stack_bf16 import bf16_stack_for, bf16_unembed, bf16_usable
 from cel_lens.model.stack_build import stack_for
 
 __all__ = [
@@ -77,6 +77,7 @@ def forward_resid(
     variants: Optional[Bool[Tensor, "variant layer head"]] = None,
     ablation: Any = None,
     repeated: bool = False,
+    bf16: bool = False,
 ) -> Float[Tensor, "batch pos d_model"]:
     """Residual stream after blocks ``[start_at_layer, stop_at_layer)`` (all remaining blocks when
     ``stop_at_layer`` is None), before the final norm.
@@ -92,7 +93,9 @@ def forward_resid(
     stack, its ``variant_hooks`` otherwise): this module never writes to ``hook_z`` itself.
     ``repeated=True`` says ``x`` (and ``attention_mask``, ``keep``) already hold the ``V x batch``
     rows, variant-major: nothing is repeated and every layer runs on all of them (``V`` rows of one
-    input each is one mask per row, as generation ablates).
+    input each is one mask per row, as generation ablates). ``bf16=True`` runs the pass on the
+    model's bfloat16 weight copy where it has one (:mod:`~cel_lens.model.stack_bf16`; the caller
+    decides, e.g. the evaluator from its context's precision), else as without it.
     """
     n_layers = model.cfg.n_layers
     stop = n_layers if stop_at_layer is None else stop_at_layer
@@ -103,7 +106,7 @@ def forward_resid(
     hooks = check_hooks(model, fwd_hooks)
     if repeated:
         hooks, variants = hooks + _repeated_hooks(x, variants, ablation), None
-    stack = _stack(model, hooks)
+    stack = _stack(model, hooks, bf16)
     if stack is not None:
         with scoped_hooks(model, hooks):
             return stack.run(
@@ -161,13 +164,14 @@ def _kept(resid: Tensor, keep: Optional[Tensor]) -> Tensor:
     return resid.gather(1, keep.to(resid.device)[..., None].expand(-1, -1, resid.shape[-1]))
 
 
-def _stack(model, hooks: Sequence[Hook]):
-    """The model's fused-attention stack when it fires every hook of the pass (else None)."""
+def _stack(model, hooks: Sequence[Hook], bf16: bool = False):
+    """The model's fused-attention stack when it fires every hook of the pass (else None); with
+    ``bf16`` its bfloat16 weight copy's where it has one."""
     if any(not isinstance(name, str) for name, _ in hooks):
         return None
     hook_dict = getattr(model, "hook_dict", {})
     points = [hook_dict[name] for name, _ in hooks]
-    fast = bf16_stack_for(model, points)  # within bf16_weights(model): its bfloat16 weight copy
+    fast = bf16_stack_for(model, points) if bf16 else None
     return fast if fast is not None else stack_for(model, points)
 
 
@@ -252,11 +256,12 @@ def bridge_layers(
     return resid
 
 
-def unembed(model, resid: Float[Tensor, "... d_model"]) -> Float[Tensor, "... d_vocab"]:
+def unembed(model, resid: Float[Tensor, "... d_model"], *, bf16: bool = False) -> Float[Tensor, "... d_vocab"]:
     """Final norm and unembedding of residual-stream vectors (only those you pass: unembed only the
-    scored positions). Within :func:`~cel_lens.model.stack_bf16.bf16_weights` the product reads the
-    bfloat16 weight copy (:func:`~cel_lens.model.stack_bf16.bf16_unembed`)."""
-    if bf16_active(model):
+    scored positions). With ``bf16`` (where the model has a bfloat16 weight copy:
+    :func:`~cel_lens.model.stack_bf16.bf16_usable`) the product reads that copy
+    (:func:`~cel_lens.model.stack_bf16.bf16_unembed`)."""
+    if bf16 and bf16_usable(model):
         return bf16_unembed(model, resid)
     if getattr(model.cfg, "normalization_type", None) is not None and hasattr(model, "ln_final"):
         resid = model.ln_final(resid)
@@ -315,9 +320,10 @@ def forward_resid_cached(
     variants: Optional[Bool[Tensor, "variant layer head"]] = None,
     ablation: Any = None,
     repeated: bool = False,
+    bf16: bool = False,
 ) -> Float[Tensor, "batch new d_model"]:
     """Residual stream after the last block for ``x``, appended to a key/value ``cache``
-    (``keep``, ``variants`` and ``repeated`` as in :func:`forward_resid`; the cache then holds
+    (``keep``, ``variants``, ``repeated`` and ``bf16`` as in :func:`forward_resid`; the cache then holds
     ``V x batch`` rows).
 
     ``attention_mask`` covers the cached positions *and* the new ones (1 = real token), so padding
@@ -329,7 +335,7 @@ def forward_resid_cached(
     if cache is None:
         return forward_resid(
             model, x, start_at_layer=start_at_layer, fwd_hooks=fwd_hooks, attention_mask=attention_mask, keep=keep,
-            variants=variants, ablation=ablation, repeated=repeated,
+            variants=variants, ablation=ablation, repeated=repeated, bf16=bf16,
         )
     if not x.is_floating_point() and start_at_layer != 0:
         raise ValueError("a pass that resumes at a later layer takes the residual stream, not tokens")
@@ -338,7 +344,7 @@ def forward_resid_cached(
     if repeated:
         hooks, variants = hooks + _repeated_hooks(x, variants, ablation), None
     if isinstance(cache, StackCache):
-        stack = _stack(model, hooks)
+        stack = _stack(model, hooks, bf16)
         if stack is None:
             raise ValueError(
                 "this pass has hooks the fused-attention stack does not fire (or fused attention is off): "

@@ -1,8 +1,7 @@
 """A bfloat16 copy of a float32 model's layer weights, for fast passes whose decisions are re-checked.
 
-Within :func:`bf16_weights` (for one model, in the calling thread) the passes of
-:func:`~cel_lens.model.forward.forward_resid` and :func:`~cel_lens.model.forward.unembed` run on
-a :class:`~cel_lens.model.stack.Stack` whose matrix products read bfloat16 copies of the weights,
+Passes of :func:`~cel_lens.model.forward.forward_resid` (and the cached and unembedding passes) given
+``bf16=True`` run on a :class:`~cel_lens.model.stack.Stack` whose matrix products read bfloat16 copies of the weights,
 made once per weight version and kept beside the model: no weight is cast per call (what
 ``torch.autocast`` does on every product). What is rounded is what autocast rounds, and no more:
 
@@ -23,10 +22,8 @@ bfloat16 already) gets no copy: it computes as it is.
 
 from __future__ import annotations
 
-import contextlib
-import threading
 import weakref
-from typing import Callable, Iterator, Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -36,7 +33,7 @@ from torch import Tensor
 from cel_lens.model.stack import Stack, _Layer
 from cel_lens.model.stack_build import _finish, _pack_qkv, fused_attention_enabled, stack_for
 
-__all__ = ["bf16_weights", "bf16_active", "bf16_stack_for", "bf16_unembed", "bf16_copy_bytes", "refine_logits", "REFINE_TOP"]
+__all__ = ["bf16_usable", "bf16_stack_for", "bf16_unembed", "bf16_copy_bytes", "refine_logits", "REFINE_TOP"]
 
 BF16 = torch.bfloat16
 
@@ -44,44 +41,18 @@ _HELD: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 """Each model's bf16 stack and unembedding, with the weight versions they were copied from."""
 
 
-class _Active(threading.local):
-    def __init__(self) -> None:
-        self.models: "weakref.WeakSet" = weakref.WeakSet()
-
-
-_ACTIVE = _Active()
-
-
-@contextlib.contextmanager
-def bf16_weights(model) -> Iterator[bool]:
-    """Within the block, ``model``'s passes in this thread run on its bfloat16 weight copy (see the
-    module docstring). Yields whether there is one (a float32 model with a fused stack, fused
-    attention on); where there is none, passes run as they would without the block."""
-    usable = _usable(model)
-    if not usable or model in _ACTIVE.models:
-        yield usable
-        return
-    _ACTIVE.models.add(model)
-    try:
-        yield True
-    finally:
-        _ACTIVE.models.discard(model)
-
-
-def bf16_active(model) -> bool:
-    """Whether ``model`` computes on its bfloat16 weight copy in this thread (:func:`bf16_weights`)."""
-    return model in _ACTIVE.models
-
-
-def _usable(model) -> bool:
+def bf16_usable(model) -> bool:
+    """Whether ``model`` has a bfloat16 weight copy for passes given ``bf16=True`` (a float32 model
+    with a fused stack, fused attention on); where it has none, such passes run as they would
+    without it. The setting is an argument of each pass, never state kept on the model or the thread."""
     p = next(model.parameters())
     return p.dtype == torch.float32 and fused_attention_enabled() and stack_for(model) is not None
 
 
 def bf16_stack_for(model, hook_points: Sequence[torch.nn.Module] = ()) -> Optional[Stack]:
-    """``model``'s bfloat16 stack when :func:`bf16_active` and it fires every hook point given
-    (else ``None``: the pass takes the float32 stack or the model's own forward)."""
-    if not bf16_active(model) or not fused_attention_enabled():
+    """``model``'s bfloat16 stack when it has one (:func:`bf16_usable`) and it fires every hook point
+    given (else ``None``: the pass takes the float32 stack or the model's own forward)."""
+    if not bf16_usable(model):
         return None
     stack = _held(model)[0]
     return stack if stack is not None and stack.fires(hook_points) else None
@@ -89,7 +60,7 @@ def bf16_stack_for(model, hook_points: Sequence[torch.nn.Module] = ()) -> Option
 
 def bf16_unembed(model, resid: Float[Tensor, "... d_model"]) -> Float[Tensor, "... d_vocab"]:
     """Final norm (float32) and the unembedding as a bfloat16 product of the weight copy: the
-    logits of :func:`~cel_lens.model.forward.unembed` within :func:`bf16_weights`."""
+    logits of :func:`~cel_lens.model.forward.unembed` given ``bf16=True``."""
     w_u, b_u = _held(model)[1]
     if getattr(model.cfg, "normalization_type", None) is not None and hasattr(model, "ln_final"):
         resid = model.ln_final(resid)

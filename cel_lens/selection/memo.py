@@ -20,11 +20,11 @@ from torch import Tensor
 
 from cel_lens.heads import HeadSet, HeadsLike
 from cel_lens.oracle import (
-    ANSWER_KEY, ATTRIBUTION, CONTROLS, JOURNAL, LOCAL_MODEL, TEST_READS, TEST_SPLIT, AnswerKey, Journal, Oracle, OracleBase,
-    TestSplitError, call_choice_oracle, capabilities,
+    ANSWER_KEY, ATTRIBUTION, CHOICES, CONTROLS, JOURNAL, LOCAL_MODEL, TEST_READS, TEST_SPLIT, AnswerKey, Journal, Oracle,
+    OracleBase, TestSplitError, call_oracle, capabilities,
 )
 
-__all__ = ["MemoOracle", "CALL_SECONDS", "FIRST_PIECE"]
+__all__ = ["MemoOracle", "CALL_SECONDS", "FIRST_PIECE", "call_choice_oracle"]
 
 CALL_SECONDS = 300.0
 """With a journal, the wall seconds one call to the wrapped oracle aims at: the most an interrupted
@@ -38,6 +38,27 @@ times this, with no journal line for over 13 minutes)."""
 
 FIRST_PIECE = 4
 """Head sets in a journaled split's first call, before its cost per head set is measured."""
+
+
+def call_choice_oracle(
+    oracle: Oracle, split: str, head_sets: Sequence[HeadSet], stage: str
+) -> tuple[Bool[Tensor, "variant example"], Optional[Float[Tensor, "variant example choice"]]]:
+    """:func:`~cel_lens.oracle.call_oracle`, and the per-choice scores the same forward passes computed when
+    the oracle reports them (it declares :data:`~cel_lens.oracle.CHOICES`; ``None`` otherwise or for tasks without
+    choices). A choice an example does not have is NaN. The wrapped oracle's call of
+    :class:`MemoOracle` lives here, beside it, so a search's call path enters the oracle protocol's
+    module once (``tests/test_config_path.py``)."""
+    if CHOICES not in capabilities(oracle):
+        return call_oracle(oracle, split, head_sets, stage), None
+    correct, choice_scores = oracle.evaluate_choices(split, list(head_sets), stage=stage)
+    out = torch.as_tensor(correct).bool().cpu()
+    if out.ndim != 2 or out.shape[0] != len(head_sets):
+        raise ValueError(f"oracle returned shape {tuple(out.shape)} for {len(head_sets)} head sets")
+    if choice_scores is not None:
+        choice_scores = torch.as_tensor(choice_scores).float().cpu()
+        if choice_scores.ndim != 3 or tuple(choice_scores.shape[:2]) != tuple(out.shape):
+            raise ValueError(f"choice scores have shape {tuple(choice_scores.shape)}, correctness {tuple(out.shape)}")
+    return out, choice_scores
 
 
 class MemoOracle(OracleBase):

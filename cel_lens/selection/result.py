@@ -193,6 +193,11 @@ class Result:
             args[part][attr] = value
         return cls(**args[None], **{part: kind(**args[part]) for part, kind in _PARTS.items()})
 
+    def calibration_view(self) -> dict[str, Any]:
+        """What the calibration's texts read (:mod:`~cel_lens.selection.calibration_text`): the
+        calibration record beside the D_test gain, ``alpha`` and ``n_test`` it is judged against."""
+        return {"calibration": self.calibration, "gain": self.test.gain, "alpha": self.alpha, "n_test": self.n_test}
+
     def rows(self) -> list[Row]:
         """The result as ``(label, value)`` rows, each part rendering its own: the selected heads
         (whether they were fixed before D_test was read, the parsimony rule's choice), a warning when
@@ -212,8 +217,7 @@ class Result:
             *dist.adjusted_rows(),
             *test.decision_rows(),
             *self.controls.leave_one_out_rows(),
-            *calibration_rows({"calibration": self.calibration, "gain": test.gain, "alpha": self.alpha,
-                               "n_test": self.n_test}),
+            *calibration_rows(self.calibration_view()),
             *self.null.rows(len(self.head_set), test.gain, float(self.alpha)),
             *self.stability.rows(str(self.head_set), len(dist.pool or []), float(self.alpha)),
             *self.controls.kind_rows(self.ablation, test.gain),

@@ -89,18 +89,18 @@ def decision_bounds(dec: Mapping[str, Any]) -> tuple[Any, Any]:
     return dec.get("bound"), dec.get("upper")
 
 
-def decision_text(dec: Mapping[str, Any]) -> str:
+def decision_text(dec: Decision) -> str:
     """The one decision in words: verdict, the exact test's p, the one-sided bounds that never
     contradict it (each covering the gain whatever the discordance, :func:`decision_bounds`), and,
     when it does not reject, the effect it detects at 80 % power at the observed discordance."""
-    alpha = float(dec.get("alpha", 0.05))
-    verdict = "yes" if dec.get("helps") else "not shown"
+    alpha = float(dec["alpha"])
+    verdict = "yes" if dec["helps"] else "not shown"
     lower, upper = decision_bounds(dec)
-    text = (f"{verdict}: {dec.get('test', 'one-sided exact McNemar')} p = {format_p(dec.get('p'))} "
-            f"({dec.get('wins')} examples gained, {dec.get('losses')} lost; α = {alpha:g}); one-sided "
+    text = (f"{verdict}: {dec['test']} p = {format_p(dec['p'])} "
+            f"({dec['wins']} examples gained, {dec['losses']} lost; α = {alpha:g}); one-sided "
             f"{1 - alpha:.0%} bounds: gain >= {pp(lower)}, <= {pp(upper)}")
-    if not dec.get("helps"):
-        mde, m, n = dec.get("mde"), (dec.get("wins") or 0) + (dec.get("losses") or 0), dec.get("n")
+    if not dec["helps"]:
+        mde, m, n = dec["mde"], (dec["wins"] or 0) + (dec["losses"] or 0), dec["n"]
         where = f"at n = {n} and the observed discordance ({m} of {n} examples)"
         text += (f"; {where} the test detects a gain of {pp(mde)} with 80% power" if mde is not None
                  else f"; {where} too few discordant examples to detect any gain with 80% power")
@@ -131,8 +131,8 @@ class Discovery:
         """What the parsimony rule did, to follow S-hat in the selected-heads row: the most accurate
         subset when the rule chose a smaller one, and the passengers it kept."""
         par, text = self.parsimony, ""
-        if par and par.get("best") != par.get("chosen"):
-            rule = PARSIMONY_RULES.get_resolved(par.get("rule"))
+        if par and par["best"] != par["chosen"]:
+            rule = PARSIMONY_RULES.get_resolved(par["rule"])
             text += rule.departure(par, pp) if rule is not None else ""
         passengers = (par or {}).get("passengers") or []
         if passengers:
@@ -323,7 +323,7 @@ class Stability:
         st = self.selection
         if not st:
             return "not computed"
-        others = [w for w in st.get("wins", []) if w["heads"] != heads][:3]
+        others = [w for w in st["wins"] if w["heads"] != heads][:3]
         incomplete = float(st.get("incomplete") or 0.0)
         shares = [(w["heads"], known_share(w["frequency"], incomplete)) for w in others]
         rest = "; ".join(f"{h} {x:.1%}" if x is not None else f"{h} {round(w['frequency'] * st['n_resamples'])}"
@@ -334,7 +334,7 @@ class Stability:
         if st.get("identical_subsets"):
             ties += (f"; {st['identical_subsets']} other subset(s) give the same answer on every D_dist example, "
                      "so the data cannot tell them apart")
-        if st.get("method") == "reselect":
+        if st["method"] == "reselect":
             text = (f"the whole selection (pool and stage 2) redone on {st['n_resamples']} bootstrap resamples of D_dist "
                     f"{_reselect_share(st, heads)}{ties}")
         else:
@@ -346,7 +346,7 @@ class Stability:
 
     @staticmethod
     def _specificity_text(sp: SpecificityRecord, m: int, alpha: float) -> str:
-        if not sp.get("test_gains"):
+        if not sp["test_gains"]:
             return f"not applicable: no other pool of {m} heads exists"
         gains = sp["test_gains"]
         head = f"winners of {len(gains)} random {m}-head pools (stage 2 on D_dist): test gain mean {pp(np.mean(gains))}"

@@ -115,8 +115,8 @@ def _noisy_bf16(spread: float):
     def noise(out):
         return out + (torch.rand(out.shape, generator=gen) - 0.5) * spread
 
-    def noisy(m, vectors):
-        out = original(m, vectors)
+    def noisy(m, vectors, **kw):
+        out = original(m, vectors, **kw)
         return noise(out) if torch.is_autocast_cpu_enabled() else out
 
     def noisy_refine(m, vectors, logits, targets):
@@ -231,7 +231,7 @@ def test_the_tight_exact_match_bound_holds_only_where_the_recomputes_confirm_it(
 
 
 def test_refined_logits_are_float32s_at_the_target_and_the_top(tiny_checkpoints):
-    from cel_lens.model import bf16_weights, forward_resid, load_model, unembed
+    from cel_lens.model import forward_resid, load_model, unembed
     from cel_lens.model.stack_bf16 import REFINE_TOP, refine_logits
 
     model = load_model(str(tiny_checkpoints["llama"]))
@@ -239,10 +239,9 @@ def test_refined_logits_are_float32s_at_the_target_and_the_top(tiny_checkpoints)
     with torch.inference_mode():
         resid = forward_resid(model, tokens).reshape(-1, model.cfg.d_model)
         exact = unembed(model, resid).float()
-        with bf16_weights(model):
-            fast = unembed(model, resid).float()
-            targets = torch.randint(0, exact.shape[-1], (resid.shape[0],), generator=torch.Generator().manual_seed(2))
-            refined, covered = refine_logits(model, resid, fast, targets)
+        fast = unembed(model, resid, bf16=True).float()
+        targets = torch.randint(0, exact.shape[-1], (resid.shape[0],), generator=torch.Generator().manual_seed(2))
+        refined, covered = refine_logits(model, resid, fast, targets)
     assert not torch.allclose(fast, exact)
     idx = torch.cat([targets[:, None], fast.topk(REFINE_TOP, dim=-1).indices], 1)
     assert torch.allclose(refined.gather(1, idx), exact.gather(1, idx), atol=1e-5)

@@ -157,7 +157,7 @@ def test_the_text_the_heatmap_and_the_grid_read_one_computation():
     assert st["selected"] == r["heads"] == "L1H2"
     for incomplete in (0.0, 0.2, 0.9):  # all winners known; a few not known; most not known (no share at all)
         rec = {**r, "selection_stability": {**st, "incomplete": incomplete}}
-        wins = stability_wins(rec)
+        wins = stability_wins(rec["selection_stability"])
         if incomplete > 0.5:
             assert wins is None and grid_stability(rec) is None
             continue
