@@ -20,26 +20,9 @@ from typing import Any, Optional
 from cel_lens.registry import Registry
 
 __all__ = [
-    "DEFAULT_K",
-    "DEFAULT_POOL_SIZE",
-    "DEFAULT_N_NULL",
-    "DEFAULT_N_STABILITY",
-    "SCORERS",
-    "STRATEGIES",
-    "BACKENDS",
-    "ABLATION_KINDS",
-    "BOS_RULES",
-    "LOADERS",
-    "PRECISIONS",
-    "DTYPE_ALIASES",
-    "QUICK",
-    "canonical_dtype",
-    "OptionError",
-    "check_split_sizes",
-    "check_max_new_tokens",
-    "check_fields",
-    "SearchConfig",
-    "ExecutionSettings",
+    "DEFAULT_K", "DEFAULT_POOL_SIZE", "DEFAULT_N_NULL", "DEFAULT_N_STABILITY", "SCORERS", "STRATEGIES", "BACKENDS",
+    "ABLATION_KINDS", "BOS_RULES", "LOADERS", "PRECISIONS", "DTYPE_ALIASES", "QUICK", "canonical_dtype",
+    "OptionError", "check_split_sizes", "check_max_new_tokens", "check_fields", "SearchConfig", "ExecutionSettings",
 ]
 
 DEFAULT_K = 3
@@ -93,9 +76,7 @@ accurate subset by the leave-one-out exact tests on D_dist (``backward``, the de
 subset within one standard error of the most accurate (``one_se``), within ``z(1 - 0.05/m)`` standard errors for ``m`` subsets
 (``simultaneous``), or the most accurate (``best``)."""
 RANK_RULES: tuple[str, ...] = ("raw", "calibrated")
-"""What stage 1 ranks and stage 2 chooses by (:mod:`cel_lens.selection.ranking`): the raw D_dist accuracy
-gain (``raw``, the paper's Algorithm 1), or, on tasks whose answers are fixed choices, the gain at each
-head set's best constant answer prior, fitted on D_dist (``calibrated``)."""
+"""Which D_dist gain ranks stage 1 and chooses Ŝ (:mod:`cel_lens.selection.ranking`): raw, or at the best prior."""
 CI_METHODS: tuple[str, ...] = ("tango", "newcombe", "bootstrap")
 """Intervals of the test gain (:mod:`cel_lens.selection.paired`): Tango's score interval (the
 default: it keeps its coverage with few discordant pairs, ``benchmarks/claims.py``), Newcombe's
@@ -233,9 +214,7 @@ class SearchConfig:
     evaluate every stage-2 subset on D_test (exploratory, off by default); ``parsimony``: stage 2's
     rule (``"backward"``: drop heads the leave-one-out tests on D_dist do not support; ``"one_se"``;
     ``"simultaneous"``; ``"best"``);
-    ``rank_by``: what stage 1 ranks and stage 2 chooses by (:data:`RANK_RULES`: ``"raw"``, the paper's, or
-    ``"calibrated"`` on choice tasks, with the ``"exact"`` scorer only);
-    ``ci_method``: the test gain's interval (``"tango"``, ``"newcombe"`` or ``"bootstrap"``); ``n_adjusted``:
+    ``rank_by``: :data:`RANK_RULES` (``"calibrated"``: choice tasks, the exact scorer only); ``ci_method``: the test gain's interval (``"tango"``, ``"newcombe"`` or ``"bootstrap"``); ``n_adjusted``:
     sign-flip permutations of the selection-adjusted test on D_dist (0: off); ``seed``: the statistics' randomness (null,
     bootstrap, selection stability, random pools) and, unless ``split_seed`` is given, the splits of
     a task loaded by name; ``split_seed``: the splits alone (``None``: follow ``seed``, so a run made
@@ -310,10 +289,8 @@ class SearchConfig:
         "help": "--scorer prescreen: fraction of heads (the first pass's best) the exact scan keeps", "interval": "(0, 1]"})
     prescreen_sample: int = field(default=32, metadata={
         "help": "--scorer prescreen --prescreen-pass subsample: D_dist examples of the first pass", "min": 1})
-    rank_by: str = field(default="raw", metadata={"manifest": "if_set",
-        "help": "what stage 1 ranks and stage 2 chooses by: the raw D_dist accuracy gain (the paper's), or on choice "
-        "tasks the calibrated gain (each head set at its best constant answer prior, fitted on D_dist)",
-        "choices": RANK_RULES})
+    rank_by: str = field(default="raw", metadata={"manifest": "if_set", "choices": RANK_RULES, "help": "the D_dist gain "
+        "stage 1 ranks and stage 2 chooses by: raw (the paper's), or on choice tasks calibrated (best prior fitted on D_dist)"})
     alpha: float = field(default=0.05, metadata={"manifest": "if_set", "help": "level of every test and interval", "interval": "(0, 1)"})
     n_stability: int = field(default=DEFAULT_N_STABILITY, metadata={"manifest": "if_set", "min": 0,
         "help": "bootstrap re-selections of the selection-stability check on D_dist (0: off)"})
@@ -333,11 +310,8 @@ class SearchConfig:
                 "k", f"k must be at most the pool size ({self.pool_size}): every subset is drawn from the pool, "
                 f"so k={self.k} could never be reached"
             )
-        if self.rank_by == "calibrated" and self.scorer != "exact":
-            raise OptionError(
-                "rank_by", f"rank_by 'calibrated' needs the exact scorer (got {self.scorer!r}): the calibrated gain of a "
-                "head is fitted from its own D_dist choice scores, which only exact stage 1 evaluates for every head"
-            )
+        if self.rank_by == "calibrated" and self.scorer != "exact":  # only exact stage 1 has every head's choice scores
+            raise OptionError("rank_by", f"rank_by 'calibrated' needs the exact scorer, got {self.scorer!r}")
         return self
 
     def manifest_options(self, use_store: bool = True) -> dict[str, Any]:

@@ -46,7 +46,7 @@ from cel_lens.stats import gain_bounds, null_min_p, null_p_value
 
 __all__ = [
     "Discovery", "TestOutcome", "NullTest", "Stability", "Controls", "Row", "CI_NAMES", "pp", "format_p",
-    "nonpositive_gain_warning", "discovery_gain_words", "decision_text", "decision_bounds", "split_half_text", "known_share", "MOSTLY_UNKNOWN",
+    "nonpositive_gain_warning", "decision_text", "decision_bounds", "split_half_text", "known_share", "MOSTLY_UNKNOWN",
 ]
 
 Row = tuple[str, str]
@@ -71,20 +71,16 @@ def format_p(p: Any) -> str:
     return f"{float(p):.3g}"
 
 
+def _cal(rank_by: str) -> str:
+    return "calibrated " if rank_by == "calibrated" else ""
+
+
 def nonpositive_gain_warning(dist_gain: float, rank_by: str = SearchConfig.rank_by) -> str:
-    """The one line shown when the selected subset does not raise discovery accuracy (its calibrated
-    accuracy, each head set at its best constant prior on D_dist, when ``rank_by`` is ``"calibrated"``)."""
-    cal = rank_by == "calibrated"
-    return (
-        f"the selected subset's {'calibrated ' if cal else ''}discovery gain is {pp(dist_gain)} (<= 0): no evaluated "
-        f"ablation raised D_dist {'best-prior ' if cal else ''}accuracy, so the search picked the least harmful one; "
-        "this is not an enhancement"
-    )
-
-
-def discovery_gain_words(rank_by: str = SearchConfig.rank_by) -> str:
-    """What a discovery gain is called: ``"calibrated discovery gain"`` when the search ranked by it."""
-    return "calibrated discovery gain" if rank_by == "calibrated" else "discovery gain"
+    """The one line shown when the selected subset does not raise discovery accuracy (at each head
+    set's best constant prior on D_dist when ``rank_by`` is ``"calibrated"``)."""
+    return (f"the selected subset's {_cal(rank_by)}discovery gain is {pp(dist_gain)} (<= 0): no evaluated ablation "
+            f"raised D_dist {'best-prior ' if _cal(rank_by) else ''}accuracy, so the search picked the least harmful "
+            "one; this is not an enhancement")
 
 
 def decision_bounds(dec: Mapping[str, Any]) -> tuple[Any, Any]:
@@ -123,10 +119,8 @@ class Discovery:
     with its discovery gain (and its post-hoc test gain when measured: for plots only, choosing by
     it would leak the test split); ``parsimony`` the stage-2 rule and its choice
     (:mod:`~cel_lens.selection.parsimony`); ``adjusted`` the selection-adjusted test of "no head set
-    helps" (:mod:`~cel_lens.selection.guardrails`); ``rank_by`` the rule that ranked stage 1 and chose
-    the subset (``"raw"``; ``"calibrated"``: every accuracy and gain of this part, the scores, the
-    subsets' and the tests' included, is then each head set's at its best constant answer prior fitted
-    on D_dist, :mod:`~cel_lens.selection.ranking`)."""
+    helps" (:mod:`~cel_lens.selection.guardrails`); ``rank_by`` the rule that ranked (``"calibrated"``: every
+    accuracy and gain of this part is at each head set's best prior on D_dist, :mod:`~cel_lens.selection.ranking`)."""
 
     acc_intact: float
     acc_ablated: float
@@ -148,9 +142,9 @@ class Discovery:
                      f"{par['best']} ({pp(par['best_dist_gain'])})")
         if par and par.get("rule") == "backward" and par.get("best") != par.get("chosen"):
             dropped = ", ".join(d["dropped"] for d in par.get("dropped") or [])
-            answers = "D_dist's best-prior answers" if self.rank_by == "calibrated" else "D_dist"
             text += (f"; {dropped} dropped from the most accurate, {par['best']} ({pp(par['best_dist_gain'])}): their "
-                     f"leave-one-out exact tests on {answers} do not support them")
+                     f"leave-one-out exact tests on D_dist{' (best-prior answers)' if _cal(self.rank_by) else ''} do not "
+                     "support them")
         passengers = (par or {}).get("passengers") or []
         if passengers:
             text += ("; passengers kept (their own D_dist leave-one-out test does not support them): "
@@ -172,10 +166,9 @@ class Discovery:
 
     def rows(self, n_dist: Any) -> list[Row]:
         """The D_dist accuracies and gain (labelled selection-biased; calibrated when it ranked)."""
-        cal = "calibrated (each at its best constant prior fitted on D_dist): " if self.rank_by == "calibrated" else ""
-        return [(f"D_dist (n={n_dist})", f"{cal}intact {pp(self.acc_intact, False)} -> ablated "
-                                         f"{pp(self.acc_ablated, False)}, gain {pp(self.gain)} (selection-biased: Ŝ was "
-                                         "chosen for it)")]
+        cal = "calibrated (each at its best constant prior fitted on D_dist): " if _cal(self.rank_by) else ""
+        return [(f"D_dist (n={n_dist})", f"{cal}intact {pp(self.acc_intact, False)} -> ablated {pp(self.acc_ablated, False)}, "
+                                         f"gain {pp(self.gain)} (selection-biased: Ŝ was chosen for it)")]
 
     def adjusted_rows(self) -> list[Row]:
         """Whether any ablation helps, by the selection-adjusted test (none for results without it)."""
@@ -186,7 +179,7 @@ class Discovery:
         if "upper" in adj:
             mde = f", 80%-power effect of one exact test {pp(adj['mde'])}" if adj.get("mde") is not None else ""
             bound = f"; gains up to {pp(adj['upper'])} not ruled out (stated effect {pp(adj['min_effect'])}{mde})"
-        return [("any ablation helps?", f"{adjusted_verdict(adj)}: best {discovery_gain_words(self.rank_by)} {pp(adj['observed'])} vs the "
+        return [("any ablation helps?", f"{adjusted_verdict(adj)}: best {_cal(self.rank_by)}discovery gain {pp(adj['observed'])} vs the "
                  f"best of {adj['n_sets']} head sets with no effect (sign-flip max statistic, {adj['n_permutations']} "
                  f"permutations): selection-adjusted p = {format_p(adj['p_value'])}" + bound)]
 
@@ -199,7 +192,7 @@ class Discovery:
             + (f" (test {pp(s['test_gain_posthoc'])}, exploratory post-hoc)" if s.get("test_gain_posthoc") is not None else "")
             for s in top
         )
-        return [("top stage-2 subsets", f"{discovery_gain_words(self.rank_by)} (selection-biased): " + text)]
+        return [("top stage-2 subsets", f"{_cal(self.rank_by)}discovery gain (selection-biased): " + text)]
 
 
 @dataclass
