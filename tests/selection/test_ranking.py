@@ -153,3 +153,29 @@ def test_calibrated_ranking_is_refused_without_choices_before_any_evaluation():
         run_search(tiny, SearchConfig(k=1, pool_size=2, rank_by="calibrated"), scores=given, progress=False)
     assert tiny.calls == 0
 
+
+
+class CountingPlanted(PlantedChoiceOracle):
+    """The planted oracle, counting the head sets it evaluates."""
+
+    def evaluate_choices(self, split, head_sets, *, stage=""):
+        self.evaluated = getattr(self, "evaluated", 0) + len(head_sets)
+        return super().evaluate_choices(split, head_sets, stage=stage)
+
+
+def test_a_recorded_calibrated_search_resumes_from_its_choice_scores(tmp_path):
+    """The run directory records raw bits and choice scores; a rerun ranks from them without a forward pass."""
+    from cel_lens.runs import RecordingOracle, RunDir
+
+    config = SearchConfig(k=2, pool_size=4, n_null=20, n_boot=200, n_adjusted=99, n_stability=10, rank_by="calibrated")
+    manifest = {"what": "rank_by", "options": config.manifest_options()}
+    kw = dict(n_dist=400, n_test=400, prior="L0H1", capability="L2H2", fix_rate=0.12, seed=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        first = run_search(RecordingOracle(CountingPlanted(3, 3, **kw), RunDir.open(tmp_path / "run", manifest)), config,
+                           progress=False)
+        again_oracle = CountingPlanted(3, 3, **kw)
+        again = run_search(RecordingOracle(again_oracle, RunDir.open(tmp_path / "run", manifest)), config, progress=False)
+    assert again == first and first == _search("calibrated") and getattr(again_oracle, "evaluated", 0) == 0
+    started = RunDir(tmp_path / "run").events("search_started")[0]["options"]
+    assert started["rank_by"] == "calibrated"
