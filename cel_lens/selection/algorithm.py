@@ -370,7 +370,8 @@ def _recorded_stage1(
     timings["stage1_s"] += given.seconds if given is not None else 0.0  # a scorer that ran before the search
     journal = memo.journal
     if journal is not None and not any(e.get("scorer") == name for e in journal.events("stage1_scores")):
-        journal.record_event("stage1_scores", **{**scores.record(), "scorer": name})
+        ranked = {} if view is memo else {"rank_by": "calibrated"}  # the scores are best-prior gains
+        journal.record_event("stage1_scores", **{**scores.record(), "scorer": name, **ranked})
     return intact, scores
 
 

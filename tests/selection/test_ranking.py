@@ -178,4 +178,34 @@ def test_a_recorded_calibrated_search_resumes_from_its_choice_scores(tmp_path):
         again = run_search(RecordingOracle(again_oracle, RunDir.open(tmp_path / "run", manifest)), config, progress=False)
     assert again == first and first == _search("calibrated") and getattr(again_oracle, "evaluated", 0) == 0
     started = RunDir(tmp_path / "run").events("search_started")[0]["options"]
-    assert started["rank_by"] == "calibrated"
+    assert started["rank_by"] == "calibrated" and RunDir(tmp_path / "run").events("stage1_scores")[0]["rank_by"] == "calibrated"
+
+
+def test_a_search_on_a_tiny_model_ranks_by_each_heads_best_prior_accuracy(tiny_model):
+    """Through the pipeline on a real (tiny) model: the stage-1 scores are each head's best-prior
+    D_dist accuracy minus the intact model's, recomputed here from the evaluator's choice
+    log-likelihoods (no activation store, no oracle) and the calibration module's bias fit."""
+    import cel_lens as cl
+    from cel_lens.evaluation import evaluate
+    from cel_lens.heads import Head
+    from cel_lens.selection.calibration import calibrated_predictions, fit_choice_bias
+    from cel_lens.tasks.base import Example, Task
+
+    words = ["red", "blue", "green", "cat", "dog", "sun", "moon", "tree", "rock", "fish", "bird", "star"]
+    examples = [Example(f"yn/{i}", f"Is {words[i % 12]} a {words[(i // 12 + i) % 12]} ({i})?\nAnswer:",
+                        choices=(" no", " yes"), label=i % 3 != 0) for i in range(48)]
+    task = Task("yes_no", "multiple_choice", tuple(examples[:24]), tuple(examples[24:]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        run = cl.search(tiny_model, task, k=1, pool_size=3, n_null=4, n_boot=200, rank_by="calibrated", progress=False)
+    L, H = tiny_model.cfg.n_layers, tiny_model.cfg.n_heads
+    sets = [HeadSet()] + [HeadSet([Head(layer, h)]) for layer in range(L) for h in range(H)]
+    ll = evaluate(tiny_model, task.dist, sets, progress=False).extra["choice_ll"]
+    labels = torch.tensor([int(e.label) for e in task.dist.examples])
+    best = torch.tensor([float((calibrated_predictions(s, fit_choice_bias(s, labels)) == labels).double().mean())
+                         for s in ll], dtype=torch.float64)
+    expected = (best[1:] - best[0]).reshape(L, H)
+    assert run.result.discovery.rank_by == "calibrated"
+    torch.testing.assert_close(run.result.scores_tensor, expected, atol=1e-12, rtol=0)
+    top = max(((float(expected[h.layer, h.head]), -h.layer, -h.head), h) for s in sets[1:] for h in s)[1]
+    assert run.result.heads == str(top)  # k = 1: the best single by calibrated gain, ties by head order
