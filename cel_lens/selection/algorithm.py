@@ -295,7 +295,10 @@ def run_search(
     every test and interval (``alpha``), the stability check's re-selections (``n_stability``) and the
     head sets per evaluation call (``chunk``) are the config's. ``test_reads``: the seal ledger's
     reads of this D_test (:mod:`cel_lens.evaluation.seal`; default: the oracle's, where it declares
-    them); any before the selection makes ``selected_before_test`` false. ``progress``: progress bars."""
+    them); any before the selection makes ``selected_before_test`` false. ``progress``: progress bars.
+    ``config.rank_by="calibrated"``: stage 1, stage 2 and the D_dist checks read each head set's
+    correctness at its best constant answer prior on D_dist (:mod:`cel_lens.selection.ranking`; choice
+    tasks and the exact scorer only, refused before any evaluation otherwise); D_test is reported as always."""
     if config is not None and not isinstance(config, SearchConfig):
         raise TypeError(f"run_search() config must be a SearchConfig, got {type(config).__name__}")
     config = (config or SearchConfig()).validate()
