@@ -26,7 +26,8 @@ from typing import Mapping, Union
 import pytest
 
 from cel_lens.config import (
-    ABLATION_KINDS, BACKENDS, BOS_RULES, CI_METHODS, LOADERS, PARSIMONY_RULES, PRECISIONS, SCORERS, STRATEGIES,
+    ABLATION_KINDS, BACKENDS, BOS_RULES, CI_METHODS, LOADERS, PARSIMONY_RULES, PRECISIONS, RANK_RULES, SCORERS,
+    STRATEGIES,
 )
 from cel_lens.model.registry import MODELS
 from cel_lens.model.sources import MODEL_SOURCES
@@ -41,7 +42,7 @@ REGISTRIES: dict[str, Registry] = {
     "SCORERS": SCORERS, "ABLATION_KINDS": ABLATION_KINDS, "BACKENDS": BACKENDS,
     "TASKS": TASKS, "MODEL_SOURCES": MODEL_SOURCES, "MODELS": MODELS, "ANSWER_TYPES": ANSWER_TYPES,
     "STRATEGIES": STRATEGIES, "PARSIMONY_RULES": PARSIMONY_RULES, "CI_METHODS": CI_METHODS,
-    "LOADERS": LOADERS, "PRECISIONS": PRECISIONS, "BOS_RULES": BOS_RULES,
+    "LOADERS": LOADERS, "PRECISIONS": PRECISIONS, "BOS_RULES": BOS_RULES, "RANK_RULES": RANK_RULES,
 }
 
 COMMON_WORDS: dict[str, tuple[tuple[str, ...], str]] = {
@@ -50,6 +51,7 @@ COMMON_WORDS: dict[str, tuple[tuple[str, ...], str]] = {
     "BOS_RULES": (("always", "never"), r"bos|rule"),
     "PARSIMONY_RULES": (("best", "backward"), r"parsimony|rule"),
     "CI_METHODS": (("bootstrap",), r"ci_method|method|interval"),
+    "RANK_RULES": (("raw", "calibrated"), r"rank"),
 }
 """Registry -> (its names that are common words, the pattern the other side of a comparison of one
 must match to count: the registry's subject, as code names it)."""

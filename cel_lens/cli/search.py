@@ -20,7 +20,7 @@ from cel_lens.cli.common import (
     settings_from_args,
 )
 from cel_lens.cli.options import RUN_FIELDS, add_fields, config_from_args
-from cel_lens.config import QUICK, ExecutionSettings, SearchConfig, check_split_sizes
+from cel_lens.config import QUICK, RANK_RULES, ExecutionSettings, SearchConfig, check_split_sizes
 from cel_lens.selection.plan import SearchPlan
 from cel_lens.selection.plan_quick import QUICK_BUDGET_S, QUICK_CUTS, QUICK_SEARCH_S, QuickFit, fit_quick
 
@@ -100,7 +100,8 @@ def fit_quick_args(args: argparse.Namespace, task: Any, config: SearchConfig, se
         n_dist, n_test = (min(int(changes.get(f"n_{s}", 10**9)), len(task.split(s))) for s in ("dist", "test"))
         return plan_search(timed.n_layers, timed.n_heads, n_dist, n_test, config=cut, controls=controls)
 
-    fit = fit_quick(timed, replan, set(args.explicit), budget_s=QUICK_SEARCH_S)
+    fixed = set(args.explicit) | ({"scorer"} if RANK_RULES.resolve(config.rank_by).needs_scorer else set())
+    fit = fit_quick(timed, replan, fixed, budget_s=QUICK_SEARCH_S)  # a rule that needs its scorer keeps it
     priced = timed if timed.seconds_per_unit is None else replace(
         replan(fit.changes).timed(timed.seconds_per_unit, timed.cpu_share, timed.full_seconds_per_example,
                                   timed.apart_seconds_per_unit), memory=timed.memory, calibration_cpu_s=timed.calibration_cpu_s)

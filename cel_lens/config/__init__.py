@@ -20,7 +20,8 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Optional
 
 from cel_lens.config.options import (
-    ABLATION_KINDS, BACKENDS, BOS_RULES, CI_METHODS, LOADERS, PARSIMONY_RULES, PRECISIONS, SCORERS, STRATEGIES,
+    ABLATION_KINDS, BACKENDS, BOS_RULES, CI_METHODS, LOADERS, PARSIMONY_RULES, PRECISIONS, RANK_RULES, SCORERS,
+    STRATEGIES,
 )
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "BOS_RULES",
     "LOADERS",
     "PRECISIONS",
+    "RANK_RULES",
     "DTYPE_ALIASES",
     "QUICK",
     "canonical_dtype",
@@ -183,7 +185,7 @@ class SearchConfig:
     evaluate every stage-2 subset on D_test (exploratory, off by default); ``parsimony``: stage 2's
     rule (``"backward"``: drop heads the leave-one-out tests on D_dist do not support; ``"one_se"``;
     ``"simultaneous"``; ``"best"``);
-    ``ci_method``: the test gain's interval (``"tango"``, ``"newcombe"`` or ``"bootstrap"``); ``n_adjusted``:
+    ``rank_by``: :data:`RANK_RULES` (``"calibrated"``: choice tasks, the exact scorer only); ``ci_method``: the test gain's interval (``"tango"``, ``"newcombe"`` or ``"bootstrap"``); ``n_adjusted``:
     sign-flip permutations of the selection-adjusted test on D_dist (0: off); ``seed``: the statistics' randomness (null,
     bootstrap, selection stability, random pools) and, unless ``split_seed`` is given, the splits of
     a task loaded by name; ``split_seed``: the splits alone (``None``: follow ``seed``, so a run made
@@ -258,6 +260,8 @@ class SearchConfig:
         "help": "--scorer prescreen: fraction of heads (the first pass's best) the exact scan keeps", "interval": "(0, 1]"})
     prescreen_sample: int = field(default=32, metadata={
         "help": "--scorer prescreen --prescreen-pass subsample: D_dist examples of the first pass", "min": 1})
+    rank_by: str = field(default="raw", metadata={"manifest": "if_set", "choices": RANK_RULES, "help": "the D_dist gain "
+        "stage 1 ranks and stage 2 chooses by: raw (the paper's), or on choice tasks calibrated (best prior fitted on D_dist)"})
     alpha: float = field(default=0.05, metadata={"manifest": "if_set", "help": "level of every test and interval", "interval": "(0, 1)"})
     n_stability: int = field(default=DEFAULT_N_STABILITY, metadata={"manifest": "if_set", "min": 0,
         "help": "bootstrap re-selections of the selection-stability check on D_dist (0: off)"})
@@ -277,6 +281,9 @@ class SearchConfig:
                 "k", f"k must be at most the pool size ({self.pool_size}): every subset is drawn from the pool, "
                 f"so k={self.k} could never be reached"
             )
+        needs = RANK_RULES.resolve(self.rank_by).needs_scorer
+        if needs is not None and self.scorer != needs:  # only exact stage 1 has every head's choice scores
+            raise OptionError("rank_by", f"rank_by {self.rank_by!r} needs the {needs} scorer, got {self.scorer!r}")
         return self
 
     def manifest_options(self, use_store: bool = True) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from cel_lens.registry import Registry
 
 __all__ = [
     "SCORERS", "STRATEGIES", "PARSIMONY_RULES", "CI_METHODS", "BACKENDS", "ABLATION_KINDS", "LOADERS", "PRECISIONS",
-    "BOS_RULES",
+    "BOS_RULES", "RANK_RULES",
 ]
 
 SCORERS: Registry = Registry("scorer", {
@@ -100,3 +100,9 @@ BOS_RULES: Registry = Registry("bos rule", {
 """How prompts start (:mod:`cel_lens.model.bos`, each a :class:`~cel_lens.model.bos.BosRule`): ``"tokenizer"``: BOS where the checkpoint's
 tokenizer adds it (lm-eval's default); ``"always"``: BOS before every prompt; ``"never"``: no BOS
 (unless the text itself starts with one)."""
+RANK_RULES: Registry = Registry("rank rule", {
+    "raw": "cel_lens.selection.ranking:RAW",
+    "calibrated": "cel_lens.selection.ranking:CALIBRATED",
+})
+"""Which D_dist gain ranks stage 1 and chooses S-hat -> its :class:`~cel_lens.selection.ranking.RankRule`:
+the raw gain (the paper's), or the gain at each head set's best constant prior fitted on D_dist."""

@@ -56,6 +56,7 @@ from cel_lens.scoring.exact import exact_scores
 from cel_lens.selection.calibration import calibration_statistics
 from cel_lens.selection.memo import MemoOracle
 from cel_lens.selection.pool import DEFAULT_POOL_SIZE, candidate_pool
+from cel_lens.selection.ranking import CALIBRATED, CalibratedDist, ranking_view
 from cel_lens.selection.records import AdjustedTest, CalibrationRecord, LeaveOneOut, SealRecord, SubsetRecord
 from cel_lens.selection.result import Result, nonpositive_gain_warning
 from cel_lens.selection.result_parts import Controls, Discovery, NullTest, Stability, TestOutcome
@@ -224,14 +225,15 @@ def _timed(timings: dict[str, float], name: str) -> Iterator[None]:
 
 
 def _discovery_checks(
-    memo: MemoOracle, subsets: list[SubsetScore], selected: HeadSet, intact: Tensor, config: SearchConfig, *,
+    memo: MemoOracle | CalibratedDist, subsets: list[SubsetScore], selected: HeadSet, intact: Tensor, config: SearchConfig, *,
     n_stability: int, alpha: float,
 ) -> tuple[Stability, Optional[AdjustedTest]]:
     """What the recorded D_dist bits say about the selection (``config``'s rule, pool, ``k``, seed
     and ``n_adjusted``), without a forward pass: its
     stability (the whole selection redone on bootstrap resamples when every single head is
     recorded, else stage 2 alone on a fixed pool), the split-half agreement, and the
-    selection-adjusted test of "no head set helps" (:mod:`cel_lens.selection.guardrails`)."""
+    selection-adjusted test of "no head set helps" (:mod:`cel_lens.selection.guardrails`). ``memo``:
+    the search's oracle as the ranking sees it (:func:`~cel_lens.selection.ranking.ranking_view`)."""
     stability, adjusted = Stability(), None
     rule, seed, n_adjusted = config.parsimony, config.seed, config.n_adjusted
     sets, bits = memo.recorded(DIST_SPLIT)
@@ -264,6 +266,7 @@ def _record_start(memo: MemoOracle, config: SearchConfig, scorer: str, alpha: fl
         n_null=config.n_null, n_boot=config.n_boot, alpha=alpha, posthoc=config.posthoc, seed=config.seed,
         parsimony=config.parsimony, n_adjusted=config.n_adjusted, ci_method=config.ci_method,
         **({"n_specificity": config.n_specificity} if config.n_specificity else {}),
+        **({"rank_by": config.rank_by} if config.rank_by != SearchConfig.rank_by else {}),
     )
     memo.journal.record_event("search_started", n_layers=memo.n_layers, n_heads=memo.n_heads, options=options)
 
@@ -292,36 +295,43 @@ def run_search(
     every test and interval (``alpha``), the stability check's re-selections (``n_stability``) and the
     head sets per evaluation call (``chunk``) are the config's. ``test_reads``: the seal ledger's
     reads of this D_test (:mod:`cel_lens.evaluation.seal`; default: the oracle's, where it declares
-    them); any before the selection makes ``selected_before_test`` false. ``progress``: progress bars."""
+    them); any before the selection makes ``selected_before_test`` false. ``progress``: progress bars.
+    ``config.rank_by="calibrated"``: stage 1, stage 2 and the D_dist checks read each head set's
+    correctness at its best constant answer prior on D_dist (:mod:`cel_lens.selection.ranking`; choice
+    tasks and the exact scorer only, refused before any evaluation otherwise); D_test is reported as always."""
     if config is not None and not isinstance(config, SearchConfig):
         raise TypeError(f"run_search() config must be a SearchConfig, got {type(config).__name__}")
     config = (config or SearchConfig()).validate()
     alpha, n_stability, chunk = config.alpha, config.n_stability, config.chunk
     named = config.scorer != SearchConfig.scorer
     memo = oracle if isinstance(oracle, MemoOracle) else MemoOracle(oracle)
+    view = ranking_view(memo, config.rank_by)  # what stage 1 and stage 2 read (refused here, before any evaluation)
+    if scores is not None and view is not memo:
+        raise ValueError("rank_by 'calibrated' computes its own stage-1 scores (exact, calibrated on D_dist); "
+                         "scores from another scorer rank by raw gain")
     journal, timings = memo.journal, {}
     if held := memo.held_sets():  # the seconds below are this process's: say what it did not evaluate itself
         timings[RESUMED_SETS] = float(held)
     given = None if scores is None else discovery_scores(scores, memo.n_layers, memo.n_heads)
     name = given.scorer if given is not None and not named else config.scorer
     _record_start(memo, config, name, alpha)
-    intact, stage1_scores = _recorded_stage1(memo, given, name, timings, chunk=chunk, progress=progress)
+    intact, stage1_scores = _recorded_stage1(memo, given, name, timings, chunk=chunk, progress=progress, view=view)
     search = dict(k=config.k, strategy=config.strategy, beam_width=config.beam_width, chunk=chunk, progress=progress)
     with _timed(timings, "stage2_s"):
         pool = candidate_pool(stage1_scores.values, config.pool_size)
         if journal is not None:
             journal.record_event("pool", scorer=name, pool=[str(h) for h in pool])
-        subsets, _ = stage2(memo, pool, stage1_scores, intact, **search)
-        bits = memo.evaluate(DIST_SPLIT, [s.heads for s in subsets], stage="stage2")
+        subsets, _ = stage2(view, pool, stage1_scores, intact, **search)
+        bits = view.evaluate(DIST_SPLIT, [s.heads for s in subsets], stage="stage2")
         best, choice = select_parsimonious(subsets, bits, config.parsimony, alpha=alpha,
                                            stand_ins=memo.n_layers * memo.n_heads)
-        stability, adjusted = _discovery_checks(memo, subsets, best.heads, intact, config, n_stability=n_stability,
+        stability, adjusted = _discovery_checks(view, subsets, best.heads, intact, config, n_stability=n_stability,
                                                 alpha=alpha)
         if config.n_specificity:  # on D_dist, before the selection is fixed
             winners, n_possible = random_pool_winners(
-                memo, pool, config.n_specificity, seed=config.seed, intact=intact, scores=stage1_scores.values, **search
+                view, pool, config.n_specificity, seed=config.seed, intact=intact, scores=stage1_scores.values, **search
             )
-    _warn_nothing_helps(best, adjusted, alpha)
+    _warn_nothing_helps(best, adjusted, alpha, config.rank_by)
     fix_selection(memo, best, _prior_reads(memo, test_reads))
     with _timed(timings, "test_s"):  # the oracle's context says who reads D_test (the seal's ledger)
         held = test_statistics(memo, best, subsets, config, alpha=alpha, chunk=chunk, progress=progress)
@@ -332,7 +342,7 @@ def run_search(
     discovery = Discovery(
         acc_intact=float(intact.to(torch.float64).mean()), acc_ablated=best.dist_acc, gain=best.dist_gain,
         scores=stage1_scores.values.tolist(), scores_split=stage1_scores.split, pool=[str(h) for h in pool],
-        subsets=held.subsets, parsimony=choice, adjusted=adjusted,
+        subsets=held.subsets, parsimony=choice, adjusted=adjusted, rank_by=config.rank_by,
     )
     return _finish(memo, Result(
         heads=str(best.heads), discovery=discovery, test=held.test, null=held.null, stability=stability,
@@ -353,23 +363,25 @@ def _finish(memo: MemoOracle, result: Result) -> Result:
 
 
 def _recorded_stage1(
-    memo: MemoOracle, given: Optional[Stage1Scores], name: str, timings: dict[str, float], *, chunk: int, progress: bool
+    memo: MemoOracle, given: Optional[Stage1Scores], name: str, timings: dict[str, float], *, chunk: int, progress: bool,
+    view: MemoOracle | CalibratedDist,
 ) -> tuple[Bool[Tensor, " example"], Stage1Scores]:
-    """Stage 1, timed, with its scores recorded in the journal (once per scorer): a resumed
-    pipeline reuses scores that are costly or not bit-reproducible."""
+    """Stage 1 over ``view`` (the ranking's view of ``memo``), timed, with its scores recorded in the
+    journal (once per scorer): a resumed pipeline reuses scores that are costly or not bit-reproducible."""
     with _timed(timings, "stage1_s"):
-        intact, scores = stage1(memo, given, chunk=chunk, progress=progress)
+        intact, scores = stage1(view, given, chunk=chunk, progress=progress)
     timings["stage1_s"] += given.seconds if given is not None else 0.0  # a scorer that ran before the search
     journal = memo.journal
     if journal is not None and not any(e.get("scorer") == name for e in journal.events("stage1_scores")):
-        journal.record_event("stage1_scores", **{**scores.record(), "scorer": name})
+        ranked = {} if view is memo else {"rank_by": CALIBRATED.name}  # the scores are best-prior gains
+        journal.record_event("stage1_scores", **{**scores.record(), "scorer": name, **ranked})
     return intact, scores
 
 
-def _warn_nothing_helps(best: SubsetScore, adjusted: Optional[AdjustedTest], alpha: float) -> None:
-    """Warn when no evaluated ablation raised D_dist accuracy, or when the selection-adjusted test
-    does not reject "no head set helps"."""
+def _warn_nothing_helps(best: SubsetScore, adjusted: Optional[AdjustedTest], alpha: float, rank_by: str) -> None:
+    """Warn when no evaluated ablation raised D_dist accuracy (calibrated, under that ``rank_by``), or
+    when the selection-adjusted test does not reject "no head set helps"."""
     if best.dist_gain <= 0:
-        warnings.warn(nonpositive_gain_warning(best.dist_gain), UserWarning, stacklevel=3)
+        warnings.warn(nonpositive_gain_warning(best.dist_gain, rank_by), UserWarning, stacklevel=3)
     elif adjusted is not None and not adjusted["rejects"]:
-        warnings.warn(nothing_helps_warning(adjusted, alpha), UserWarning, stacklevel=3)
+        warnings.warn(nothing_helps_warning(adjusted, alpha, rank_by), UserWarning, stacklevel=3)

@@ -122,14 +122,20 @@ def _limits(adjusted: dict[str, Any]) -> str:
     return f"; gains up to {100 * adjusted['upper']:+.2f} pp are not ruled out (one-sided, every evaluated set){power}"
 
 
-def nothing_helps_warning(adjusted: dict[str, Any], alpha: float) -> str:
+def nothing_helps_warning(adjusted: dict[str, Any], alpha: float, rank_by: str = "raw") -> str:
     """The one line shown when the selection-adjusted test does not reject: "nothing helps" as an
-    absence only when the bound is below the stated effect, else that this n shows nothing either way."""
-    head = (f"the best discovery gain {100 * adjusted['observed']:+.2f} pp is within what the best of "
+    absence only when the bound is below the stated effect, else that this n shows nothing either way
+    (gains and accuracy are the calibrated ones, at each head set's best prior on D_dist, when
+    ``rank_by`` is ``"calibrated"``)."""
+    from cel_lens.config import RANK_RULES
+
+    rule = RANK_RULES.resolve(rank_by)
+    cal = rule.gain_words
+    head = (f"the best {cal}discovery gain {100 * adjusted['observed']:+.2f} pp is within what the best of "
             f"{adjusted['n_sets']} evaluated head sets reaches when none helps (selection-adjusted p = "
             f"{adjusted['p_value']:.3g} > α = {alpha:g})")
     if adjusted.get("absence", "upper" not in adjusted):
-        bound = (f"; no evaluated head set raises D_dist accuracy by {100 * adjusted['min_effect']:.2g} pp or more"
+        bound = (f"; no evaluated head set raises D_dist {rule.accuracy_words}accuracy by {100 * adjusted['min_effect']:.2g} pp or more"
                  if "upper" in adjusted else "")
         return f"nothing helps: {head}{bound}; this is not evidence of an enhancement"
     return f"no evidence that any ablation helps: {head}{_limits(adjusted)}; this is not evidence of an absence either"

@@ -58,13 +58,14 @@ class ParsimonyRule:
     """A stage-2 rule (an entry of :data:`~cel_lens.config.PARSIMONY_RULES`): ``width(n_subsets,
     alpha)`` is the standard errors a subset may trail the best by (``None``: the rule is not a
     standard-error rule); ``backward``: it drops heads by their leave-one-out tests; neither: the
-    most accurate subset. ``departure(record, pp)`` says, for a result's selected-heads row, why
-    the chosen subset is not the most accurate (``""`` when the rule has nothing to say)."""
+    most accurate subset. ``departure(record, pp, dist)`` says, for a result's selected-heads row, why
+    the chosen subset is not the most accurate (``""`` when the rule has nothing to say; ``dist``:
+    what the discovery split's answers are called, e.g. ``"D_dist (best-prior answers)"``)."""
 
     name: str
     width: Optional[Callable[[int, float], float]] = None
     backward: bool = False
-    departure: Callable[[Mapping[str, Any], Format], str] = lambda record, pp: ""
+    departure: Callable[[Mapping[str, Any], Format, str], str] = lambda record, pp, dist="D_dist": ""
 
     @property
     def plain_best(self) -> bool:
@@ -72,13 +73,13 @@ class ParsimonyRule:
         return self.width is None and not self.backward
 
 
-def _backward_departure(par: Mapping[str, Any], pp: Format) -> str:
+def _backward_departure(par: Mapping[str, Any], pp: Format, dist: str = "D_dist") -> str:
     dropped = ", ".join(d["dropped"] for d in par.get("dropped") or [])
     return (f"; {dropped} dropped from the most accurate, {par['best']} ({pp(par['best_dist_gain'])}): their "
-            "leave-one-out exact tests on D_dist do not support them")
+            f"leave-one-out exact tests on {dist} do not support them")
 
 
-def _one_se_departure(par: Mapping[str, Any], pp: Format) -> str:
+def _one_se_departure(par: Mapping[str, Any], pp: Format, dist: str = "D_dist") -> str:
     return (f"; smallest subset within one standard error ({pp(par['tolerance'])}) of the most accurate, "
             f"{par['best']} ({pp(par['best_dist_gain'])})")
 

@@ -103,6 +103,12 @@ _PLACES: dict[str, tuple[Optional[str], str]] = {
 }
 """Where each key of ``result.json`` lives: ``(part, attribute)``, part ``None`` for the result itself."""
 
+_IF_SET: dict[str, tuple[tuple[str, str], Any]] = {
+    "rank_by": (("discovery", "rank_by"), SearchConfig.rank_by),
+}
+"""Keys of ``result.json`` written only when not at their default, after :data:`FLAT_KEYS` (so a result
+made before the option, or with it at its default, keeps its record byte for byte): ``(place, default)``."""
+
 FLAT_KEYS: tuple[str, ...] = tuple(_PLACES)
 """The keys of ``result.json`` in the order :meth:`Result.to_dict` writes them."""
 
@@ -158,7 +164,7 @@ class Result:
     def __getattr__(self, name: str) -> Any:
         """A flat ``result.json`` key read through to its part (called only for names that are not
         attributes of the result itself)."""
-        part, attr = _PLACES.get(name, (None, ""))
+        part, attr = _PLACES.get(name) or (_IF_SET[name][0] if name in _IF_SET else (None, ""))
         holder = self.__dict__.get(part) if part is not None else None
         if holder is None:
             raise AttributeError(f"'Result' object has no attribute {name!r}")
@@ -175,21 +181,27 @@ class Result:
         return torch.tensor(self.discovery.scores, dtype=torch.float64)
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready flat dict (what ``result.json`` holds): :data:`FLAT_KEYS` in order."""
-        return {key: getattr(self if part is None else getattr(self, part), attr) for key, (part, attr) in _PLACES.items()}
+        """A JSON-ready flat dict (what ``result.json`` holds): :data:`FLAT_KEYS` in order, then
+        ``rank_by`` only when it is not ``"raw"``."""
+        out = {key: getattr(self if part is None else getattr(self, part), attr) for key, (part, attr) in _PLACES.items()}
+        for key, ((part, attr), default) in _IF_SET.items():
+            if (value := getattr(getattr(self, part), attr)) != default:
+                out[key] = value
+        return out
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Result":
         """Inverse of :meth:`to_dict`; unknown keys are ignored, keys added after a record was written
         take their default (a record without ``ci_method`` was written when every interval was the
         paired bootstrap). ``TypeError`` names the keys a result cannot do without."""
-        known = {**_LEGACY, **{key: value for key, value in d.items() if key in _PLACES}}
+        places = {**_PLACES, **{key: place for key, (place, _) in _IF_SET.items()}}
+        known = {**_LEGACY, **{key: value for key, value in d.items() if key in places}}
         missing = [key for key in _REQUIRED if key not in known]
         if missing:
             raise TypeError(f"a result record needs {', '.join(missing)}")
         args: dict[Optional[str], dict[str, Any]] = {None: {}, **{part: {} for part in _PARTS}}
         for key, value in known.items():
-            part, attr = _PLACES[key]
+            part, attr = places[key]
             args[part][attr] = value
         return cls(**args[None], **{part: kind(**args[part]) for part, kind in _PARTS.items()})
 
@@ -226,10 +238,13 @@ class Result:
 
     def _search_text(self) -> str:
         """The search's options: ``k``, the pool and its scorer, the strategy, how many subsets, the
-        seed and, when not the default, the ablation kind."""
+        seed and, when not the default, the ablation kind and the rule that ranked (``rank_by``)."""
         kind = "" if self.ablation == SearchConfig.ablation else f", {self.ablation} ablation"
+        ranked = "" if self.discovery.rank_by == SearchConfig.rank_by else (
+            f", ranked and chosen by {self.discovery.rank_by} gain (each head set at its best constant prior fitted "
+            "on D_dist)")
         return (f"k={self.k}, pool {self.discovery.pool_text(self.pool_size)} by {self.scorer}, {self.strategy}, "
-                f"{len(self.discovery.subsets or [])} subsets, seed {self.seed}{kind}")
+                f"{len(self.discovery.subsets or [])} subsets, seed {self.seed}{kind}{ranked}")
 
     def __str__(self) -> str:
         return format_result(self)

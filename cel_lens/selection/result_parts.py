@@ -26,7 +26,7 @@ from typing import Any, Mapping, Optional
 
 import numpy as np
 
-from cel_lens.config import PARSIMONY_RULES, SearchConfig
+from cel_lens.config import PARSIMONY_RULES, RANK_RULES, SearchConfig
 from cel_lens.heads import HeadSet
 from cel_lens.selection.guardrails import adjusted_verdict
 from cel_lens.selection.records import (
@@ -71,12 +71,17 @@ def format_p(p: Any) -> str:
     return f"{float(p):.3g}"
 
 
-def nonpositive_gain_warning(dist_gain: float) -> str:
-    """The one line shown when the selected subset does not raise discovery accuracy."""
-    return (
-        f"the selected subset's discovery gain is {pp(dist_gain)} (<= 0): no evaluated ablation raised D_dist "
-        "accuracy, so the search picked the least harmful one; this is not an enhancement"
-    )
+def _cal(rank_by: str) -> str:
+    """What a discovery gain is called under rule ``rank_by`` (:class:`~cel_lens.selection.ranking.RankRule`)."""
+    return RANK_RULES.resolve(rank_by).gain_words
+
+
+def nonpositive_gain_warning(dist_gain: float, rank_by: str = SearchConfig.rank_by) -> str:
+    """The one line shown when the selected subset does not raise discovery accuracy (at each head
+    set's best constant prior on D_dist when ``rank_by`` is ``"calibrated"``)."""
+    return (f"the selected subset's {_cal(rank_by)}discovery gain is {pp(dist_gain)} (<= 0): no evaluated ablation "
+            f"raised D_dist {RANK_RULES.resolve(rank_by).accuracy_words}accuracy, so the search picked the least harmful "
+            "one; this is not an enhancement")
 
 
 def decision_bounds(dec: Mapping[str, Any]) -> tuple[Any, Any]:
@@ -115,7 +120,8 @@ class Discovery:
     with its discovery gain (and its post-hoc test gain when measured: for plots only, choosing by
     it would leak the test split); ``parsimony`` the stage-2 rule and its choice
     (:mod:`~cel_lens.selection.parsimony`); ``adjusted`` the selection-adjusted test of "no head set
-    helps" (:mod:`~cel_lens.selection.guardrails`)."""
+    helps" (:mod:`~cel_lens.selection.guardrails`); ``rank_by`` the rule that ranked (``"calibrated"``: every
+    accuracy and gain of this part is at each head set's best prior on D_dist, :mod:`~cel_lens.selection.ranking`)."""
 
     acc_intact: float
     acc_ablated: float
@@ -126,6 +132,7 @@ class Discovery:
     scores_split: str = "dist"
     parsimony: Optional[ParsimonyChoice] = None
     adjusted: Optional[AdjustedTest] = None
+    rank_by: str = SearchConfig.rank_by
 
     def parsimony_text(self) -> str:
         """What the parsimony rule did, to follow S-hat in the selected-heads row: the most accurate
@@ -133,7 +140,8 @@ class Discovery:
         par, text = self.parsimony, ""
         if par and par["best"] != par["chosen"]:
             rule = PARSIMONY_RULES.get_resolved(par["rule"])
-            text += rule.departure(par, pp) if rule is not None else ""
+            dist = f"D_dist{' (best-prior answers)' if _cal(self.rank_by) else ''}"
+            text += rule.departure(par, pp, dist) if rule is not None else ""
         passengers = (par or {}).get("passengers") or []
         if passengers:
             text += ("; passengers kept (their own D_dist leave-one-out test does not support them): "
@@ -143,7 +151,7 @@ class Discovery:
     def warning_rows(self) -> list[Row]:
         """The one warning when S-hat does not raise discovery accuracy (none otherwise)."""
         if self.gain is not None and float(self.gain) <= 0:
-            return [("warning", nonpositive_gain_warning(float(self.gain)))]
+            return [("warning", nonpositive_gain_warning(float(self.gain), self.rank_by))]
         return []
 
     def pool_text(self, asked: Any) -> str:
@@ -154,8 +162,9 @@ class Discovery:
         return str(asked)
 
     def rows(self, n_dist: Any) -> list[Row]:
-        """The D_dist accuracies and gain (labelled selection-biased)."""
-        return [(f"D_dist (n={n_dist})", f"intact {pp(self.acc_intact, False)} -> ablated {pp(self.acc_ablated, False)}, "
+        """The D_dist accuracies and gain (labelled selection-biased; calibrated when it ranked)."""
+        cal = "calibrated (each at its best constant prior fitted on D_dist): " if _cal(self.rank_by) else ""
+        return [(f"D_dist (n={n_dist})", f"{cal}intact {pp(self.acc_intact, False)} -> ablated {pp(self.acc_ablated, False)}, "
                                          f"gain {pp(self.gain)} (selection-biased: Ŝ was chosen for it)")]
 
     def adjusted_rows(self) -> list[Row]:
@@ -167,7 +176,7 @@ class Discovery:
         if "upper" in adj:
             mde = f", 80%-power effect of one exact test {pp(adj['mde'])}" if adj.get("mde") is not None else ""
             bound = f"; gains up to {pp(adj['upper'])} not ruled out (stated effect {pp(adj['min_effect'])}{mde})"
-        return [("any ablation helps?", f"{adjusted_verdict(adj)}: best discovery gain {pp(adj['observed'])} vs the "
+        return [("any ablation helps?", f"{adjusted_verdict(adj)}: best {_cal(self.rank_by)}discovery gain {pp(adj['observed'])} vs the "
                  f"best of {adj['n_sets']} head sets with no effect (sign-flip max statistic, {adj['n_permutations']} "
                  f"permutations): selection-adjusted p = {format_p(adj['p_value'])}" + bound)]
 
@@ -180,7 +189,7 @@ class Discovery:
             + (f" (test {pp(s['test_gain_posthoc'])}, exploratory post-hoc)" if s.get("test_gain_posthoc") is not None else "")
             for s in top
         )
-        return [("top stage-2 subsets", "discovery gain (selection-biased): " + text)]
+        return [("top stage-2 subsets", f"{_cal(self.rank_by)}discovery gain (selection-biased): " + text)]
 
 
 @dataclass

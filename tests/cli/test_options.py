@@ -8,6 +8,7 @@ from dataclasses import fields
 
 import pytest
 
+from cel_lens.selection.plan_quick import QUICK_CUTS
 from cel_lens.cli import build_parser
 from cel_lens.cli.options import add_fields, config_from_args, flag_of, settings_from_args
 from cel_lens.config import ABLATION_KINDS, SCORERS, ExecutionSettings, QUICK, SearchConfig
@@ -23,6 +24,10 @@ def _by_dest(p: argparse.ArgumentParser) -> dict[str, argparse.Action]:
     return {a.dest: a for a in p._actions}
 
 
+CUT = {name for cut in QUICK_CUTS for name in cut.changes}
+"""The options a ``--quick`` cut may set (left unset by the parser, so a cut never overrides a user's)."""
+
+
 def test_every_field_has_help_and_one_flag_in_search_and_table():
     search, table = _by_dest(_sub("search")), _by_dest(_sub("table"))
     for cls in (SearchConfig, ExecutionSettings):
@@ -34,8 +39,10 @@ def test_every_field_has_help_and_one_flag_in_search_and_table():
             if f.name in search:
                 s = search[f.name]
                 assert s.option_strings == t.option_strings and s.choices == t.choices
-                if f.name not in QUICK:
+                if f.name not in QUICK and f.name not in CUT:  # --quick fills these, and says their defaults
                     assert s.help == t.help and s.default == t.default
+                else:
+                    assert s.default is None and s.help.startswith(t.help) and "(default: " in s.help
     assert {f.name for f in fields(SearchConfig)} <= set(search)
     assert _by_dest(_sub("search"))["ablation"].choices == list(ABLATION_KINDS)  # whatever the table holds
     assert {"zero", "mean", "resample"} <= set(_by_dest(_sub("search"))["ablation"].choices)
