@@ -1,7 +1,7 @@
 """The one form of every table that grows: ``name -> "module:attribute"``, imported when first asked for.
 
 The option tables (scorers, strategies, parsimony rules, interval methods, backends, ablation
-kinds, loaders, precisions, BOS rules: :mod:`cel_lens.config.options`), the tasks
+kinds, loaders, precisions, BOS rules, rank rules: :mod:`cel_lens.config.options`), the tasks
 (:data:`cel_lens.tasks.registry.TASKS`: each entry a task's ``TaskSpec``, loader and info), the
 answer types (:data:`cel_lens.tasks.answer_types.ANSWER_TYPES`: each entry an ``AnswerTypeEntry``),
 the named models (:data:`cel_lens.model.registry.MODELS`) and the model sources

@@ -2,7 +2,7 @@
 ``"module:attribute"``, the attribute an object that carries what the entry does.
 
 Scorers, strategies, parsimony rules, interval methods, backends, ablation kinds, loaders,
-precisions and BOS rules are each one table here (:mod:`cel_lens.config` re-exports them): the
+precisions, BOS rules and rank rules are each one table here (:mod:`cel_lens.config` re-exports them): the
 dataclass fields' ``choices`` and the CLI's read the names from them, a run's manifest records the
 names, and what an entry *does* lives on the object its entry names (a scorer's unit, a
 strategy's subsets, a precision's recomputes), so no code outside an entry's own module compares
