@@ -17,10 +17,12 @@ from cel_lens.grids.cross_task import recorded
 from cel_lens.grids.state import GridState
 from cel_lens.heads import HeadSet
 from cel_lens.runs.run_dir import RunDir
-from cel_lens.selection.result_parts import known_share
+from cel_lens.selection.result import Result
+from cel_lens.selection.result_parts import Stability, TestOutcome, known_share
 from cel_lens.stats import holm_adjust, mcnemar_exact, paired_bootstrap_ci
 
-__all__ = ["selection_stability", "build_table", "pair_row", "side_effect_block", "enhancement_p", "holm_family"]
+__all__ = ["selection_stability", "build_table", "pair_row", "result_columns", "side_effect_block", "enhancement_p",
+           "holm_family"]
 
 _RESULT_KEYS = (
     "n_dist", "n_test", "dist_acc_intact", "dist_acc_ablated", "dist_gain", "test_acc_intact", "test_acc_ablated",
@@ -29,29 +31,31 @@ _RESULT_KEYS = (
 )
 
 
-def selection_stability(result: Mapping[str, Any]) -> Optional[float]:
-    """How often Ŝ wins stage 2 when D_dist is resampled, as recorded in ``result.json``: of the
-    resamples whose winner is known (:func:`cel_lens.selection.result_parts.known_share`, as the text
-    and the heatmap state it); ``None`` when the run does not record it or most winners are not known.
-    The one place that knows where the number is kept."""
-    value = result.get("selection_stability")
+def selection_stability(stability: Stability) -> Optional[float]:
+    """How often Ŝ wins stage 2 when D_dist is resampled, as a result's typed part records it
+    (``result.stability.selection``): of the resamples whose winner is known
+    (:func:`cel_lens.selection.result_parts.known_share`, as the text and the heatmap state it);
+    ``None`` when the run does not record it or most winners are not known. The one place that
+    knows what the number is made of (a bare number in records written before the stability record)."""
+    value: Any = stability.selection
     if isinstance(value, Mapping):  # cel_lens.selection.stability: {"selected_frequency", ...}
-        frequency = value.get("selected_frequency")
+        frequency = value["selected_frequency"]
         if not isinstance(frequency, numbers.Real):
             return None
-        return known_share(float(frequency), float(value.get("incomplete") or 0.0))
+        incomplete = float(value.get("incomplete") or 0.0)  # NotRequired: written only when some winners are not known
+        return known_share(float(frequency), incomplete)
     return float(value) if isinstance(value, numbers.Real) else None
 
 
-def enhancement_p(result: Mapping[str, Any]) -> Optional[float]:
-    """The one-sided p of "ablation raises D_test accuracy" of a finished pair: recorded as
-    ``p_enhance``, or, for results written before it, from the two-sided exact McNemar p (half of it
-    when the gain is positive and it is below 1, where the two tails are known to be equal; 1
-    otherwise: a harmful or unchanged Ŝ is never a discovery)."""
-    if result.get("p_enhance") is not None:
-        return float(result["p_enhance"])
-    p, gain = result.get("p_value"), result.get("gain")
-    if p is None or gain is None:
+def enhancement_p(test: TestOutcome) -> Optional[float]:
+    """The one-sided p of "ablation raises D_test accuracy" of a finished pair's D_test part:
+    recorded as ``p_enhance``, or, for results written before it, from the two-sided exact McNemar
+    p (half of it when the gain is positive and it is below 1, where the two tails are known to be
+    equal; 1 otherwise: a harmful or unchanged Ŝ is never a discovery)."""
+    if test.p_enhance is not None:
+        return float(test.p_enhance)
+    p, gain = test.p_value, test.gain
+    if p is None or gain is None:  # always recorded, but a value JSON could not hold may be null
         return None
     return float(p) / 2 if float(gain) > 0 and float(p) < 1 else 1.0
 
@@ -61,17 +65,34 @@ def holm_family(rows: list[dict[str, Any]], alpha: float) -> dict[str, Any]:
     every planned pair counts, and a failed or unfinished one enters with p = 1, so a failure cannot
     shrink the family. Sets each row's ``p_holm``; harmful pairs (significant two-sided, Δ < 0) are
     counted apart and never as discoveries."""
-    p = [1.0 if r.get("p_enhance") is None else float(r["p_enhance"]) for r in rows]
+    p = [1.0 if r["p_enhance"] is None else float(r["p_enhance"]) for r in rows]
     for row, adjusted in zip(rows, holm_adjust(p) if rows else []):
-        row["p_holm"] = float(adjusted) if row.get("p_enhance") is not None else None
+        row["p_holm"] = float(adjusted) if row["p_enhance"] is not None else None
     harmful = sum(1 for r in rows if r["status"] == "ok" and r["gain"] is not None and r["gain"] < 0
                   and r["p_value"] is not None and r["p_value"] <= alpha)
     return {"family": len(rows), "finished": sum(r["status"] == "ok" for r in rows), "alpha": alpha,
             "sided": "one-sided (ablation helps)",
             "rejected": sum(1 for r in rows if r["p_holm"] is not None and r["p_holm"] <= alpha),
             "harmful": harmful,
-            "sealed": sum(1 for r in rows if r["status"] == "ok" and r.get("selected_before_test")),
-            "unsealed": [f"{r['model']} × {r['task']}" for r in rows if r["status"] == "ok" and not r.get("selected_before_test")]}
+            "sealed": sum(1 for r in rows if r["status"] == "ok" and r["selected_before_test"]),
+            "unsealed": [f"{r['model']} × {r['task']}" for r in rows if r["status"] == "ok" and not r["selected_before_test"]]}
+
+
+def result_columns(result: Result, raw: Mapping[str, Any]) -> dict[str, Any]:
+    """A finished pair's columns of its table row, read through the result's typed parts. Only
+    ``alpha`` is read from the record ``raw`` itself: records written before it was kept lack it, and
+    their rows show it missing (the typed default, 0.05, would state a level the run never recorded)."""
+    dist, test = result.discovery, result.test
+    return {
+        "n_dist": result.n_dist, "n_test": result.n_test, "dist_acc_intact": dist.acc_intact,
+        "dist_acc_ablated": dist.acc_ablated, "dist_gain": dist.gain, "test_acc_intact": test.acc_intact,
+        "test_acc_ablated": test.acc_ablated, "gain": test.gain, "ci_low": test.ci_low, "ci_high": test.ci_high,
+        "alpha": raw.get("alpha"), "p_value": test.p_value, "heads": result.heads, "null_p": result.null.p,
+        "k": result.k, "pool_size": result.pool_size, "scorer": result.scorer,
+        "selected_before_test": bool(test.selected_before_test), "p_enhance": enhancement_p(test),
+        "calibration": result.calibration, "selection_stability": selection_stability(result.stability),
+        "seal_reason": (test.seal or {}).get("reason"),  # reason: NotRequired (a seal without one says nothing)
+    }
 
 
 def pair_row(out: Union[str, os.PathLike], pair: Pair, error: Optional[str]) -> tuple[dict[str, Any], Optional[dict]]:
@@ -89,10 +110,8 @@ def pair_row(out: Union[str, os.PathLike], pair: Pair, error: Optional[str]) -> 
         row.update(status="failed", error=error)
         raw = None
     elif raw is not None:
-        row.update({k: raw.get(k) for k in _RESULT_KEYS}, status="ok", selection_stability=selection_stability(raw))
-        row.update(selected_before_test=bool(raw.get("selected_before_test", True)),
-                   seal_reason=(raw.get("seal") or {}).get("reason"), p_enhance=enhancement_p(raw))
-    elif run.manifest_path.exists():
+        row.update(result_columns(Result.from_dict(raw), raw), status="ok")
+    elif run.manifest_path.exists():  # no result: the sizes, where the manifest holds them (no typed record)
         splits = run.manifest.get("splits", {})
         row.update(status="unfinished", n_dist=splits.get("dist", {}).get("n"), n_test=splits.get("test", {}).get("n"))
     if raw is None and not run.manifest_path.exists():
@@ -116,7 +135,8 @@ def side_effect_block(
     """One model's side effects: ``gain[i][j]`` is the test gain on ``tasks[j]`` of the Ŝ selected
     for ``tasks[i]`` (``None``: no selection, or not measured), and one cell record per measured
     entry (its own task's from the pair's result; the others with a paired bootstrap CI and McNemar
-    p from the recorded bits). ``errors``: task evaluated -> why its column is missing."""
+    p from the recorded bits). ``config``: the plan's search config (every field of
+    :class:`~cel_lens.config.SearchConfig`); ``errors``: task evaluated -> why its column is missing."""
     n = len(tasks)
     gain: list[list[Optional[float]]] = [[None] * n for _ in range(n)]
     cells, column_errors = [], {}
@@ -134,7 +154,7 @@ def side_effect_block(
                 cell = {k: row[k] for k in ("ci_low", "ci_high", "p_value", "gain")}
                 cell.update(n=row["n_test"], intact=row["test_acc_intact"], ablated=row["test_acc_ablated"])
             elif heads in have and HeadSet() in have:
-                cell = _cell(have[HeadSet()], have[heads], int(config.get("n_boot", 10000)), int(config.get("seed", 0)))
+                cell = _cell(have[HeadSet()], have[heads], int(config["n_boot"]), int(config["seed"]))
             else:
                 continue
             gain[i][j] = cell["gain"]

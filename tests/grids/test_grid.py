@@ -22,6 +22,7 @@ from cel_lens.grids import GRID_FILE, PAPER_MODEL_NAMES, PAPER_TASKS, GridState,
 from cel_lens.grids.grid_plan import Pair
 from cel_lens.grids.summary import selection_stability
 from cel_lens.heads import HeadSet
+from cel_lens.selection.result_parts import Stability
 from cel_lens.runs import RunDir, load_run
 from cel_lens.stats import holm_adjust
 
@@ -200,10 +201,13 @@ def test_cel_lens_grid_is_the_function():
 
 
 def test_selection_stability_is_read_from_the_result_or_missing():
-    assert selection_stability({"heads": "L0H0"}) is None
-    assert selection_stability({"selection_stability": 0.75}) == 0.75
-    recorded = {"n_resamples": 1000, "selected": "L0H0", "selected_frequency": 0.8125, "wins": []}
-    assert selection_stability({"selection_stability": recorded}) == 0.8125  # as run_search writes it
+    assert selection_stability(Stability()) is None
+    assert selection_stability(Stability(selection=0.75)) == 0.75  # a bare number, as older records hold it
+    recorded = {"method": "fixed pool", "n_resamples": 1000, "selected": "L0H0", "selected_frequency": 0.8125, "wins": []}
+    assert selection_stability(Stability(selection=recorded)) == 0.8125  # as run_search writes it
+    half = {**recorded, "selected_frequency": 0.4, "incomplete": 0.5}  # half the winners not known
+    assert selection_stability(Stability(selection=half)) == pytest.approx(0.8)
+    assert selection_stability(Stability(selection={**recorded, "incomplete": 0.75})) is None  # most not known
 
 
 # ---------------------------------------------------------------------------------------------

@@ -7,6 +7,12 @@ import numpy as np
 from cel_lens.grids.summary import enhancement_p, holm_family
 from cel_lens.report.grid import holm_sentence, seal_sentence
 from cel_lens.selection.paired import mcnemar_enhancement_p
+from cel_lens.selection.result_parts import TestOutcome
+
+
+def _test(gain: float, p: float) -> TestOutcome:
+    """A D_test part written before ``p_enhance`` was recorded (only the two-sided p)."""
+    return TestOutcome(acc_intact=0.5, acc_ablated=0.5 + gain, gain=gain, ci_low=gain, ci_high=gain, p_value=p)
 
 
 def _row(task: str, gain=None, p=None, p_enhance=None, status="ok", sealed=True) -> dict:
@@ -15,7 +21,7 @@ def _row(task: str, gain=None, p=None, p_enhance=None, status="ok", sealed=True)
 
 
 def test_a_significantly_harmful_pair_is_never_a_discovery():
-    rows = [_row("a", gain=-0.2, p=1e-6, p_enhance=enhancement_p({"gain": -0.2, "p_value": 1e-6})),
+    rows = [_row("a", gain=-0.2, p=1e-6, p_enhance=enhancement_p(_test(-0.2, 1e-6))),
             _row("b", gain=0.0, p=1.0, p_enhance=1.0)]
     holm = holm_family(rows, 0.05)
     assert holm["rejected"] == 0 and holm["harmful"] == 1
@@ -38,7 +44,7 @@ def test_enhancement_p_from_an_old_result_matches_the_exact_one_sided_test():
         a = rng.random(60) < 0.5
         b = a ^ (rng.random(60) < rng.uniform(0.05, 0.4))
         gain = float(b.mean() - a.mean())
-        derived = enhancement_p({"gain": gain, "p_value": mcnemar_exact(a, b)})
+        derived = enhancement_p(_test(gain, mcnemar_exact(a, b)))
         exact = mcnemar_enhancement_p(a, b)
         if gain > 0 and mcnemar_exact(a, b) < 1:
             assert abs(derived - exact) < 1e-12
