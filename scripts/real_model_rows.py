@@ -30,6 +30,7 @@ from typing import Any, Iterable, Optional
 from cel_lens.heads import Head
 from cel_lens.selection.algorithm import RESUMED_SETS
 from cel_lens.selection.calibration_text import calibrated_counts
+from cel_lens.selection.result import Result
 from cel_lens.selection.result_parts import known_share
 from cel_lens.stats.decision import (
     gain_bounds,
@@ -126,16 +127,17 @@ def _history_order(history: Optional[dict[str, str]], folder: Path) -> tuple[str
     return f"manifest committed ({m[:8]}) before result ({r[:8]})", False
 
 
-def power(result: dict[str, Any]) -> dict[str, Any]:
+def power(result: Result) -> dict[str, Any]:
     """The one-sided exact McNemar decision recomputed from the result's discordant counts, with its
     one-sided bounds (:func:`cel_lens.stats.decision.gain_bounds`, unconditional) and the smallest gain
     it detects at :data:`POWER` at this n: at the observed count of discordant examples, with the
     discordance a rate (the count random), and at :data:`OTHER_DISCORDANCE`."""
-    dec = result.get("decision") or {}
-    wins, losses, n = dec.get("wins"), dec.get("losses"), int(result.get("n_test") or dec.get("n") or 0)
-    alpha = float(result.get("alpha", 0.05))
+    dec = result.test.decision  # None in results written before the decision
+    wins, losses = (dec["wins"], dec["losses"]) if dec else (None, None)
+    n = int(result.n_test or (dec["n"] if dec else 0) or 0)
+    alpha = float(result.alpha)  # 0.05 in records written before alpha was kept, as the search then used
     if wins is None or losses is None or n <= 0:
-        return {"alpha": alpha, "n": n, "wins": None, "losses": None, "p_one_sided": result.get("p_enhance"),
+        return {"alpha": alpha, "n": n, "wins": None, "losses": None, "p_one_sided": result.test.p_enhance,
                 "discordance": None, "mde": None, "upper": None, "lower": None, "mde_random": None, "mde_other": None}
     disc = (wins + losses) / n
     lower, upper = gain_bounds(wins, losses, n, alpha)
@@ -179,7 +181,7 @@ def _after_manifest(seal: dict[str, Any], history: Optional[dict[str, str]]) -> 
     before the selection) still does not count the row."""
     import datetime as dt
 
-    reads, man = seal.get("reads") or [], (history or {}).get("manifest.json")
+    reads, man = seal["reads"], (history or {}).get("manifest.json")  # reads: the ledger's entries, untyped
     if not reads or not man or not reads[0].get("time"):
         return ""
     first, committed = dt.datetime.fromisoformat(reads[0]["time"]), dt.datetime.fromisoformat(man.split()[1])
@@ -188,16 +190,16 @@ def _after_manifest(seal: dict[str, Any], history: Optional[dict[str, str]]) -> 
     return " (every one of them after the manifest was committed)"
 
 
-def sealed(result: dict[str, Any], history: Optional[dict[str, str]], folder: Path) -> tuple[bool, str]:
+def sealed(result: Result, history: Optional[dict[str, str]], folder: Path) -> tuple[bool, str]:
     """Whether the row counts as evidence (the ledger says Ŝ was fixed before any read of its D_test,
     and git does not show the result committed before the manifest), and the column's text."""
-    seal = result.get("seal")
+    seal = result.test.seal  # None in results written before the ledger (they also lack the flag)
     order, contradicts = _history_order(history, folder)
     if seal is None:
         return False, f"**unknown** (no seal record); {order}"
-    if not result.get("selected_before_test") or seal.get("prior_test_reads"):
-        reads = seal.get("reads") or []
-        reason = (f"the ledger holds {seal.get('prior_test_reads')} read(s) of these D_test rows by this model before "
+    if not result.test.selected_before_test or seal["prior_test_reads"]:
+        reads = seal["reads"]
+        reason = (f"the ledger holds {seal['prior_test_reads']} read(s) of these D_test rows by this model before "
                   f"the selection, the first by {reads[0].get('entry')} at {str(reads[0].get('time'))[:19]}"
                   if reads else seal.get("reason") or "D_test was read before the selection")
         return False, f"**no**: {reason}{_after_manifest(seal, history)}; {order}"
@@ -230,7 +232,7 @@ def parked_progress(folder: Path) -> Optional[dict[str, Any]]:
 def conclusion(rec: dict[str, Any]) -> str:
     """The row's conclusion, computed from its seal, decision, power and controls."""
     if rec["status"] != "finished":
-        park = rec.get("parked")
+        park = rec["parked"]
         if park is None:
             return "not run yet: the manifest is sealed, the search has not finished"
         lead = "" if park.get("leader") is None else f"; leading so far: {park['leader']}, {pct(park['leader_dist_acc'])}"
@@ -242,8 +244,8 @@ def conclusion(rec: dict[str, Any]) -> str:
     if pw["p_one_sided"] is not None and pw["p_one_sided"] <= alpha:
         text = (f"Ŝ raised D_test accuracy by {pp(rec['gain'])}, at least {pp2(pw['lower'])} (one-sided exact p "
                 f"{fmt_p(pw['p_one_sided'])}, one-sided {1 - alpha:.0%} bound)")
-        cal = rec.get("calibration") or {}
-        if cal.get("applies") and not cal.get("survives"):
+        cal = rec["calibration"]
+        if cal and cal["applies"] and not cal.get("survives"):  # survives: only where calibration applies
             text += "; the gain is not shown to survive calibration" + _prior_clause(cal)
         if rec["null_min_p"] is not None and rec["null_min_p"] > alpha:
             text += f"; its null is too small to compare (smallest possible p {fmt_p(rec['null_min_p'])} > α)"
@@ -258,7 +260,7 @@ def conclusion(rec: dict[str, Any]) -> str:
                          f"examples ({pw['wins']} + {pw['losses']} of {pw['n']}) to detect any gain at {POWER:.0%} power; "
                          f"{tested}")
     caveat = (" (its pool from a pre-screen whose recall of exact's pool was not measured on this row)"
-              if rec.get("scorer", "").startswith("pre-screen (recall") else "")
+              if rec["scorer"].startswith("pre-screen (recall") else "")
     random = "" if pw["mde_random"] is None else f", {pp2(pw['mde_random'])} with the discordance a rate"
     other = ("" if pw["mde_other"] is None else
              f", {pp2(pw['mde_other'])} at {OTHER_DISCORDANCE:.0%} discordance")
@@ -269,7 +271,8 @@ def conclusion(rec: dict[str, Any]) -> str:
 
 
 def _prior_clause(cal: dict[str, Any]) -> str:
-    """What is known of the answer prior: moved only when the test of the prior shift rejects."""
+    """What is known of the answer prior: moved only when the test of the prior shift rejects
+    (``p_prior``/``moves_prior``: only in records whose calibration tested it)."""
     if "p_prior" not in cal:
         return " (whether the answer prior moved was not tested)"
     if cal.get("moves_prior"):
@@ -277,23 +280,23 @@ def _prior_clause(cal: dict[str, Any]) -> str:
     return f" (no shift of the answer prior shown either: p {fmt_p(cal['p_prior'])})"
 
 
-def prescreen_agreement(result: dict[str, Any], screen: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]:
+def prescreen_agreement(result: Result, screen: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]:
     """A pre-screened row's first pass against exact stage 1 on the heads it kept (the only heads
     with exact scores): Spearman's rho over them (a restricted range: the first pass's best), and
     how many heads were kept of how many."""
-    if not screen or not result.get("scores"):
+    if not screen or not result.discovery.scores:
         return None
     from scipy.stats import spearmanr
 
     first = [x for row in screen.get("first_scores") or [] for x in row]
-    exact = [x for row in result["scores"] for x in row]
+    exact = [x for row in result.discovery.scores for x in row]
     pairs = [(f, e) for f, e in zip(first, exact) if e is not None and e == e]
     rho = float(spearmanr([p[0] for p in pairs], [p[1] for p in pairs]).statistic) if len(pairs) > 2 else None
     return {"kept": len(pairs), "heads": len(exact), "spearman_kept": rho, "first_pass": screen.get("pass")}
 
 
-def _scorer(result: dict[str, Any], recall: Optional[dict[str, Any]], agree: Optional[dict[str, Any]] = None) -> str:
-    name = result.get("scorer", "?")
+def _scorer(result: Result, recall: Optional[dict[str, Any]], agree: Optional[dict[str, Any]] = None) -> str:
+    name = result.scorer
     if name != "prescreen":
         return name
     kept = (f"; {agree['first_pass']} kept {agree['kept']} of {agree['heads']} heads, Spearman with exact on them "
@@ -303,44 +306,44 @@ def _scorer(result: dict[str, Any], recall: Optional[dict[str, Any]], agree: Opt
     return f"pre-screen, recall of exact's pool {recall.get('recall')} (measured on this row{kept})"
 
 
-def _null(result: dict[str, Any]) -> tuple[str, Optional[float]]:
-    null = result.get("null_gains") or []
+def _null(result: Result) -> tuple[str, Optional[float]]:
+    null = result.null.gains or []
     if not null:
         return "n/a", None
-    p = result.get("null_p")
+    p = result.null.p
     text = (f"{len(null)} sets: mean {pp(sum(null) / len(null))}, max {pp(max(null))}; p {fmt_p(p)} "
-            f"(smallest possible {fmt_p(result.get('null_min_p'))})")
+            f"(smallest possible {fmt_p(result.null.min_p)})")
     return text, p
 
 
-def _calibrated(result: dict[str, Any]) -> str:
+def _calibrated(result: Result) -> str:
     """The one calibrated comparison (each model at its best constant prior on D_test), its bounds,
     p and verdict, and both models against always giving the majority answer (not tested)."""
-    cal = result.get("calibration") or {}
+    cal = result.calibration
     if not cal:
         return "n/a"
-    if not cal.get("applies"):
+    if not cal["applies"]:
         return "does not apply (free-form answers)"
-    if "gain_best" not in cal:
+    if "gain_best" not in cal:  # the calibrated keys are NotRequired: which a record holds depends on its version
         return f"{pp(cal.get('gain_cal'))}, p {fmt_p(cal.get('p_value_cal'))} (recorded before the best-prior comparison)"
-    n = result.get("n_test")
+    n = result.n_test
     counts = calibrated_counts(cal, n) if isinstance(n, int) else None
-    bounds = "" if counts is None else " [{}, {}]".format(*(pp2(x) for x in gain_bounds(*counts, n, float(result.get("alpha", 0.05)))))
+    bounds = "" if counts is None else " [{}, {}]".format(*(pp2(x) for x in gain_bounds(*counts, n, float(result.alpha))))
     verdict = "survives" if cal.get("survives") else "not shown to survive"
     text = (f"best prior on D_test: {pct(cal.get('test_acc_intact_best'))} → {pct(cal.get('test_acc_ablated_best'))}: "
-            f"{pp2(cal.get('gain_best'))}{bounds}, p {fmt_p(cal.get('p_value_cal'))}, **{verdict}**")
+            f"{pp2(cal['gain_best'])}{bounds}, p {fmt_p(cal.get('p_value_cal'))}, **{verdict}**")
     if cal.get("majority_rate") is not None:
-        text += (f"; always answering{cal.get('majority_answer') or ' the majority answer'}: {pct(cal['majority_rate'])} "
+        text += (f"; always answering{cal['majority_answer'] or ' the majority answer'}: {pct(cal['majority_rate'])} "
                  "(the difference not tested)")
     return text
 
 
-def _loo(result: dict[str, Any]) -> str:
-    loo = result.get("leave_one_out") or {}
+def _loo(result: Result) -> str:
+    loo = result.controls.leave_one_out
     if not loo:
         return "n/a"
-    parts = ", ".join(f"{h['head']} Holm p {fmt_p(h.get('p_holm'))}" for h in loo.get("heads") or [])
-    return f"supports {', '.join(loo.get('supported') or []) or 'none'} ({parts})"
+    parts = ", ".join(f"{h['head']} Holm p {fmt_p(h['p_holm'])}" for h in loo["heads"])
+    return f"supports {', '.join(loo['supported']) or 'none'} ({parts})"
 
 
 def search_minutes(timings: dict[str, Any]) -> dict[str, Any]:
@@ -352,17 +355,19 @@ def search_minutes(timings: dict[str, Any]) -> dict[str, Any]:
 
 
 def record(label: str, folder: Path) -> dict[str, Any]:
-    """Everything a row shows, computed from its folder's records (JSON-ready)."""
-    manifest, result = _read(folder / "manifest.json"), _read(folder / "result.json")
-    if manifest is None and result is None:
+    """Everything a row shows, computed from its folder's records (JSON-ready): a finished row's
+    ``result.json`` read through its typed parts (:meth:`cel_lens.selection.result.Result.from_dict`)."""
+    manifest, raw = _read(folder / "manifest.json"), _read(folder / "result.json")
+    if manifest is None and raw is None:
         raise FileNotFoundError(f"{folder}: neither manifest.json nor result.json")
     history = git_history(folder)
+    result = None if raw is None else Result.from_dict(raw)
     rec: dict[str, Any] = {"row": label, "path": str(folder), "description": describe(manifest or {}),
                            "status": "finished" if result is not None else "sealed, not run",
                            "history": history}
-    splits = (manifest or {}).get("splits") or {}
-    rec["n_dist"] = (result or {}).get("n_dist", (splits.get("dist") or {}).get("n"))
-    rec["n_test"] = (result or {}).get("n_test", (splits.get("test") or {}).get("n"))
+    splits = (manifest or {}).get("splits") or {}  # a row not run yet: the sizes its manifest holds
+    rec["n_dist"] = result.n_dist if result is not None else (splits.get("dist") or {}).get("n")
+    rec["n_test"] = result.n_test if result is not None else (splits.get("test") or {}).get("n")
     if result is None:
         opts = (manifest or {}).get("options") or {}
         rec.update(evidence=False, sealed=_history_order(history, folder)[0],
@@ -374,21 +379,22 @@ def record(label: str, folder: Path) -> dict[str, Any]:
     agree = prescreen_agreement(result, _read(folder / "prescreen.json"))
     rec["scorer_agreement"] = _read(folder / "agreement.json")  # scripts/scorer_agreement.py, on an exact row
     evidence, seal_text = sealed(result, history, folder)
-    stab = result.get("selection_stability") or {}
+    stab = result.stability.selection or {}
     null_text, null_p = _null(result)
+    dist, test, adjusted = result.discovery, result.test, result.discovery.adjusted
     rec.update(
-        scorer=_scorer(result, recall, agree), prescreen_agreement=agree, heads=result.get("heads"), k=result.get("k"), pool=result.get("pool_size"),
-        dist_acc=[result.get("dist_acc_intact"), result.get("dist_acc_ablated")],
-        test_acc=[result.get("test_acc_intact"), result.get("test_acc_ablated")], gain=result.get("gain"),
-        ci=[result.get("ci_low"), result.get("ci_high")], ci_method=result.get("ci_method"),
-        p_two_sided=result.get("p_value"), adjusted_p=(result.get("adjusted") or {}).get("p_value"),
-        calibration=result.get("calibration"), calibrated=_calibrated(result), null=null_text, null_p=null_p,
-        null_min_p=result.get("null_min_p"),
+        scorer=_scorer(result, recall, agree), prescreen_agreement=agree, heads=result.heads, k=result.k,
+        pool=result.pool_size, dist_acc=[dist.acc_intact, dist.acc_ablated], test_acc=[test.acc_intact, test.acc_ablated],
+        gain=test.gain, ci=[test.ci_low, test.ci_high],
+        ci_method=raw.get("ci_method"),  # missing (null) in records written before it; the typed part says "bootstrap"
+        p_two_sided=test.p_value, adjusted_p=adjusted["p_value"] if adjusted else None,
+        calibration=result.calibration, calibrated=_calibrated(result), null=null_text, null_p=null_p,
+        null_min_p=result.null.min_p,
         stability={k: stab[k] for k in ("selected_frequency", "upper", "unknown", "incomplete", "n_resamples") if k in stab}
-        or None, null_sets=len(result.get("null_gains") or []), code=code_text(manifest, code_between(history, folder)),
-        controls={k: v.get("gain") for k, v in (result.get("ablation_controls") or {}).items()},
+        or None, null_sets=len(result.null.gains or []), code=code_text(manifest, code_between(history, folder)),
+        controls={k: v["gain"] for k, v in (result.controls.kinds or {}).items()},
         leave_one_out=_loo(result), evidence=evidence, sealed=seal_text, power=power(result),
-        **search_minutes(result.get("timings") or {}),
+        **search_minutes(result.timings or {}),
     )
     rec["conclusion"] = conclusion(rec)
     return rec
@@ -427,7 +433,7 @@ def markdown_row(rec: dict[str, Any]) -> str:
     mde = ("none (too few discordant examples)" if pw["mde"] is None
            else f"{pp2(pw['mde'])} (n {pw['n']}, observed discordance {pw['wins'] + pw['losses']} of {pw['n']}); "
                 f"{pp2(pw['mde_random'])} with the discordance a rate")
-    bounds = "n/a" if pw.get("lower") is None else f"[{pp2(pw['lower'])}, {pp2(pw['upper'])}]"
+    bounds = "n/a" if pw["lower"] is None else f"[{pp2(pw['lower'])}, {pp2(pw['upper'])}]"
     cells = [
         f"{rec['row']} ({rec['description']})", sizes, f"{rec['scorer']}, {rec['k']}, {rec['pool']}", rec["heads"],
         f"{pct(rec['dist_acc'][0])} → {pct(rec['dist_acc'][1])}", f"{pct(rec['test_acc'][0])} → {pct(rec['test_acc'][1])}",
@@ -485,7 +491,7 @@ def selected_rank(rec: dict[str, Any], scorer: str) -> str:
     (``approx_scores.json`` beside the row; 1 = the scorer's best), or ``n/a``."""
     approx = _read(Path(rec["path"]) / "approx_scores.json") or {}
     scores = ((approx.get("scorers") or {}).get(scorer) or {}).get("scores")
-    if not scores or not rec.get("heads"):
+    if not scores or not rec.get("heads"):  # a row not run yet has no heads
         return "n/a"
     flat = [(x, i) for i, x in enumerate(v for row in scores for v in row)]
     order = [i for _, i in sorted(flat, key=lambda t: (-t[0], t[1]))]
@@ -503,7 +509,7 @@ def agreement_table(records: list[dict[str, Any]]) -> str:
     exact stage 1's like against like; empty when no row has one."""
     lines = []
     for rec in records:
-        agree = rec.get("scorer_agreement") or {}
+        agree = rec.get("scorer_agreement") or {}  # only a finished row's record has one
         for s in agree.get("scorers", []):
             lines.append(f"| {rec['row']} | {s['scorer']} | {s['spearman']:.2f} | {s.get('recall@6', float('nan')):.2f} | "
                          f"{s.get('recall@12', float('nan')):.2f} | {selected_rank(rec, s['scorer'])} | {s['cpu_s']:.0f} | "

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from cel_lens.selection.result import Result
 from cel_lens.stats.decision import gain_bounds, minimum_detectable_effect, minimum_detectable_effect_random
 
 REPO = Path(__file__).resolve().parents[1]
@@ -38,7 +39,10 @@ def manifest(task: str = "arithmetic", n_dist: int = 1000, n_test: int = 1000, *
 
 def result(wins: int, losses: int, n: int = 1000, *, sealed: bool = True, scorer: str = "exact", **extra) -> dict:
     gain = (wins - losses) / n
-    r = {"heads": "L1H5+L2H1", "n_dist": 1000, "n_test": n, "k": 2, "pool_size": 6, "scorer": scorer,
+    # the keys a result.json always has (the script reads it through Result.from_dict), then the checks
+    r = {"heads": "L1H5+L2H1", "n_dist": 1000, "n_test": n, "k": 2, "pool_size": 6, "scorer": scorer, "seed": 0,
+         "n_layers": 3, "n_heads": 6, "scores": [[0.0] * 6 for _ in range(3)], "dist_gain": 0.05,
+         "pool": ["L1H5", "L2H1", "L0H0", "L0H1", "L1H0", "L2H0"], "subsets": [],
          "dist_acc_intact": 0.40, "dist_acc_ablated": 0.45, "test_acc_intact": 0.40, "test_acc_ablated": 0.40 + gain,
          "gain": gain, "ci_low": gain - 0.02, "ci_high": gain + 0.02, "ci_method": "tango", "p_value": 0.5,
          "alpha": 0.05, "null_gains": [0.0] * 20, "null_p": 1 / 21, "null_min_p": 1 / 21,
@@ -179,8 +183,8 @@ FAKE_SEARCH = textwrap.dedent("""
         f.write(json.dumps({"type": "event", "event": "prescreen", "pass": "attribution", "first_scores": [[1.0]]}) + "\\n")
         f.write(json.dumps({"kind": "eval", "split": "test"}) + "\\n")
     (out / "manifest.json").write_text(json.dumps({"task": {"name": "arithmetic"}, "splits": {}, "test_seal": {}}))
-    (out / "result.json").write_text(json.dumps({"heads": "L0H0"}))
-""")
+    (out / "result.json").write_text(RESULT)
+""").replace("RESULT", repr(json.dumps({k: v for k, v in result(5, 5).items() if k != "seal"})))  # written before the ledger
 
 
 def test_seal_row_commits_the_manifest_before_the_test_split(tmp_path):
@@ -302,7 +306,7 @@ def test_a_row_sealed_before_a_rename_is_the_same_row(tmp_path):
 
 
 def test_heatmap_from_the_record_alone(tmp_path):
-    # the heatmap reads the typed result (Result.from_dict): the record has the keys a result.json always has
+    # the heatmap reads the typed result (Result.from_dict), as the rows do
     from cel_lens.selection.paired import enhancement_decision
 
     decision = enhancement_decision([1] * 25 + [0] * 25 + [1] * 950, [0] * 25 + [1] * 25 + [1] * 950)
@@ -346,7 +350,7 @@ def test_reads_after_the_manifest_commit_are_named_but_still_unseal():
     assert rows._after_manifest(seal, before) == ""
     res = result(5, 5, sealed=False)
     res["seal"]["reads"] = seal["reads"]
-    ok, text = rows.sealed(res, None, Path("."))
+    ok, text = rows.sealed(Result.from_dict(res), None, Path("."))
     assert not ok and text.startswith("**no**: the ledger holds 2 read(s) of these D_test rows by this model before "
                                       "the selection, the first by search /tmp/x at 2026-12-02T08:49:47")
 
