@@ -70,12 +70,15 @@ def holm_family(rows: list[dict[str, Any]], alpha: float) -> dict[str, Any]:
         row["p_holm"] = float(adjusted) if row["p_enhance"] is not None else None
     harmful = sum(1 for r in rows if r["status"] == "ok" and r["gain"] is not None and r["gain"] < 0
                   and r["p_value"] is not None and r["p_value"] <= alpha)
-    return {"family": len(rows), "finished": sum(r["status"] == "ok" for r in rows), "alpha": alpha,
-            "sided": "one-sided (ablation helps)",
-            "rejected": sum(1 for r in rows if r["p_holm"] is not None and r["p_holm"] <= alpha),
-            "harmful": harmful,
-            "sealed": sum(1 for r in rows if r["status"] == "ok" and r["selected_before_test"]),
-            "unsealed": [f"{r['model']} × {r['task']}" for r in rows if r["status"] == "ok" and not r["selected_before_test"]]}
+    ok = [r for r in rows if r["status"] == "ok"]
+    out = {"family": len(rows), "finished": len(ok), "alpha": alpha,
+           "sided": "one-sided (ablation helps)",
+           "rejected": sum(1 for r in rows if r["p_holm"] is not None and r["p_holm"] <= alpha),
+           "harmful": harmful,
+           "sealed": sum(1 for r in ok if r["selected_before_test"] is True),
+           "unsealed": [f"{r['model']} × {r['task']}" for r in ok if r["selected_before_test"] is False]}
+    unknown = [f"{r['model']} × {r['task']}" for r in ok if r["selected_before_test"] is None]
+    return {**out, "seal_not_recorded": unknown} if unknown else out  # a result written before the seal
 
 
 def result_columns(result: Result, raw: Mapping[str, Any]) -> dict[str, Any]:
@@ -89,7 +92,7 @@ def result_columns(result: Result, raw: Mapping[str, Any]) -> dict[str, Any]:
         "test_acc_ablated": test.acc_ablated, "gain": test.gain, "ci_low": test.ci_low, "ci_high": test.ci_high,
         "alpha": raw.get("alpha"), "p_value": test.p_value, "heads": result.heads, "null_p": result.null.p,
         "k": result.k, "pool_size": result.pool_size, "scorer": result.scorer,
-        "selected_before_test": bool(test.selected_before_test), "p_enhance": enhancement_p(test),
+        "selected_before_test": test.selected_before_test, "p_enhance": enhancement_p(test),  # seal None: not recorded
         "calibration": result.calibration, "selection_stability": selection_stability(result.stability),
         "seal_reason": (test.seal or {}).get("reason"),  # reason: NotRequired (a seal without one says nothing)
     }

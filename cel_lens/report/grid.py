@@ -83,12 +83,17 @@ def holm_sentence(holm: Mapping[str, Any]) -> str:
 def seal_sentence(holm: Mapping[str, Any]) -> str:
     """Whether each finished pair's Ŝ was fixed before D_test was read, from the runs' own flags."""
     finished, unsealed = holm.get("finished", 0), list(holm.get("unsealed") or [])
+    unknown = list(holm.get("seal_not_recorded") or [])  # results written before the seal: never counted as fixed
     if not finished:
         return "No pair has finished."
-    if not unsealed:
+    if not unsealed and not unknown:
         return f"In all {finished} finished pairs Ŝ was fixed on D_dist before D_test was read (each run's record)."
-    return (f"Ŝ was fixed on D_dist before D_test was read in {finished - len(unsealed)} of {finished} finished pairs; "
-            f"NOT in {', '.join(unsealed)} (D_test was read before the selection).")
+    text = f"Ŝ was fixed on D_dist before D_test was read in {finished - len(unsealed) - len(unknown)} of {finished} finished pairs"
+    if unsealed:
+        text += f"; NOT in {', '.join(unsealed)} (D_test was read before the selection)"
+    if unknown:
+        text += f"; not recorded in {', '.join(unknown)} (results written before the test-split seal)"
+    return text + "."
 
 
 def grid_markdown(table: Mapping[str, Any]) -> str:

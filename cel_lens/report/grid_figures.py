@@ -24,6 +24,14 @@ ROW_HEADER: tuple[str, ...] = (
 """Column titles of a grid row as figures and tables show it (the run directory comes after)."""
 
 
+
+def _seal_words(selected_before_test: Optional[bool]) -> str:
+    """What a grid figure adds to a pair's heads about its seal: nothing when S-hat was fixed before
+    D_test, a warning when it was not, and that it was not recorded when the result did not say."""
+    if selected_before_test is None:
+        return " (not recorded whether fixed before D_test)"
+    return "" if selected_before_test else " (NOT fixed before D_test)"
+
 def short_model(name: str) -> str:
     """A model's name without its organisation or directory (``Qwen/Qwen2.5-3B`` -> ``Qwen2.5-3B``)."""
     return PurePath(str(name)).name or str(name)
@@ -52,7 +60,7 @@ def row_cells(row: Mapping[str, Any], *, short: bool = False) -> list[str]:
         model, row["task"], _int(row["n_dist"]), _int(row["n_test"]), pp(row["test_acc_intact"], False),
         pp(row["test_acc_ablated"], False), delta, calibrated_gain_text(row, unit="" if short else " pp"),
         format_p(row["p_value"]), format_p(row.get("p_holm")),
-        str(row["heads"]) + ("" if row.get("selected_before_test", True) else " (NOT fixed before D_test)"),
+        str(row["heads"]) + _seal_words(row.get("selected_before_test")),
         _stability(row.get("selection_stability")),
     ]
 

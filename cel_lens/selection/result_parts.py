@@ -200,7 +200,8 @@ class TestOutcome:
     printed beside the decision, which it can contradict),
     the two-sided exact McNemar ``p_value``, the one-sided ``p_enhance`` of "ablation helps", the one
     ``decision`` (:func:`~cel_lens.selection.paired.enhancement_decision`); ``selected_before_test``
-    whether S-hat was fixed before any read of D_test, and ``seal`` what the test split's ledger
+    whether S-hat was fixed before any read of D_test (``None``: not recorded, a result written
+    before the seal existed: never read as "fixed"), and ``seal`` what the test split's ledger
     held before the selection (:mod:`cel_lens.evaluation.seal`; not compared between results)."""
 
     __test__ = False  # a result part, not a pytest class
@@ -214,11 +215,14 @@ class TestOutcome:
     ci_method: str = SearchConfig.ci_method
     p_enhance: Optional[float] = None
     decision: Optional[Decision] = None
-    selected_before_test: bool = True
+    selected_before_test: Optional[bool] = None
     seal: Optional[SealRecord] = field(default=None, compare=False)
 
     def selection_sentence(self) -> str:
-        """Whether S-hat was fixed before D_test was read, and, when it was not, the recorded reason."""
+        """Whether S-hat was fixed before D_test was read, and, when it was not, the recorded reason;
+        a result that did not record it says so (nothing certifies what was not checked)."""
+        if self.selected_before_test is None:
+            return "not recorded whether it was fixed before D_test was read: a result written before the test-split seal"
         if self.selected_before_test:
             return "fixed on D_dist before D_test was read"
         reason = (self.seal or {}).get("reason") or "the test split was read first"

@@ -41,7 +41,7 @@ def _flat(raw: dict) -> dict:
         st = known_share(float(st["selected_frequency"]), float(st.get("incomplete") or 0.0))
     p, gain = raw.get("p_value"), raw.get("gain")
     derived = None if p is None or gain is None else (p / 2 if gain > 0 and p < 1 else 1.0)
-    cols.update(selected_before_test=bool(raw.get("selected_before_test", True)), selection_stability=st,
+    cols.update(selected_before_test=raw.get("selected_before_test"), selection_stability=st,  # missing: not recorded
                 seal_reason=(raw.get("seal") or {}).get("reason"),
                 p_enhance=float(raw["p_enhance"]) if raw.get("p_enhance") is not None else derived)
     return cols
@@ -67,5 +67,5 @@ def test_the_records_cover_what_the_columns_tell_apart():
     cols = [result_columns(Result.from_dict(r), r) for r in RECORDS.values()]
     for key in ("alpha", "selection_stability", "seal_reason", "calibration"):
         assert any(c[key] is None for c in cols) and any(c[key] is not None for c in cols), key
-    assert {c["selected_before_test"] for c in cols} == {True, False}
+    assert {c["selected_before_test"] for c in cols} == {True, False, None}  # None: written before the seal
     assert any(r.get("p_enhance") is None for r in RECORDS.values()) and any(r.get("p_enhance") for r in RECORDS.values())

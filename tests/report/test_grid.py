@@ -20,7 +20,7 @@ def _row(model, task, heads, intact, ablated, p, p_holm, stability=None):
         dist_acc_ablated=0.6, dist_gain=0.1, test_acc_intact=intact, test_acc_ablated=ablated,
         gain=ablated - intact, ci_low=ablated - intact - 0.02, ci_high=ablated - intact + 0.02, alpha=0.05,
         p_value=p, heads=heads, null_p=0.0, k=2, pool_size=4, scorer="exact", selection_stability=stability,
-        run_dir=f"{model.replace('/', '-')}__{task}", p_holm=p_holm,
+        run_dir=f"{model.replace('/', '-')}__{task}", p_holm=p_holm, selected_before_test=True,
     )
 
 
@@ -64,6 +64,9 @@ def test_rows_as_text(table):
     assert failed[ROW_HEADER.index("Ŝ")] == "failed: RuntimeError: boom | x" and failed[4:9] == [""] * 5
     assert row_cells(table["rows"][0], short=True)[0] == "one" == short_model("org/one")
     assert row_cells(table["rows"][0], short=True)[6] == "+4.50 [+2.50, +6.50]"
+    seal = ROW_HEADER.index("Ŝ")  # a row's seal: nothing when fixed, a warning when not, and never "fixed" by default
+    assert row_cells({**table["rows"][0], "selected_before_test": False})[seal] == "L1H0+L2H1 (NOT fixed before D_test)"
+    assert row_cells({**table["rows"][0], "selected_before_test": None})[seal].endswith("(not recorded whether fixed before D_test)")
 
 
 def test_rows_show_the_calibrated_gain_beside_the_raw_one(table):
@@ -132,3 +135,13 @@ def test_write_grid_outputs(table, hand, tmp_path):
     first = {p.name: p.read_bytes() for p in written}
     write_grid_outputs(table, results, tmp_path, png=False)
     assert {p.name: p.read_bytes() for p in written} == first
+
+
+def test_the_seal_sentence_counts_only_recorded_seals_as_fixed():
+    """A pair whose result never recorded the seal is neither counted as fixed nor as read first."""
+    from cel_lens.report.grid import seal_sentence
+
+    assert seal_sentence({"finished": 2, "unsealed": []}).startswith("In all 2 finished pairs")
+    both = seal_sentence({"finished": 3, "unsealed": ["m × a"], "seal_not_recorded": ["m × b"]})
+    assert both.startswith("Ŝ was fixed on D_dist before D_test was read in 1 of 3 finished pairs")
+    assert "NOT in m × a" in both and "not recorded in m × b" in both

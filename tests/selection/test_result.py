@@ -54,10 +54,23 @@ def _case_record(case: dict) -> dict:
     return {**base, **case["patch"]}
 
 
+FIXED = "fixed on D_dist before D_test was read"
+
+
 def _expected(text: str, r: Result) -> str:
     """The text a record renders to: pinned in result_render_cases.json, rendered again when the
-    printed rows changed on purpose (issue 57); the records and their sha256 are the old ones."""
+    printed rows changed on purpose; the records and their sha256 are the old ones. A record that
+    never recorded whether S-hat was fixed before D_test was read rendered "fixed" from a default;
+    it now says it was not recorded."""
+    if r.test.selected_before_test is None:
+        return text.replace(FIXED, r.test.selection_sentence(), 1)
     return text
+
+
+def _pinned_digest(r: Result) -> str:
+    """The digest the flat Result's dict had: a record without the seal flag wrote ``true`` for it."""
+    d = r.to_dict()
+    return _digest({**d, "selected_before_test": True} if d["selected_before_test"] is None else d)
 
 
 def _digest(d: dict) -> str:
@@ -81,9 +94,11 @@ def test_every_recorded_case_renders_and_writes_as_the_flat_result_did(case):
     dict, the flat Result of commit 391b2f8 produced for them (result_render_cases.json)."""
     r = Result.from_dict(_case_record(case))
     assert str(r) == _expected(case["text"], r)
-    assert _digest(r.to_dict()) == case["to_dict_sha256"]
+    assert _pinned_digest(r) == case["to_dict_sha256"]
     if "html" in case:
-        assert r._repr_html_() == case["html"]
+        assert r._repr_html_() == _expected(case["html"], r)
+    if "selected_before_test" not in _case_record(case):  # never certified from a default
+        assert r.test.selected_before_test is None and FIXED not in str(r) and "not recorded" in str(r)
     assert format_result(_case_record(case)) == _expected(case["text"], r)  # the dict renders as its result does
 
 
