@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from cel_lens.heads import HeadSet
-from cel_lens.selection import SubsetScore, run_search, select_best, selection_stability
+from cel_lens.selection import Result, SubsetScore, run_search, select_best, selection_stability
 from cel_lens.testing import SyntheticOracle
 from cel_lens.config import SearchConfig
 
@@ -159,9 +159,9 @@ def test_the_text_the_heatmap_and_the_grid_read_one_computation():
         rec = {**r, "selection_stability": {**st, "incomplete": incomplete}}
         wins = stability_wins(rec["selection_stability"])
         if incomplete > 0.5:
-            assert wins is None and grid_stability(rec) is None
+            assert wins is None and grid_stability(Result.from_dict(rec).stability) is None
             continue
-        assert wins[r["heads"]] == pytest.approx(st["selected_frequency"] / (1 - incomplete)) == grid_stability(rec)
+        assert wins[r["heads"]] == pytest.approx(st["selected_frequency"] / (1 - incomplete)) == grid_stability(Result.from_dict(rec).stability)
         assert sum(wins.values()) <= (1.0 + 1e-12) / (1 - incomplete)
     subsets = [SubsetScore(HeadSet.parse(s["heads"]), round(s["dist_acc"] * 300), 300, s["dist_gain"], s["score_sum"])
                for s in r["subsets"]]
