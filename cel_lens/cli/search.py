@@ -22,7 +22,7 @@ from cel_lens.cli.common import (
 from cel_lens.cli.options import RUN_FIELDS, add_fields, config_from_args
 from cel_lens.config import QUICK, RANK_RULES, ExecutionSettings, SearchConfig, check_split_sizes
 from cel_lens.selection.plan import SearchPlan
-from cel_lens.selection.plan_quick import QUICK_BUDGET_S, QUICK_CUTS, QUICK_SEARCH_S, QuickFit, fit_quick
+from cel_lens.selection.plan_quick import QUICK_BUDGET_S, QUICK_CUTS, QUICK_SEARCH_S, QuickFit, fit_quick, price_like
 
 __all__ = ["add", "run", "apply_quick", "fit_quick_args", "FLAG_OF", "QUICK_RECORD"]
 
@@ -95,22 +95,23 @@ def fit_quick_args(args: argparse.Namespace, task: Any, config: SearchConfig, se
     timed = plan(args.model, task, config, settings=settings)
     controls = any(s.name.startswith("controls") for s in timed.stages)
 
+    def cut(changes: Mapping[str, Any]) -> tuple[SearchConfig, dict[str, int]]:
+        """The config and the split sizes (``n_dist``, ``n_test``) with ``changes`` applied."""
+        sizes = {s: min(int(changes.get(f"n_{s}", len(task.split(s)))), len(task.split(s))) for s in ("dist", "test")}
+        return replace(config, **{k: v for k, v in changes.items() if k in _CONFIG_FIELDS}), sizes
+
     def replan(changes: Mapping[str, Any]) -> SearchPlan:
-        cut = replace(config, **{k: v for k, v in changes.items() if k in _CONFIG_FIELDS})
-        n_dist, n_test = (min(int(changes.get(f"n_{s}", 10**9)), len(task.split(s))) for s in ("dist", "test"))
-        return plan_search(timed.n_layers, timed.n_heads, n_dist, n_test, config=cut, controls=controls)
+        chosen, sizes = cut(changes)
+        return plan_search(timed.n_layers, timed.n_heads, sizes["dist"], sizes["test"], config=chosen, controls=controls)
 
     fixed = set(args.explicit) | ({"scorer"} if RANK_RULES.resolve(config.rank_by).needs_scorer else set())
     fit = fit_quick(timed, replan, fixed, budget_s=QUICK_SEARCH_S)  # a rule that needs its scorer keeps it
-    priced = timed if timed.seconds_per_unit is None else replace(
-        replan(fit.changes).timed(timed.seconds_per_unit, timed.cpu_share, timed.full_seconds_per_example,
-                                  timed.apart_seconds_per_unit), memory=timed.memory, calibration_cpu_s=timed.calibration_cpu_s)
-    config = replace(config, **{k: v for k, v in fit.changes.items() if k in _CONFIG_FIELDS})
-    sizes = {s: task.split(s).subset(min(int(fit.changes[f"n_{s}"]), len(task.split(s))))
-             for s in ("dist", "test") if f"n_{s}" in fit.changes}
+    priced = timed if timed.seconds_per_unit is None else price_like(replan(fit.changes), timed)
+    config, sizes = cut(fit.changes)
+    splits = {s: task.split(s).subset(n) for s, n in sizes.items() if f"n_{s}" in fit.changes}
     for name in ("n_dist", "n_test"):
         setattr(args, name, fit.changes.get(name, getattr(args, name)))
-    return config, replace(task, **sizes), fit, priced
+    return config, replace(task, **splits), fit, priced
 
 
 def run(args: argparse.Namespace) -> int:

@@ -23,7 +23,7 @@ import torch
 from jaxtyping import Bool
 from torch import Tensor
 
-from cel_lens.config import SearchConfig
+from cel_lens.config import RANK_RULES, SearchConfig
 from cel_lens.selection.records import AdjustedTest
 from cel_lens.stats import gain_bounds_array, minimum_detectable_effect
 
@@ -127,8 +127,6 @@ def nothing_helps_warning(adjusted: dict[str, Any], alpha: float, rank_by: str =
     absence only when the bound is below the stated effect, else that this n shows nothing either way
     (gains and accuracy are the calibrated ones, at each head set's best prior on D_dist, when
     ``rank_by`` is ``"calibrated"``)."""
-    from cel_lens.config import RANK_RULES
-
     rule = RANK_RULES.resolve(rank_by)
     cal = rule.gain_words
     head = (f"the best {cal}discovery gain {100 * adjusted['observed']:+.2f} pp is within what the best of "

@@ -14,12 +14,12 @@ calibration; the search's own timer prints its estimate again after its first ba
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Optional
 
 from cel_lens.selection.plan import SearchPlan
 
-__all__ = ["QUICK_BUDGET_S", "QUICK_SEARCH_S", "QuickCut", "QUICK_CUTS", "QuickFit", "fit_quick"]
+__all__ = ["QUICK_BUDGET_S", "QUICK_SEARCH_S", "QuickCut", "QUICK_CUTS", "QuickFit", "fit_quick", "price_like"]
 
 QUICK_BUDGET_S = 15 * 60.0
 """The wall time a ``--quick`` command aims at, all of it (load, plan calibration, search)."""
@@ -84,6 +84,13 @@ class QuickFit:
                 "estimate_after_s": self.after_s, "budget_s": self.budget_s, "fits": self.fits}
 
 
+def price_like(plan: SearchPlan, timed: SearchPlan) -> SearchPlan:
+    """``plan`` priced at ``timed``'s measured rates (per unit, whole passes, sets apart) and CPU
+    share, with ``timed``'s memory plan and calibration cost: another search on the same model and task."""
+    return replace(plan.timed(timed.seconds_per_unit, timed.cpu_share, timed.full_seconds_per_example,
+                              timed.apart_seconds_per_unit), memory=timed.memory, calibration_cpu_s=timed.calibration_cpu_s)
+
+
 def fit_quick(
     timed: SearchPlan, replan: Callable[[Mapping[str, Any]], SearchPlan], explicit: set[str] = frozenset(),
     budget_s: float = QUICK_SEARCH_S, cuts: tuple[QuickCut, ...] = QUICK_CUTS,
@@ -107,7 +114,5 @@ def fit_quick(
             continue
         changes.update(cut.changes)
         gave_up.append(cut.gives_up)
-        priced = replan(dict(changes)).timed(timed.seconds_per_unit, timed.cpu_share, timed.full_seconds_per_example,
-                                             timed.apart_seconds_per_unit)
-        after = priced.wall_seconds()
+        after = price_like(replan(dict(changes)), timed).wall_seconds()
     return QuickFit(changes, tuple(gave_up), before, after, budget_s)
