@@ -62,9 +62,10 @@ class QuickFit:
     budget_s: float = QUICK_SEARCH_S
 
     @property
-    def fits(self) -> bool:
-        """Whether the chosen search's estimate is within the budget (``True`` when none was timed)."""
-        return self.after_s is None or self.after_s <= self.budget_s
+    def fits(self) -> Optional[bool]:
+        """Whether the chosen search's estimate is within the budget (``None`` when none was timed:
+        nothing was measured, so nothing is claimed)."""
+        return None if self.after_s is None else self.after_s <= self.budget_s
 
     def lines(self) -> list[str]:
         """The choice in words, one line each (what the CLI prints and the run records)."""

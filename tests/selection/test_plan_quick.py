@@ -59,4 +59,5 @@ def test_a_cut_never_overrides_an_option_the_user_set():
 def test_an_untimed_plan_changes_nothing():
     _, replan = _plans(rate=1.0)
     fit = fit_quick(replan({}), replan, budget_s=1.0)
-    assert fit.changes == {} and fit.fits and "could not be timed" in fit.lines()[0]
+    assert fit.changes == {} and fit.fits is None and "could not be timed" in fit.lines()[0]
+    assert fit.to_dict()["fits"] is None
