@@ -24,7 +24,7 @@ from typing import Any, Mapping, Optional, Union
 import torch
 
 from cel_lens.backends.base import backend_class, get_backend
-from cel_lens.config import ExecutionSettings, OptionError, SearchConfig, check_split_sizes
+from cel_lens.config import RANK_RULES, ExecutionSettings, OptionError, SearchConfig, check_split_sizes
 from cel_lens.evaluation.context import EvalContext
 from cel_lens.evaluation.precision import resolve_precision
 from cel_lens.evaluation.seal import SealReader, recorded_reads
@@ -310,6 +310,7 @@ def search(
     config, settings, task_options = _split_options(config, settings, options, task)
     backend = get_backend(settings.backend)
     task = resolve_task(task, config, task_options)
+    RANK_RULES.resolve(config.rank_by).check_answer_type(task.answer_type)  # before anything is written
     store_dtype = None if config.store_dtype is None else resolve_dtype(config.store_dtype)
     context = EvalContext.from_environment(config.precision)  # the search's settings, passed down (no model state)
     oracle = backend.open(model, task, settings, store_dtype=store_dtype, context=context)

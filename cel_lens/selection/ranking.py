@@ -56,6 +56,12 @@ class RankRule:
         """``"best-prior "`` or ``""``: what D_dist accuracy is called under this rule."""
         return "best-prior " if self.calibrated else ""
 
+    def check_answer_type(self, answer_type: Optional[str]) -> None:
+        """``ValueError`` when this rule cannot rank a task of ``answer_type`` (``None``: not known
+        yet, left to :func:`check_calibrated_ranking`): a search checks it before it writes anything."""
+        if self.calibrated and answer_type is not None and not answer_type_entry(answer_type).calibrates:
+            raise ValueError(_no_prior(f"answer type {answer_type!r}"))
+
     def view(self, memo: MemoOracle) -> "MemoOracle | CalibratedDist":
         """What stage 1 and stage 2 read: ``memo`` itself, or its :class:`CalibratedDist` (checked
         first by :func:`check_calibrated_ranking`)."""
@@ -81,12 +87,14 @@ def check_calibrated_ranking(memo: MemoOracle) -> Tensor:
         )
     key = memo.answer_key(DIST_SPLIT)
     if key is None or key.labels is None or not answer_type_entry(key.answer_type).calibrates:
-        kind = "no answer key" if key is None else f"answer type {key.answer_type!r}"
-        raise ValueError(
-            f"rank_by 'calibrated' needs a task whose answers are fixed choices with labels on D_dist ({kind}: "
-            "there is no answer prior to fit); use rank_by 'raw'"
-        )
+        raise ValueError(_no_prior("no answer key" if key is None else f"answer type {key.answer_type!r}"))
     return key.labels.long().cpu()
+
+
+def _no_prior(kind: str) -> str:
+    """The refusal of a calibrated ranking on a task without an answer prior (``kind``: what it has)."""
+    return (f"rank_by 'calibrated' needs a task whose answers are fixed choices with labels on D_dist ({kind}: "
+            "there is no answer prior to fit); use rank_by 'raw'")
 
 
 class CalibratedDist:

@@ -209,3 +209,14 @@ def test_a_search_on_a_tiny_model_ranks_by_each_heads_best_prior_accuracy(tiny_m
     torch.testing.assert_close(run.result.scores_tensor, expected, atol=1e-12, rtol=0)
     top = max(((float(expected[h.layer, h.head]), -h.layer, -h.head), h) for s in sets[1:] for h in s)[1]
     assert run.result.heads == str(top)  # k = 1: the best single by calibrated gain, ties by head order
+
+
+def test_a_search_refuses_a_calibrated_ranking_of_a_task_without_choices_before_writing(tmp_path):
+    """``cl.search`` checks the rank rule against the task's answer type before its run directory
+    exists (the memo's check, after the directory is open, stays for searches called directly)."""
+    import cel_lens as cl
+
+    out = tmp_path / "run"
+    with pytest.raises(ValueError, match="answer type 'exact_match': there is no answer prior"):
+        cl.search("organism", "organism_a", out=out, rank_by="calibrated", progress=False)
+    assert not out.exists()
