@@ -93,7 +93,7 @@ class AttributionScorer(Scorer):
     quantity = "Δ log-prob"
 
     def cost(self, n_layers: int, n_heads: int, n_dist: int) -> Cost:
-        return Cost(ATTRIBUTION_UNITS, f"one forward + backward pass, as {ATTRIBUTION_UNITS}")
+        return Cost(ATTRIBUTION_UNITS, f"one forward + backward pass, as {ATTRIBUTION_UNITS}", full=ATTRIBUTION_UNITS)
 
     def score(
         self, oracle: Optional[Oracle], *, batch_size: int = 8, progress: bool = True, model: Any = None,

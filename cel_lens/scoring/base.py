@@ -49,12 +49,15 @@ __all__ = ["Cost", "Scorer", "NoOptions", "ScoreUnit", "get_scorer", "scorer_cla
 class Cost:
     """What a scorer evaluates on D_dist: ``head_sets`` head-set evaluations of every D_dist
     example (``bound``: at most), with a note for the plan; ``singles``: whether those include
-    every single head alone (stage 2 then answers the pool's singles from memory)."""
+    every single head alone (stage 2 then answers the pool's singles from memory); ``full``: how
+    many of them the plan prices as whole-model passes (an attribution pass runs every layer; heads
+    whose layers are known only after a first pass are priced as if at layer 0, an upper bound)."""
 
     head_sets: int
     note: str = ""
     bound: bool = False
     singles: bool = False
+    full: int = 0
 
 
 @dataclass(frozen=True)

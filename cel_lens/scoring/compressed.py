@@ -263,7 +263,7 @@ class CompressedScorer(Scorer):
     def cost(self, n_layers: int, n_heads: int, n_dist: int) -> Cost:
         o = self.options
         masks = o.n_masks if o.n_masks is not None else default_n_masks(n_layers * n_heads, o.sparsity)
-        return Cost(masks, "random multi-head knockouts")
+        return Cost(masks, "random multi-head knockouts, priced as whole passes", full=masks)  # each reaches near layer 0
 
     def score(
         self, oracle: Optional[Oracle], *, batch_size: int = 8, progress: bool = True, model: Any = None,

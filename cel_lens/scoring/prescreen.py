@@ -149,12 +149,15 @@ class PrescreenScorer(Scorer):
     def cost(self, n_layers: int, n_heads: int, n_dist: int) -> Cost:
         total = n_layers * n_heads
         kept = kept_count(total, self.options.prescreen_keep, self.options.pool_size)
+        whole = kept  # the kept heads' layers are known after the first pass only: priced at layer 0
         if self.options.prescreen_pass == "attribution":
             first, what = float(ATTRIBUTION_UNITS), f"attribution ({ATTRIBUTION_UNITS} head sets)"
+            whole += ATTRIBUTION_UNITS
         else:
             m = min(int(self.options.prescreen_sample), max(n_dist, 1))
             first, what = total * m / max(n_dist, 1), f"every head on {m} examples"
-        return Cost(math.ceil(first) + kept, f"{what}, then {kept} of {total} heads alone", singles=True)
+        return Cost(math.ceil(first) + kept, f"{what}, then {kept} of {total} heads alone, priced as whole passes",
+                    bound=True, singles=True, full=whole)
 
     def score(
         self, oracle: Optional[Oracle], *, batch_size: int = 8, progress: bool = True, model: Any = None,

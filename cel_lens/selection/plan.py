@@ -259,7 +259,7 @@ def plan_search(
     most = min(k, m)
     stages = [
         StagePlan("intact", "dist", 1, n_dist, full=1),
-        StagePlan(f"stage 1 ({scorer.name})", "dist", cost.head_sets, n_dist, cost.bound, cost.note, layered=True),
+        StagePlan(f"stage 1 ({scorer.name})", "dist", cost.head_sets, n_dist, cost.bound, cost.note, cost.full, layered=True),
         StagePlan("stage 2", "dist", new, n_dist, bound, f"{sets:,} subsets of a pool of {m}, up to {most} head{'s' * (most != 1)}"),
     ]
     if n_specificity:
