@@ -9,8 +9,8 @@ machine others are using, threads beyond the idle cores only queue.
 
 So :func:`choose_threads` gives one thread to models under :data:`TINY_PARAMS` parameters and,
 when asked to look at the machine (the ``cel-lens`` command does at start, when its own process
-has not run yet), the cores the others leave idle (by the one-minute load average); never more than
-torch's own default. ``CEL_LENS_THREADS=N`` pins the count (``auto`` or unset: this policy);
+has not run yet), the cores the others leave idle (measured over a quarter second from
+``/proc/stat``, else by the one-minute load average); never more than torch's own default. ``CEL_LENS_THREADS=N`` pins the count (``auto`` or unset: this policy);
 ``OMP_NUM_THREADS``/``MKL_NUM_THREADS`` or a ``torch.set_num_threads`` call after cel_lens set one
 are respected as they are.
 """
@@ -20,12 +20,14 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import time
 import weakref
 from typing import Any, Iterator, Optional
 
 import torch
 
-__all__ = ["ENV", "TINY_PARAMS", "choose_threads", "configure_threads", "idle_cores", "param_count", "single_thread"]
+__all__ = ["ENV", "TINY_PARAMS", "STAT", "SAMPLE_S", "busy_now", "choose_threads", "configure_threads", "idle_cores",
+           "param_count", "single_thread"]
 
 ENV = "CEL_LENS_THREADS"
 """Environment variable that pins torch's thread count (an integer >= 1, or ``auto``)."""
@@ -60,15 +62,52 @@ def _usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-def idle_cores() -> Optional[float]:
-    """Cores of this process's share that other processes leave idle (one-minute load average
-    spread over every core of the machine), or ``None`` where the load is unknown."""
+STAT = "/proc/stat"
+"""Where Linux counts every core's busy and idle time (its first line: all cores together)."""
+SAMPLE_S = 0.25
+"""How long :func:`busy_now` watches the machine."""
+
+
+def _cpu_times(path: str = STAT) -> Optional[tuple[int, int]]:
+    """``(idle, total)`` clock ticks of all cores from ``path``'s ``cpu`` line (idle includes
+    waiting for I/O), or ``None`` where it cannot be read."""
     try:
-        load = os.getloadavg()[0]
-    except (AttributeError, OSError):  # pragma: no cover - not Unix
+        with open(path, encoding="ascii") as f:
+            fields = f.readline().split()
+        ticks = [int(x) for x in fields[1:]]
+    except (OSError, ValueError):
         return None
-    total = os.cpu_count() or 1
-    return _usable_cores() * max(0.0, 1.0 - load / total)
+    if fields[:1] != ["cpu"] or len(ticks) < 4:
+        return None
+    return ticks[3] + (ticks[4] if len(ticks) > 4 else 0), sum(ticks[:8])
+
+
+def busy_now(path: str = STAT, seconds: float = SAMPLE_S) -> Optional[float]:
+    """The fraction of the machine's cores busy over the next ``seconds`` (this process sleeps
+    meanwhile, so it counts the others), or ``None`` without ``/proc/stat``. Unlike the load
+    average it does not remember a process that finished a minute ago: a search started right
+    after another command gets the cores that command left."""
+    first = _cpu_times(path)
+    if first is None:
+        return None
+    time.sleep(seconds)
+    second = _cpu_times(path)
+    if second is None or second[1] <= first[1]:
+        return None
+    return min(1.0, max(0.0, 1.0 - (second[0] - first[0]) / (second[1] - first[1])))
+
+
+def idle_cores() -> Optional[float]:
+    """Cores of this process's share that other processes leave idle: the busy share measured now
+    (:func:`busy_now`), else the one-minute load average spread over every core of the machine;
+    ``None`` where neither is known."""
+    busy = busy_now()
+    if busy is None:
+        try:
+            busy = os.getloadavg()[0] / (os.cpu_count() or 1)
+        except (AttributeError, OSError):  # pragma: no cover - not Unix
+            return None
+    return _usable_cores() * max(0.0, 1.0 - busy)
 
 
 def param_count(model: Any) -> Optional[int]:

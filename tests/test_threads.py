@@ -29,7 +29,37 @@ def fresh(monkeypatch):
 
 
 def _load(monkeypatch, value: float) -> None:
+    """The machine's load as the load average says it (no ``/proc/stat`` reading)."""
+    monkeypatch.setattr(threads, "busy_now", lambda: None)
     monkeypatch.setattr(os, "getloadavg", lambda: (value, value, value))
+
+
+def _stat(path, idle: int, total: int) -> None:
+    busy = total - idle
+    path.write_text(f"cpu  {busy} 0 0 {idle} 0 0 0 0 0 0\ncpu0 1 2 3 4\n", encoding="ascii")
+
+
+def test_busy_now_reads_the_ticks_of_the_interval(tmp_path, monkeypatch):
+    """Busy share over the sampled interval, from the ``cpu`` line's idle and total ticks: a past
+    load (in the counters before the interval) does not count."""
+    stat = tmp_path / "stat"
+    _stat(stat, idle=100, total=10_000)  # busy for ages before
+
+    def fake_sleep(_):
+        _stat(stat, idle=100 + 150, total=10_000 + 200)  # 200 ticks pass, 150 of them idle
+
+    monkeypatch.setattr(threads.time, "sleep", fake_sleep)
+    assert threads.busy_now(str(stat)) == pytest.approx(0.25)
+    assert threads.busy_now(str(tmp_path / "missing")) is None
+    (tmp_path / "odd").write_text("intr 1 2 3\n", encoding="ascii")
+    assert threads.busy_now(str(tmp_path / "odd")) is None
+
+
+def test_idle_cores_prefers_the_measured_share(fresh):
+    fresh.setattr(threads, "busy_now", lambda: 0.25)
+    fresh.setattr(os, "getloadavg", lambda: (8.0, 8.0, 8.0))  # a load average still full of a finished job
+    assert threads.idle_cores() == pytest.approx(6.0)
+    assert choose_threads(10**9, look_at_load=True) == 6
 
 
 def test_choose(fresh):
