@@ -250,8 +250,9 @@ class SearchConfig:
         "min": 0})
     precision: str = field(default="auto", metadata={"manifest": "if_set", 
         "help": "compute precision: bf16 (decisions within its error bound recomputed in float32: the same bits), "
-        "float32, or auto (bf16 for a bfloat16 model, or on exact-match tasks for a float32 one of 20M+ parameters on a "
-        "CPU with native bf16)",
+        "float32, or auto (bf16 for a bfloat16 model; for a float32 one of 20M+ parameters on a CPU with native bf16, "
+        "bf16 on exact-match tasks only where a short timed probe of its passes ran bf16 faster by enough to pay for the "
+        "re-checks)",
         "choices": PRECISIONS})
     prescreen_pass: str = field(default="attribution", metadata={
         "help": "--scorer prescreen: the first pass that ranks every head (attribution, or every head on a subsample)",
