@@ -106,7 +106,8 @@ def fit_quick(
 
     ``timed``: the preset's plan, calibrated; ``replan(changes)``: the untimed plan of the preset
     with ``changes`` (every earlier cut's included), priced here at ``timed``'s measured rates; a cut
-    touching an option in ``explicit`` (set by the user) is skipped. Stops at the first fit; when
+    touching an option in ``explicit`` (set by the user), or one ``replan`` refuses (``ValueError``:
+    e.g. a pool smaller than the user's ``k``), is skipped. Stops at the first fit; when
     none fits, every applicable cut is taken and :attr:`QuickFit.fits` says so."""
     before = timed.wall_seconds()
     if before is None:
@@ -119,7 +120,11 @@ def fit_quick(
             break
         if explicit & set(cut.changes):
             continue
+        try:
+            plan = replan({**changes, **cut.changes})
+        except ValueError:  # the cut cannot run with the other options (a pool below the user's k)
+            continue
         changes.update(cut.changes)
         gave_up.append(cut.gives_up)
-        after = price_like(replan(dict(changes)), timed).wall_seconds()
+        after = price_like(plan, timed).wall_seconds()
     return QuickFit(changes, tuple(gave_up), before, after, budget_s)

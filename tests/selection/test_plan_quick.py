@@ -85,3 +85,16 @@ def test_the_pre_screened_heads_are_priced_as_whole_passes():
     assert stage1.bound and stage1.full == stage1.head_sets == 3 + 14
     timed = plan.timed(0.01, 1.0, full_seconds_per_example=0.03)
     assert timed.seconds(stage1) == pytest.approx(17 * 100 * 0.03)
+
+
+def test_a_cut_the_other_options_cannot_run_with_is_skipped():
+    """A pool of 4 cannot hold the user's k of 5: that cut is skipped, the others are taken."""
+    preset = replace(PRESET, k=5)
+
+    def replan(changes):
+        cut = replace(preset, **{k: v for k, v in changes.items() if k not in ("n_dist", "n_test")})
+        return plan_search(30, 9, changes.get("n_dist", 200), changes.get("n_test", 200), config=cut)
+
+    fit = fit_quick(replan({}).timed(1.0), replan, explicit={"k"}, budget_s=1.0)
+    assert "pool_size" not in fit.changes and fit.changes["n_null"] == 10
+    assert len(fit.gave_up) == len(QUICK_CUTS) - 1
