@@ -66,16 +66,21 @@ def selection_adjusted_test(
     n = d.shape[1]
     keep = np.flatnonzero(np.abs(d).sum(0) > 0)  # examples where no set differs carry nothing
     d = d[:, keep]
-    observed = float(d.sum(1).max()) / n if d.size else 0.0
+    # Counts of examples, not accuracies: integer sums are exact in float32 (below 2**24), so a
+    # permutation that ties the observed maximum counts as one (compared as fractions, float32's
+    # 2/100 fell below float64's and every tie was missed: p 0.001 where it is 0.25).
+    observed_count = int(d.sum(1).max()) if d.size else 0
     rng = np.random.default_rng([seed, 0xF11])
-    maxima = np.empty(n_permutations, dtype=np.float64)
+    counts = np.zeros(n_permutations, dtype=np.int64)
     chunk = max(1, min(n_permutations, 2_000_000 // max(d.shape[1], 1)))
     for start in range(0, n_permutations, chunk):
         b = min(chunk, n_permutations - start)
         signs = rng.choice(np.array([-1.0, 1.0], dtype=np.float32), size=(d.shape[1], b))
-        maxima[start : start + b] = (d @ signs).max(0) / n if d.size else 0.0
-    exceed = int((maxima >= observed - 1e-12).sum())
+        if d.size:
+            counts[start : start + b] = np.rint((d @ signs).max(0)).astype(np.int64)
+    exceed = int((counts >= observed_count).sum())
     p = (1 + exceed) / (1 + n_permutations)
+    observed, maxima = observed_count / n, counts / n
     quantile = float(np.quantile(maxima, 1 - alpha))
     full = (correct.to(torch.int64) - intact.to(torch.int64)[None, :]).numpy()
     top = int(np.argmax(full.sum(1))) if full.size else 0

@@ -27,6 +27,21 @@ def test_matches_the_exact_sign_flip_distribution_on_a_small_case():
     assert got["p_value"] == pytest.approx(exact, abs=0.01)
 
 
+@pytest.mark.parametrize("n", [50, 100, 200, 300, 500, 1000])
+def test_a_permutation_that_ties_the_observed_maximum_counts(n):
+    """At the floor (the intact model never right) a set that gains g examples and loses none has
+    exact p = 2**-g. The maxima were once compared as float32 fractions against a float64 one:
+    float32's 2/100 lies below float64's, every tie was missed, and the test said p = 0.001 (some
+    ablation helps) where p is 0.25; on D_dist of 100 a SmolLM2 Arithmetic --quick run said so."""
+    intact = torch.zeros(n, dtype=torch.bool)
+    for g in range(1, 7):
+        correct = torch.zeros(1, n, dtype=torch.bool)
+        correct[0, :g] = True
+        got = selection_adjusted_test(correct, intact, n_permutations=4000, seed=g)
+        assert got["p_value"] == pytest.approx(0.5**g, abs=0.025), (n, g)
+        assert got["observed"] == g / n
+
+
 def test_rejects_with_a_real_effect_and_rarely_without():
     strong = SyntheticOracle(4, 4, n_dist=400, effects={"L2H1": 0.1}, noise=0.02, seed=0)
     sets = [[(l, h)] for l in range(4) for h in range(4)]
