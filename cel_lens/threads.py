@@ -9,7 +9,7 @@ machine others are using, threads beyond the idle cores only queue.
 
 So :func:`choose_threads` gives one thread to models under :data:`TINY_PARAMS` parameters and,
 when asked to look at the machine (the ``cel-lens`` command does at start, when its own process
-has not run yet), the cores the others leave idle (measured over a quarter second from
+has not run yet), the cores the others leave idle (measured over a tenth of a second from
 ``/proc/stat``, else by the one-minute load average); never more than torch's own default. ``CEL_LENS_THREADS=N`` pins the count (``auto`` or unset: this policy);
 ``OMP_NUM_THREADS``/``MKL_NUM_THREADS`` or a ``torch.set_num_threads`` call after cel_lens set one
 are respected as they are.
@@ -64,8 +64,8 @@ def _usable_cores() -> int:
 
 STAT = "/proc/stat"
 """Where Linux counts every core's busy and idle time (its first line: all cores together)."""
-SAMPLE_S = 0.25
-"""How long :func:`busy_now` watches the machine."""
+SAMPLE_S = 0.1
+"""How long :func:`busy_now` watches the machine (10 ticks of 1/100 s per core: enough to count whole cores)."""
 
 
 def _cpu_times(path: str = STAT) -> Optional[tuple[int, int]]:
