@@ -106,8 +106,10 @@ def fit_quick(
 
     ``timed``: the preset's plan, calibrated; ``replan(changes)``: the untimed plan of the preset
     with ``changes`` (every earlier cut's included), priced here at ``timed``'s measured rates; a cut
-    touching an option in ``explicit`` (set by the user), or one ``replan`` refuses (``ValueError``:
-    e.g. a pool smaller than the user's ``k``), is skipped. Stops at the first fit; when
+    touching an option in ``explicit`` (set by the user), one ``replan`` refuses (``ValueError``:
+    e.g. a pool smaller than the user's ``k``), or one that would not lower the estimate (the
+    pre-screen's share where the user chose exact stage 1) is skipped: nothing is said to be
+    given up that was not. Stops at the first fit; when
     none fits, every applicable cut is taken and :attr:`QuickFit.fits` says so."""
     before = timed.wall_seconds()
     if before is None:
@@ -121,10 +123,12 @@ def fit_quick(
         if explicit & set(cut.changes):
             continue
         try:
-            plan = replan({**changes, **cut.changes})
+            cheaper = price_like(replan({**changes, **cut.changes}), timed).wall_seconds()
         except ValueError:  # the cut cannot run with the other options (a pool below the user's k)
+            continue
+        if cheaper >= after:  # it saves nothing here (a pre-screen share without the pre-screen): not given up
             continue
         changes.update(cut.changes)
         gave_up.append(cut.gives_up)
-        after = price_like(plan, timed).wall_seconds()
+        after = cheaper
     return QuickFit(changes, tuple(gave_up), before, after, budget_s)

@@ -98,3 +98,12 @@ def test_a_cut_the_other_options_cannot_run_with_is_skipped():
     fit = fit_quick(replan({}).timed(1.0), replan, explicit={"k"}, budget_s=1.0)
     assert "pool_size" not in fit.changes and fit.changes["n_null"] == 10
     assert len(fit.gave_up) == len(QUICK_CUTS) - 1
+
+
+def test_a_cut_that_saves_nothing_is_not_said_to_be_given_up():
+    """With exact stage 1 chosen by the user, the pre-screen's 5 % share changes nothing: it is
+    neither applied nor listed among what was given up."""
+    timed, replan = _plans(rate=1.0)
+    fit = fit_quick(timed, replan, explicit={"scorer"}, budget_s=1.0)
+    assert "prescreen_keep" not in fit.changes and "scorer" not in fit.changes
+    assert not any("pre-screen" in text for text in fit.gave_up)
