@@ -248,9 +248,11 @@ def test_quick_preset_and_plan_print_the_cost_and_write_nothing(capsys, tmp_path
 
 
 def test_quick_takes_the_cuts_its_budget_needs_and_records_them(capsys, tmp_path, monkeypatch):
-    """With a budget no plan meets, ``--quick`` takes every cut (the pre-screen, fewer examples, a
-    narrower pre-screen and pool, a smaller null), says so on stderr, plans and runs the cut search, and writes
-    what it gave up beside the run; an option given explicitly is never cut."""
+    """With a budget no plan meets, ``--quick`` takes every cut that lowers its estimate, says so on
+    stderr, plans and runs the cut search, and writes what it gave up beside the run; an option
+    given explicitly is never cut. On the organism (4 heads) the pre-screen (an attribution pass of
+    3 units, then the pool's 4 heads) costs more than exact stage 1's 4 heads, the pool already
+    holds every head and the null is capped at 5 sets: none of those is said to be given up."""
     import cel_lens.cli.search as search_cli
     from cel_lens.selection.plan_quick import QUICK_CUTS
 
@@ -260,15 +262,18 @@ def test_quick_takes_the_cuts_its_budget_needs_and_records_them(capsys, tmp_path
     assert main([*base, "--plan", "--json"]) == 0
     captured = capsys.readouterr()
     plan = json.loads(captured.out)
-    assert "still does not fit" in captured.err and all(c.gives_up in captured.err for c in QUICK_CUTS)
+    sizes = [c.gives_up for c in QUICK_CUTS if set(c.changes) <= {"n_dist", "n_test"}]
+    others = [c.gives_up for c in QUICK_CUTS if not set(c.changes) <= {"n_dist", "n_test"}]
+    assert "still does not fit" in captured.err and all(text in captured.err for text in sizes)
+    assert not any(text in captured.err for text in others)
     stages = {s["name"]: s for s in plan["stages"]}
     assert stages["intact"]["examples"] == 50 and stages["test"]["examples"] == 50
-    assert "stage 1 (prescreen)" in stages
+    assert "stage 1 (exact)" in stages
     assert main([*base, "--plan", "--json", "--n-dist", "150"]) == 0  # explicit: not cut
     assert json.loads(capsys.readouterr().out)["stages"][0]["examples"] == 150
     assert main([*base, "--out", "run", "--n-null", "3", "--n-boot", "50"]) == 0
     record = json.loads((tmp_path / "run" / search_cli.QUICK_RECORD).read_text())
-    assert record["changes"]["scorer"] == "prescreen" and record["fits"] is False and "n_null" not in record["changes"]
+    assert record["changes"] == {"n_dist": 50, "n_test": 50} and record["fits"] is False
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
-    assert manifest["options"]["scorer"] == "prescreen" and manifest["splits"]["dist"]["n"] == 50
-    assert manifest["options"]["n_null"] == 3 and manifest["options"]["pool_size"] == 4
+    assert manifest["options"]["scorer"] == "exact" and manifest["splits"]["dist"]["n"] == 50
+    assert manifest["options"]["n_null"] == 3 and manifest["options"]["pool_size"] == 6
