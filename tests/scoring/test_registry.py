@@ -42,6 +42,10 @@ def test_built_in_scorers_and_their_costs():
     assert get_scorer("exact").cost(4, 8, 10) == Cost(32, "every head alone", singles=True)
     assert get_scorer("compressed", sparsity=0.05, bogus=1).cost(4, 8, 10).head_sets == max(32, 16, math.ceil(5 / 0.05))
     assert get_scorer("compressed", n_masks=7).cost(4, 8, 10).head_sets == 7
+    # priced as whole passes: a knockout of several heads reaches near layer 0, attribution runs every layer
+    assert get_scorer("compressed", n_masks=7).cost(4, 8, 10).full == 7
+    assert get_scorer("attribution").cost(4, 8, 10).full == get_scorer("attribution").cost(4, 8, 10).head_sets == 3
+    assert get_scorer("exact").cost(4, 8, 10).full == 0  # layer by layer: each head resumes at its own layer
     config = SearchConfig(scorer="compressed", n_masks=9, sparsity=0.1, seed=3)
     assert scorer_from_config(config).options.__dict__ == {"n_masks": 9, "sparsity": 0.1, "seed": 3}
     racing = scorer_from_config(SearchConfig(scorer="racing", pool_size=5, delta=0.1, seed=2)).options
