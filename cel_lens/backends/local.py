@@ -15,7 +15,7 @@ from cel_lens.backends.base import ExecutionSettings
 from cel_lens.evaluation.answers import answer_key
 from cel_lens.evaluation.context import EvalContext
 from cel_lens.evaluation.evaluator import evaluate
-from cel_lens.evaluation.precision import recompute_summary, resolve_precision
+from cel_lens.evaluation.precision import run_precision_record
 from cel_lens.evaluation.prefix import can_share_prefix
 from cel_lens.evaluation.seal import recorded_reads
 from cel_lens.evaluation.store import ActivationStore
@@ -89,8 +89,7 @@ class LocalOracle(OracleBase):
     def precision_record(self, kind: Optional[str]) -> dict[str, Any]:
         """The precision a split of ``kind`` computes in here, and the context's recompute tally (per
         split: decisions made in bf16, recomputed in float32, share)."""
-        return {"compute": resolve_precision(self.context.precision, self.model, kind),
-                "recomputed": recompute_summary(self.context.tally)}
+        return run_precision_record(self.context.precision, self.model, kind, self.context.tally)
 
     @property
     def model_manifest(self) -> dict[str, Any]:

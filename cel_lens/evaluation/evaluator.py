@@ -40,6 +40,7 @@ from cel_lens.evaluation.precision import (
     Margins, check_precision, compute_precision, float32_model, pair_check, precision_entry, recompute_groups,
     recompute_mask, resolve_precision, split_key,
 )
+from cel_lens.evaluation.precision_probe import note_rechecks
 from cel_lens.evaluation.precision_tight import tight_check, tight_first
 from cel_lens.evaluation.eval_result import EvalResult
 from cel_lens.evaluation.seal import record_test_read
@@ -114,7 +115,8 @@ def evaluate(
     ctx = context if context is not None else EvalContext.from_environment(precision)
     if precision is not None and context is not None:
         ctx = ctx.with_(precision=check_precision(precision))
-    prec = resolve_precision(ctx.precision, model, precision_kind(model, split, chat_template))
+    kind = precision_kind(model, split, chat_template)
+    prec = resolve_precision(ctx.precision, model, kind)
     chat = chat_choice(split, chat_template)
     record_test_read(model, split, sets, reader=ctx.reader)  # the sealed test split: every D_test read is recorded (by content)
     metric = split.metric or "acc"
@@ -136,6 +138,8 @@ def evaluate(
         return EvalResult(**out, **common)
     out, redo = _bf16_run(model, split, sets, plan, store, prec, ctx.tally)
     ctx.tally.add(split_key(split), redo)
+    if ctx.precision == "auto" and next(model.parameters()).dtype != torch.bfloat16:  # auto's choice, checked
+        note_rechecks(model, kind, int(redo.sum()), int(redo.numel()))
     return EvalResult(**out, **common, precision=prec, recomputed=redo)
 
 

@@ -46,13 +46,13 @@ from torch import Tensor
 
 from cel_lens.config import PRECISIONS
 from cel_lens.evaluation.precision_groups import recompute_groups
-from cel_lens.evaluation.precision_probe import AUTO_MIN_SPEEDUP, bf16_probe
+from cel_lens.evaluation.precision_probe import AUTO_MIN_SPEEDUP, bf16_probe, probe_record, projected_speedup
 from cel_lens.model import bf16_usable
 from cel_lens.tasks.answer_types import ANSWER_TYPES, MULTIPLE_CHOICE, answer_type_entry
 
 __all__ = [
     "PRECISIONS", "Precision", "AUTO", "FLOAT32", "BF16", "precision_entry", "LOGIT_BOUND", "LOGPROB_BOUND", "CHOICE_PAIR_BOUND", "PAIR_CHECK_MIN", "PAIR_CHECK_SHARE",
-    "pair_check", "merge_pair_checks", "Margins", "resolve_precision", "check_precision", "cpu_has_native_bf16",
+    "pair_check", "merge_pair_checks", "Margins", "resolve_precision", "run_precision_record", "check_precision", "cpu_has_native_bf16",
     "compute_precision", "float32_model", "recompute_mask", "recompute_groups", "split_key",
     "tally_summary", "recompute_summary", "precision_line", "AUTO_MIN_PARAMS", "AUTO_KINDS", "ONE_TOKEN_CHOICES",
 ]
@@ -161,7 +161,7 @@ def resolve_precision(precision: Optional[str], model, split_kind: Optional[str]
         big = sum(q.numel() for q in model.parameters()) >= AUTO_MIN_PARAMS
         if not big or split_kind not in AUTO_KINDS:
             return "float32"
-        return "bf16" if bf16_probe(model)["speedup"] >= AUTO_MIN_SPEEDUP else "float32"
+        return "bf16" if projected_speedup(model, split_kind, bf16_probe(model)["speedup"]) >= AUTO_MIN_SPEEDUP else "float32"
     return "float32"
 
 
@@ -337,8 +337,25 @@ def tally_summary(counts: Mapping[str, Sequence[int]]) -> dict:
     }
 
 
-def _probe_speedup(model) -> float:
-    return float(bf16_probe(model)["speedup"])
+def run_precision_record(precision: Optional[str], model, kind: Optional[str], tally: Any) -> dict[str, Any]:
+    """A run's ``precision`` record: the precision a split of ``kind`` computes in now, the
+    ``tally`` of recomputes (:func:`recompute_summary`), and where ``auto`` timed the model, what it
+    measured (the pass and the re-checked shares its choice was revised by)."""
+    record = {"compute": resolve_precision(precision, model, kind), "recomputed": recompute_summary(tally)}
+    measured = probe_record(model)
+    return record if measured is None else {**record, "auto": measured}
+
+
+def _auto_words(model, split_kind: Optional[str], chose: str) -> str:
+    """Why ``auto`` chose ``chose`` for a float32 model: the timed pass, and the re-checks seen."""
+    speedup = float(bf16_probe(model)["speedup"])
+    projected = projected_speedup(model, split_kind, speedup)
+    words = (f"a timed pass ran bf16 {speedup:.2f}x faster than float32 here" if chose == "bf16"
+             else f"a timed pass ran bf16 only {speedup:.2f}x float32's speed here")
+    if projected != speedup:
+        words = (f"a timed pass ran bf16 {speedup:.2f}x float32's speed here, {projected:.2f}x with the re-checks "
+                 "its evaluations needed so far")
+    return words
 
 
 def precision_line(model, precision: Optional[str], split_kind: Optional[str] = None) -> str:
@@ -353,13 +370,12 @@ def precision_line(model, precision: Optional[str], split_kind: Optional[str] = 
         why = "a model too small for bf16 to pay" if small else (
             f"bf16 was not always measured faster on {words} tasks" if cpu_has_native_bf16() else "no native bf16 here")
         if not small and cpu_has_native_bf16() and split_kind in AUTO_KINDS:
-            why = f"a timed pass ran bf16 only {bf16_probe(model)['speedup']:.2f}x float32's speed here"
+            why = _auto_words(model, split_kind, "float32")
         return f"precision: float32 (auto: {why}; --precision bf16 gives the same results)"
     why = ""
     held = next(model.parameters()).dtype == torch.bfloat16
     if name == "auto":
-        why = " (auto: the model is in bfloat16)" if held else (
-            f" (auto: a timed pass ran bf16 {_probe_speedup(model):.2f}x faster than float32 here)")
+        why = " (auto: the model is in bfloat16)" if held else f" (auto: {_auto_words(model, split_kind, 'bf16')})"
     if held:  # the float32 copy holds the rounded weights: its decisions are theirs, not the checkpoint's
         return (f"precision: bf16 compute{why}; every decision within the bf16 error bound is recomputed in float32 "
                 "on a float32 copy of the model's bfloat16 weights, so the results are those weights' computed in "

@@ -156,6 +156,43 @@ def _splits(model) -> dict[str, Split]:
     }
 
 
+def test_auto_leaves_bf16_when_its_re_checks_eat_the_gain(tiny_model, monkeypatch):
+    """A pass 2x faster in bf16 does not pay when nearly every decision is re-checked: once an
+    ``auto`` evaluation has shown that (a random-weight model's flat logits: 97 % re-checked on
+    Arithmetic, bf16 1.6x slower), ``auto`` computes that model and split kind in float32; a low
+    share keeps bf16, and the evaluator reports what it re-checked."""
+    import copy
+
+    from cel_lens.evaluation import precision as module
+    from cel_lens.evaluation import precision_probe as probe
+    from cel_lens.evaluation.evaluator import evaluate
+    from cel_lens.tasks.base import Example, Split
+
+    model = copy.deepcopy(tiny_model)  # its own entries in the probe's tables
+    monkeypatch.setattr(module, "cpu_has_native_bf16", lambda: True)
+    monkeypatch.setattr(module, "AUTO_MIN_PARAMS", 1000)
+    monkeypatch.setattr(module, "bf16_probe", lambda m: {"speedup": 2.0})
+    assert resolve_precision("auto", model, "exact_match") == "bf16"
+    probe.note_rechecks(model, "exact_match", 10, 40)  # below MIN_DECISIONS: the pass alone decides
+    assert resolve_precision("auto", model, "exact_match") == "bf16"
+    probe.note_rechecks(model, "exact_match", 50, 60)  # 60 of 100 re-checked: 1 / (0.5 + 0.6) < 1.3
+    assert probe.projected_speedup(model, "exact_match", 2.0) == pytest.approx(1 / 1.1)
+    assert resolve_precision("auto", model, "exact_match") == "float32"
+    assert "with the re-checks its evaluations needed so far" in precision_line(model, "auto", "exact_match")
+    other = copy.deepcopy(tiny_model)
+    probe.note_rechecks(other, "exact_match", 5, 100)  # 5 %: 1 / (0.5 + 0.05) = 1.8
+    assert resolve_precision("auto", other, "exact_match") == "bf16"
+    third = copy.deepcopy(tiny_model)
+    split = Split("s", tuple(Example(f"q{i}", f"Question: {i} plus 1?\nAnswer:", target=f" {i + 1}") for i in range(8)),
+                  answer_type="exact_match")
+    got = evaluate(third, split, [[], [(0, 0)]], progress=False, context=EvalContext(precision="auto"))
+    assert got.precision == "bf16"
+    assert probe._SHARES[third]["exact_match"] == [int(got.recomputed.sum()), 16]
+    explicit = copy.deepcopy(tiny_model)
+    evaluate(explicit, split, [[]], progress=False, context=EvalContext(precision="bf16"))
+    assert explicit not in probe._SHARES  # an explicit bf16 is the user's choice, not auto's to revise
+
+
 @pytest.mark.parametrize("loader", ["hooked", "bridge"])
 def test_bf16_bits_equal_float32_on_tiny_checkpoints(tiny_checkpoints, loader):
     """Every protocol, intact and with heads ablated: bf16's bits (and completions) are float32's,

@@ -22,7 +22,7 @@ from cel_lens.backends.ray.shards import Shard, plan_shards, shard_split
 from cel_lens.evaluation.encode import precision_kind
 from cel_lens.evaluation.evaluator import evaluate
 from cel_lens.evaluation.context import EvalContext
-from cel_lens.evaluation.precision import recompute_summary, resolve_precision
+from cel_lens.evaluation.precision import run_precision_record
 from cel_lens.evaluation.seal import SealReader
 from cel_lens.evaluation.store import ActivationStore
 from cel_lens.heads import HeadSet, HeadsLike
@@ -84,8 +84,7 @@ class ShardWorker:
         replica's model), and its tally since :meth:`set_precision` (per split: decisions made in
         bf16, recomputed, share)."""
         kind = precision_kind(self.model, self.task.dist) if len(self.task.dist) else answer_type
-        return {"compute": resolve_precision(self.context.precision, self.model, kind),
-                "recomputed": recompute_summary(self.context.tally)}
+        return run_precision_record(self.context.precision, self.model, kind, self.context.tally)
 
     def info(self) -> dict[str, Any]:
         """Shape, manifest entry (id, weights hash, dtype), process and build time of the replica."""
