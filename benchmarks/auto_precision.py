@@ -8,8 +8,9 @@ the benchmarks' random Llama-shaped model (8 x 8 heads, d_model 512) and a tiny 
 Arithmetic (48). Each evaluates the intact model and four single heads spread over depth (5 head
 sets), one torch thread, both precisions twice in alternation; the measure is the process's CPU
 seconds, best of the two (wall beside it). ``auto`` decides per model and split (a timed probe for
-a large float32 model on exact match, float32 otherwise, :mod:`cel_lens.evaluation.precision_probe`);
-its probe runs once per model, before the timed calls, and is reported apart. The decisions of
+a large float32 model on exact match, revised by the re-checks its evaluations needed; float32
+otherwise: :mod:`cel_lens.evaluation.precision_probe`); its probe runs once per model, before the
+timed calls, and is reported apart, and ``auto_chose`` lists each timed call's precision. The decisions of
 the two precisions must be identical.
 """
 
@@ -67,7 +68,7 @@ def measure(model: Any, split: Any) -> dict[str, Any]:
     best = {p: min(r, key=lambda x: x[0]) for p, r in runs.items()}
     f32, auto = best["float32"][2], best["auto"][2]
     return {"examples": len(split), "head_sets": len(sets), "params": sum(q.numel() for q in model.parameters()),
-            "auto_chose": auto.precision, "probe": probe_record(model), "probe_and_warmup_cpu_s": round(probe_cpu, 2),
+            "auto_chose": [r[2].precision for r in runs["auto"]], "probe": probe_record(model), "probe_and_warmup_cpu_s": round(probe_cpu, 2),
             "float32_cpu_s": round(best["float32"][0], 2), "auto_cpu_s": round(best["auto"][0], 2),
             "float32_wall_s": round(best["float32"][1], 2), "auto_wall_s": round(best["auto"][1], 2),
             "float32_over_auto": round(best["float32"][0] / best["auto"][0], 3),

@@ -11,6 +11,6 @@ def test_auto_against_float32_on_a_tiny_model(tiny_model):
     split = Split("s", tuple(Example(f"q{i}", f"Question: {i} plus 1?\nAnswer:", target=f" {i + 1}") for i in range(4)),
                   answer_type="exact_match")
     row = measure(tiny_model, split)
-    assert row["auto_chose"] == "float32" and row["probe"] is None  # under 20M parameters: no probe, float32
+    assert row["auto_chose"] == ["float32", "float32"] and row["probe"] is None  # under 20M parameters: no probe, float32
     assert row["decisions"] == 5 * 4 and row["differing"] == 0
     assert row["float32_cpu_s"] > 0 and row["auto_cpu_s"] > 0 and row["head_sets"] == 5
