@@ -7,7 +7,7 @@ Cases: SmolLM2-135M-Instruct on Arithmetic (48 examples) and BoolQ (32, from the
 the benchmarks' random Llama-shaped model (8 x 8 heads, d_model 512) and a tiny test model on
 Arithmetic (48). Each evaluates the intact model and four single heads spread over depth (5 head
 sets), one torch thread, both precisions twice in alternation; the measure is the process's CPU
-seconds, best of the two (wall beside it). ``auto`` decides per model and split (a timed probe for
+seconds, best of the two (wall beside it; every call's CPU seconds in ``cpu_s_each``). ``auto`` decides per model and split (a timed probe for
 a large float32 model on exact match, revised by the re-checks its evaluations needed; float32
 otherwise: :mod:`cel_lens.evaluation.precision_probe`); its probe runs once per model, before the
 timed calls, and is reported apart, and ``auto_chose`` lists each timed call's precision. The decisions of
@@ -72,6 +72,7 @@ def measure(model: Any, split: Any) -> dict[str, Any]:
             "float32_cpu_s": round(best["float32"][0], 2), "auto_cpu_s": round(best["auto"][0], 2),
             "float32_wall_s": round(best["float32"][1], 2), "auto_wall_s": round(best["auto"][1], 2),
             "float32_over_auto": round(best["float32"][0] / best["auto"][0], 3),
+            "cpu_s_each": {p: [round(r[0], 2) for r in rs] for p, rs in runs.items()},
             "decisions": int(f32.correct.numel()), "differing": int((f32.correct != auto.correct).sum())}
 
 
