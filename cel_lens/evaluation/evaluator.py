@@ -138,7 +138,7 @@ def evaluate(
         return EvalResult(**out, **common)
     out, redo = _bf16_run(model, split, sets, plan, store, prec, ctx.tally)
     ctx.tally.add(split_key(split), redo)
-    if precision_entry(ctx.precision).automatic and next(model.parameters()).dtype != torch.bfloat16:  # auto's choice, checked
+    if precision_entry(ctx.precision).automatic:  # auto's choice, checked against what it cost (resolve_precision reads it)
         note_rechecks(model, kind, int(redo.sum()), int(redo.numel()))
     return EvalResult(**out, **common, precision=prec, recomputed=redo)
 
