@@ -13,11 +13,11 @@ from cel_lens.selection.plan_quick import QUICK_CUTS, fit_quick, price_like
 PRESET = replace(SearchConfig(), k=QUICK["k"], pool_size=QUICK["pool_size"], n_null=QUICK["n_null"])
 
 
-def _plans(rate: float, share: float = 1.0):
-    """The preset's plan on a 30 x 9 model at 200/200 examples, timed at ``rate`` CPU s a unit, and
+def _plans(rate: float, share: float = 1.0, preset: SearchConfig = PRESET):
+    """``preset``'s plan on a 30 x 9 model at 200/200 examples, timed at ``rate`` CPU s a unit, and
     the replan function ``fit_quick`` prices its cuts with."""
     def replan(changes):
-        cut = replace(PRESET, **{k: v for k, v in changes.items() if k not in ("n_dist", "n_test")})
+        cut = replace(preset, **{k: v for k, v in changes.items() if k not in ("n_dist", "n_test")})
         return plan_search(30, 9, changes.get("n_dist", 200), changes.get("n_test", 200), config=cut)
 
     return replan({}).timed(rate, share), replan
@@ -89,13 +89,8 @@ def test_the_pre_screened_heads_are_priced_as_whole_passes():
 
 def test_a_cut_the_other_options_cannot_run_with_is_skipped():
     """A pool of 4 cannot hold the user's k of 5: that cut is skipped, the others are taken."""
-    preset = replace(PRESET, k=5)
-
-    def replan(changes):
-        cut = replace(preset, **{k: v for k, v in changes.items() if k not in ("n_dist", "n_test")})
-        return plan_search(30, 9, changes.get("n_dist", 200), changes.get("n_test", 200), config=cut)
-
-    fit = fit_quick(replan({}).timed(1.0), replan, explicit={"k"}, budget_s=1.0)
+    timed, replan = _plans(rate=1.0, preset=replace(PRESET, k=5))
+    fit = fit_quick(timed, replan, explicit={"k"}, budget_s=1.0)
     assert "pool_size" not in fit.changes and fit.changes["n_null"] == 10
     assert len(fit.gave_up) == len(QUICK_CUTS) - 1
 
