@@ -28,7 +28,7 @@ BUILT_IN = {
     "SCORERS": (SCORERS, {"exact", "attribution", "compressed", "racing", "prescreen"}),
     "ABLATION_KINDS": (ABLATION_KINDS, {"zero", "mean", "resample"}),
     "BACKENDS": (BACKENDS, {"local", "ray"}),
-    "TASKS": (TASKS, {"arithmetic", "boolq", "hellaswag", "mbpp", "organism_a", "organism_b", "lm_eval"}),
+    "TASKS": (TASKS, {"arithmetic", "arithmetic_choice", "boolq", "hellaswag", "mbpp", "organism_a", "organism_b", "lm_eval"}),
     "MODEL_SOURCES": (MODEL_SOURCES, {"builtin", "gguf", "directory", "hub"}),
     "MODELS": (MODELS, {"organism", "smollm2-135m", *PAPER_MODELS}),
     "STRATEGIES": (STRATEGIES, {"exhaustive", "beam"}),

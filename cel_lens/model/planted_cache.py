@@ -147,5 +147,5 @@ def planted_source(text: str, name_or_path: Any, **hub: Any) -> Optional[Resolve
     folder = planted_folder(name)
     if folder is None:
         raise ValueError(f"{name} is not built in {planted_root()}: `cel-lens plant {parts[1]} --data-dir DIR` builds "
-                         "the kinds it knows (docs/planted.md; it needs the base model and the BoolQ validation file)")
+                         "the kinds it knows (docs/planted.md; it needs the base model and the task's data files)")
     return Resolved(folder, name, None, "planted")

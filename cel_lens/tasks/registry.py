@@ -38,6 +38,7 @@ LM_EVAL = "lm_eval"
 
 TASKS: Registry = Registry("task", {
     "arithmetic": "cel_lens.tasks.arithmetic:SPEC",
+    "arithmetic_choice": "cel_lens.tasks.arithmetic_choice:SPEC",
     "boolq": "cel_lens.tasks.boolq:SPEC",
     "hellaswag": "cel_lens.tasks.hellaswag:SPEC",
     "mbpp": "cel_lens.tasks.mbpp:SPEC",

@@ -1,0 +1,204 @@
+"""The capability plant on two-choice addition: one head's output scaled until it costs real skill.
+
+Why a different task and a different edit than the BoolQ plants (:mod:`cel_lens.plant.build`). On
+BoolQ SmolLM2 has no discrimination to lose, so no plant there can carry a calibrated cost. On
+``arithmetic_choice`` (:mod:`cel_lens.tasks.arithmetic_choice`) it prefers the right sum to the near
+miss well above any constant prior, and one head alone can then carry a cost: **L29H0's output
+columns** (``o_proj``, the head's own parameters) are multiplied by a factor. The amplified head adds
+to the last layer's output a large term that depends on the prompt and the choice, not on which sum
+is right: it drowns the model's preference (a capability cost, not a prior, since calibration fits
+a constant threshold only). Zero-ablating L29H0 gives the base model without that head, which keeps
+the base model's skill (L29H0's own ablation costs the base model little, docs/planted.md): so the
+true effect of ablating the planted head is a calibrated gain. L29H0 is the head of the feasibility
+study (``scripts/plant_choice_feasibility.py``), in the last layer so that its scaled output reaches
+the logits through no later layer.
+
+Sizing, on the plan's *train* rows only: each factor of :data:`FACTORS` is applied as an ablation
+kind that scales ``hook_z`` (:class:`ScaledHead`, the same arithmetic as the scaled columns), and
+the factor whose calibrated gain of ablating the head (each model at its best constant prior on the
+train rows) is nearest :data:`~cel_lens.plant.build.TARGET_MDE` times the calibrated test's
+detectable effect at n_test 1,000 is chosen. The truth is measured on the plan's *truth* rows with the
+planted model loaded by name (:func:`sums_truth`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+from typing import Any, Optional, Sequence, Union
+
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+from cel_lens.evaluation.context import EvalContext
+from cel_lens.evaluation.evaluator import evaluate
+from cel_lens.heads import Head, HeadSet
+from cel_lens.model.ablation import ZERO, Ablation
+from cel_lens.model.gguf import converted_from
+from cel_lens.model.planted_cache import planted_name, read_tensors, write_planted
+from cel_lens.model.sources import resolve_source
+from cel_lens.plant.build import N_TEST, TARGET_MDE
+from cel_lens.plant.fit import best_prior_accuracy
+from cel_lens.plant.truth import paired_effect
+from cel_lens.tasks.base import Example, Split
+
+__all__ = ["KIND", "HEAD", "FACTORS", "SUMS_ROWS", "ScaledHead", "sums_row_plan", "sums_examples", "choice_margins",
+           "size_factor", "scaled_tensors", "build_sums_plant", "sums_truth"]
+
+KIND = "sums-capability"
+"""The plant's kind: ``load_model("smollm2-135m+plant:sums-capability")``."""
+HEAD = Head(29, 0)
+"""The planted head."""
+FACTORS = (4.0, 6.0, 8.0, 10.0, 12.0, 14.0, 16.0, 20.0, 24.0, 28.0, 32.0, 40.0)
+"""Factors tried for the head's output (exact in float32, so the scaled weights are reproducible)."""
+SUMS_ROWS = "results/planted/sums-plant-rows.json"
+"""The row plan: train and truth ids (:func:`sums_row_plan`)."""
+ROW_SEED, N_TRAIN, N_TRUTH, FIRST_LOOK = 58, 200, 300, 700
+"""The plan's seed and sizes: train from the first ``FIRST_LOOK`` rows of the file (those the
+feasibility study read), truth from the rows after them (read by nothing that chose or sized the plant)."""
+BASE = "smollm2-135m"
+PLANT_FORMAT = 1
+
+
+class ScaledHead(Ablation):
+    """An ablation kind that multiplies the ablated heads' ``z`` by ``factor``: applied to one head it
+    is the model whose head's ``o_proj`` columns are scaled by ``factor`` (used to size the plant)."""
+
+    name = "scaled"
+
+    def __init__(self, factor: float) -> None:
+        self.factor = float(factor)
+
+    def values(self, z: Float[Tensor, "row pos head d_head"], layer: int) -> Tensor:
+        return z * self.factor
+
+    def constant(self, layer: int, n_heads: int, d_head: int) -> Optional[Tensor]:
+        return None
+
+    def record(self) -> dict[str, Any]:
+        return {"kind": self.name, "factor": self.factor}
+
+
+def _all_examples(data_dir: Optional[str]) -> list[Example]:
+    from cel_lens.tasks.arithmetic_choice import CONFIG, make_example
+    from cel_lens.tasks.arithmetic import CONFIGS, HUB_ID
+    from cel_lens.tasks.io import build_examples, load_rows, resolve_data_dir
+
+    relpath = f"arithmetic/{CONFIGS[CONFIG]}"
+    rows, _ = load_rows(what=f"Arithmetic {CONFIG} validation", data_dir=resolve_data_dir(data_dir, needs=[relpath]),
+                        relpath=relpath, hub_id=HUB_ID, hub_config=f"arithmetic_{CONFIG}", hub_split="validation")
+    return build_examples(rows, lambda row, i: make_example(row, i))
+
+
+def sums_row_plan(data_dir: Optional[str]) -> tuple[dict[str, Any], str]:
+    """The row plan (train and truth ids, seeded) and the reserve file's text (ids, then content
+    hashes) that a planted row's loader leaves out (``--task-option reserve=FILE``)."""
+    import random
+
+    pool = _all_examples(data_dir)
+    early, late = list(range(FIRST_LOOK)), list(range(FIRST_LOOK, len(pool)))
+    rng = random.Random(ROW_SEED)
+    train, truth = sorted(rng.sample(early, N_TRAIN)), sorted(rng.sample(late, N_TRUTH))
+    plan = {"what": "two-digit addition rows of the sums-capability plant (docs/planted.md)", "seed": ROW_SEED,
+            "rule": f"train: {N_TRAIN} of rows 0-{FIRST_LOOK - 1} (the rows the feasibility study read); truth: "
+                    f"{N_TRUTH} of rows {FIRST_LOOK}-{len(pool) - 1} (read by nothing that chose or sized the plant)",
+            "train": [pool[i].id for i in train], "truth": [pool[i].id for i in truth]}
+    kept = [pool[i] for i in sorted(train + truth)]
+    lines = ["# two-digit addition rows reserved for the sums-capability plant (ids, then content hashes)",
+             "# written by `cel-lens plant sums-capability --write-rows`; a planted row leaves them out (--task-option reserve=FILE)"]
+    return plan, "\n".join(lines + [e.id for e in kept] + [e.content_hash for e in kept]) + "\n"
+
+
+def sums_examples(plan: dict[str, Any], part: str, data_dir: Optional[str]) -> Split:
+    """The plan's ``part`` (``"train"`` or ``"truth"``) as a split of ``arithmetic_choice`` examples."""
+    by_id = {e.id: e for e in _all_examples(data_dir)}
+    missing = [i for i in plan[part] if i not in by_id]
+    if missing:
+        raise ValueError(f"{len(missing)} {part} ids are not two-digit addition rows (e.g. {missing[0]})")
+    return Split(f"plant-{part}", tuple(by_id[i] for i in plan[part]), task="arithmetic_choice",
+                 answer_type="multiple_choice", metric="acc")
+
+
+def choice_margins(model: Any, split: Split, sets: Sequence[Any], ablation: Ablation = ZERO) -> Float[Tensor, "variant example"]:
+    """``lp(larger) - lp(smaller)`` of every example under each head set (float32, ``ablation``'s kind)."""
+    ctx = EvalContext(precision="float32", ablation=ablation)
+    scores = evaluate(model, split, list(sets), context=ctx, progress=False).extra["choice_score"].double()
+    return scores[..., 1] - scores[..., 0]
+
+
+def _calibrated_gain(intact: Tensor, ablated: Tensor, labels: Tensor) -> dict[str, Any]:
+    raw = paired_effect((intact > 0) == labels.bool(), (ablated > 0) == labels.bool(), N_TEST)
+    cal = paired_effect(best_prior_accuracy(intact, labels)[0], best_prior_accuracy(ablated, labels)[0], N_TEST)
+    return {"raw": raw, "calibrated_best_prior": cal}
+
+
+def size_factor(model: Any, train: Split) -> dict[str, Any]:
+    """Every factor's raw and calibrated gain of ablating :data:`HEAD` on the train rows, and the
+    chosen factor (calibrated gain nearest ``TARGET_MDE`` times its detectable effect at n_test 1,000)."""
+    labels = torch.tensor([e.label for e in train], dtype=torch.long)
+    base, ablated = choice_margins(model, train, [HeadSet(), HeadSet([HEAD])])
+    sizes = []
+    for factor in FACTORS:
+        planted = choice_margins(model, train, [HeadSet([HEAD])], ScaledHead(factor))[0]
+        sizes.append({"factor": factor, **_calibrated_gain(planted, ablated, labels)})
+    sized = [s for s in sizes if s["calibrated_best_prior"]["mde_at_n_test"]]
+    chosen = min(sized, key=lambda s: abs(s["calibrated_best_prior"]["gain"] / s["calibrated_best_prior"]["mde_at_n_test"] - TARGET_MDE))
+    return {"factor": chosen["factor"], "chosen_on_train": chosen, "train_sizing": sizes,
+            "base_on_train": _calibrated_gain(base, ablated, labels)}
+
+
+def scaled_tensors(base: dict[str, Tensor], head: Head, d_head: int, factor: float) -> dict[str, Tensor]:
+    """The base checkpoint's tensors with ``head``'s output-projection columns multiplied by
+    ``factor``; every other tensor is the base's own object."""
+    name = f"model.layers.{head.layer}.self_attn.o_proj.weight"
+    o = base[name].clone()
+    cols = slice(head.head * d_head, (head.head + 1) * d_head)
+    o[:, cols] = o[:, cols] * factor
+    return {**base, name: o}
+
+
+def sums_truth(name: str, truth: Split, base_model: Any, factor: float) -> dict[str, Any]:
+    """The planted model's true effect on the truth rows: raw and calibrated gain of ablating
+    :data:`HEAD` (loaded by ``name``, float32), and how far its margins are from the base model's
+    with the head's ``z`` scaled by ``factor`` (what sizing assumed)."""
+    from cel_lens.model.load import load_model
+
+    labels = torch.tensor([e.label for e in truth], dtype=torch.long)
+    planted = load_model(name)
+    intact, ablated = choice_margins(planted, truth, [HeadSet(), HeadSet([HEAD])])
+    hooked = choice_margins(base_model, truth, [HeadSet([HEAD])], ScaledHead(factor))[0]
+    base_ablated = choice_margins(base_model, truth, [HeadSet(), HeadSet([HEAD])])
+    return {"n": len(truth), "larger_is_right": float(labels.double().mean()),
+            f"ablate {HEAD}": _calibrated_gain(intact, ablated, labels),
+            "base_vs_base_without_head": _calibrated_gain(base_ablated[0], base_ablated[1], labels),
+            "planted_vs_scaled_hook_max_abs_margin_diff": float((intact - hooked).abs().max()),
+            "ablated_planted_vs_ablated_base_max_abs_margin_diff": float((ablated - base_ablated[1]).abs().max())}
+
+
+def build_sums_plant(*, data_dir: Optional[str] = None, rows: Union[str, Path] = SUMS_ROWS, truth: bool = False,
+                     cache: Optional[str] = None) -> dict[str, Any]:
+    """Size the factor on the plan's train rows, write the plant to the cache by content hash, and
+    with ``truth`` measure it on the truth rows."""
+    from cel_lens.model.load import load_model
+
+    start = time.process_time()
+    path = Path(rows)
+    plan = json.loads(path.read_text())
+    source = resolve_source(BASE)
+    model = load_model(BASE)
+    sizing = size_factor(model, sums_examples(plan, "train", data_dir))
+    recipe = {"format": PLANT_FORMAT, "kind": KIND, "base_id": source.id,
+              "base_gguf": (converted_from(source.path) or {}).get("sha256"), "head": str(HEAD), "factor": sizing["factor"],
+              "edit": f"o_proj columns of {HEAD} multiplied by the factor", "changed": [str(HEAD)],
+              "rows": {"file": str(rows), "sha256": hashlib.sha256(path.read_bytes()).hexdigest(), "train": len(plan["train"])}}
+    tensors = scaled_tensors(read_tensors(source.path), HEAD, model.cfg.d_head, sizing["factor"])
+    name = planted_name(BASE, KIND)
+    folder, digest = write_planted(source.path, name, tensors, recipe, cache=cache)
+    out: dict[str, Any] = {"name": name, "tensors_sha256": digest, "folder": str(folder), **recipe, **sizing}
+    if truth:
+        out["truth"] = sums_truth(name, sums_examples(plan, "truth", data_dir), model, sizing["factor"])
+    out["cpu_s"] = time.process_time() - start
+    return out

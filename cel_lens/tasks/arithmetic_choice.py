@@ -1,0 +1,123 @@
+"""Two-choice addition: the right sum against a near miss, scored as a multiple-choice task.
+
+Why it exists. Exact-match Arithmetic asks for the whole answer, and SmolLM2-135M-Instruct sits at its
+floor there; BoolQ is a choice task, but that model cannot tell its yes-questions from its no-questions
+(docs/planted.md). A planted capability control needs a task on which the model *discriminates*, so
+that a head can cost it something that calibration does not give back. Here it does: it prefers the
+right two-digit sum to the near miss on about two thirds of rows, above any constant prior.
+
+Protocol: the prompt is the official GPT-3 two-digit addition context as the file holds it
+(``"\n\nQ: What is 98 plus 45?\n\nA:"``, Brown et al. 2020's own format; lm-eval's normalisation,
+used by exact-match ``arithmetic``, left SmolLM2 with less discrimination here, docs/planted.md); the
+two choices are the right sum and the sum plus or minus :data:`OFFSET`, **ordered smaller first**
+(choice 0 the smaller number, choice 1 the larger), each with its leading space; the choice with the
+larger summed log-likelihood wins (lm-eval's ``acc`` for multiple choice). The near miss's sign is a
+function of the row's text alone (:func:`near_miss`), so an example's content never depends on a
+split seed. Since the choices are ordered by size, the answer prior is "prefer the larger":
+calibration (:mod:`cel_lens.selection.calibration`) fits it as a threshold on
+``lp(larger) - lp(smaller)``.
+
+Splits: the 2,000 rows of ``two_digit_addition.jsonl`` (all distinct) form one pool; a seeded draw
+gives D_dist (default 500) and a disjoint D_test (default 1,000). ``reserve`` names a file of rows
+neither split may hold (a planted model's fit and truth rows, docs/planted.md); ``avoid_test`` one of
+rows D_test may not hold (:mod:`cel_lens.tasks.avoid`). Ids are ``arithmetic_choice/2da/<row index>``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Mapping, Optional
+
+from cel_lens.tasks.arithmetic import CONFIGS, HUB_ID
+from cel_lens.tasks.avoid import avoid_options, load_avoid
+from cel_lens.tasks.base import Example, Task, TaskSpec, sample_disjoint, without_avoided
+from cel_lens.tasks.io import PathLike, build_examples, check_size, check_unique_ids, load_rows, reject_options, require, resolve_data_dir
+
+__all__ = ["CONFIG", "OFFSET", "INFO", "SPEC", "near_miss", "make_example", "load_arithmetic_choice"]
+
+CONFIG = "2da"
+"""The arithmetic config the pool is drawn from: two-digit addition."""
+OFFSET = 20
+"""How far the near miss is from the right sum. Of the offsets 1, 2, 10 and 20 measured on 300 rows
+(docs/planted.md), 20 is the one SmolLM2 tells apart best (AUC 0.70 against 0.64 for 1)."""
+N_DIST, N_TEST = 500, 1000
+
+INFO: dict[str, Any] = {
+    "answer_type": "multiple_choice",
+    "metric": "acc",
+    "n_dist": N_DIST,
+    "n_test": N_TEST,
+    "dist_from": "two-digit addition validation (2,000 rows), seeded sample",
+    "test_from": "the same pool, disjoint",
+    "hub": HUB_ID,
+    "files": [f"arithmetic/{CONFIGS[CONFIG]}"],
+    "choices": f"(smaller, larger): the right sum and the sum +/- {OFFSET}",
+}
+
+
+def near_miss(context: str, right: int) -> int:
+    """The wrong choice of a row: ``right + OFFSET`` or ``right - OFFSET``, the sign taken from the
+    sha256 of the row's raw context (the same for every split seed and every machine)."""
+    return right + (OFFSET if hashlib.sha256(context.encode("utf-8")).digest()[0] % 2 else -OFFSET)
+
+
+def make_example(row: Mapping[str, Any], index: int) -> Example:
+    """One two-digit addition row as a two-choice example (choices ordered smaller first)."""
+    context = require(row, "context", str)
+    right = int(require(row, "completion", str).strip())
+    wrong = near_miss(context, right)
+    small, large = sorted((right, wrong))
+    return Example(
+        id=f"arithmetic_choice/{CONFIG}/{index}",
+        prompt=context,
+        choices=(f" {small}", f" {large}"),
+        label=int(right == large),
+        meta={"config": CONFIG, "right": right, "near_miss": wrong},
+    )
+
+
+def load_arithmetic_choice(
+    n_dist: Optional[int] = None,
+    n_test: Optional[int] = None,
+    seed: int = 0,
+    data_dir: Optional[PathLike] = None,
+    reserve: Optional[PathLike] = None,
+    avoid_test: Optional[PathLike] = None,
+    **kw: Any,
+) -> Task:
+    """Two-choice addition with D_dist (default 500) and D_test (default 1,000) drawn disjointly,
+    seeded, from the 2,000 two-digit addition rows less ``reserve``'s; D_test also leaves out
+    ``avoid_test``'s rows."""
+    reject_options("arithmetic_choice", kw)
+    relpath = f"arithmetic/{CONFIGS[CONFIG]}"
+    root = resolve_data_dir(data_dir, needs=[relpath])
+    rows, source = load_rows(what=f"Arithmetic {CONFIG} validation", data_dir=root, relpath=relpath, hub_id=HUB_ID,
+                             hub_config=f"arithmetic_{CONFIG}", hub_split="validation")
+    pool = build_examples(rows, lambda row, i: make_example(row, i))
+    kept = load_avoid(reserve, option="reserve")
+    reserved = {"reserve": kept.path, "reserve_file": kept.record(len(pool) - len(without_avoided(pool, kept)))} if kept else {}
+    pool = without_avoided(pool, kept)
+    distinct = len({e.dedup_key for e in pool})
+    where = f"the two-digit addition pool ({distinct} distinct rows" + (f" after {len(rows) - len(pool)} reserved)" if kept else ")")
+    n_d = check_size(n_dist, N_DIST, distinct, "arithmetic_choice D_dist", where)
+    n_t = check_size(n_test, N_TEST, distinct - n_d, "arithmetic_choice D_test", where + f" minus {n_d} for D_dist")
+    avoid = load_avoid(avoid_test)
+    dist, test = sample_disjoint(pool, n_d, n_t, seed, avoid)
+    check_unique_ids([*dist, *test], "arithmetic_choice")
+    return Task(
+        name="arithmetic_choice",
+        answer_type="multiple_choice",
+        dist=dist,
+        test=test,
+        metric="acc",
+        options={
+            "seed": seed, "n_dist": n_d, "n_test": n_t, "config": CONFIG, "pool_rows": len(rows), "pool_distinct": distinct,
+            "metrics": ["acc"], "choices": INFO["choices"],
+            "protocol": f"two-digit addition as two choices (smaller, larger; near miss +/- {OFFSET}), GPT-3 context, summed log-likelihood, zero-shot",
+            "sources": [source], **reserved, **avoid_options(avoid, pool),
+        },
+    )
+
+
+SPEC = TaskSpec(load_arithmetic_choice, INFO)
+"""What the task registry names (``"cel_lens.tasks.arithmetic_choice:SPEC"``): the loader and its info."""

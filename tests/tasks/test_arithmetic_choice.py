@@ -1,0 +1,58 @@
+"""tasks/arithmetic_choice.py: two-digit addition as two ordered choices, on the real file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import cel_lens as cl
+from cel_lens.tasks.arithmetic_choice import OFFSET, make_example, near_miss
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_an_example_holds_the_right_sum_and_the_near_miss_smaller_first() -> None:
+    row = {"context": "\n\nQ: What is 98 plus 45?\n\nA:", "completion": " 143"}
+    e = make_example(row, 7)
+    wrong = near_miss(row["context"], 143)
+    assert abs(wrong - 143) == OFFSET
+    assert e.choices == (f" {min(143, wrong)}", f" {max(143, wrong)}")
+    assert e.choices[e.label] == " 143" and e.prompt == row["context"] and e.id == "arithmetic_choice/2da/7"
+    assert make_example(row, 7) == e  # the near miss depends on the row alone
+
+
+def test_the_loader_draws_disjoint_seeded_splits_with_both_orders(data_dir: Path) -> None:
+    task = cl.load_task("arithmetic_choice", n_dist=100, n_test=200, seed=4, data_dir=str(data_dir))
+    again = cl.load_task("arithmetic_choice", n_dist=100, n_test=200, seed=4, data_dir=str(data_dir))
+    assert task.dist.ids == again.dist.ids and task.test.ids == again.test.ids
+    assert not set(task.dist.ids) & set(task.test.ids)
+    for e in [*task.dist, *task.test]:
+        small, large = (int(c) for c in e.choices)
+        assert large - small == OFFSET and int(e.choices[e.label]) == e.meta["right"]
+    share = sum(e.label for e in task.test) / len(task.test)
+    assert 0.35 < share < 0.65  # the sign of the near miss is not constant
+    assert task.answer_type == "multiple_choice" and task.metric == "acc"
+
+
+def test_reserved_rows_enter_neither_split_and_the_rest_fills_the_planted_row(data_dir: Path) -> None:
+    reserve = ROOT / "results/planted/sums-plant-rows.txt"
+    plan = json.loads((ROOT / "results/planted/sums-plant-rows.json").read_text())
+    task = cl.load_task("arithmetic_choice", seed=59, data_dir=str(data_dir), reserve=str(reserve))
+    held = set(plan["train"]) | set(plan["truth"])
+    assert len(task.dist) == 500 and len(task.test) == 1000
+    assert not held & (set(task.dist.ids) | set(task.test.ids))
+    assert task.options["reserve_file"]["rows_left_out"] == 500
+    with pytest.raises(ValueError, match="D_test"):
+        cl.load_task("arithmetic_choice", n_test=1001, seed=59, data_dir=str(data_dir), reserve=str(reserve))
+
+
+def test_the_committed_row_plan_is_the_seeded_one(data_dir: Path) -> None:
+    from cel_lens.plant.sums import FIRST_LOOK, sums_row_plan
+
+    plan, reserve = sums_row_plan(str(data_dir))
+    assert plan == json.loads((ROOT / "results/planted/sums-plant-rows.json").read_text())
+    assert reserve == (ROOT / "results/planted/sums-plant-rows.txt").read_text()
+    index = {part: [int(i.rsplit("/", 1)[1]) for i in plan[part]] for part in ("train", "truth")}
+    assert max(index["train"]) < FIRST_LOOK <= min(index["truth"])
