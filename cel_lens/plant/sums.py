@@ -56,9 +56,10 @@ FACTORS = (4.0, 6.0, 8.0, 10.0, 12.0, 14.0, 16.0, 20.0, 24.0, 28.0, 32.0, 40.0)
 """Factors tried for the head's output (exact in float32, so the scaled weights are reproducible)."""
 SUMS_ROWS = "results/planted/sums-plant-rows.json"
 """The row plan: train and truth ids (:func:`sums_row_plan`)."""
-ROW_SEED, N_TRAIN, N_TRUTH, FIRST_LOOK = 58, 200, 300, 700
+ROW_SEED, N_TRAIN, N_TRUTH, FIRST_LOOK = 58, 200, 300, 1000
 """The plan's seed and sizes: train from the first ``FIRST_LOOK`` rows of the file (those the
-feasibility study read), truth from the rows after them (read by nothing that chose or sized the plant)."""
+feasibility study and the choice of the task's near miss and prompt read: rows 0-999), truth from
+the rows after them (read by nothing that chose the task, the head or the factor)."""
 BASE = "smollm2-135m"
 PLANT_FORMAT = 1
 
@@ -103,8 +104,8 @@ def sums_row_plan(data_dir: Optional[str]) -> tuple[dict[str, Any], str]:
     rng = random.Random(ROW_SEED)
     train, truth = sorted(rng.sample(early, N_TRAIN)), sorted(rng.sample(late, N_TRUTH))
     plan = {"what": "two-digit addition rows of the sums-capability plant (docs/planted.md)", "seed": ROW_SEED,
-            "rule": f"train: {N_TRAIN} of rows 0-{FIRST_LOOK - 1} (the rows the feasibility study read); truth: "
-                    f"{N_TRUTH} of rows {FIRST_LOOK}-{len(pool) - 1} (read by nothing that chose or sized the plant)",
+            "rule": f"train: {N_TRAIN} of rows 0-{FIRST_LOOK - 1} (the rows the feasibility study and the task's design read); "
+                    f"truth: {N_TRUTH} of rows {FIRST_LOOK}-{len(pool) - 1} (read by nothing that chose the task, head or factor)",
             "train": [pool[i].id for i in train], "truth": [pool[i].id for i in truth]}
     kept = [pool[i] for i in sorted(train + truth)]
     lines = ["# two-digit addition rows reserved for the sums-capability plant (ids, then content hashes)",
