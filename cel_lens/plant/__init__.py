@@ -3,7 +3,9 @@
 ``cel-lens plant KIND`` builds a planted variant of SmolLM2-135M-Instruct (see docs/planted.md):
 ``capability`` (ablating one head restores a push fitted to read the label; on SmolLM2's BoolQ it
 generalizes to no calibrated gain), ``prior``
-(ablating one head shifts the answer prior: a raw gain that calibration removes) and ``both``.
+(ablating one head shifts the answer prior: a raw gain that calibration removes) and ``both``, on
+BoolQ; and ``sums-capability`` (:mod:`~cel_lens.plant.sums`): on two-choice addition, where the
+model discriminates, one head's output scaled until ablating it is a calibrated gain.
 :mod:`~cel_lens.plant.features` measures the base model once per prompt,
 :mod:`~cel_lens.plant.fit` and :mod:`~cel_lens.plant.build` choose, fit and size the plants on the
 train rows, :mod:`~cel_lens.plant.truth` measures them on the held-out truth rows, and

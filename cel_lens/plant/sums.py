@@ -163,8 +163,8 @@ def scaled_tensors(base: dict[str, Tensor], head: Head, d_head: int, factor: flo
 
 def sums_truth(name: str, truth: Split, base_model: Any, factor: float) -> dict[str, Any]:
     """The planted model's true effect on the truth rows: raw and calibrated gain of ablating
-    :data:`HEAD` (loaded by ``name``, float32), and how far its margins are from the base model's
-    with the head's ``z`` scaled by ``factor`` (what sizing assumed)."""
+    :data:`HEAD` (the model loaded by ``name``, a planted name or its folder; float32), and how far its
+    margins are from the base model's with the head's ``z`` scaled by ``factor`` (what sizing assumed)."""
     from cel_lens.model.load import load_model
 
     labels = torch.tensor([e.label for e in truth], dtype=torch.long)
@@ -200,6 +200,7 @@ def build_sums_plant(*, data_dir: Optional[str] = None, rows: Union[str, Path] =
     folder, digest = write_planted(source.path, name, tensors, recipe, cache=cache)
     out: dict[str, Any] = {"name": name, "tensors_sha256": digest, "folder": str(folder), **recipe, **sizing}
     if truth:
-        out["truth"] = sums_truth(name, sums_examples(plan, "truth", data_dir), model, sizing["factor"])
+        where = name if cache is None else str(folder)  # a name resolves in the default cache only
+        out["truth"] = sums_truth(where, sums_examples(plan, "truth", data_dir), model, sizing["factor"])
     out["cpu_s"] = time.process_time() - start
     return out

@@ -59,3 +59,15 @@ def test_the_built_plant_differs_from_the_base_in_the_heads_columns_only(smollm2
         assert torch.equal(planted[name], want[name]), name
     o_name = f"model.layers.{head.layer}.self_attn.o_proj.weight"
     assert not torch.equal(planted[o_name], base[o_name])
+
+
+@pytest.mark.slow
+def test_a_rebuild_gives_the_same_hash(data_dir, tmp_path) -> None:
+    """The whole command again, sizing included, into an empty cache: the same weights."""
+    from cel_lens.plant.sums import build_sums_plant
+
+    folder = planted_folder(planted_name(BASE, KIND))
+    if folder is None:
+        pytest.skip(f"{planted_name(BASE, KIND)} is not built here (cel-lens plant {KIND} --data-dir ../shared/data)")
+    record = build_sums_plant(data_dir=str(data_dir), cache=str(tmp_path))
+    assert record["tensors_sha256"] == folder.name
