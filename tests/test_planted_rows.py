@@ -3,7 +3,6 @@ by content hash, the planted head's stage-1 rank, and a verdict computed from wh
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -12,16 +11,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 sys.path.insert(0, str(REPO / "tests"))
 
-
-def _script(name: str):
-    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
+from test_real_model_rows import _script, manifest, result, write  # noqa: E402
 
 planted = _script("planted_rows")
-from test_real_model_rows import manifest, result, write  # noqa: E402
 
 
 def _effect(gain: float, low: float) -> dict:

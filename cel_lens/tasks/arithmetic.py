@@ -14,13 +14,11 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-from cel_lens.tasks.avoid import avoid_options, load_avoid
-from cel_lens.tasks.base import Example, Task, TaskSpec, sample_disjoint
+from cel_lens.tasks.avoid import draw_pool
+from cel_lens.tasks.base import Example, Task, TaskSpec
 from cel_lens.tasks.io import (
     PathLike,
     build_examples,
-    check_size,
-    check_unique_ids,
     load_rows,
     reject_options,
     require,
@@ -100,13 +98,8 @@ def load_arithmetic(
             target=require(row, "completion", str),
             meta={"config": cfg},
         )))
-    distinct = len({e.dedup_key for e in pool})  # what sample_disjoint keeps: one row per problem text
-    where = f"the arithmetic pool ({', '.join(configs)}; {distinct} distinct rows)"
-    n_d = check_size(n_dist, N_DIST, distinct, "arithmetic D_dist", where)
-    n_t = check_size(n_test, N_TEST, distinct - n_d, "arithmetic D_test", where + f" minus {n_d} for D_dist")
-    avoid = load_avoid(avoid_test)
-    dist, test = sample_disjoint(pool, n_d, n_t, seed, avoid)
-    check_unique_ids([*dist, *test], "arithmetic")
+    where = f"the arithmetic pool of {', '.join(configs)}"
+    dist, test, drawn = draw_pool(pool, n_dist, n_test, (N_DIST, N_TEST), seed, avoid_test, "arithmetic", where)
     return Task(
         name="arithmetic",
         answer_type="exact_match",
@@ -115,16 +108,13 @@ def load_arithmetic(
         metric="acc",
         options={
             "seed": seed,
-            "n_dist": n_d,
-            "n_test": n_t,
             "configs": list(configs),
             "pool_rows": len(pool),
-            "pool_distinct": distinct,
             "chat_template": bool(chat_template),
             "metrics": ["acc"],
             "protocol": "lm-evaluation-harness arithmetic_*: zero-shot, exact match of the completion",
             "sources": sources,
-            **avoid_options(avoid, pool),
+            **drawn,  # n_dist, n_test, pool_distinct and the avoid list
         },
     )
 

@@ -29,9 +29,9 @@ import hashlib
 from typing import Any, Mapping, Optional
 
 from cel_lens.tasks.arithmetic import CONFIGS, HUB_ID
-from cel_lens.tasks.avoid import avoid_options, load_avoid
-from cel_lens.tasks.base import Example, Task, TaskSpec, sample_disjoint, without_avoided
-from cel_lens.tasks.io import PathLike, build_examples, check_size, check_unique_ids, load_rows, reject_options, require, resolve_data_dir
+from cel_lens.tasks.avoid import draw_pool, reserved_rows
+from cel_lens.tasks.base import Example, Task, TaskSpec
+from cel_lens.tasks.io import PathLike, build_examples, load_rows, reject_options, require, resolve_data_dir
 
 __all__ = ["CONFIG", "OFFSET", "INFO", "SPEC", "near_miss", "make_example", "load_arithmetic_choice"]
 
@@ -93,17 +93,9 @@ def load_arithmetic_choice(
     root = resolve_data_dir(data_dir, needs=[relpath])
     rows, source = load_rows(what=f"Arithmetic {CONFIG} validation", data_dir=root, relpath=relpath, hub_id=HUB_ID,
                              hub_config=f"arithmetic_{CONFIG}", hub_split="validation")
-    pool = build_examples(rows, lambda row, i: make_example(row, i))
-    kept = load_avoid(reserve, option="reserve")
-    reserved = {"reserve": kept.path, "reserve_file": kept.record(len(pool) - len(without_avoided(pool, kept)))} if kept else {}
-    pool = without_avoided(pool, kept)
-    distinct = len({e.dedup_key for e in pool})
-    where = f"the two-digit addition pool ({distinct} distinct rows" + (f" after {len(rows) - len(pool)} reserved)" if kept else ")")
-    n_d = check_size(n_dist, N_DIST, distinct, "arithmetic_choice D_dist", where)
-    n_t = check_size(n_test, N_TEST, distinct - n_d, "arithmetic_choice D_test", where + f" minus {n_d} for D_dist")
-    avoid = load_avoid(avoid_test)
-    dist, test = sample_disjoint(pool, n_d, n_t, seed, avoid)
-    check_unique_ids([*dist, *test], "arithmetic_choice")
+    pool, reserved = reserved_rows(build_examples(rows, lambda row, i: make_example(row, i)), reserve)
+    where = "the two-digit addition pool" + (f" less {len(rows) - len(pool)} reserved rows" if reserved else "")
+    dist, test, drawn = draw_pool(pool, n_dist, n_test, (N_DIST, N_TEST), seed, avoid_test, "arithmetic_choice", where)
     return Task(
         name="arithmetic_choice",
         answer_type="multiple_choice",
@@ -111,10 +103,10 @@ def load_arithmetic_choice(
         test=test,
         metric="acc",
         options={
-            "seed": seed, "n_dist": n_d, "n_test": n_t, "config": CONFIG, "pool_rows": len(rows), "pool_distinct": distinct,
-            "metrics": ["acc"], "choices": INFO["choices"],
-            "protocol": f"two-digit addition as two choices (smaller, larger; near miss +/- {OFFSET}), GPT-3 context, summed log-likelihood, zero-shot",
-            "sources": [source], **reserved, **avoid_options(avoid, pool),
+            "seed": seed, "config": CONFIG, "pool_rows": len(rows), "metrics": ["acc"], "choices": INFO["choices"],
+            "protocol": f"two-digit addition as two choices (smaller, larger; near miss +/- {OFFSET}), "
+                        "GPT-3 context, summed log-likelihood, zero-shot",
+            "sources": [source], **reserved, **drawn,
         },
     )
 

@@ -17,10 +17,10 @@ import hashlib
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from cel_lens.tasks.base import without_avoided
-from cel_lens.tasks.io import PathLike
+from cel_lens.tasks.base import Example, sample_disjoint, without_avoided
+from cel_lens.tasks.io import PathLike, check_size, check_unique_ids
 
-__all__ = ["AvoidList", "avoid_options", "load_avoid", "without_avoided"]
+__all__ = ["AvoidList", "avoid_options", "load_avoid", "without_avoided", "reserved_rows", "draw_pool"]
 
 
 class AvoidList(frozenset):
@@ -57,3 +57,29 @@ def avoid_options(avoid: AvoidList, pool: Sequence[Any]) -> dict[str, Any]:
         return {}
     left_out = len(pool) - len(without_avoided(pool, avoid))
     return {"avoid_test": avoid.path, "avoid_test_file": avoid.record(left_out)}
+
+
+def reserved_rows(pool: Sequence[Any], reserve: Optional[PathLike]) -> tuple[list[Any], dict[str, Any]]:
+    """``pool`` less the rows of the ``reserve`` file (rows neither split may hold, e.g. a planted
+    model's fit and truth rows), and the task options that record it (none without a file)."""
+    kept = load_avoid(reserve, option="reserve")
+    if not kept:
+        return list(pool), {}
+    left = without_avoided(pool, kept)
+    return left, {"reserve": kept.path, "reserve_file": kept.record(len(pool) - len(left))}
+
+
+def draw_pool(pool: Sequence[Example], n_dist: Optional[int], n_test: Optional[int], defaults: tuple[int, int], seed: int,
+              avoid_test: Optional[PathLike], task: str, where: str) -> tuple[list[Example], list[Example], dict[str, Any]]:
+    """D_dist and D_test (sizes default to ``defaults``) drawn disjointly, seeded, from one pool's
+    distinct problems (:func:`~cel_lens.tasks.base.sample_disjoint`), D_test leaving out
+    ``avoid_test``'s rows; with the options that record the draw (``n_dist``, ``n_test``,
+    ``pool_distinct`` and the avoid list). ``where`` names the pool in a size error."""
+    distinct = len({e.dedup_key for e in pool})  # what sample_disjoint keeps: one row per problem text
+    where = f"{where} ({distinct} distinct rows)"
+    n_d = check_size(n_dist, defaults[0], distinct, f"{task} D_dist", where)
+    n_t = check_size(n_test, defaults[1], distinct - n_d, f"{task} D_test", where + f" minus {n_d} for D_dist")
+    avoid = load_avoid(avoid_test)
+    dist, test = sample_disjoint(pool, n_d, n_t, seed, avoid)
+    check_unique_ids([*dist, *test], task)
+    return dist, test, {"n_dist": n_d, "n_test": n_t, "pool_distinct": distinct, **avoid_options(avoid, pool)}

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from cel_lens.tasks.avoid import avoid_options, load_avoid, without_avoided
+from cel_lens.tasks.avoid import avoid_options, load_avoid, reserved_rows, without_avoided
 from cel_lens.tasks.base import dedup_record
 from cel_lens.tasks.io import (
     PathLike,
@@ -63,10 +63,8 @@ def split_one_file(
     )
     val = build_examples(rows, lambda r, i: make_example(r, val_name, i))
     where = f"{label} validation ({src.get('path', hub_id)})"
-    kept = load_avoid(reserve, option="reserve")
-    reserved = {"reserve": kept.path, "reserve_file": kept.record(len(val) - len(without_avoided(val, kept)))} if kept else {}
-    if kept:
-        val = without_avoided(val, kept)
+    val, reserved = reserved_rows(val, reserve)
+    if reserved:
         where += f" less {reserved['reserve_file']['rows_left_out']} reserved rows"
     avoid = load_avoid(avoid_test)
     eligible = without_avoided(val, avoid)
