@@ -101,10 +101,13 @@ def truth_row(label: str, folder: Path, where: Path) -> Optional[dict[str, Any]]
     decided = p is not None and p <= rec["power"]["alpha"]
     cal = result.calibration or {}
     survives = cal.get("survives") if cal.get("applies") else None
+    verdict = against_truth(out, truth, found, decided, survives)
+    if not rec["evidence"]:  # the seal's verdict comes first: an unsealed row is no evidence either way
+        verdict = f"NOT SEALED, not counted as evidence ({rec['sealed']}); as a reading: {verdict}"
     return {**out, "status": "finished", "ranks": {t: stage1_rank(result, t) for t in out["heads"]}, "selected": result.heads,
             "found": found, "gain": rec["gain"], "p_one_sided": p, "decided": decided, "survives": survives,
-            "calibrated_gain": cal.get("gain_best"), "rank_by": result.discovery.rank_by,
-            "verdict": against_truth(out, truth, found, decided, survives)}
+            "calibrated_gain": cal.get("gain_best"), "rank_by": result.discovery.rank_by, "evidence": rec["evidence"],
+            "verdict": verdict}
 
 
 def _effect(e: dict[str, Any]) -> str:

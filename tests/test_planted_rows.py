@@ -28,12 +28,12 @@ def _truth_record(where: Path, capability: bool) -> dict:
     return plant
 
 
-def _row(where: Path, plant: dict, heads: str, survives: bool, wins: int = 90, losses: int = 30) -> Path:
+def _row(where: Path, plant: dict, heads: str, survives: bool, wins: int = 90, losses: int = 30, sealed: bool = True) -> Path:
     man = manifest("arithmetic_choice", 500, 1000)
     man["model"]["plant"] = plant
     scores = [[0.0] * 6 for _ in range(3)]
     scores[1][5], scores[2][0] = 0.10, 0.12  # L1H5 ranks second
-    res = result(wins, losses, heads=heads, scores=scores, calibration={
+    res = result(wins, losses, sealed=sealed, heads=heads, scores=scores, calibration={
         "applies": True, "survives": survives, "gain_best": 0.05, "names": ["choice 0", "choice 1"]})
     return write(where / "row", man, res)
 
@@ -68,3 +68,10 @@ def test_an_unplanted_row_is_not_in_the_truth_table_and_the_table_renders(tmp_pa
     assert planted.truth_row("plain", tmp_path / "plain", tmp_path) is None
     text = planted.main([str(tmp_path)])
     assert "| row | plant, planted head(s) |" in text and "sums-capability, L1H5" in text and "L1H5 2" in text
+
+
+def test_an_unsealed_row_says_so_before_its_reading(tmp_path):
+    plant = _truth_record(tmp_path, capability=True)
+    rec = planted.truth_row("row", _row(tmp_path, plant, "L1H5", survives=True, sealed=False), tmp_path)
+    assert not rec["evidence"] and rec["verdict"].startswith("NOT SEALED, not counted as evidence")
+    assert "as a reading: agrees" in rec["verdict"]
