@@ -20,6 +20,7 @@ import os
 import re
 import shutil
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any, Mapping, Optional, Union
 
@@ -88,7 +89,8 @@ def write_planted(base_dir: Union[str, os.PathLike], name: str, tensors: Mapping
                   recipe: Mapping[str, Any], cache: Optional[Union[str, os.PathLike]] = None) -> tuple[Path, str]:
     """Save ``tensors`` (the base's, some replaced) with the base folder's other files under
     ``<cache>/planted/<tensors_hash>/`` and point ``name`` at it; ``(folder, hash)``. A folder that
-    already holds these weights is kept as it is (the marker's recipe included)."""
+    already holds these weights is kept as it is (the marker's recipe included). Re-pointing a name
+    at other weights warns: the seal's ledger matches a model on its name as well as its weights."""
     from safetensors.torch import save_file
 
     base_dir, root = Path(base_dir), planted_root(cache)
@@ -114,6 +116,11 @@ def write_planted(base_dir: Union[str, os.PathLike], name: str, tensors: Mapping
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     index = _index_file(root, name)
+    before = json.loads(index.read_text()).get("tensors_sha256") if index.is_file() else None
+    if before is not None and before != digest:
+        warnings.warn(f"{name} pointed at other weights ({before[:16]}), now at {digest[:16]}: the test-split ledger "
+                      "matches a model on its name as well as its weights, so reads made under this name before count "
+                      "against the seals of rows run on the new weights (docs/planted.md)", stacklevel=2)
     index.parent.mkdir(parents=True, exist_ok=True)
     index.write_text(json.dumps({"name": name, "tensors_sha256": digest}) + "\n", encoding="utf-8")
     return target, digest

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 
@@ -50,3 +52,20 @@ def test_a_planted_build_loads_by_name(tiny_checkpoints, tmp_path, monkeypatch):
     with torch.no_grad():
         assert not torch.allclose(model(tokens), reference(tokens))
     assert (folder / PLANT_MARKER).is_file()
+
+
+def test_re_pointing_a_name_at_other_weights_warns(tiny_checkpoints, tmp_path):
+    """The seal's ledger matches a model on its name: reads made under a name before a rebuild with
+    other weights count against the new weights' rows, and the rebuild says so."""
+    base_dir = tiny_checkpoints["llama"]
+    base = read_tensors(base_dir)
+    name = planted_name(str(base_dir), "twice")
+    o = "model.layers.2.self_attn.o_proj.weight"
+    first, second = dict(base), dict(base)
+    first[o], second[o] = base[o] * 2.0, base[o] * 3.0
+    write_planted(base_dir, name, first, {"kind": "twice"}, cache=str(tmp_path))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        write_planted(base_dir, name, dict(first), {"kind": "twice"}, cache=str(tmp_path))  # the same weights: silent
+    with pytest.warns(UserWarning, match="pointed at other weights"):
+        write_planted(base_dir, name, second, {"kind": "twice"}, cache=str(tmp_path))
