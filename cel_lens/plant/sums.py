@@ -41,8 +41,8 @@ from cel_lens.model.gguf import converted_from
 from cel_lens.model.planted_cache import planted_name, read_tensors, write_planted
 from cel_lens.model.sources import resolve_source
 from cel_lens.plant.build import N_TEST, TARGET_MDE
-from cel_lens.plant.fit import best_prior_accuracy
-from cel_lens.plant.truth import paired_effect
+from cel_lens.plant.truth import margin_effects
+from cel_lens.tasks.arithmetic_choice import load_pool
 from cel_lens.tasks.base import Example, Split
 
 __all__ = ["KIND", "HEAD", "FACTORS", "SUMS_ROWS", "ScaledHead", "sums_row_plan", "sums_examples", "choice_margins",
@@ -83,23 +83,12 @@ class ScaledHead(Ablation):
         return {"kind": self.name, "factor": self.factor}
 
 
-def _all_examples(data_dir: Optional[str]) -> list[Example]:
-    from cel_lens.tasks.arithmetic_choice import CONFIG, make_example
-    from cel_lens.tasks.arithmetic import CONFIGS, HUB_ID
-    from cel_lens.tasks.io import build_examples, load_rows, resolve_data_dir
-
-    relpath = f"arithmetic/{CONFIGS[CONFIG]}"
-    rows, _ = load_rows(what=f"Arithmetic {CONFIG} validation", data_dir=resolve_data_dir(data_dir, needs=[relpath]),
-                        relpath=relpath, hub_id=HUB_ID, hub_config=f"arithmetic_{CONFIG}", hub_split="validation")
-    return build_examples(rows, lambda row, i: make_example(row, i))
-
-
 def sums_row_plan(data_dir: Optional[str]) -> tuple[dict[str, Any], str]:
     """The row plan (train and truth ids, seeded) and the reserve file's text (ids, then content
     hashes) that a planted row's loader leaves out (``--task-option reserve=FILE``)."""
     import random
 
-    pool = _all_examples(data_dir)
+    pool, _ = load_pool(data_dir)
     early, late = list(range(FIRST_LOOK)), list(range(FIRST_LOOK, len(pool)))
     rng = random.Random(ROW_SEED)
     train, truth = sorted(rng.sample(early, N_TRAIN)), sorted(rng.sample(late, N_TRUTH))
@@ -113,9 +102,10 @@ def sums_row_plan(data_dir: Optional[str]) -> tuple[dict[str, Any], str]:
     return plan, "\n".join(lines + [e.id for e in kept] + [e.content_hash for e in kept]) + "\n"
 
 
-def sums_examples(plan: dict[str, Any], part: str, data_dir: Optional[str]) -> Split:
-    """The plan's ``part`` (``"train"`` or ``"truth"``) as a split of ``arithmetic_choice`` examples."""
-    by_id = {e.id: e for e in _all_examples(data_dir)}
+def sums_examples(plan: dict[str, Any], part: str, pool: Sequence[Example]) -> Split:
+    """The plan's ``part`` (``"train"`` or ``"truth"``) of ``pool`` (:func:`~cel_lens.tasks.arithmetic_choice.load_pool`)
+    as a split of ``arithmetic_choice`` examples."""
+    by_id = {e.id: e for e in pool}
     missing = [i for i in plan[part] if i not in by_id]
     if missing:
         raise ValueError(f"{len(missing)} {part} ids are not two-digit addition rows (e.g. {missing[0]})")
@@ -130,12 +120,6 @@ def choice_margins(model: Any, split: Split, sets: Sequence[Any], ablation: Abla
     return scores[..., 1] - scores[..., 0]
 
 
-def _calibrated_gain(intact: Tensor, ablated: Tensor, labels: Tensor) -> dict[str, Any]:
-    raw = paired_effect((intact > 0) == labels.bool(), (ablated > 0) == labels.bool(), N_TEST)
-    cal = paired_effect(best_prior_accuracy(intact, labels)[0], best_prior_accuracy(ablated, labels)[0], N_TEST)
-    return {"raw": raw, "calibrated_best_prior": cal}
-
-
 def size_factor(model: Any, train: Split) -> dict[str, Any]:
     """Every factor's raw and calibrated gain of ablating :data:`HEAD` on the train rows, and the
     chosen factor (calibrated gain nearest ``TARGET_MDE`` times its detectable effect at n_test 1,000)."""
@@ -144,11 +128,11 @@ def size_factor(model: Any, train: Split) -> dict[str, Any]:
     sizes = []
     for factor in FACTORS:
         planted = choice_margins(model, train, [HeadSet([HEAD])], ScaledHead(factor))[0]
-        sizes.append({"factor": factor, **_calibrated_gain(planted, ablated, labels)})
+        sizes.append({"factor": factor, **margin_effects(planted, ablated, labels, N_TEST)})
     sized = [s for s in sizes if s["calibrated_best_prior"]["mde_at_n_test"]]
     chosen = min(sized, key=lambda s: abs(s["calibrated_best_prior"]["gain"] / s["calibrated_best_prior"]["mde_at_n_test"] - TARGET_MDE))
     return {"factor": chosen["factor"], "chosen_on_train": chosen, "train_sizing": sizes,
-            "base_on_train": _calibrated_gain(base, ablated, labels)}
+            "base_on_train": margin_effects(base, ablated, labels, N_TEST)}
 
 
 def scaled_tensors(base: dict[str, Tensor], head: Head, d_head: int, factor: float) -> dict[str, Tensor]:
@@ -173,8 +157,8 @@ def sums_truth(name: str, truth: Split, base_model: Any, factor: float) -> dict[
     hooked = choice_margins(base_model, truth, [HeadSet([HEAD])], ScaledHead(factor))[0]
     base_ablated = choice_margins(base_model, truth, [HeadSet(), HeadSet([HEAD])])
     return {"n": len(truth), "larger_is_right": float(labels.double().mean()),
-            f"ablate {HEAD}": _calibrated_gain(intact, ablated, labels),
-            "base_vs_base_without_head": _calibrated_gain(base_ablated[0], base_ablated[1], labels),
+            f"ablate {HEAD}": margin_effects(intact, ablated, labels, N_TEST),
+            "base_vs_base_without_head": margin_effects(base_ablated[0], base_ablated[1], labels, N_TEST),
             "planted_vs_scaled_hook_max_abs_margin_diff": float((intact - hooked).abs().max()),
             "ablated_planted_vs_ablated_base_max_abs_margin_diff": float((ablated - base_ablated[1]).abs().max())}
 
@@ -190,7 +174,8 @@ def build_sums_plant(*, data_dir: Optional[str] = None, rows: Union[str, Path] =
     plan = json.loads(path.read_text())
     source = resolve_source(BASE)
     model = load_model(BASE)
-    sizing = size_factor(model, sums_examples(plan, "train", data_dir))
+    pool, _ = load_pool(data_dir)
+    sizing = size_factor(model, sums_examples(plan, "train", pool))
     recipe = {"format": PLANT_FORMAT, "kind": KIND, "base_id": source.id,
               "base_gguf": (converted_from(source.path) or {}).get("sha256"), "head": str(HEAD), "factor": sizing["factor"],
               "edit": f"o_proj columns of {HEAD} multiplied by the factor", "changed": [str(HEAD)],
@@ -201,6 +186,6 @@ def build_sums_plant(*, data_dir: Optional[str] = None, rows: Union[str, Path] =
     out: dict[str, Any] = {"name": name, "tensors_sha256": digest, "folder": str(folder), **recipe, **sizing}
     if truth:
         where = name if cache is None else str(folder)  # a name resolves in the default cache only
-        out["truth"] = sums_truth(where, sums_examples(plan, "truth", data_dir), model, sizing["factor"])
+        out["truth"] = sums_truth(where, sums_examples(plan, "truth", pool), model, sizing["factor"])
     out["cpu_s"] = time.process_time() - start
     return out

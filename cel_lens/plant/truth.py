@@ -20,7 +20,7 @@ from cel_lens.plant.fit import best_prior_accuracy, margins_under
 from cel_lens.stats import paired_bootstrap_ci
 from cel_lens.stats.decision import minimum_detectable_effect, sign_test_p
 
-__all__ = ["paired_effect", "plant_truth"]
+__all__ = ["paired_effect", "margin_effects", "plant_truth"]
 
 
 def paired_effect(intact: Tensor, ablated: Tensor, n_test: int = 1000, seed: int = 0) -> dict[str, Any]:
@@ -37,19 +37,28 @@ def paired_effect(intact: Tensor, ablated: Tensor, n_test: int = 1000, seed: int
             "mde_at_n_test": minimum_detectable_effect(n_test, disc) if disc > 0 else None}
 
 
+def margin_effects(intact: Tensor, ablated: Tensor, labels: Tensor, n_test: int = 1000) -> dict[str, Any]:
+    """The paired effect (:func:`paired_effect`) of going from the ``intact`` to the ``ablated`` margins
+    (choice 1 minus choice 0, per row): ``"raw"``, each model's own decision (margin > 0), and
+    ``"calibrated_best_prior"``, each model at its best constant prior on these rows."""
+    y = labels.bool()
+    return {"raw": paired_effect((intact > 0) == y, (ablated > 0) == y, n_test),
+            "calibrated_best_prior": paired_effect(best_prior_accuracy(intact, labels)[0],
+                                                   best_prior_accuracy(ablated, labels)[0], n_test)}
+
+
 def _effect(w: LastLayer, fit: PromptFeatures, held: PromptFeatures, pairs: Sequence[Mapping[str, Any]],
             ablate: Sequence[int]) -> dict[str, Any]:
     margins = {(part, state): margins_under(w, f.z, f.resid, pairs, ablate=list(ablate) if state else [])
                for part, f in (("fit", fit), ("held", held)) for state in (False, True)}
     y = held.labels
-    raw = paired_effect((margins[("held", False)] > 0) == y.bool(), (margins[("held", True)] > 0) == y.bool())
-    best = paired_effect(best_prior_accuracy(margins[("held", False)], y)[0], best_prior_accuracy(margins[("held", True)], y)[0])
+    effects = margin_effects(margins[("held", False)], margins[("held", True)], y)
     fitted = []
     for state in (False, True):
         _, bias = best_prior_accuracy(margins[("fit", state)], fit.labels)
         fitted.append(best_prior_accuracy(margins[("held", state)], y, bias)[0])
     yes = {s: float((margins[("held", s)] > 0).double().mean()) for s in (False, True)}
-    return {"raw": raw, "calibrated_best_prior": best, "calibrated_train_fit": paired_effect(*fitted),
+    return {**effects, "calibrated_train_fit": paired_effect(*fitted),
             "yes_share_intact": yes[False], "yes_share_ablated": yes[True], "yes_rate": float(y.double().mean())}
 
 

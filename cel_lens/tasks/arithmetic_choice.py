@@ -33,7 +33,7 @@ from cel_lens.tasks.avoid import draw_pool, reserved_rows
 from cel_lens.tasks.base import Example, Task, TaskSpec
 from cel_lens.tasks.io import PathLike, build_examples, load_rows, reject_options, require, resolve_data_dir
 
-__all__ = ["CONFIG", "OFFSET", "INFO", "SPEC", "near_miss", "make_example", "load_arithmetic_choice"]
+__all__ = ["CONFIG", "OFFSET", "INFO", "SPEC", "near_miss", "make_example", "load_pool", "load_arithmetic_choice"]
 
 CONFIG = "2da"
 """The arithmetic config the pool is drawn from: two-digit addition."""
@@ -76,6 +76,15 @@ def make_example(row: Mapping[str, Any], index: int) -> Example:
     )
 
 
+def load_pool(data_dir: Optional[PathLike] = None) -> tuple[list[Example], dict[str, Any]]:
+    """Every row of the two-digit addition file as an example, in file order, and the file's
+    provenance record: the pool the task draws from (and a plant's row plan reads)."""
+    relpath = f"arithmetic/{CONFIGS[CONFIG]}"
+    rows, source = load_rows(what=f"Arithmetic {CONFIG} validation", data_dir=resolve_data_dir(data_dir, needs=[relpath]),
+                             relpath=relpath, hub_id=HUB_ID, hub_config=f"arithmetic_{CONFIG}", hub_split="validation")
+    return build_examples(rows, lambda row, i: make_example(row, i)), source
+
+
 def load_arithmetic_choice(
     n_dist: Optional[int] = None,
     n_test: Optional[int] = None,
@@ -89,11 +98,8 @@ def load_arithmetic_choice(
     seeded, from the 2,000 two-digit addition rows less ``reserve``'s; D_test also leaves out
     ``avoid_test``'s rows."""
     reject_options("arithmetic_choice", kw)
-    relpath = f"arithmetic/{CONFIGS[CONFIG]}"
-    root = resolve_data_dir(data_dir, needs=[relpath])
-    rows, source = load_rows(what=f"Arithmetic {CONFIG} validation", data_dir=root, relpath=relpath, hub_id=HUB_ID,
-                             hub_config=f"arithmetic_{CONFIG}", hub_split="validation")
-    pool, reserved = reserved_rows(build_examples(rows, lambda row, i: make_example(row, i)), reserve)
+    rows, source = load_pool(data_dir)
+    pool, reserved = reserved_rows(rows, reserve)
     where = "the two-digit addition pool" + (f" less {len(rows) - len(pool)} reserved rows" if reserved else "")
     dist, test, drawn = draw_pool(pool, n_dist, n_test, (N_DIST, N_TEST), seed, avoid_test, "arithmetic_choice", where)
     return Task(
