@@ -66,7 +66,7 @@ def stage1_rank(result: Result, head: str) -> Optional[int]:
     return 1 + sum(1 for row in scores for x in row if x is not None and x == x and x > own)
 
 
-def against_truth(row: dict[str, Any], truth: Optional[dict[str, Any]], found: bool, decided: bool, survives: Optional[bool]) -> str:
+def against_truth(truth: Optional[dict[str, Any]], found: bool, decided: bool, survives: Optional[bool]) -> str:
     """Whether the row says what the truth says: a true calibrated gain (its bootstrap interval above
     zero) should be found, decided and survive calibration; a raw-only gain should not survive."""
     if truth is None:
@@ -82,26 +82,25 @@ def against_truth(row: dict[str, Any], truth: Optional[dict[str, Any]], found: b
     return f"{'agrees' if ok else 'DISAGREES'} (truth: {said})"
 
 
-def truth_row(label: str, folder: Path, where: Path) -> Optional[dict[str, Any]]:
-    """A planted row's record against its truth (``None`` for a row of an unplanted model)."""
+def truth_row(rec: dict[str, Any], folder: Path, where: Path) -> Optional[dict[str, Any]]:
+    """A planted row's record against its truth (``None`` for a row of an unplanted model); ``rec`` is
+    the row's :func:`real_model_rows.record`, computed once for both tables."""
     manifest = json.loads((folder / "manifest.json").read_text())
     plant = (manifest.get("model") or {}).get("plant")
     if not plant:
         return None
     truth = truth_of(plant, where)
-    out: dict[str, Any] = {"row": label, "plant": plant.get("kind"), "heads": targets(plant), "truth": truth}
-    raw = folder / "result.json"
-    if not raw.is_file():
-        return {**out, "status": record(label, folder)["conclusion"]}
-    result = Result.from_dict(json.loads(raw.read_text()))
+    out: dict[str, Any] = {"row": rec["row"], "plant": plant.get("kind"), "heads": targets(plant), "truth": truth}
+    if rec["status"] != "finished":
+        return {**out, "status": rec["conclusion"]}
+    result = Result.from_dict(json.loads((folder / "result.json").read_text()))
     chosen = [str(h) for h in HeadSet.parse(result.heads)]
     found = any(t in chosen for t in out["heads"])
-    rec = record(label, folder)
     p = rec["power"]["p_one_sided"]
     decided = p is not None and p <= rec["power"]["alpha"]
     cal = result.calibration or {}
     survives = cal.get("survives") if cal.get("applies") else None
-    verdict = against_truth(out, truth, found, decided, survives)
+    verdict = against_truth(truth, found, decided, survives)
     if not rec["evidence"]:  # the seal's verdict comes first: an unsealed row is no evidence either way
         verdict = f"NOT SEALED, not counted as evidence ({rec['sealed']}); as a reading: {verdict}"
     return {**out, "status": "finished", "ranks": {t: stage1_rank(result, t) for t in out["heads"]}, "selected": result.heads,
@@ -136,11 +135,11 @@ def truth_markdown(rows: list[dict[str, Any]]) -> str:
 
 
 def main(items: list[str], as_json: bool = False) -> str:
-    found = [(label, folder) for label, folder in rows_of(items)]
-    rows = [r for label, folder in found if (r := truth_row(label, folder, folder.parent)) is not None]
+    found = [(record(label, folder), folder) for label, folder in rows_of(items)]
+    rows = [r for rec, folder in found if (r := truth_row(rec, folder, folder.parent)) is not None]
     if as_json:
         return json.dumps(rows, indent=2, default=str)
-    return markdown(record(label, folder) for label, folder in found) + "\n\n" + truth_markdown(rows)
+    return markdown(rec for rec, _ in found) + "\n\n" + truth_markdown(rows)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,10 @@ from test_real_model_rows import _script, manifest, result, write  # noqa: E402
 planted = _script("planted_rows")
 
 
+def _truth_row(label: str, folder: Path, where: Path):
+    return planted.truth_row(planted.record(label, folder), folder, where)
+
+
 def _effect(gain: float, low: float) -> dict:
     return {"n": 300, "gain": gain, "ci": [low, gain + 0.05], "p_one_sided": 0.01}
 
@@ -40,38 +44,38 @@ def _row(where: Path, plant: dict, heads: str, survives: bool, wins: int = 90, l
 
 def test_a_found_decided_surviving_capability_agrees(tmp_path):
     plant = _truth_record(tmp_path, capability=True)
-    rec = planted.truth_row("row", _row(tmp_path, plant, "L1H5", survives=True), tmp_path)
+    rec = _truth_row("row", _row(tmp_path, plant, "L1H5", survives=True), tmp_path)
     assert rec["found"] and rec["decided"] and rec["ranks"] == {"L1H5": 2}
     assert rec["verdict"].startswith("agrees") and rec["truth"]["source"] == "sums-plant.json"
 
 
 def test_missing_the_planted_head_or_its_calibration_disagrees(tmp_path):
     plant = _truth_record(tmp_path, capability=True)
-    assert planted.truth_row("row", _row(tmp_path, plant, "L2H0", survives=True), tmp_path)["verdict"].startswith("DISAGREES")
+    assert _truth_row("row", _row(tmp_path, plant, "L2H0", survives=True), tmp_path)["verdict"].startswith("DISAGREES")
     (tmp_path / "b").mkdir()
-    rec = planted.truth_row("r2", _row(tmp_path / "b", plant, "L1H5", survives=False), tmp_path / "b")
+    rec = _truth_row("r2", _row(tmp_path / "b", plant, "L1H5", survives=False), tmp_path / "b")
     assert rec["truth"] is None and rec["verdict"] == "no truth record"  # no build record with that hash there
-    assert planted.against_truth({}, {"calibrated_best_prior": _effect(0.09, 0.03)}, True, True, False).startswith("DISAGREES")
+    assert planted.against_truth({"calibrated_best_prior": _effect(0.09, 0.03)}, True, True, False).startswith("DISAGREES")
 
 
 def test_a_prior_only_plant_agrees_only_when_calibration_declines(tmp_path):
     plant = _truth_record(tmp_path, capability=False)
     row = _row(tmp_path, plant, "L1H5", survives=True)
-    assert planted.truth_row("row", row, tmp_path)["verdict"].startswith("DISAGREES")
-    assert planted.against_truth({}, {"calibrated_best_prior": _effect(0.0, -0.01)}, True, True, False).startswith("agrees")
+    assert _truth_row("row", row, tmp_path)["verdict"].startswith("DISAGREES")
+    assert planted.against_truth({"calibrated_best_prior": _effect(0.0, -0.01)}, True, True, False).startswith("agrees")
 
 
 def test_an_unplanted_row_is_not_in_the_truth_table_and_the_table_renders(tmp_path):
     plant = _truth_record(tmp_path, capability=True)
     _row(tmp_path, plant, "L1H5", survives=True)
     write(tmp_path / "plain", manifest(), result(10, 10))
-    assert planted.truth_row("plain", tmp_path / "plain", tmp_path) is None
+    assert _truth_row("plain", tmp_path / "plain", tmp_path) is None
     text = planted.main([str(tmp_path)])
     assert "| row | plant, planted head(s) |" in text and "sums-capability, L1H5" in text and "L1H5 2" in text
 
 
 def test_an_unsealed_row_says_so_before_its_reading(tmp_path):
     plant = _truth_record(tmp_path, capability=True)
-    rec = planted.truth_row("row", _row(tmp_path, plant, "L1H5", survives=True, sealed=False), tmp_path)
+    rec = _truth_row("row", _row(tmp_path, plant, "L1H5", survives=True, sealed=False), tmp_path)
     assert not rec["evidence"] and rec["verdict"].startswith("NOT SEALED, not counted as evidence")
     assert "as a reading: agrees" in rec["verdict"]
