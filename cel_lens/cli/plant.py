@@ -41,6 +41,7 @@ def add(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the subcommand; returns the exit code."""
     from cel_lens.plant import DEFAULT_ROWS, KINDS, build_plants
+    from cel_lens.plant.sums import KIND as SUMS
 
     if args.kind == SUMS:
         return _run_sums(args)
@@ -58,9 +59,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"{plant['name']}: {plant['tensors_sha256'][:16]}  {heads}")
     print(f"{record['cpu_s']:.0f} CPU s")
     return 0
-
-
-SUMS = "sums-capability"
 
 
 def _write(path: str | None, record: dict) -> None:
