@@ -5,8 +5,8 @@
 
 A planted row is a row folder (``scripts/seal_row.py``) whose manifest records a planted model
 (``model.plant``, the recipe of ``cel-lens plant``). Its truth comes from the build record in
-``results/planted`` whose content hash equals the manifest's (``sums-plant.json``: ``cel-lens plant
-sums-capability --truth``; ``plants.json``: the BoolQ plants), measured on held-out rows that no
+``results/planted`` whose content hash equals the manifest's (``sums-plant.json`` / ``sums3-plant.json``:
+``cel-lens plant sums-capability`` / ``sums3-capability --truth``; ``plants.json``: the BoolQ plants), measured on held-out rows that no
 search reads. The table says, per row: the plant and its planted head(s), the true raw and calibrated
 gain of ablating them, the planted head's stage-1 rank, Ŝ, the decision, the calibrated verdict, and
 whether the row agrees with the truth (computed from those, not written by hand).
@@ -27,7 +27,7 @@ from real_model_rows import fmt_p, markdown, pp, record, rows_of  # noqa: E402
 from cel_lens.heads import HeadSet  # noqa: E402
 from cel_lens.selection.result import Result  # noqa: E402
 
-TRUTH_RECORDS = ("sums-plant.json", "plants.json")
+TRUTH_RECORDS = ("sums-plant.json", "sums3-plant.json", "plants.json")
 """The build records (in ``results/planted``) a row's truth is looked up in, by content hash."""
 
 

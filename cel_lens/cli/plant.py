@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from cel_lens.cli.common import Formatter, print_json
+from cel_lens.plant.sums import KINDS as SUMS_KINDS
 
 __all__ = ["add", "run"]
 
@@ -23,15 +24,16 @@ def add(sub: argparse._SubParsersAction) -> None:
         "reads nothing that generalizes: no calibrated gain, see the doc); 'prior': ablating one head shifts the "
         "answer prior (a raw gain calibration removes); 'both'; 'all' (these three); 'sums-capability': on "
         "two-choice addition (task arithmetic_choice), L29H0's output scaled until ablating it is a calibrated gain "
-        "of about 1.5 detectable effects (the capability control).",
+        "of about 1.5 detectable effects (the capability control); 'sums3-capability': the same recipe on three-digit "
+        "addition (a fresh pool for a second row).",
     )
-    p.add_argument("kind", choices=["capability", "prior", "both", "all", "sums-capability"], help="which plant(s) to build")
+    p.add_argument("kind", choices=["capability", "prior", "both", "all", *SUMS_KINDS], help="which plant(s) to build")
     p.add_argument("--data-dir", default=None,
-                   help="directory holding boolq/dev.jsonl or arithmetic/two_digit_addition.jsonl (e.g. ../shared/data)")
+                   help="directory holding boolq/dev.jsonl or the arithmetic addition files (e.g. ../shared/data)")
     p.add_argument("--rows", default=None, help="the row plan (train and truth ids; default "
-                   "results/planted/boolq-plant-rows.json, or sums-plant-rows.json for sums-capability)")
+                   "results/planted/boolq-plant-rows.json, or sums-plant-rows.json / sums3-plant-rows.json for the sums plants)")
     p.add_argument("--write-rows", action="store_true",
-                   help="sums-capability: write its seeded row plan (--rows, and the reserve file beside it) first")
+                   help="sums plants: write the seeded row plan (--rows, and the reserve file beside it) first")
     p.add_argument("--seed", type=int, default=0, help="seed of the cross-validation folds the fit uses")
     p.add_argument("--truth", default=None, metavar="FILE",
                    help="also measure every plant on the truth rows and write recipe and truth to FILE (JSON)")
@@ -41,12 +43,10 @@ def add(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the subcommand; returns the exit code."""
     from cel_lens.plant import DEFAULT_ROWS, KINDS, build_plants
-    from cel_lens.plant.sums import KIND as SUMS
-
-    if args.kind == SUMS:
+    if args.kind in SUMS_KINDS:
         return _run_sums(args)
     if args.write_rows:
-        raise SystemExit("cel-lens plant: --write-rows is for sums-capability (BoolQ's plan: scripts/plant_rows.py)")
+        raise SystemExit("cel-lens plant: --write-rows is for the sums plants (BoolQ's plan: scripts/plant_rows.py)")
     kinds = list(KINDS) if args.kind == "all" else [args.kind]
     record = build_plants(kinds, data_dir=args.data_dir, rows=args.rows or DEFAULT_ROWS, seed=args.seed,
                           truth=args.truth is not None)
@@ -71,14 +71,14 @@ def _run_sums(args: argparse.Namespace) -> int:
     """The capability plant on two-choice addition (:mod:`cel_lens.plant.sums`)."""
     from cel_lens.plant.sums import SUMS_ROWS, build_sums_plant, sums_row_plan
 
-    rows = Path(args.rows or SUMS_ROWS)
+    rows = Path(args.rows or SUMS_ROWS[args.kind])
     if args.write_rows:
-        plan, reserve = sums_row_plan(args.data_dir)
+        plan, reserve = sums_row_plan(args.data_dir, args.kind)
         rows.parent.mkdir(parents=True, exist_ok=True)
         rows.write_text(json.dumps(plan, indent=1) + "\n")
         rows.with_suffix(".txt").write_text(reserve)
         print(f"wrote {rows} and {rows.with_suffix('.txt')}")
-    record = build_sums_plant(data_dir=args.data_dir, rows=rows, truth=args.truth is not None)
+    record = build_sums_plant(kind=args.kind, data_dir=args.data_dir, rows=rows, truth=args.truth is not None)
     _write(args.truth, record)
     if args.json:
         print_json(record)

@@ -42,26 +42,40 @@ from cel_lens.model.planted_cache import planted_name, read_tensors, write_plant
 from cel_lens.model.sources import resolve_source
 from cel_lens.plant.build import N_TEST, TARGET_MDE
 from cel_lens.plant.truth import margin_effects
-from cel_lens.tasks.arithmetic_choice import load_pool
+from cel_lens.tasks.arithmetic_choice import ADDITION, load_pool
 from cel_lens.tasks.base import Example, Split
 
-__all__ = ["KIND", "HEAD", "FACTORS", "SUMS_ROWS", "ScaledHead", "sums_row_plan", "sums_examples", "choice_margins",
+__all__ = ["KIND", "KINDS", "HEAD", "FACTORS", "SUMS_ROWS", "ScaledHead", "sums_row_plan", "sums_examples", "choice_margins",
            "size_factor", "scaled_tensors", "build_sums_plant", "sums_truth"]
 
 KIND = "sums-capability"
 """The plant's kind: ``load_model("smollm2-135m+plant:sums-capability")``."""
+KINDS = {KIND: "2da", "sums3-capability": "3da", "ops-capability": "1dc"}
+"""Each kind of the plant and the arithmetic file it is sized and measured on. ``sums3-capability`` and
+``ops-capability`` are the same recipe on three-digit addition and on single-digit three-operation
+problems (fresh pools, each sized on its own train rows), for a second row once the two-digit pool was
+spent (docs/planted.md says what each showed)."""
 HEAD = Head(29, 0)
 """The planted head."""
 FACTORS = (4.0, 6.0, 8.0, 10.0, 12.0, 14.0, 16.0, 20.0, 24.0, 28.0, 32.0, 40.0)
 """Factors tried for the head's output (exact in float32, so the scaled weights are reproducible)."""
-SUMS_ROWS = "results/planted/sums-plant-rows.json"
-"""The row plan: train and truth ids (:func:`sums_row_plan`)."""
+SUMS_ROWS = {KIND: "results/planted/sums-plant-rows.json", "sums3-capability": "results/planted/sums3-plant-rows.json",
+             "ops-capability": "results/planted/ops-plant-rows.json"}
+"""Each kind's row plan: train and truth ids (:func:`sums_row_plan`)."""
 ROW_SEED, N_TRAIN, N_TRUTH, FIRST_LOOK = 58, 200, 300, 1000
-"""The plan's seed and sizes: train from the first ``FIRST_LOOK`` rows of the file (those the
-feasibility study and the choice of the task's near miss and prompt read: rows 0-999), truth from
-the rows after them (read by nothing that chose the task, the head or the factor)."""
+"""The plan's seed and sizes: train from the first ``FIRST_LOOK`` rows of the file (on two-digit
+addition, those the feasibility study and the choice of the task's near miss and prompt read: rows
+0-999), truth from the rows after them (read by nothing that chose the task, the head or the factor).
+The other files keep the same rule, though nothing that chose the task, head or near miss read
+their rows (they were chosen on two-digit addition rows)."""
 BASE = "smollm2-135m"
 PLANT_FORMAT = 1
+
+
+def _config(kind: str) -> str:
+    if kind not in KINDS:
+        raise ValueError(f"unknown sums plant {kind!r}; choose from {', '.join(KINDS)}")
+    return KINDS[kind]
 
 
 class ScaledHead(Ablation):
@@ -83,22 +97,26 @@ class ScaledHead(Ablation):
         return {"kind": self.name, "factor": self.factor}
 
 
-def sums_row_plan(data_dir: Optional[str]) -> tuple[dict[str, Any], str]:
-    """The row plan (train and truth ids, seeded) and the reserve file's text (ids, then content
+def sums_row_plan(data_dir: Optional[str], kind: str = KIND) -> tuple[dict[str, Any], str]:
+    """``kind``'s row plan (train and truth ids, seeded) and the reserve file's text (ids, then content
     hashes) that a planted row's loader leaves out (``--task-option reserve=FILE``)."""
     import random
 
-    pool, _ = load_pool(data_dir)
+    config = _config(kind)
+    pool, _ = load_pool(data_dir, config)
     early, late = list(range(FIRST_LOOK)), list(range(FIRST_LOOK, len(pool)))
     rng = random.Random(ROW_SEED)
     train, truth = sorted(rng.sample(early, N_TRAIN)), sorted(rng.sample(late, N_TRUTH))
-    plan = {"what": "two-digit addition rows of the sums-capability plant (docs/planted.md)", "seed": ROW_SEED,
-            "rule": f"train: {N_TRAIN} of rows 0-{FIRST_LOOK - 1} (the rows the feasibility study and the task's design read); "
+    words = ADDITION[config]
+    read = ("the rows the feasibility study and the task's design read" if config == "2da"
+            else "the same rule as two-digit addition's plan; the task, head and near miss were chosen on two-digit rows")
+    plan = {"what": f"{words} rows of the {kind} plant (docs/planted.md)", "seed": ROW_SEED,
+            "rule": f"train: {N_TRAIN} of rows 0-{FIRST_LOOK - 1} ({read}); "
                     f"truth: {N_TRUTH} of rows {FIRST_LOOK}-{len(pool) - 1} (read by nothing that chose the task, head or factor)",
             "train": [pool[i].id for i in train], "truth": [pool[i].id for i in truth]}
     kept = [pool[i] for i in sorted(train + truth)]
-    lines = ["# two-digit addition rows reserved for the sums-capability plant (ids, then content hashes)",
-             "# written by `cel-lens plant sums-capability --write-rows`; a planted row leaves them out (--task-option reserve=FILE)"]
+    lines = [f"# {words} rows reserved for the {kind} plant (ids, then content hashes)",
+             f"# written by `cel-lens plant {kind} --write-rows`; a planted row leaves them out (--task-option reserve=FILE)"]
     return plan, "\n".join(lines + [e.id for e in kept] + [e.content_hash for e in kept]) + "\n"
 
 
@@ -108,7 +126,7 @@ def sums_examples(plan: dict[str, Any], part: str, pool: Sequence[Example]) -> S
     by_id = {e.id: e for e in pool}
     missing = [i for i in plan[part] if i not in by_id]
     if missing:
-        raise ValueError(f"{len(missing)} {part} ids are not two-digit addition rows (e.g. {missing[0]})")
+        raise ValueError(f"{len(missing)} {part} ids are not rows of the pool (e.g. {missing[0]})")
     return Split(f"plant-{part}", tuple(by_id[i] for i in plan[part]), task="arithmetic_choice",
                  answer_type="multiple_choice", metric="acc")
 
@@ -163,25 +181,25 @@ def sums_truth(name: str, truth: Split, base_model: Any, factor: float) -> dict[
             "ablated_planted_vs_ablated_base_max_abs_margin_diff": float((ablated - base_ablated[1]).abs().max())}
 
 
-def build_sums_plant(*, data_dir: Optional[str] = None, rows: Union[str, Path] = SUMS_ROWS, truth: bool = False,
-                     cache: Optional[str] = None) -> dict[str, Any]:
-    """Size the factor on the plan's train rows, write the plant to the cache by content hash, and
-    with ``truth`` measure it on the truth rows."""
+def build_sums_plant(*, kind: str = KIND, data_dir: Optional[str] = None, rows: Union[str, Path, None] = None,
+                     truth: bool = False, cache: Optional[str] = None) -> dict[str, Any]:
+    """Size the factor on ``kind``'s plan's train rows (``rows``, default its :data:`SUMS_ROWS` file),
+    write the plant to the cache by content hash, and with ``truth`` measure it on the truth rows."""
     from cel_lens.model.load import load_model
 
     start = time.process_time()
-    path = Path(rows)
+    path = Path(rows or SUMS_ROWS[kind])
     plan = json.loads(path.read_text())
     source = resolve_source(BASE)
     model = load_model(BASE)
-    pool, _ = load_pool(data_dir)
+    pool, _ = load_pool(data_dir, _config(kind))
     sizing = size_factor(model, sums_examples(plan, "train", pool))
-    recipe = {"format": PLANT_FORMAT, "kind": KIND, "base_id": source.id,
+    recipe = {"format": PLANT_FORMAT, "kind": kind, "base_id": source.id,
               "base_gguf": (converted_from(source.path) or {}).get("sha256"), "head": str(HEAD), "factor": sizing["factor"],
               "edit": f"o_proj columns of {HEAD} multiplied by the factor", "changed": [str(HEAD)],
-              "rows": {"file": str(rows), "sha256": hashlib.sha256(path.read_bytes()).hexdigest(), "train": len(plan["train"])}}
+              "rows": {"file": str(rows or SUMS_ROWS[kind]), "sha256": hashlib.sha256(path.read_bytes()).hexdigest(), "train": len(plan["train"])}}
     tensors = scaled_tensors(read_tensors(source.path), HEAD, model.cfg.d_head, sizing["factor"])
-    name = planted_name(BASE, KIND)
+    name = planted_name(BASE, kind)
     folder, digest = write_planted(source.path, name, tensors, recipe, cache=cache)
     out: dict[str, Any] = {"name": name, "tensors_sha256": digest, "folder": str(folder), **recipe, **sizing}
     if truth:

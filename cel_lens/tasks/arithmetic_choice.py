@@ -18,9 +18,12 @@ calibration (:mod:`cel_lens.selection.calibration`) fits it as a threshold on
 ``lp(larger) - lp(smaller)``.
 
 Splits: the 2,000 rows of ``two_digit_addition.jsonl`` (all distinct) form one pool; a seeded draw
-gives D_dist (default 500) and a disjoint D_test (default 1,000). ``reserve`` names a file of rows
-neither split may hold (a planted model's fit and truth rows, docs/planted.md); ``avoid_test`` one of
-rows D_test may not hold (:mod:`cel_lens.tasks.avoid`). Ids are ``arithmetic_choice/2da/<row index>``.
+gives D_dist (default 500) and a disjoint D_test (default 1,000). ``config`` picks another file of
+the GPT-3 set instead (:data:`ADDITION`: the same protocol on a fresh pool, e.g. for a second planted
+row once one pool is spent, docs/planted.md; the near miss stays +/- 20 and the name stays, though
+``1dc`` and the others are not addition). ``reserve`` names a file of rows
+neither split may hold (a planted model's fit and truth rows); ``avoid_test`` one of
+rows D_test may not hold (:mod:`cel_lens.tasks.avoid`). Ids are ``arithmetic_choice/<config>/<row index>``.
 """
 
 from __future__ import annotations
@@ -33,10 +36,15 @@ from cel_lens.tasks.avoid import draw_pool, reserved_rows
 from cel_lens.tasks.base import Example, Task, TaskSpec
 from cel_lens.tasks.io import PathLike, build_examples, load_rows, reject_options, require, resolve_data_dir
 
-__all__ = ["CONFIG", "OFFSET", "INFO", "SPEC", "near_miss", "make_example", "load_pool", "load_arithmetic_choice"]
+__all__ = ["CONFIG", "ADDITION", "OFFSET", "INFO", "SPEC", "near_miss", "make_example", "load_pool", "load_arithmetic_choice"]
 
 CONFIG = "2da"
-"""The arithmetic config the pool is drawn from: two-digit addition."""
+"""The arithmetic config the pool is drawn from by default: two-digit addition."""
+ADDITION = {"2da": "two-digit addition", "3da": "three-digit addition", "4da": "four-digit addition",
+            "5da": "five-digit addition", "2ds": "two-digit subtraction", "2dm": "two-digit multiplication",
+            "1dc": "single-digit three-operation"}
+"""The configs a pool may come from (``config`` option), GPT-3 arithmetic files with integer answers, and
+their words. The near miss, ordering and prompt rule are the same for each."""
 OFFSET = 20
 """How far the near miss is from the right sum. Of the offsets 1, 2, 10 and 20 measured on 300 rows
 (docs/planted.md), 20 is the one SmolLM2 tells apart best (AUC 0.70 against 0.64 for 1)."""
@@ -61,28 +69,30 @@ def near_miss(context: str, right: int) -> int:
     return right + (OFFSET if hashlib.sha256(context.encode("utf-8")).digest()[0] % 2 else -OFFSET)
 
 
-def make_example(row: Mapping[str, Any], index: int) -> Example:
-    """One two-digit addition row as a two-choice example (choices ordered smaller first)."""
+def make_example(row: Mapping[str, Any], index: int, config: str = CONFIG) -> Example:
+    """One row of ``config``'s file as a two-choice example (choices ordered smaller first)."""
     context = require(row, "context", str)
     right = int(require(row, "completion", str).strip())
     wrong = near_miss(context, right)
     small, large = sorted((right, wrong))
     return Example(
-        id=f"arithmetic_choice/{CONFIG}/{index}",
+        id=f"arithmetic_choice/{config}/{index}",
         prompt=context,
         choices=(f" {small}", f" {large}"),
         label=int(right == large),
-        meta={"config": CONFIG, "right": right, "near_miss": wrong},
+        meta={"config": config, "right": right, "near_miss": wrong},
     )
 
 
-def load_pool(data_dir: Optional[PathLike] = None) -> tuple[list[Example], dict[str, Any]]:
-    """Every row of the two-digit addition file as an example, in file order, and the file's
+def load_pool(data_dir: Optional[PathLike] = None, config: str = CONFIG) -> tuple[list[Example], dict[str, Any]]:
+    """Every row of ``config``'s file as an example, in file order, and the file's
     provenance record: the pool the task draws from (and a plant's row plan reads)."""
-    relpath = f"arithmetic/{CONFIGS[CONFIG]}"
-    rows, source = load_rows(what=f"Arithmetic {CONFIG} validation", data_dir=resolve_data_dir(data_dir, needs=[relpath]),
-                             relpath=relpath, hub_id=HUB_ID, hub_config=f"arithmetic_{CONFIG}", hub_split="validation")
-    return build_examples(rows, lambda row, i: make_example(row, i)), source
+    if config not in ADDITION:
+        raise ValueError(f"arithmetic_choice: config {config!r} is not one of its files; choose from {', '.join(ADDITION)}")
+    relpath = f"arithmetic/{CONFIGS[config]}"
+    rows, source = load_rows(what=f"Arithmetic {config} validation", data_dir=resolve_data_dir(data_dir, needs=[relpath]),
+                             relpath=relpath, hub_id=HUB_ID, hub_config=f"arithmetic_{config}", hub_split="validation")
+    return build_examples(rows, lambda row, i: make_example(row, i, config)), source
 
 
 def load_arithmetic_choice(
@@ -92,15 +102,16 @@ def load_arithmetic_choice(
     data_dir: Optional[PathLike] = None,
     reserve: Optional[PathLike] = None,
     avoid_test: Optional[PathLike] = None,
+    config: str = CONFIG,
     **kw: Any,
 ) -> Task:
     """Two-choice addition with D_dist (default 500) and D_test (default 1,000) drawn disjointly,
-    seeded, from the 2,000 two-digit addition rows less ``reserve``'s; D_test also leaves out
-    ``avoid_test``'s rows."""
+    seeded, from the 2,000 rows of ``config``'s file (default two-digit addition) less ``reserve``'s;
+    D_test also leaves out ``avoid_test``'s rows."""
     reject_options("arithmetic_choice", kw)
-    rows, source = load_pool(data_dir)
+    rows, source = load_pool(data_dir, config)
     pool, reserved = reserved_rows(rows, reserve)
-    where = "the two-digit addition pool" + (f" less {len(rows) - len(pool)} reserved rows" if reserved else "")
+    where = f"the {ADDITION[config]} pool" + (f" less {len(rows) - len(pool)} reserved rows" if reserved else "")
     dist, test, drawn = draw_pool(pool, n_dist, n_test, (N_DIST, N_TEST), seed, avoid_test, "arithmetic_choice", where)
     return Task(
         name="arithmetic_choice",
@@ -109,8 +120,8 @@ def load_arithmetic_choice(
         test=test,
         metric="acc",
         options={
-            "seed": seed, "config": CONFIG, "pool_rows": len(rows), "metrics": ["acc"], "choices": INFO["choices"],
-            "protocol": f"two-digit addition as two choices (smaller, larger; near miss +/- {OFFSET}), "
+            "seed": seed, "config": config, "pool_rows": len(rows), "metrics": ["acc"], "choices": INFO["choices"],
+            "protocol": f"{ADDITION[config]} as two choices (smaller, larger; near miss +/- {OFFSET}), "
                         "GPT-3 context, summed log-likelihood, zero-shot",
             "sources": [source], **reserved, **drawn,
         },

@@ -10,7 +10,7 @@ import torch
 
 from cel_lens.heads import Head, HeadSet
 from cel_lens.model.planted_cache import planted_folder, planted_from, planted_name, read_tensors, tensors_hash
-from cel_lens.plant.sums import BASE, KIND, ScaledHead, choice_margins, scaled_tensors
+from cel_lens.plant.sums import BASE, KINDS, ScaledHead, choice_margins, scaled_tensors
 from cel_lens.tasks.base import Example, Split
 
 
@@ -46,10 +46,11 @@ def test_scaled_tensors_change_only_the_heads_columns_by_exactly_the_factor() ->
 
 
 @pytest.mark.slow
-def test_the_built_plant_differs_from_the_base_in_the_heads_columns_only(smollm2_dir) -> None:
-    folder = planted_folder(planted_name(BASE, KIND))
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_built_plant_differs_from_the_base_in_the_heads_columns_only(smollm2_dir, kind: str) -> None:
+    folder = planted_folder(planted_name(BASE, kind))
     if folder is None:
-        pytest.skip(f"{planted_name(BASE, KIND)} is not built here (cel-lens plant {KIND} --data-dir ../shared/data)")
+        pytest.skip(f"{planted_name(BASE, kind)} is not built here (cel-lens plant {kind} --data-dir ../shared/data)")
     recipe, planted, base = planted_from(folder), read_tensors(folder), read_tensors(smollm2_dir)
     assert tensors_hash(planted) == folder.name == recipe["tensors_sha256"]
     head = Head.parse(recipe["head"])
@@ -62,12 +63,13 @@ def test_the_built_plant_differs_from_the_base_in_the_heads_columns_only(smollm2
 
 
 @pytest.mark.slow
-def test_a_rebuild_gives_the_same_hash(data_dir, tmp_path) -> None:
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_rebuild_gives_the_same_hash(data_dir, tmp_path, kind: str) -> None:
     """The whole command again, sizing included, into an empty cache: the same weights."""
     from cel_lens.plant.sums import build_sums_plant
 
-    folder = planted_folder(planted_name(BASE, KIND))
+    folder = planted_folder(planted_name(BASE, kind))
     if folder is None:
-        pytest.skip(f"{planted_name(BASE, KIND)} is not built here (cel-lens plant {KIND} --data-dir ../shared/data)")
-    record = build_sums_plant(data_dir=str(data_dir), cache=str(tmp_path))
+        pytest.skip(f"{planted_name(BASE, kind)} is not built here (cel-lens plant {kind} --data-dir ../shared/data)")
+    record = build_sums_plant(kind=kind, data_dir=str(data_dir), cache=str(tmp_path))
     assert record["tensors_sha256"] == folder.name

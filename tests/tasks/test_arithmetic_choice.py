@@ -48,11 +48,33 @@ def test_reserved_rows_enter_neither_split_and_the_rest_fills_the_planted_row(da
         cl.load_task("arithmetic_choice", n_test=1001, seed=59, data_dir=str(data_dir), reserve=str(reserve))
 
 
-def test_the_committed_row_plan_is_the_seeded_one(data_dir: Path) -> None:
-    from cel_lens.plant.sums import FIRST_LOOK, sums_row_plan
+@pytest.mark.parametrize("kind", ["sums-capability", "sums3-capability", "ops-capability"])
+def test_the_committed_row_plan_is_the_seeded_one(data_dir: Path, kind: str) -> None:
+    from cel_lens.plant.sums import FIRST_LOOK, KINDS, SUMS_ROWS, sums_row_plan
 
-    plan, reserve = sums_row_plan(str(data_dir))
-    assert plan == json.loads((ROOT / "results/planted/sums-plant-rows.json").read_text())
-    assert reserve == (ROOT / "results/planted/sums-plant-rows.txt").read_text()
+    plan, reserve = sums_row_plan(str(data_dir), kind)
+    rows = ROOT / SUMS_ROWS[kind]
+    assert plan == json.loads(rows.read_text())
+    assert reserve == rows.with_suffix(".txt").read_text()
     index = {part: [int(i.rsplit("/", 1)[1]) for i in plan[part]] for part in ("train", "truth")}
     assert max(index["train"]) < FIRST_LOOK <= min(index["truth"])
+    assert all(i.startswith(f"arithmetic_choice/{KINDS[kind]}/") for i in plan["train"] + plan["truth"])
+
+
+def test_another_file_is_a_fresh_pool_with_the_same_protocol(data_dir: Path) -> None:
+    two = cl.load_task("arithmetic_choice", n_dist=50, n_test=100, seed=3, data_dir=str(data_dir))
+    three = cl.load_task("arithmetic_choice", n_dist=50, n_test=100, seed=3, data_dir=str(data_dir), config="3da")
+    assert all(e.id.startswith("arithmetic_choice/3da/") and e.meta["config"] == "3da" for e in three.dist)
+    assert not {e.content_hash for e in two.test} & {e.content_hash for e in three.test}
+    assert three.options["config"] == "3da" and three.options["protocol"].startswith("three-digit addition")
+    row = three.test[0]
+    assert int(row.choices[row.label]) == row.meta["right"] and abs(int(row.choices[0]) - int(row.choices[1])) == OFFSET
+    with pytest.raises(ValueError, match="not one of its files"):
+        cl.load_task("arithmetic_choice", data_dir=str(data_dir), config="4ds")
+
+
+def test_negative_answers_keep_the_smaller_first_order() -> None:
+    row = {"context": "\n\nQ: What is (4 - 7) - 3?\n\nA:", "completion": " -6"}
+    e = make_example(row, 1, "1dc")
+    assert e.id == "arithmetic_choice/1dc/1" and int(e.choices[e.label]) == -6
+    assert int(e.choices[0]) < int(e.choices[1]) and e.choices[0].startswith(" -")
