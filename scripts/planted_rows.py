@@ -27,8 +27,10 @@ from real_model_rows import fmt_p, markdown, pp, record, rows_of  # noqa: E402
 from cel_lens.heads import HeadSet  # noqa: E402
 from cel_lens.selection.result import Result  # noqa: E402
 
-TRUTH_RECORDS = ("sums-plant.json", "sums3-plant.json", "plants.json")
-"""The build records (in ``results/planted``) a row's truth is looked up in, by content hash."""
+TRUTH_RECORDS = ("sums-plant.json", "sums3-plant.json", "ops-plant.json", "ops-plant-fresh.json", "plants.json")
+"""The records (in ``results/planted``) a row's truth is looked up in, by content hash and kind (two
+kinds may share weights: ops-capability and sums-capability are both L29H0 x10, measured on
+different files); of several, the one with the most truth rows."""
 
 
 def targets(plant: dict[str, Any]) -> list[str]:
@@ -39,21 +41,24 @@ def targets(plant: dict[str, Any]) -> list[str]:
 
 
 def truth_of(plant: dict[str, Any], where: Path) -> Optional[dict[str, Any]]:
-    """The true effect of ablating the plant's heads, from the build record with the same content hash."""
-    digest = plant.get("tensors_sha256")
-    for name in TRUTH_RECORDS:
-        path = where / name
-        if not path.is_file():
-            continue
-        rec = json.loads(path.read_text())
-        if rec.get("tensors_sha256") == digest and "truth" in rec:
-            return {"source": name, **rec["truth"][f"ablate {plant['head']}"], "n": rec["truth"]["n"]}
-        for kind, built in (rec.get("plants") or {}).items():
-            if built.get("tensors_sha256") == digest and kind in (rec.get("truth") or {}):
-                label = "+".join(targets(plant))
-                effect = rec["truth"][kind].get(label) or rec["truth"][kind].get(targets(plant)[0])
-                return {"source": name, **effect, "n": effect["raw"]["n"]}
-    return None
+    """The true effect of ablating the plant's heads, from the record with the same content hash and
+    kind that holds the most truth rows."""
+    found = [t for name in TRUTH_RECORDS if (where / name).is_file()
+             for t in _truths(json.loads((where / name).read_text()), plant, name)]
+    return max(found, key=lambda t: t["n"], default=None)
+
+
+def _truths(rec: dict[str, Any], plant: dict[str, Any], name: str) -> list[dict[str, Any]]:
+    digest, kind = plant.get("tensors_sha256"), plant.get("kind")
+    if rec.get("tensors_sha256") == digest and rec.get("kind", kind) == kind and "truth" in rec:
+        return [{"source": name, **rec["truth"][f"ablate {plant['head']}"], "n": rec["truth"]["n"]}]
+    out = []
+    for built_kind, built in (rec.get("plants") or {}).items():
+        if built.get("tensors_sha256") == digest and built_kind == kind and kind in (rec.get("truth") or {}):
+            label = "+".join(targets(plant))
+            effect = rec["truth"][kind].get(label) or rec["truth"][kind].get(targets(plant)[0])
+            out.append({"source": name, **effect, "n": effect["raw"]["n"]})
+    return out
 
 
 def stage1_rank(result: Result, head: str) -> Optional[int]:

@@ -27,7 +27,7 @@ def _effect(gain: float, low: float) -> dict:
 def _truth_record(where: Path, capability: bool) -> dict:
     plant = {"kind": "sums-capability", "head": "L1H5", "tensors_sha256": "ab" * 32}
     cal = _effect(0.09, 0.03) if capability else _effect(0.0, -0.01)
-    (where / "sums-plant.json").write_text(json.dumps({"tensors_sha256": plant["tensors_sha256"], "truth": {
+    (where / "sums-plant.json").write_text(json.dumps({"tensors_sha256": plant["tensors_sha256"], "kind": plant["kind"], "truth": {
         "n": 300, "ablate L1H5": {"raw": _effect(0.11, 0.04), "calibrated_best_prior": cal}}}))
     return plant
 
@@ -79,3 +79,18 @@ def test_an_unsealed_row_says_so_before_its_reading(tmp_path):
     rec = _truth_row("row", _row(tmp_path, plant, "L1H5", survives=True, sealed=False), tmp_path)
     assert not rec["evidence"] and rec["verdict"].startswith("NOT SEALED, not counted as evidence")
     assert "as a reading: agrees" in rec["verdict"]
+
+
+def test_the_truth_is_matched_by_kind_and_the_largest_record_wins(tmp_path):
+    """Two kinds may share weights (sums-capability and ops-capability are both L29H0 x10 on different
+    files): each row takes its own kind's truth, and of two records the one with more rows."""
+    plant = _truth_record(tmp_path, capability=True)  # sums-capability, n 300, in sums-plant.json
+    ops = {**plant, "kind": "ops-capability"}
+    assert planted.truth_of(ops, tmp_path) is None
+    for name, n, gain in (("ops-plant.json", 300, 0.02), ("ops-plant-fresh.json", 1500, 0.04)):
+        effect = {**_effect(gain, -0.01), "n": n}
+        (tmp_path / name).write_text(json.dumps({"tensors_sha256": plant["tensors_sha256"], "kind": "ops-capability",
+                                                 "truth": {"n": n, "ablate L1H5": {"raw": effect, "calibrated_best_prior": effect}}}))
+    got = planted.truth_of(ops, tmp_path)
+    assert got["source"] == "ops-plant-fresh.json" and got["n"] == 1500 and got["calibrated_best_prior"]["gain"] == 0.04
+    assert planted.truth_of(plant, tmp_path)["source"] == "sums-plant.json"

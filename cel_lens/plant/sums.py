@@ -38,15 +38,15 @@ from cel_lens.evaluation.evaluator import evaluate
 from cel_lens.heads import Head, HeadSet
 from cel_lens.model.ablation import ZERO, Ablation
 from cel_lens.model.gguf import converted_from
-from cel_lens.model.planted_cache import planted_name, read_tensors, write_planted
+from cel_lens.model.planted_cache import planted_folder, planted_from, planted_name, read_tensors, write_planted
 from cel_lens.model.sources import resolve_source
 from cel_lens.plant.build import N_TEST, TARGET_MDE
 from cel_lens.plant.truth import margin_effects
-from cel_lens.tasks.arithmetic_choice import ADDITION, load_pool
+from cel_lens.tasks.arithmetic_choice import ADDITION, fresh_three_ops, load_pool
 from cel_lens.tasks.base import Example, Split
 
 __all__ = ["KIND", "KINDS", "HEAD", "FACTORS", "SUMS_ROWS", "ScaledHead", "sums_row_plan", "sums_examples", "choice_margins",
-           "size_factor", "scaled_tensors", "build_sums_plant", "sums_truth"]
+           "size_factor", "scaled_tensors", "build_sums_plant", "sums_truth", "fresh_truth"]
 
 KIND = "sums-capability"
 """The plant's kind: ``load_model("smollm2-135m+plant:sums-capability")``."""
@@ -207,3 +207,29 @@ def build_sums_plant(*, kind: str = KIND, data_dir: Optional[str] = None, rows: 
         out["truth"] = sums_truth(where, sums_examples(plan, "truth", pool), model, sizing["factor"])
     out["cpu_s"] = time.process_time() - start
     return out
+
+
+def fresh_truth(n: int, seed: int, *, kind: str = "ops-capability", data_dir: Optional[str] = None) -> dict[str, Any]:
+    """The built ``kind`` plant's truth (:func:`sums_truth`) on ``n`` single-digit three-operation
+    problems of the file's form that the file does not hold (:func:`~cel_lens.tasks.arithmetic_choice.fresh_three_ops`,
+    seeded): a truth from rows no split can contain, as many as the question needs, where the
+    plan's 300 truth rows leave the interval wide."""
+    from cel_lens.model.load import load_model
+
+    if _config(kind) != "1dc":
+        raise ValueError(f"fresh rows exist for the single-digit three-operation file only, not {kind!r}'s")
+    start = time.process_time()
+    name = planted_name(BASE, kind)
+    folder = planted_folder(name)
+    if folder is None:
+        raise FileNotFoundError(f"{name} is not built here (cel-lens plant {kind} --data-dir ../shared/data)")
+    recipe = planted_from(folder) or {}
+    pool, source = load_pool(data_dir, _config(kind))
+    rows = fresh_three_ops(pool, n, seed)
+    split = Split("plant-truth-fresh", tuple(rows), task="arithmetic_choice", answer_type="multiple_choice", metric="acc")
+    truth = sums_truth(name, split, load_model(BASE), recipe["factor"])
+    return {"what": f"the {kind} plant's truth on problems of the 1dc file's form outside the file (docs/planted.md)",
+            "name": name, "kind": kind, "tensors_sha256": folder.name, "head": recipe.get("head"), "factor": recipe["factor"],
+            "rows": {"n": n, "seed": seed, "rule": "(a op b) op c, digits 1-9, ops + - *, not among the file's 2,000 rows",
+                     "file_sha256": source.get("sha256"), "content_sha256": hashlib.sha256("".join(e.content_hash for e in rows).encode()).hexdigest()},
+            "truth": truth, "cpu_s": time.process_time() - start}

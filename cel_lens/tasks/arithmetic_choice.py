@@ -28,15 +28,21 @@ rows D_test may not hold (:mod:`cel_lens.tasks.avoid`). Ids are ``arithmetic_cho
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
-from typing import Any, Mapping, Optional
+import itertools
+import operator
+import random
+import re
+from typing import Any, Mapping, Optional, Sequence
 
 from cel_lens.tasks.arithmetic import CONFIGS, HUB_ID
 from cel_lens.tasks.avoid import draw_pool, reserved_rows
 from cel_lens.tasks.base import Example, Task, TaskSpec
 from cel_lens.tasks.io import PathLike, build_examples, load_rows, reject_options, require, resolve_data_dir
 
-__all__ = ["CONFIG", "ADDITION", "OFFSET", "INFO", "SPEC", "near_miss", "make_example", "load_pool", "load_arithmetic_choice"]
+__all__ = ["CONFIG", "ADDITION", "OFFSET", "INFO", "SPEC", "near_miss", "make_example", "load_pool", "THREE_OPS", "fresh_three_ops",
+           "load_arithmetic_choice"]
 
 CONFIG = "2da"
 """The arithmetic config the pool is drawn from by default: two-digit addition."""
@@ -93,6 +99,42 @@ def load_pool(data_dir: Optional[PathLike] = None, config: str = CONFIG) -> tupl
     rows, source = load_rows(what=f"Arithmetic {config} validation", data_dir=resolve_data_dir(data_dir, needs=[relpath]),
                              relpath=relpath, hub_id=HUB_ID, hub_config=f"arithmetic_{config}", hub_split="validation")
     return build_examples(rows, lambda row, i: make_example(row, i, config)), source
+
+
+THREE_OPS = re.compile(r"^\n\nQ: What is \((\d) ([-+*]) (\d)\) ([-+*]) (\d)\?\n\nA:$")
+"""The form of every ``1dc`` row: ``(a op b) op c`` with digits 1-9 and ops among ``+ - *``."""
+
+
+def fresh_three_ops(pool: Sequence[Example], n: int, seed: int) -> list[Example]:
+    """``n`` single-digit three-operation problems of the ``1dc`` file's own form that the file does not
+    hold (seeded draw; ids ``arithmetic_choice/1dc-fresh/<k>``): rows no split of the task can ever
+    contain, for a plant's truth beyond the file's 2,000. ``pool`` is the ``1dc`` pool
+    (:func:`load_pool`); each of its rows is checked to have that form and the answer Python computes,
+    so the fresh rows come from the generator the file came from, not from a guess at it."""
+    held = set()
+    for e in pool:
+        m = THREE_OPS.match(e.prompt)
+        if m is None or "0" in m.group(1, 3, 5) or _value(m.groups()) != e.meta["right"]:
+            raise ValueError(f"{e.id} is not a (a op b) op c row with digits 1-9 and its computed answer")
+        held.add(m.groups())
+    digits, ops = "123456789", "+-*"
+    unseen = [g for g in itertools.product(digits, ops, digits, ops, digits) if g not in held]
+    if n > len(unseen):
+        raise ValueError(f"only {len(unseen)} problems of that form are outside the file; asked for {n}")
+    out = []
+    for k, g in enumerate(sorted(random.Random(seed).sample(unseen, n))):
+        row = {"context": f"\n\nQ: What is ({g[0]} {g[1]} {g[2]}) {g[3]} {g[4]}?\n\nA:", "completion": f" {_value(g)}"}
+        e = make_example(row, k, "1dc")
+        out.append(dataclasses.replace(e, id=f"arithmetic_choice/1dc-fresh/{k}", meta={**e.meta, "fresh": True}))
+    return out
+
+
+def _value(g: Sequence[str]) -> int:
+    """``(a op b) op c`` for the five parts ``(a, op, b, op, c)``."""
+    return _OPS[g[3]](_OPS[g[1]](int(g[0]), int(g[2])), int(g[4]))
+
+
+_OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul}
 
 
 def load_arithmetic_choice(

@@ -78,3 +78,22 @@ def test_negative_answers_keep_the_smaller_first_order() -> None:
     e = make_example(row, 1, "1dc")
     assert e.id == "arithmetic_choice/1dc/1" and int(e.choices[e.label]) == -6
     assert int(e.choices[0]) < int(e.choices[1]) and e.choices[0].startswith(" -")
+
+
+def test_fresh_three_ops_rows_are_of_the_files_form_and_outside_it(data_dir: Path) -> None:
+    from cel_lens.tasks.arithmetic_choice import fresh_three_ops, load_pool
+
+    pool, _ = load_pool(str(data_dir), "1dc")
+    fresh = fresh_three_ops(pool, 300, seed=5)
+    assert fresh == fresh_three_ops(pool, 300, seed=5) and fresh != fresh_three_ops(pool, 300, seed=6)
+    assert not {e.dedup_key for e in fresh} & {e.dedup_key for e in pool}
+    assert len({e.id for e in fresh}) == 300 and all(e.id.startswith("arithmetic_choice/1dc-fresh/") for e in fresh)
+    for e in fresh[:50]:  # the answer by hand, not by the module's table
+        a, op1, b, op2, c = e.prompt.split("is ")[1].rstrip("?\n\nA:").replace("(", "").replace(")", "").split()
+        first = {"+": int(a) + int(b), "-": int(a) - int(b), "*": int(a) * int(b)}[op1]
+        assert e.meta["right"] == {"+": first + int(c), "-": first - int(c), "*": first * int(c)}[op2]
+        assert int(e.choices[e.label]) == e.meta["right"]
+    with pytest.raises(ValueError, match="outside the file"):
+        fresh_three_ops(pool, 4562, seed=0)  # 9**3 * 9 = 6,561 problems, 2,000 in the file
+    with pytest.raises(ValueError, match="is not a"):
+        fresh_three_ops([make_example({"context": "\n\nQ: What is 98 plus 45?\n\nA:", "completion": " 143"}, 0, "1dc")], 1, 0)
