@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from real_model_rows import fmt_p, markdown, pp, record, rows_of  # noqa: E402
 
 from cel_lens.heads import HeadSet  # noqa: E402
+from cel_lens.model.planted_cache import split_planted_name  # noqa: E402
 from cel_lens.selection.result import Result  # noqa: E402
 
 TRUTH_RECORDS = ("sums-plant.json", "sums3-plant.json", "ops-plant.json", "ops-plant-fresh.json", "plants.json")
@@ -94,6 +95,9 @@ def truth_row(rec: dict[str, Any], folder: Path, where: Path) -> Optional[dict[s
     plant = (manifest.get("model") or {}).get("plant")
     if not plant:
         return None
+    named = split_planted_name(manifest["model"].get("id") or "")
+    if named and named[1] != plant.get("kind"):  # a second name on a first build's weights, recorded before
+        plant = {**plant, "kind": named[1]}      # manifests held each name's own recipe: the name decides
     truth = truth_of(plant, where)
     out: dict[str, Any] = {"row": rec["row"], "plant": plant.get("kind"), "heads": targets(plant), "truth": truth}
     if rec["status"] != "finished":

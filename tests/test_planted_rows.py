@@ -94,3 +94,18 @@ def test_the_truth_is_matched_by_kind_and_the_largest_record_wins(tmp_path):
     got = planted.truth_of(ops, tmp_path)
     assert got["source"] == "ops-plant-fresh.json" and got["n"] == 1500 and got["calibrated_best_prior"]["gain"] == 0.04
     assert planted.truth_of(plant, tmp_path)["source"] == "sums-plant.json"
+
+
+def test_a_row_loaded_by_a_second_name_on_shared_weights_takes_that_names_truth(tmp_path):
+    """A manifest sealed before names kept their own recipe records the folder's first recipe (kind
+    sums-capability) under the model id of the name it loaded (ops-capability): the name decides."""
+    plant = _truth_record(tmp_path, capability=True)
+    effect = {**_effect(0.04, 0.02), "n": 1500}
+    (tmp_path / "ops-plant-fresh.json").write_text(json.dumps({"tensors_sha256": plant["tensors_sha256"], "kind": "ops-capability",
+                                                              "truth": {"n": 1500, "ablate L1H5": {"raw": effect, "calibrated_best_prior": effect}}}))
+    row = _row(tmp_path, plant, "L1H5", survives=True)
+    man = json.loads((row / "manifest.json").read_text())
+    man["model"]["id"] = "HuggingFaceTB/SmolLM2-135M-Instruct+plant:ops-capability"
+    (row / "manifest.json").write_text(json.dumps(man))
+    rec = _truth_row("row", row, tmp_path)
+    assert rec["plant"] == "ops-capability" and rec["truth"]["source"] == "ops-plant-fresh.json" and rec["truth"]["n"] == 1500

@@ -211,7 +211,7 @@ def load_model(
         else:
             model = hooked_from_hf(source, hf_model, tokenizer, official, dev, torch_dtype, processing, tl_kwargs)
             del hf_model
-    tag_source(model, source_id, chosen, processing, origin=converted_from(source), plant=planted_from(source))
+    tag_source(model, source_id, chosen, processing, origin=converted_from(source), plant=planted_from(source, source_id))
     set_bos_rule(model, rule, own)
     model.eval()
     model.requires_grad_(False)  # logits track no gradients (float(logit) warned); attribution needs dm/dz only

@@ -122,14 +122,27 @@ def write_planted(base_dir: Union[str, os.PathLike], name: str, tensors: Mapping
                       "matches a model on its name as well as its weights, so reads made under this name before count "
                       "against the seals of rows run on the new weights (docs/planted.md)", stacklevel=2)
     index.parent.mkdir(parents=True, exist_ok=True)
-    index.write_text(json.dumps({"name": name, "tensors_sha256": digest}) + "\n", encoding="utf-8")
+    own = {"name": name, "base": str(base_dir), "tensors_sha256": digest, **dict(recipe)}
+    index.write_text(json.dumps({"name": name, "tensors_sha256": digest, "recipe": own}) + "\n", encoding="utf-8")
     return target, digest
 
 
-def planted_from(directory: Union[str, os.PathLike]) -> Optional[dict[str, Any]]:
-    """The marker of a planted folder (:data:`PLANT_MARKER`), ``None`` for any other folder."""
-    marker = Path(os.fspath(directory)) / PLANT_MARKER
-    return json.loads(marker.read_text(encoding="utf-8")) if marker.is_file() else None
+def planted_from(directory: Union[str, os.PathLike], name: Optional[str] = None) -> Optional[dict[str, Any]]:
+    """The marker of a planted folder (:data:`PLANT_MARKER`), ``None`` for any other folder. With
+    ``name`` (the planted name it was loaded by), the recipe that name was built with, where its
+    index records one for these weights: two names can share one build's weights (each sized on its
+    own rows), and the folder's marker holds the first build's recipe only."""
+    folder = Path(os.fspath(directory))
+    marker = folder / PLANT_MARKER
+    if not marker.is_file():
+        return None
+    parts = split_planted_name(name) if name else None
+    index = _index_file(folder.parent, planted_name(*parts)) if parts else None
+    if index is not None and index.is_file():
+        named = json.loads(index.read_text(encoding="utf-8"))
+        if named.get("tensors_sha256") == folder.name and "recipe" in named:
+            return named["recipe"]
+    return json.loads(marker.read_text(encoding="utf-8"))
 
 
 def planted_folder(name: str, cache: Optional[Union[str, os.PathLike]] = None) -> Optional[Path]:

@@ -69,3 +69,20 @@ def test_re_pointing_a_name_at_other_weights_warns(tiny_checkpoints, tmp_path):
         write_planted(base_dir, name, dict(first), {"kind": "twice"}, cache=str(tmp_path))  # the same weights: silent
     with pytest.warns(UserWarning, match="pointed at other weights"):
         write_planted(base_dir, name, second, {"kind": "twice"}, cache=str(tmp_path))
+
+
+def test_two_names_on_one_builds_weights_each_report_their_own_recipe(tiny_checkpoints, tmp_path, monkeypatch):
+    """Two kinds sized on different rows can land on the same weights (the sums and ops plants both
+    chose x10): the folder is shared, and a model loaded by each name records that name's recipe."""
+    monkeypatch.setenv("CEL_LENS_CACHE", str(tmp_path))
+    base_dir = tiny_checkpoints["llama"]
+    base = read_tensors(base_dir)
+    o = "model.layers.2.self_attn.o_proj.weight"
+    edited = {**base, o: base[o] * 10.0}
+    first, second = planted_name(str(base_dir), "one"), planted_name(str(base_dir), "two")
+    folder, _ = write_planted(base_dir, first, edited, {"kind": "one", "rows": "a"})
+    again, _ = write_planted(base_dir, second, dict(edited), {"kind": "two", "rows": "b"})
+    assert again == folder and planted_from(folder)["kind"] == "one"  # the marker: the first build's
+    for name, kind, rows in ((first, "one", "a"), (second, "two", "b")):
+        plant = model_manifest(load_model(name, device="cpu"))["plant"]
+        assert (plant["kind"], plant["rows"], plant["name"], plant["tensors_sha256"]) == (kind, rows, name, folder.name)
