@@ -333,7 +333,7 @@ def _calibrated(result: Result) -> str:
     text = (f"best prior on D_test: {pct(cal.get('test_acc_intact_best'))} → {pct(cal.get('test_acc_ablated_best'))}: "
             f"{pp2(cal['gain_best'])}{bounds}, p {fmt_p(cal.get('p_value_cal'))}, **{verdict}**")
     if cal.get("majority_rate") is not None:
-        text += (f"; always answering{cal['majority_answer'] or ' the majority answer'}: {pct(cal['majority_rate'])} "
+        text += (f"; always answering {(cal['majority_answer'] or 'the majority answer').strip()}: {pct(cal['majority_rate'])} "
                  "(the difference not tested)")
     return text
 
