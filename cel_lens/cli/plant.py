@@ -24,14 +24,14 @@ def add(sub: argparse._SubParsersAction) -> None:
         "reads nothing that generalizes: no calibrated gain, see the doc); 'prior': ablating one head shifts the "
         "answer prior (a raw gain calibration removes); 'both'; 'all' (these three); 'sums-capability': on "
         "two-choice addition (task arithmetic_choice), L29H0's output scaled until ablating it is a calibrated gain "
-        "of about 1.5 detectable effects (the capability control); 'sums3-capability': the same recipe on three-digit "
-        "addition (a fresh pool for a second row).",
+        "of about 1.5 detectable effects (the capability control); 'sums3-capability' and 'ops-capability': the same "
+        "recipe on three-digit addition and on single-digit three-operation problems (fresh pools for a second row).",
     )
     p.add_argument("kind", choices=["capability", "prior", "both", "all", *SUMS_KINDS], help="which plant(s) to build")
     p.add_argument("--data-dir", default=None,
-                   help="directory holding boolq/dev.jsonl or the arithmetic addition files (e.g. ../shared/data)")
+                   help="directory holding boolq/dev.jsonl or the arithmetic files (e.g. ../shared/data)")
     p.add_argument("--rows", default=None, help="the row plan (train and truth ids; default "
-                   "results/planted/boolq-plant-rows.json, or sums-plant-rows.json / sums3-plant-rows.json for the sums plants)")
+                   "results/planted/boolq-plant-rows.json, or the sums plant's own: sums-plant-rows.json, sums3-, ops-)")
     p.add_argument("--write-rows", action="store_true",
                    help="sums plants: write the seeded row plan (--rows, and the reserve file beside it) first")
     p.add_argument("--seed", type=int, default=0, help="seed of the cross-validation folds the fit uses")
