@@ -5,7 +5,8 @@
 generalizes to no calibrated gain), ``prior``
 (ablating one head shifts the answer prior: a raw gain that calibration removes) and ``both``, on
 BoolQ; and ``sums-capability`` (:mod:`~cel_lens.plant.sums`): on two-choice addition, where the
-model discriminates, one head's output scaled until ablating it is a calibrated gain.
+model discriminates, one head's output scaled until ablating it is a calibrated gain (and the same
+recipe on other arithmetic files, ``sums3-capability`` and ``ops-capability``, fresh pools).
 :mod:`~cel_lens.plant.features` measures the base model once per prompt,
 :mod:`~cel_lens.plant.fit` and :mod:`~cel_lens.plant.build` choose, fit and size the plants on the
 train rows, :mod:`~cel_lens.plant.truth` measures them on the held-out truth rows, and
