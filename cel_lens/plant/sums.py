@@ -42,7 +42,7 @@ from cel_lens.model.planted_cache import planted_folder, planted_from, planted_n
 from cel_lens.model.sources import resolve_source
 from cel_lens.plant.build import N_TEST, TARGET_MDE
 from cel_lens.plant.truth import margin_effects
-from cel_lens.tasks.arithmetic_choice import ADDITION, fresh_three_ops, load_pool
+from cel_lens.tasks.arithmetic_choice import FILES, fresh_three_ops, load_pool
 from cel_lens.tasks.base import Example, Split
 
 __all__ = ["KIND", "KINDS", "HEAD", "FACTORS", "SUMS_ROWS", "ScaledHead", "sums_row_plan", "sums_examples", "choice_margins",
@@ -107,7 +107,7 @@ def sums_row_plan(data_dir: Optional[str], kind: str = KIND) -> tuple[dict[str, 
     early, late = list(range(FIRST_LOOK)), list(range(FIRST_LOOK, len(pool)))
     rng = random.Random(ROW_SEED)
     train, truth = sorted(rng.sample(early, N_TRAIN)), sorted(rng.sample(late, N_TRUTH))
-    words = ADDITION[config]
+    words = FILES[config]
     read = ("the rows the feasibility study and the task's design read" if config == "2da"
             else "the same rule as two-digit addition's plan; the task, head and near miss were chosen on two-digit rows")
     plan = {"what": f"{words} rows of the {kind} plant (docs/planted.md)", "seed": ROW_SEED,
@@ -188,7 +188,8 @@ def build_sums_plant(*, kind: str = KIND, data_dir: Optional[str] = None, rows: 
     from cel_lens.model.load import load_model
 
     start = time.process_time()
-    path = Path(rows or SUMS_ROWS[kind])
+    rows = rows or SUMS_ROWS[kind]
+    path = Path(rows)
     plan = json.loads(path.read_text())
     source = resolve_source(BASE)
     model = load_model(BASE)
@@ -197,7 +198,7 @@ def build_sums_plant(*, kind: str = KIND, data_dir: Optional[str] = None, rows: 
     recipe = {"format": PLANT_FORMAT, "kind": kind, "base_id": source.id,
               "base_gguf": (converted_from(source.path) or {}).get("sha256"), "head": str(HEAD), "factor": sizing["factor"],
               "edit": f"o_proj columns of {HEAD} multiplied by the factor", "changed": [str(HEAD)],
-              "rows": {"file": str(rows or SUMS_ROWS[kind]), "sha256": hashlib.sha256(path.read_bytes()).hexdigest(), "train": len(plan["train"])}}
+              "rows": {"file": str(rows), "sha256": hashlib.sha256(path.read_bytes()).hexdigest(), "train": len(plan["train"])}}
     tensors = scaled_tensors(read_tensors(source.path), HEAD, model.cfg.d_head, sizing["factor"])
     name = planted_name(BASE, kind)
     folder, digest = write_planted(source.path, name, tensors, recipe, cache=cache)
@@ -231,5 +232,5 @@ def fresh_truth(n: int, seed: int, *, kind: str = "ops-capability", data_dir: Op
     return {"what": f"the {kind} plant's truth on problems of the 1dc file's form outside the file (docs/planted.md)",
             "name": name, "kind": kind, "tensors_sha256": folder.name, "head": recipe.get("head"), "factor": recipe["factor"],
             "rows": {"n": n, "seed": seed, "rule": "(a op b) op c, digits 1-9, ops + - *, not among the file's 2,000 rows",
-                     "file_sha256": source.get("sha256"), "content_sha256": hashlib.sha256("".join(e.content_hash for e in rows).encode()).hexdigest()},
+                     "file_sha256": source.get("sha256"), "content_sha256": split.content_hash},
             "truth": truth, "cpu_s": time.process_time() - start}

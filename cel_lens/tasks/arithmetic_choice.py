@@ -19,7 +19,7 @@ calibration (:mod:`cel_lens.selection.calibration`) fits it as a threshold on
 
 Splits: the 2,000 rows of ``two_digit_addition.jsonl`` (all distinct) form one pool; a seeded draw
 gives D_dist (default 500) and a disjoint D_test (default 1,000). ``config`` picks another file of
-the GPT-3 set instead (:data:`ADDITION`: the same protocol on a fresh pool, e.g. for a second planted
+the GPT-3 set instead (:data:`FILES`: the same protocol on a fresh pool, e.g. for a second planted
 row once one pool is spent, docs/planted.md; the near miss stays +/- 20 and the name stays, though
 ``1dc`` and the others are not addition). ``reserve`` names a file of rows
 neither split may hold (a planted model's fit and truth rows); ``avoid_test`` one of
@@ -41,12 +41,12 @@ from cel_lens.tasks.avoid import draw_pool, reserved_rows
 from cel_lens.tasks.base import Example, Task, TaskSpec
 from cel_lens.tasks.io import PathLike, build_examples, load_rows, reject_options, require, resolve_data_dir
 
-__all__ = ["CONFIG", "ADDITION", "OFFSET", "INFO", "SPEC", "near_miss", "make_example", "load_pool", "THREE_OPS", "fresh_three_ops",
+__all__ = ["CONFIG", "FILES", "OFFSET", "INFO", "SPEC", "near_miss", "make_example", "load_pool", "THREE_OPS", "fresh_three_ops",
            "load_arithmetic_choice"]
 
 CONFIG = "2da"
 """The arithmetic config the pool is drawn from by default: two-digit addition."""
-ADDITION = {"2da": "two-digit addition", "3da": "three-digit addition", "4da": "four-digit addition",
+FILES = {"2da": "two-digit addition", "3da": "three-digit addition", "4da": "four-digit addition",
             "5da": "five-digit addition", "2ds": "two-digit subtraction", "2dm": "two-digit multiplication",
             "1dc": "single-digit three-operation"}
 """The configs a pool may come from (``config`` option), GPT-3 arithmetic files with integer answers, and
@@ -93,8 +93,8 @@ def make_example(row: Mapping[str, Any], index: int, config: str = CONFIG) -> Ex
 def load_pool(data_dir: Optional[PathLike] = None, config: str = CONFIG) -> tuple[list[Example], dict[str, Any]]:
     """Every row of ``config``'s file as an example, in file order, and the file's
     provenance record: the pool the task draws from (and a plant's row plan reads)."""
-    if config not in ADDITION:
-        raise ValueError(f"arithmetic_choice: config {config!r} is not one of its files; choose from {', '.join(ADDITION)}")
+    if config not in FILES:
+        raise ValueError(f"arithmetic_choice: config {config!r} is not one of its files; choose from {', '.join(FILES)}")
     relpath = f"arithmetic/{CONFIGS[config]}"
     rows, source = load_rows(what=f"Arithmetic {config} validation", data_dir=resolve_data_dir(data_dir, needs=[relpath]),
                              relpath=relpath, hub_id=HUB_ID, hub_config=f"arithmetic_{config}", hub_split="validation")
@@ -153,7 +153,7 @@ def load_arithmetic_choice(
     reject_options("arithmetic_choice", kw)
     rows, source = load_pool(data_dir, config)
     pool, reserved = reserved_rows(rows, reserve)
-    where = f"the {ADDITION[config]} pool" + (f" less {len(rows) - len(pool)} reserved rows" if reserved else "")
+    where = f"the {FILES[config]} pool" + (f" less {len(rows) - len(pool)} reserved rows" if reserved else "")
     dist, test, drawn = draw_pool(pool, n_dist, n_test, (N_DIST, N_TEST), seed, avoid_test, "arithmetic_choice", where)
     return Task(
         name="arithmetic_choice",
@@ -163,7 +163,7 @@ def load_arithmetic_choice(
         metric="acc",
         options={
             "seed": seed, "config": config, "pool_rows": len(rows), "metrics": ["acc"], "choices": INFO["choices"],
-            "protocol": f"{ADDITION[config]} as two choices (smaller, larger; near miss +/- {OFFSET}), "
+            "protocol": f"{FILES[config]} as two choices (smaller, larger; near miss +/- {OFFSET}), "
                         "GPT-3 context, summed log-likelihood, zero-shot",
             "sources": [source], **reserved, **drawn,
         },
