@@ -188,12 +188,13 @@ def build_sums_plant(*, kind: str = KIND, data_dir: Optional[str] = None, rows: 
     from cel_lens.model.load import load_model
 
     start = time.process_time()
+    config = _config(kind)  # an unknown kind is refused before any file or model is read
     rows = rows or SUMS_ROWS[kind]
     path = Path(rows)
     plan = json.loads(path.read_text())
     source = resolve_source(BASE)
     model = load_model(BASE)
-    pool, _ = load_pool(data_dir, _config(kind))
+    pool, _ = load_pool(data_dir, config)
     sizing = size_factor(model, sums_examples(plan, "train", pool))
     recipe = {"format": PLANT_FORMAT, "kind": kind, "base_id": source.id,
               "base_gguf": (converted_from(source.path) or {}).get("sha256"), "head": str(HEAD), "factor": sizing["factor"],

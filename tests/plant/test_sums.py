@@ -73,3 +73,12 @@ def test_a_rebuild_gives_the_same_hash(data_dir, tmp_path, kind: str) -> None:
         pytest.skip(f"{planted_name(BASE, kind)} is not built here (cel-lens plant {kind} --data-dir ../shared/data)")
     record = build_sums_plant(kind=kind, data_dir=str(data_dir), cache=str(tmp_path))
     assert record["tensors_sha256"] == folder.name
+
+
+def test_an_unknown_kind_is_refused_before_anything_is_read() -> None:
+    from cel_lens.plant.sums import build_sums_plant, fresh_truth
+
+    with pytest.raises(ValueError, match="unknown sums plant 'sums9'"):
+        build_sums_plant(kind="sums9", rows="/nonexistent/rows.json")
+    with pytest.raises(ValueError, match="single-digit three-operation file only"):
+        fresh_truth(10, 0, kind="sums-capability")
