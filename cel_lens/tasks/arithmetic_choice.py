@@ -41,7 +41,7 @@ from cel_lens.tasks.avoid import draw_pool, reserved_rows
 from cel_lens.tasks.base import Example, Task, TaskSpec
 from cel_lens.tasks.io import PathLike, build_examples, load_rows, reject_options, require, resolve_data_dir
 
-__all__ = ["CONFIG", "FILES", "OFFSET", "INFO", "SPEC", "near_miss", "make_example", "load_pool", "THREE_OPS", "fresh_three_ops",
+__all__ = ["CONFIG", "FILES", "OFFSET", "choices_text", "INFO", "SPEC", "near_miss", "make_example", "load_pool", "THREE_OPS", "fresh_three_ops",
            "load_arithmetic_choice"]
 
 CONFIG = "2da"
@@ -56,6 +56,14 @@ OFFSET = 20
 (docs/planted.md), 20 is the one SmolLM2 tells apart best (AUC 0.70 against 0.64 for 1)."""
 N_DIST, N_TEST = 500, 1000
 
+
+def choices_text(config: str = CONFIG) -> str:
+    """What a split's ``choices`` option says of ``config``'s two choices: "sum" for the addition
+    files, "answer" for the others (a difference, product or three-operation result)."""
+    noun = "sum" if FILES[config].endswith("addition") else "answer"
+    return f"(smaller, larger): the right {noun} and the {noun} +/- {OFFSET}"
+
+
 INFO: dict[str, Any] = {
     "answer_type": "multiple_choice",
     "metric": "acc",
@@ -65,7 +73,7 @@ INFO: dict[str, Any] = {
     "test_from": "the same pool, disjoint",
     "hub": HUB_ID,
     "files": [f"arithmetic/{CONFIGS[CONFIG]}"],
-    "choices": f"(smaller, larger): the right sum and the sum +/- {OFFSET}",
+    "choices": choices_text(),
 }
 
 
@@ -162,7 +170,7 @@ def load_arithmetic_choice(
         test=test,
         metric="acc",
         options={
-            "seed": seed, "config": config, "pool_rows": len(rows), "metrics": ["acc"], "choices": INFO["choices"],
+            "seed": seed, "config": config, "pool_rows": len(rows), "metrics": ["acc"], "choices": choices_text(config),
             "protocol": f"{FILES[config]} as two choices (smaller, larger; near miss +/- {OFFSET}), "
                         "GPT-3 context, summed log-likelihood, zero-shot",
             "sources": [source], **reserved, **drawn,

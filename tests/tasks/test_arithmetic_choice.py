@@ -67,6 +67,9 @@ def test_another_file_is_a_fresh_pool_with_the_same_protocol(data_dir: Path) -> 
     assert all(e.id.startswith("arithmetic_choice/3da/") and e.meta["config"] == "3da" for e in three.dist)
     assert not {e.content_hash for e in two.test} & {e.content_hash for e in three.test}
     assert three.options["config"] == "3da" and three.options["protocol"].startswith("three-digit addition")
+    assert three.options["choices"] == two.options["choices"] == "(smaller, larger): the right sum and the sum +/- 20"
+    ops = cl.load_task("arithmetic_choice", n_dist=5, n_test=5, seed=3, data_dir=str(data_dir), config="1dc")
+    assert ops.options["choices"] == "(smaller, larger): the right answer and the answer +/- 20"
     row = three.test[0]
     assert int(row.choices[row.label]) == row.meta["right"] and abs(int(row.choices[0]) - int(row.choices[1])) == OFFSET
     with pytest.raises(ValueError, match="not one of its files"):
