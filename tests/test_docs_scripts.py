@@ -25,7 +25,7 @@ def _module(name: str):
 
 
 def test_every_script_is_listed():
-    assert COMMANDS == ["choice_task_design.py", "explorer_screenshot.py", "fresh_truth.py", "plant_choice_feasibility.py", "plant_rows.py", "planted_rows.py", "read_rows.py", "real_model_agreement.py", "real_model_diffs.py",
+    assert COMMANDS == ["choice_task_design.py", "explorer_screenshot.py", "fresh_truth.py", "ops_prior_feasibility.py", "plant_choice_feasibility.py", "plant_rows.py", "planted_rows.py", "read_rows.py", "real_model_agreement.py", "real_model_diffs.py",
                         "real_model_record.py", "real_model_rows.py", "real_model_side_effects.py", "scorer_agreement.py",
                         "seal_row.py"], \
         "a new script: it gets a smoke test here"

@@ -21,7 +21,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-__all__ = ["LastLayer", "PromptFeatures", "load_base", "extract_features", "last_layer_margin", "answer_tokens"]
+__all__ = ["LastLayer", "PromptFeatures", "load_base", "extract_features", "last_layer_output", "last_layer_margin", "answer_tokens"]
 
 
 @dataclass(frozen=True)
@@ -120,12 +120,19 @@ def _rms(x: Tensor, weight: Tensor, eps: float) -> Tensor:
     return weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
 
 
-def last_layer_margin(w: LastLayer, z: Float[Tensor, "example hd"], resid: Float[Tensor, "example d_model"],
-                      o_proj: Float[Tensor, "d_model hd"]) -> Float[Tensor, " example"]:
-    """The yes-minus-no margin at the answer position with the last layer's output projection
+def last_layer_output(w: LastLayer, z: Float[Tensor, "example hd"], resid: Float[Tensor, "example d_model"],
+                      o_proj: Float[Tensor, "d_model hd"]) -> Float[Tensor, "example d_model"]:
+    """The final-normed residual (what the unembedding reads) with the last layer's output projection
     ``o_proj`` and input ``z`` (a plant's edits), the rest as the base computes it (Llama: residual
-    plus attention output, RMSNorm, SwiGLU MLP, final RMSNorm, unembedding)."""
+    plus attention output, RMSNorm, SwiGLU MLP, final RMSNorm)."""
     mid = resid + z @ o_proj.T
     h = _rms(mid, w.post_norm, w.eps)
     out = mid + (torch.nn.functional.silu(h @ w.gate.T) * (h @ w.up.T)) @ w.down.T
-    return _rms(out, w.final_norm, w.eps) @ w.unembed_diff
+    return _rms(out, w.final_norm, w.eps)
+
+
+def last_layer_margin(w: LastLayer, z: Float[Tensor, "example hd"], resid: Float[Tensor, "example d_model"],
+                      o_proj: Float[Tensor, "d_model hd"]) -> Float[Tensor, " example"]:
+    """The yes-minus-no margin at the answer position under ``o_proj`` (:func:`last_layer_output`
+    read by the unembedding's yes-minus-no row)."""
+    return last_layer_output(w, z, resid, o_proj) @ w.unembed_diff

@@ -137,3 +137,14 @@ def test_fit_pairs_is_deterministic_and_follows_its_rules(tiny):
         assert torch.equal(a[name]["v"], b[name]["v"]) and a[name]["scale"] == b[name]["scale"]
         assert a[name]["reader"] != a[name]["canceller"] and a[name]["reader"] // per == a[name]["canceller"] // per
     assert a["prior"]["reader"] // per != a["capability"]["reader"] // per
+
+
+def test_last_layer_output_is_what_the_unembedding_reads(tiny):
+    """:func:`last_layer_output` read by the whole unembedding equals the model's own logits."""
+    from cel_lens.plant.features import last_layer_output
+
+    model, tok, w, f = tiny
+    unembed = model.get_output_embeddings().weight.detach()
+    with torch.no_grad():
+        want = torch.stack([model(tok(p, return_tensors="pt").input_ids).logits[0, -1] for p in PROMPTS])
+    assert torch.allclose(last_layer_output(w, f.z, f.resid, w.o_proj) @ unembed.T, want, atol=1e-4)
