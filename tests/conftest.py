@@ -7,6 +7,8 @@
   written once per session. Load them with ``cel_lens.load_model(path)`` (TransformerBridge) or
   ``cel_lens.load_model(path, loader="hooked")`` (HookedTransformer; Llama and Qwen2).
 
+``script_modules.load_script(name)`` loads ``scripts/<name>.py`` for the tests of its functions.
+
 Tests never touch the Hugging Face hub: the offline switches are set before anything imports it.
 Every test gets its own empty ledger of test-split reads (``isolated_ledger``, ``$CEL_LENS_LEDGER``).
 """
@@ -23,8 +25,13 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # across paths, so it pins float32; tests of bf16 ask for it (cel_lens.evaluation.precision).
 os.environ.setdefault("CEL_LENS_PRECISION", "float32")
 
+import sys  # noqa: E402
 import tempfile  # noqa: E402
 from pathlib import Path  # noqa: E402
+
+# the tests' own helper modules (script_modules: the scripts as modules) import by name, which
+# --import-mode=importlib does not arrange by itself
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 from typing import Collection, Iterator  # noqa: E402
 
 import pytest  # noqa: E402

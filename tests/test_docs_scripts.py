@@ -4,24 +4,17 @@ picture, would otherwise rot unseen). The site's hooks are checked on small inpu
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from script_modules import load_script
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = REPO / "scripts"
 COMMANDS = sorted(p.name for p in SCRIPTS.glob("*.py") if p.name not in {"mkdocs_hooks.py", "griffe_doc_comments.py"})
-
-
-def _module(name: str):
-    spec = importlib.util.spec_from_file_location(name.removesuffix(".py"), SCRIPTS / name)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_every_script_is_listed():
@@ -42,7 +35,7 @@ def test_script_help(script):
 
 
 def test_links_are_rewritten_to_the_site():
-    hooks = _module("mkdocs_hooks.py")
+    hooks = load_script("mkdocs_hooks.py")
     readme = "![x](figures/explorer.png) [g](docs/grids.md#out) [r](benchmarks/RESULTS.md) [w](https://x.org/a.md)"
     assert hooks.rewrite_links(readme, "README.md", "index.md") == (
         "![x](figures/explorer.png) [g](grids.md#out) [r](benchmarks.md) [w](https://x.org/a.md)")
@@ -53,7 +46,7 @@ def test_links_are_rewritten_to_the_site():
 
 
 def test_doc_comments_document_attributes():
-    ext = _module("griffe_doc_comments.py")
+    ext = load_script("griffe_doc_comments.py")
     lines = ["x = 1", "#: first line", "#: second line", "NAME = 2"]
     assert ext.doc_comment(lines, 4) == "first line second line"
     assert ext.doc_comment(lines, 1) == ""
@@ -62,7 +55,7 @@ def test_doc_comments_document_attributes():
 def test_missing_optional_pages_leave_the_navigation(tmp_path):
     from types import SimpleNamespace
 
-    hooks = _module("mkdocs_hooks.py")
+    hooks = load_script("mkdocs_hooks.py")
     (tmp_path / "speed.md").write_text("# Speed\n")
     nav = [{"Home": "index.md"}, {"Guide": [{"Speed": "speed.md"}, {"Precision": "precision.md"}, {"Tasks": "tasks.md"}]},
            {"Later": [{"Statistics": "statistics.md"}]}]
@@ -71,6 +64,6 @@ def test_missing_optional_pages_leave_the_navigation(tmp_path):
 
 
 def test_sphinx_roles_become_code_spans():
-    ext = _module("griffe_doc_comments.py")
+    ext = load_script("griffe_doc_comments.py")
     assert ext.plain_roles("see :func:`~cel_lens.x.f`, :mod:`cel_lens.tasks` and :class:`Run`") == (
         "see `f`, `cel_lens.tasks` and `Run`")

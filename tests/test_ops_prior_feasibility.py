@@ -4,9 +4,6 @@ gradient is the finite difference of its margin, and its ridge fit solves what i
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
 
@@ -15,16 +12,11 @@ from cel_lens.model.load import load_model
 from cel_lens.plant.features import load_base
 from cel_lens.plant.sums import choice_margins
 from cel_lens.tasks.base import Example, Split
-
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "ops_prior_feasibility.py"
-
+from script_modules import load_script
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("ops_prior_feasibility", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("ops_prior_feasibility")
 
 
 @pytest.fixture(scope="module")

@@ -9,11 +9,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
-sys.path.insert(0, str(REPO / "tests"))
 
-from test_real_model_rows import _script, manifest, result, write  # noqa: E402
+from script_modules import load_script  # noqa: E402
+from test_real_model_rows import manifest, result, write  # noqa: E402
 
-planted = _script("planted_rows")
+planted = load_script("planted_rows")
 
 
 def _truth_row(label: str, folder: Path, where: Path):

@@ -5,7 +5,6 @@ order git history shows; scripts/seal_row.py commits a manifest before the searc
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -16,19 +15,13 @@ import pytest
 
 from cel_lens.selection.result import Result
 from cel_lens.stats.decision import gain_bounds, minimum_detectable_effect, minimum_detectable_effect_random
+from script_modules import load_script
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _script(name: str):
-    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-rows = _script("real_model_rows")
-seal_row = _script("seal_row")
+rows = load_script("real_model_rows")
+seal_row = load_script("seal_row")
 
 
 def manifest(task: str = "arithmetic", n_dist: int = 1000, n_test: int = 1000, **task_options) -> dict:
@@ -385,7 +378,7 @@ def test_scorer_agreement_table_follows_the_rows(tmp_path):
 def test_scorer_agreement_compares_over_every_head():
     import torch
 
-    agree = _script("scorer_agreement")
+    agree = load_script("scorer_agreement")
     exact = torch.tensor([[0.03, 0.02, 0.0], [-0.01, 0.01, 0.0]], dtype=torch.float64)
     same = agree.compare("same", exact.clone(), exact, cpu=10.0, wall=12.0, exact_s=100.0)
     assert same["spearman"] == pytest.approx(1.0) and same["recall@6"] == 1.0 and same["cost_vs_exact"] == 0.1
@@ -402,7 +395,7 @@ def test_minutes_say_whether_they_cover_the_whole_search():
 
 
 def test_scorer_agreement_takes_no_resumed_rows_seconds_for_exacts_cost():
-    agree = _script("scorer_agreement")
+    agree = load_script("scorer_agreement")
     assert agree.exact_seconds({"stage1_s": 5880.0}, None, None)[0] == 5880.0
     seconds, source = agree.exact_seconds({"stage1_s": 600.0, "resumed_sets": 120.0}, None, None)
     assert seconds == 0.0 and source.startswith("not timed: the row's search resumed 120 evaluations")
@@ -421,7 +414,7 @@ def test_scorer_agreement_takes_no_resumed_rows_seconds_for_exacts_cost():
 
 
 def test_scorer_agreement_refuses_half_an_exact_figure_before_loading_anything(tmp_path):
-    agree = _script("scorer_agreement")
+    agree = load_script("scorer_agreement")
     with pytest.raises(SystemExit, match="needs --exact-source"):  # no manifest here: it stops before reading one
         agree.main([str(tmp_path / "no-row"), "--exact-s", "100"])
 
@@ -452,7 +445,7 @@ def test_scan_count_of_a_split_by_hand(tiny_model):
     from cel_lens.evaluation import encode_pair
     from cel_lens.tasks import Example, Split
 
-    agree = _script("scorer_agreement")
+    agree = load_script("scorer_agreement")
     split = Split("dist", (Example("a/0", "12 + 30 =", target=" 42"),), task="arithmetic", answer_type="exact_match")
     ctx, cont = encode_pair(tiny_model, "12 + 30 =", " 42")
     shape, T, scored = Shape.from_hooked_config(tiny_model.cfg), len(ctx) + len(cont) - 1, len(cont)

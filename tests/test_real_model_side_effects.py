@@ -3,7 +3,6 @@ evaluations, it reproduces each row's own record or stops, and it never reads an
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -17,16 +16,11 @@ from cel_lens.evaluation.seal import SealReader
 from cel_lens.heads import HeadSet
 from cel_lens.model import load_model
 from cel_lens.pipeline import search
-
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "real_model_side_effects.py"
-
+from script_modules import load_script
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("real_model_side_effects", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("real_model_side_effects")
 
 
 @pytest.fixture(scope="module")
