@@ -28,14 +28,14 @@ os.environ.setdefault("CEL_LENS_PRECISION", "float32")
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 from pathlib import Path  # noqa: E402
-
-# the tests' own helper modules (script_modules: the scripts as modules) import by name, which
-# --import-mode=importlib does not arrange by itself
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from typing import Collection, Iterator  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+
+# the tests' own helper modules (script_modules: the scripts as modules) import by name, which
+# --import-mode=importlib does not arrange by itself
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 # The sealed test split's ledger (cel_lens.evaluation.seal): never the user's cache, and one per
 # test (the autouse fixture below), so that one test's reads of D_test cannot mark another's search.
