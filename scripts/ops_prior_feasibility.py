@@ -124,12 +124,11 @@ def constancy(g, g_truth, seed: int = 0) -> list[dict]:
     return out
 
 
-def sized(w, unembed, train: dict, truth: dict, head: int, v, d, target: float) -> dict:
-    """Every signed size's train effects, the one whose raw gain is nearest ``target``, its truth effects."""
+def sized(w, unembed, train: dict, truth: dict, head: int, v, d, target: float, base, ablated) -> dict:
+    """Every signed size's train effects, the one whose raw gain is nearest ``target``, its truth effects
+    (``base`` and ``ablated``: the train rows' margins intact and with ``head`` zeroed)."""
     from cel_lens.plant.truth import margin_effects
 
-    base = margins(w, unembed, train, w.o_proj)
-    ablated = margins(w, unembed, train, edited(w, head, ablate=True))
     grid = []
     for scale in [s * sign for s in SIZES for sign in (1.0, -1.0)]:
         planted = margins(w, unembed, train, edited(w, head, v, d, scale))
@@ -171,9 +170,11 @@ def main(argv: list[str] | None = None) -> dict:
     check = float((base - choice_margins(tl, splits["train"], [HeadSet()])[0]).abs().max())
     per = w.n_heads // w.n_kv_heads
     others = [h for h in range(w.n_heads) if h // per != HEAD.head // per]
-    moved = {h: float((margins(w, unembed, train, edited(w, h, ablate=True)) - base).abs().mean()) for h in others}
+    ablated = {h: margins(w, unembed, train, edited(w, h, ablate=True)) for h in others}
+    moved = {h: float((ablated[h] - base).abs().mean()) for h in others}
     head = min(others, key=lambda h: (moved[h], h))
     v = constant_direction(train["z"][:, head_slice(w, head)])
+    along = train["z"][:, head_slice(w, head)] @ v
     g, g_truth = gradients(w, unembed, train, head, v), gradients(w, unembed, truth, head, v)
     fits = constancy(g, g_truth)
     best = min(fits, key=lambda f: f["out_of_fold_sd"] / abs(f["out_of_fold_mean"]))
@@ -181,10 +182,10 @@ def main(argv: list[str] | None = None) -> dict:
     record = {"what": "whether one last-layer head can carry an answer prior on arithmetic_choice 1dc (scripts/ops_prior_feasibility.py)",
               "rows": {"plan": SUMS_ROWS["ops-capability"], "train": train["n"], "truth": truth["n"]},
               "features_vs_evaluator_max_abs_margin_diff": check, "mean_abs_margin_move_of_ablating": {f"L{w.layer}H{h}": m for h, m in moved.items()},
-              "head": f"L{w.layer}H{head}", "v_dot_z_mean": float((train["z"][:, head_slice(w, head)] @ v).mean()),
-              "v_dot_z_sd": float((train["z"][:, head_slice(w, head)] @ v).std()),
+              "head": f"L{w.layer}H{head}", "v_dot_z_mean": float(along.mean()),
+              "v_dot_z_sd": float(along.std()),
               "linear_shift_constancy": fits, "ridge": best["ridge"],
-              **sized(w, unembed, train, truth, head, v, d, PRIOR_RAW_TARGET), "cpu_s": time.process_time() - start}
+              **sized(w, unembed, train, truth, head, v, d, PRIOR_RAW_TARGET, base, ablated[head]), "cpu_s": time.process_time() - start}
     text = json.dumps(record, indent=1) + "\n"
     if args.out:
         Path(args.out).write_text(text)

@@ -47,8 +47,8 @@ __all__ = ["CONFIG", "FILES", "OFFSET", "choices_text", "INFO", "SPEC", "near_mi
 CONFIG = "2da"
 """The arithmetic config the pool is drawn from by default: two-digit addition."""
 FILES = {"2da": "two-digit addition", "3da": "three-digit addition", "4da": "four-digit addition",
-            "5da": "five-digit addition", "2ds": "two-digit subtraction", "2dm": "two-digit multiplication",
-            "1dc": "single-digit three-operation"}
+         "5da": "five-digit addition", "2ds": "two-digit subtraction", "2dm": "two-digit multiplication",
+         "1dc": "single-digit three-operation"}
 """The configs a pool may come from (``config`` option), GPT-3 arithmetic files with integer answers, and
 their words. The near miss, ordering and prompt rule are the same for each."""
 OFFSET = 20
